@@ -1,0 +1,83 @@
+// The validated configuration model: what the config stage hands to render.
+// Every value here has passed schema and semantic validation and has its defaults filled in.
+// Pure data; no I/O. Field names mirror the YAML (see docs/config.md and schemas/).
+
+export type Protocol = 'TCP' | 'UDP';
+export type DispatchMode = 'dsr' | 'snat' | 'hybrid';
+export type Encap = 'l2' | 'ipip' | 'ipopt';
+export type RealState = 'active' | 'drain' | 'disabled';
+export type NodeRole = 'lb' | 'backend';
+export type HealthCheckType = 'tcp' | 'http' | 'none';
+export type RollbackPolicy = 'manual' | 'auto';
+
+/** Where a document (or a field of it) came from, for error messages. 1-based line and column. */
+export interface SourcePos {
+  file: string;
+  line: number;
+  col: number;
+}
+
+export interface ClusterSpec {
+  maglev: { tableSize: number; seed: string /* base64 of 12 bytes */ };
+  conntrack: { maxEntries: number };
+  status: { branch: string };
+  rollback: { policy: RollbackPolicy };
+}
+
+export interface NodeSpec {
+  role: NodeRole;
+  interface: string;
+  allowedVips: string[]; // CIDRs
+  snatAddress?: string;
+}
+
+export interface PortSpec {
+  port: number;
+  protocol: Protocol;
+  targetPort?: number;
+}
+
+export interface HealthCheckSpec {
+  type: HealthCheckType;
+  port?: number;
+  path?: string;
+  intervalMs: number;
+  timeoutMs: number;
+  rise: number;
+  fall: number;
+}
+
+export interface RealSpec {
+  address: string; // canonical text form (IPv6 compressed, lower case)
+  weight: number;
+  state: RealState;
+}
+
+export interface ServiceSpec {
+  vip: string; // canonical text form
+  ports: PortSpec[];
+  dispatch: { mode: DispatchMode; encap?: Encap };
+  hash: { sourcePort: boolean };
+  healthCheck: HealthCheckSpec;
+  reals: RealSpec[];
+  maglev?: { tableSize?: number };
+}
+
+export interface Document<K extends string, S> {
+  apiVersion: 'gitlb/v1';
+  kind: K;
+  metadata: { name: string };
+  spec: S;
+  source: SourcePos;
+}
+
+export type ClusterDoc = Document<'Cluster', ClusterSpec>;
+export type NodeDoc = Document<'Node', NodeSpec>;
+export type ServiceDoc = Document<'Service', ServiceSpec>;
+
+/** A whole validated revision of the config repository. Lists are sorted by metadata.name. */
+export interface ConfigModel {
+  cluster: ClusterDoc;
+  nodes: NodeDoc[];
+  services: ServiceDoc[];
+}
