@@ -29,6 +29,11 @@ export interface NodeSpec {
   interface: string;
   allowedVips: string[]; // CIDRs
   snatAddress?: string;
+  /** The node's own unicast addresses (canonical). A backend node serves the services that list one of
+   * them as a real; an lb node uses them as the outer source of ipip. Optional; defaults to []. */
+  addresses: string[];
+  /** MTU of `interface`, used for the encapsulation MTU check. Default 1500. */
+  mtu: number;
 }
 
 export interface PortSpec {

@@ -1,0 +1,64 @@
+// The desired data-plane state of one node: what render produces and what the bpf layer applies.
+// Pure data, JSON-serialisable except `ring` (a Uint32Array; JSON form is a number array).
+// Identical input => identical state on every node (see docs/maglev.md, docs/render.md).
+import type { DispatchMode, Encap, Protocol, RealState, NodeRole, HealthCheckSpec } from './model.js';
+
+/** How one VIP:port:protocol is forwarded, after resolving `hybrid` (TCP -> dsr, UDP -> snat). */
+export type Forwarding = 'dsr-l2' | 'dsr-ipip' | 'dsr-ipopt' | 'snat';
+
+/** A backend known to the data plane. `id` is stable across revisions for the same address. */
+export interface DesiredReal {
+  id: number; // u32, >= 1 (0 means "no real" in the ring and maps)
+  address: string; // canonical IPv4 or IPv6 text
+  family: 4 | 6;
+}
+
+/** One listener: a VIP, port and protocol; several can share one service (and its ring). */
+export interface DesiredVip {
+  vip: string;
+  family: 4 | 6;
+  port: number;
+  protocol: Protocol;
+  targetPort: number; // = port when not overridden
+  serviceId: number; // index into DesiredState.services by `id`
+  forwarding: Forwarding;
+  hashSourcePort: boolean;
+}
+
+/** A service's reals as the data plane sees them, with the table share each got. */
+export interface DesiredServiceReal {
+  realId: number;
+  address: string;
+  weight: number;
+  state: RealState; // 'disabled' reals are not listed at all
+  healthy: boolean;
+  entries: number; // entries of the ring pointing at this real
+}
+
+export interface DesiredService {
+  id: number; // u32 >= 1, stable across revisions for the same service name
+  name: string;
+  mode: DispatchMode;
+  encap?: Encap;
+  tableSize: number; // prime
+  ring: Uint32Array; // length tableSize; each entry a real id (0 = empty service: drop new flows)
+  digest: string; // hex SHA-256 of the ring as little-endian u32s (docs/maglev.md)
+  reals: DesiredServiceReal[]; // sorted by realId
+  healthCheck: HealthCheckSpec;
+}
+
+export interface DesiredState {
+  node: string;
+  role: NodeRole;
+  interface: string;
+  mtu: number;
+  snatAddress?: string;
+  /** u32 seed of the flow hash in the data plane, derived from Cluster.spec.maglev.seed. */
+  hashSeed: number;
+  conntrackMaxEntries: number;
+  reals: DesiredReal[]; // sorted by id
+  services: DesiredService[]; // sorted by id
+  vips: DesiredVip[]; // sorted by (vip, port, protocol)
+  /** For backend nodes: VIPs this node must own locally (l2/ipip dsr) — canonical, sorted. */
+  localVips: string[];
+}
