@@ -37,7 +37,7 @@ build/bpf/%.o: src/bpf/progs/%.c $(BPF_HDR)
 addon: $(ADDON)
 
 $(ADDON): $(ADDON_SRC)
-	@if [ -f src/bpf/napi/binding.gyp ]; then cd src/bpf/napi && ../../../node_modules/.bin/node-gyp rebuild --loglevel=warn; fi
+	@if [ -f src/bpf/napi/binding.gyp ]; then cd src/bpf/napi && ../../../node_modules/.bin/node-gyp rebuild --nodedir=/usr --loglevel=warn; fi
 
 ts:
 	node_modules/.bin/tsc -p tsconfig.json

@@ -9,6 +9,10 @@ export type RealState = 'active' | 'drain' | 'disabled';
 export type NodeRole = 'lb' | 'backend';
 export type HealthCheckType = 'tcp' | 'http' | 'none';
 export type RollbackPolicy = 'manual' | 'auto';
+/** What a service does when every active real fails its health check (docs/health.md). */
+export type HealthFailMode = 'open' | 'closed';
+/** `local`: act on this node's checks alone; `consensus`: a real leaves the tables only on a quorum of lb nodes. */
+export type HealthAgreementMode = 'local' | 'consensus';
 
 /** Where a document (or a field of it) came from, for error messages. 1-based line and column. */
 export interface SourcePos {
@@ -22,6 +26,8 @@ export interface ClusterSpec {
   conntrack: { maxEntries: number };
   status: { branch: string };
   rollback: { policy: RollbackPolicy };
+  /** Health agreement across lb nodes (docs/health.md). Optional; absent means { mode: 'local' }. */
+  health?: { mode: HealthAgreementMode; staleAfterMs?: number };
 }
 
 export interface NodeSpec {
@@ -50,6 +56,10 @@ export interface HealthCheckSpec {
   timeoutMs: number;
   rise: number;
   fall: number;
+  /** When every active real is down: 'open' keeps them all in the table (default), 'closed' drops new flows. */
+  failMode?: HealthFailMode;
+  /** http only: inclusive range of statuses that count as healthy. Default { min: 200, max: 399 }. */
+  expectStatus?: { min: number; max: number };
 }
 
 export interface RealSpec {

@@ -53,6 +53,9 @@ export interface DesiredState {
   interface: string;
   mtu: number;
   snatAddress?: string;
+  /** The node's own addresses (Node.spec.addresses, canonical). An lb node uses them as the outer source of
+   * dsr-ipip (see docs/datapath.md); when absent the kernel's source choice for the route is used. */
+  addresses?: string[];
   /** u32 seed of the flow hash in the data plane, derived from Cluster.spec.maglev.seed. */
   hashSeed: number;
   conntrackMaxEntries: number;

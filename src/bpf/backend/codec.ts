@@ -1,0 +1,223 @@
+// Byte layouts of the backend TC programs' maps (src/bpf/include/backend_structs.h), and the pure mapping from
+// the desired state of a backend node to the entries of be_vips. The layouts are checked against the
+// object's BTF at load (see BTF_LAYOUTS), so a change on one side without the other fails loudly.
+import type { DesiredState, DesiredVip, Forwarding } from '../../render/state.js';
+import type { Protocol } from '../../render/model.js';
+import { parseIp } from '../../render/ip.js';
+
+export const IPPROTO_TCP = 6;
+export const IPPROTO_UDP = 17;
+
+/** be_vip_value.flags (BE_VIP_F_* in backend_consts.h). */
+export const VIP_FLAG_IPIP = 0x01;
+export const VIP_FLAG_IPOPT = 0x02;
+
+/** Names of the per-CPU counters, in the order of `enum be_stat` (backend_consts.h). */
+export const STAT_NAMES = [
+  'rx_packets',
+  'decap_ipip4',
+  'decap_ipip6',
+  'decap_4in6',
+  'decap_6in4',
+  'ipip_not_vip',
+  'ipopt4',
+  'ipopt6',
+  'ipopt_not_vip',
+  'conn_update_fail',
+  'adjust_fail',
+  'tx_packets',
+  'reply4_rewrite',
+  'reply6_rewrite',
+  'icmp4_rewrite',
+  'icmp6_rewrite',
+  'rewrite_fail',
+  'fragment',
+] as const;
+export type StatName = (typeof STAT_NAMES)[number];
+
+/** Expected layouts, for checkBtfLayout(obj, structName, expected). Offsets in bytes. */
+export const BTF_LAYOUTS = {
+  be_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
+  be_vip_value: { size: 4, members: { target_port: 0, flags: 2, pad: 3 } },
+  be_conn_key: {
+    size: 40,
+    members: { client: 0, local: 16, client_port: 32, local_port: 34, proto: 36, family: 37, pad: 38 },
+  },
+  be_conn_value: { size: 32, members: { vip: 0, vip_port: 16, pad: 18, last_seen_ns: 24 } },
+} as const;
+
+export const VIP_KEY_SIZE = BTF_LAYOUTS.be_vip_key.size;
+export const VIP_VALUE_SIZE = BTF_LAYOUTS.be_vip_value.size;
+export const CONN_KEY_SIZE = BTF_LAYOUTS.be_conn_key.size;
+export const CONN_VALUE_SIZE = BTF_LAYOUTS.be_conn_value.size;
+
+/** A be_vips entry. Address entries (ipip) have port 0 and protocol null. */
+export interface VipEntry {
+  address: string;
+  family: 4 | 6;
+  port: number; // 0 for an address entry
+  protocol: Protocol | null; // null for an address entry
+  flags: number;
+  targetPort: number; // 0 = not checked
+}
+
+/** A be_conns entry: one ipopt flow and the VIP:port its replies must come from. */
+export interface ConnEntry {
+  family: 4 | 6;
+  protocol: Protocol;
+  client: string;
+  clientPort: number;
+  local: string;
+  localPort: number;
+  vip: string;
+  vipPort: number;
+  lastSeenNs: bigint;
+}
+
+function protoNumber(p: Protocol | null): number {
+  if (p === null) return 0;
+  return p === 'TCP' ? IPPROTO_TCP : IPPROTO_UDP;
+}
+
+function protoName(n: number): Protocol | null {
+  if (n === 0) return null;
+  if (n === IPPROTO_TCP) return 'TCP';
+  if (n === IPPROTO_UDP) return 'UDP';
+  throw new Error(`be_vips/be_conns: unexpected IP protocol ${n}`);
+}
+
+/** Writes an address into a 16-byte field (IPv4 in the first 4 bytes, rest zero). */
+function writeAddr(buf: Buffer, offset: number, address: string, family: 4 | 6): void {
+  const ip = parseIp(address);
+  if (ip.family !== family) throw new Error(`address ${address} is not IPv${family}`);
+  buf.set(ip.bytes, offset);
+}
+
+/** Canonical text of an address (RFC 5952 for IPv6: lower case, longest zero run compressed). */
+export function formatAddr(bytes: Uint8Array, family: 4 | 6): string {
+  if (family === 4) return Array.from(bytes.subarray(0, 4)).join('.');
+  const groups: number[] = [];
+  for (let i = 0; i < 8; i++) groups.push((bytes[2 * i]! << 8) | bytes[2 * i + 1]!);
+  let bestStart = -1;
+  let bestLen = 0;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLen && j - i >= 2) {
+      bestStart = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = (gs: number[]) => gs.map((g) => g.toString(16)).join(':');
+  if (bestStart < 0) return hex(groups);
+  return `${hex(groups.slice(0, bestStart))}::${hex(groups.slice(bestStart + bestLen))}`;
+}
+
+function readFamily(n: number, what: string): 4 | 6 {
+  if (n !== 4 && n !== 6) throw new Error(`${what}: bad family byte ${n}`);
+  return n;
+}
+
+export function encodeVipKey(e: Pick<VipEntry, 'address' | 'family' | 'port' | 'protocol'>): Buffer {
+  const b = Buffer.alloc(VIP_KEY_SIZE);
+  writeAddr(b, 0, e.address, e.family);
+  b.writeUInt16BE(e.port, 16);
+  b.writeUInt8(protoNumber(e.protocol), 18);
+  b.writeUInt8(e.family, 19);
+  return b;
+}
+
+export function encodeVipValue(e: Pick<VipEntry, 'flags' | 'targetPort'>): Buffer {
+  const b = Buffer.alloc(VIP_VALUE_SIZE);
+  b.writeUInt16BE(e.targetPort, 0);
+  b.writeUInt8(e.flags, 2);
+  return b;
+}
+
+export function decodeVipEntry(key: Buffer, value: Buffer): VipEntry {
+  const family = readFamily(key.readUInt8(19), 'be_vips key');
+  return {
+    address: formatAddr(key.subarray(0, 16), family),
+    family,
+    port: key.readUInt16BE(16),
+    protocol: protoName(key.readUInt8(18)),
+    targetPort: value.readUInt16BE(0),
+    flags: value.readUInt8(2),
+  };
+}
+
+export function encodeConnKey(
+  e: Pick<ConnEntry, 'family' | 'protocol' | 'client' | 'clientPort' | 'local' | 'localPort'>,
+): Buffer {
+  const b = Buffer.alloc(CONN_KEY_SIZE);
+  writeAddr(b, 0, e.client, e.family);
+  writeAddr(b, 16, e.local, e.family);
+  b.writeUInt16BE(e.clientPort, 32);
+  b.writeUInt16BE(e.localPort, 34);
+  b.writeUInt8(protoNumber(e.protocol), 36);
+  b.writeUInt8(e.family, 37);
+  return b;
+}
+
+export function encodeConnValue(e: Pick<ConnEntry, 'family' | 'vip' | 'vipPort' | 'lastSeenNs'>): Buffer {
+  const b = Buffer.alloc(CONN_VALUE_SIZE);
+  writeAddr(b, 0, e.vip, e.family);
+  b.writeUInt16BE(e.vipPort, 16);
+  b.writeBigUInt64LE(e.lastSeenNs, 24);
+  return b;
+}
+
+export function decodeConnEntry(key: Buffer, value: Buffer): ConnEntry {
+  const family = readFamily(key.readUInt8(37), 'be_conns key');
+  const protocol = protoName(key.readUInt8(36));
+  if (protocol === null) throw new Error('be_conns key: protocol 0');
+  return {
+    family,
+    protocol,
+    client: formatAddr(key.subarray(0, 16), family),
+    clientPort: key.readUInt16BE(32),
+    local: formatAddr(key.subarray(16, 32), family),
+    localPort: key.readUInt16BE(34),
+    vip: formatAddr(value.subarray(0, 16), family),
+    vipPort: value.readUInt16BE(16),
+    lastSeenNs: value.readBigUInt64LE(24),
+  };
+}
+
+/** Identity of a be_vips entry (its key), for diffing desired against live. */
+export function vipEntryId(e: Pick<VipEntry, 'address' | 'family' | 'port' | 'protocol'>): string {
+  return `${e.family}|${e.address}|${e.port}|${e.protocol ?? '*'}`;
+}
+
+/**
+ * The be_vips entries a backend node needs (pure): one address entry per VIP reached by IP-in-IP, one listener
+ * entry per ipopt VIP:port:protocol. l2 VIPs need no map entry (the VIP is simply local, see backend-vips.ts)
+ * and snat traffic arrives as ordinary packets to this node. Sorted by id, duplicates merged.
+ */
+export function desiredVipEntries(desired: Pick<DesiredState, 'vips'>): VipEntry[] {
+  const byId = new Map<string, VipEntry>();
+  for (const v of desired.vips) {
+    const e = vipEntryFor(v);
+    if (e) byId.set(vipEntryId(e), e);
+  }
+  return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e);
+}
+
+function vipEntryFor(v: DesiredVip): VipEntry | null {
+  const kinds: Record<Forwarding, 'address' | 'listener' | null> = {
+    'dsr-ipip': 'address',
+    'dsr-ipopt': 'listener',
+    'dsr-l2': null,
+    snat: null,
+  };
+  const kind = kinds[v.forwarding];
+  if (kind === 'address') return { address: v.vip, family: v.family, port: 0, protocol: null, flags: VIP_FLAG_IPIP, targetPort: 0 };
+  if (kind === 'listener')
+    return { address: v.vip, family: v.family, port: v.port, protocol: v.protocol, flags: VIP_FLAG_IPOPT, targetPort: v.targetPort };
+  return null;
+}

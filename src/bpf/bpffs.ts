@@ -1,0 +1,58 @@
+// bpffs handling: pins only work on a bpf filesystem. /sys/fs/bpf is mounted on
+// demand; any other pin root must already be on bpffs (tests mount their own).
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, statfsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+
+const BPF_FS_MAGIC = 0xcafe4a11;
+export const DEFAULT_BPFFS = '/sys/fs/bpf';
+
+function codedError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+export function isBpffs(path: string): boolean {
+  try {
+    return statfsSync(path).type === BPF_FS_MAGIC;
+  } catch {
+    return false;
+  }
+}
+
+/** Mounts a bpf filesystem at `dir` (created if missing) unless one is there already. */
+export function mountBpffs(dir: string): void {
+  if (isBpffs(dir)) return;
+  mkdirSync(dir, { recursive: true });
+  try {
+    execFileSync('mount', ['-t', 'bpf', 'bpf', dir], { stdio: ['ignore', 'ignore', 'pipe'] });
+  } catch (e) {
+    throw codedError('EPERM', `mount -t bpf at ${dir} failed: ${String((e as { stderr?: Buffer }).stderr ?? e).trim()}`);
+  }
+}
+
+export function unmountBpffs(dir: string): void {
+  if (!isBpffs(dir)) return;
+  execFileSync('umount', [dir], { stdio: 'ignore' });
+}
+
+function nearestExisting(path: string): string {
+  let p = resolve(path);
+  while (!existsSync(p)) p = dirname(p);
+  return p;
+}
+
+/**
+ * Makes `dir` usable as a pin directory: mounts /sys/fs/bpf if `dir` is below it
+ * and it is not mounted, then creates the directory. Refuses directories that are
+ * not on bpffs (pinning there would fail with a less helpful EPERM).
+ */
+export function ensurePinDir(dir: string): string {
+  const abs = resolve(dir);
+  if (!isBpffs(nearestExisting(abs))) {
+    if (abs === DEFAULT_BPFFS || abs.startsWith(`${DEFAULT_BPFFS}/`)) mountBpffs(DEFAULT_BPFFS);
+    if (!isBpffs(nearestExisting(abs)))
+      throw codedError('EINVAL', `pin directory ${abs} is not on a bpf filesystem (mount -t bpf bpf <dir>)`);
+  }
+  mkdirSync(abs, { recursive: true });
+  return abs;
+}

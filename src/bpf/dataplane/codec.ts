@@ -1,0 +1,191 @@
+// Byte layouts of the LB program's map keys and values (src/bpf/include/lb_structs.h), and the
+// numbers of lb_consts.h. The only TS file that knows these layouts; checked against BTF at load.
+import { isIPv4, isIPv6 } from 'node:net';
+import type { Forwarding } from '../../render/state.js';
+import type { Protocol } from '../../render/model.js';
+
+export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'dsr-ipopt': 3, snat: 4 };
+export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat' };
+export const VIP_F_HASH_SRC_PORT = 1;
+export const PROTO_NUMBER: Record<Protocol, number> = { TCP: 6, UDP: 17 };
+export const PROTO_NAME: Record<number, Protocol> = { 6: 'TCP', 17: 'UDP' };
+export const MAX_SRC4 = 8;
+
+/** lb_counters indexes, in enum lb_counter order (lb_consts.h). */
+export const COUNTER_NAMES = [
+  'pass_not_ip', 'pass_short_header', 'pass_not_vip', 'pass_snat',
+  'drop_malformed_l3', 'drop_truncated_l3', 'drop_truncated_l4', 'drop_malformed_l4', 'drop_fragment',
+  'drop_no_service', 'drop_no_real', 'drop_real_missing', 'drop_fib', 'drop_fib_no_neigh',
+  'drop_ipopt_no_room', 'drop_unsupported', 'drop_adjust',
+  'ct_hit', 'ct_miss', 'icmp_sent', 'tx', 'redirect',
+] as const;
+export type CounterName = (typeof COUNTER_NAMES)[number];
+
+/** Expected BTF layouts: struct name -> size and member offsets. */
+export const LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
+  lb_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
+  lb_vip_value: { size: 8, members: { service_id: 0, target_port: 4, mode: 6, flags: 7 } },
+  lb_service: { size: 16, members: { ring_base: 0, standby_base: 4, table_size: 8, flags: 12 } },
+  lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, pad: 18 } },
+  lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
+  lb_flow_value: { size: 8, members: { real_id: 0, service_id: 4 } },
+  lb_config: { size: 64, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48 } },
+  lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
+};
+
+// ------------------------------------------------------------------ addresses
+
+/** Address text -> 16 bytes (IPv4 in the first 4). */
+export function addr16(addr: string): Buffer {
+  const out = Buffer.alloc(16);
+  if (isIPv4(addr)) {
+    Buffer.from(addr.split('.').map(Number)).copy(out, 0);
+    return out;
+  }
+  if (!isIPv6(addr)) throw new Error(`not an IP address: '${addr}'`);
+  const [head, tail] = addr.includes('::') ? (addr.split('::') as [string, string]) : [addr, undefined];
+  const h = head ? head.split(':') : [];
+  const t = tail ? tail.split(':') : [];
+  if (t.length && t[t.length - 1]!.includes('.')) {
+    const v4 = t.pop()!.split('.').map(Number);
+    t.push(((v4[0]! << 8) | v4[1]!).toString(16), ((v4[2]! << 8) | v4[3]!).toString(16));
+  }
+  if (!tail && h.length && h[h.length - 1]!.includes('.')) {
+    const v4 = h.pop()!.split('.').map(Number);
+    h.push(((v4[0]! << 8) | v4[1]!).toString(16), ((v4[2]! << 8) | v4[3]!).toString(16));
+  }
+  const groups = tail === undefined ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  return out;
+}
+
+/** 16 bytes + family -> canonical text (IPv6 compressed, RFC 5952). */
+export function addrText(b: Buffer, family: number): string {
+  if (family === 4) return [...b.subarray(0, 4)].join('.');
+  const g = Array.from({ length: 8 }, (_, i) => b.readUInt16BE(i * 2));
+  let best = -1, bestLen = 1;
+  for (let i = 0; i < 8;) {
+    if (g[i] !== 0) { i++; continue; }
+    let j = i;
+    while (j < 8 && g[j] === 0) j++;
+    if (j - i > bestLen) { best = i; bestLen = j - i; }
+    i = j;
+  }
+  const hex = g.map((x) => x.toString(16));
+  if (best < 0) return hex.join(':');
+  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+}
+
+export function familyOf(addr: string): 4 | 6 {
+  if (isIPv4(addr)) return 4;
+  if (isIPv6(addr)) return 6;
+  throw new Error(`not an IP address: '${addr}'`);
+}
+
+// ------------------------------------------------------------------ keys and values
+
+export interface VipKey { addr: string; family: 4 | 6; port: number; proto: number }
+export interface VipValue { serviceId: number; targetPort: number; mode: number; flags: number }
+
+export function encodeVipKey(k: VipKey): Buffer {
+  const b = Buffer.alloc(20);
+  addr16(k.addr).copy(b, 0);
+  b.writeUInt16BE(k.port, 16);
+  b[18] = k.proto;
+  b[19] = k.family;
+  return b;
+}
+
+export function decodeVipKey(b: Buffer): VipKey {
+  const family = b[19] === 6 ? 6 : 4;
+  return { addr: addrText(b.subarray(0, 16), family), family, port: b.readUInt16BE(16), proto: b[18]! };
+}
+
+export function encodeVipValue(v: VipValue): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeUInt32LE(v.serviceId, 0);
+  b.writeUInt16BE(v.targetPort, 4);
+  b[6] = v.mode;
+  b[7] = v.flags;
+  return b;
+}
+
+export function decodeVipValue(b: Buffer): VipValue {
+  return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]! };
+}
+
+export interface ServiceValue { ringBase: number; standbyBase: number; tableSize: number; flags: number }
+
+export function encodeService(v: ServiceValue): Buffer {
+  const b = Buffer.alloc(16);
+  b.writeUInt32LE(v.ringBase, 0);
+  b.writeUInt32LE(v.standbyBase, 4);
+  b.writeUInt32LE(v.tableSize, 8);
+  b.writeUInt32LE(v.flags, 12);
+  return b;
+}
+
+export function decodeService(b: Buffer): ServiceValue {
+  return { ringBase: b.readUInt32LE(0), standbyBase: b.readUInt32LE(4), tableSize: b.readUInt32LE(8), flags: b.readUInt32LE(12) };
+}
+
+export function encodeU32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(n >>> 0);
+  return b;
+}
+
+export function encodeReal(address: string, family: 4 | 6): Buffer {
+  const b = Buffer.alloc(20);
+  addr16(address).copy(b, 0);
+  b[16] = family;
+  return b;
+}
+
+export function decodeReal(b: Buffer): { address: string; family: 4 | 6 } {
+  const family = b[16] === 6 ? 6 : 4;
+  return { address: addrText(b.subarray(0, 16), family), family };
+}
+
+export interface ConfigValue { hashSeed: number; mtu: number; src4: string[]; src6?: string }
+
+export function encodeConfig(c: ConfigValue): Buffer {
+  const b = Buffer.alloc(64);
+  b.writeUInt32LE(c.hashSeed >>> 0, 0);
+  b.writeUInt32LE(c.mtu, 4);
+  const src4 = c.src4.slice(0, MAX_SRC4);
+  b.writeUInt32LE(src4.length, 8);
+  b.writeUInt32LE(c.src6 ? 1 : 0, 12);
+  src4.forEach((a, i) => addr16(a).copy(b, 16 + i * 4, 0, 4));
+  if (c.src6) addr16(c.src6).copy(b, 48);
+  return b;
+}
+
+export function decodeConfig(b: Buffer): ConfigValue {
+  const n = Math.min(b.readUInt32LE(8), MAX_SRC4);
+  const src4 = Array.from({ length: n }, (_, i) => addrText(b.subarray(16 + i * 4, 20 + i * 4), 4));
+  return { hashSeed: b.readUInt32LE(0), mtu: b.readUInt32LE(4), src4, src6: b.readUInt32LE(12) ? addrText(b.subarray(48, 64), 6) : undefined };
+}
+
+export interface FlowKey { src: string; dst: string; sport: number; dport: number; proto: number; family: 4 | 6 }
+
+export function encodeFlowKey(k: FlowKey): Buffer {
+  const b = Buffer.alloc(40);
+  addr16(k.src).copy(b, 0);
+  addr16(k.dst).copy(b, 16);
+  b.writeUInt16BE(k.sport, 32);
+  b.writeUInt16BE(k.dport, 34);
+  b[36] = k.proto;
+  b[37] = k.family;
+  return b;
+}
+
+export function decodeFlowKey(b: Buffer): FlowKey {
+  const family = b[37] === 6 ? 6 : 4;
+  return { src: addrText(b.subarray(0, 16), family), dst: addrText(b.subarray(16, 32), family),
+    sport: b.readUInt16BE(32), dport: b.readUInt16BE(34), proto: b[36]!, family };
+}
+
+export function decodeFlowValue(b: Buffer): { realId: number; serviceId: number } {
+  return { realId: b.readUInt32LE(0), serviceId: b.readUInt32LE(4) };
+}

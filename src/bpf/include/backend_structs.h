@@ -1,0 +1,45 @@
+/* Map keys and values of the backend-node TC programs. The TypeScript codecs in src/bpf/backend/codec.ts
+ * mirror these byte for byte and are checked against the object's BTF at load (checkBtfLayout).
+ * Addresses are in network order in a 16-byte field (IPv4: first 4 bytes, rest zero); ports are network order,
+ * so the programs compare packet fields without byte swaps. */
+#ifndef GITLB_BACKEND_STRUCTS_H
+#define GITLB_BACKEND_STRUCTS_H
+
+#include <linux/types.h>
+
+/* A VIP served on this node. Two kinds of entry share the map:
+ *  - address entries (port 0, proto 0): "decapsulate IP-in-IP to this address" (ipip services);
+ *  - listener entries (port, proto set): "trust the ipopt option naming this VIP:port" (ipopt services). */
+struct be_vip_key {
+  __u8 addr[16];
+  __be16 port;
+  __u8 proto;
+  __u8 family; /* 4 or 6 */
+};
+
+struct be_vip_value {
+  __be16 target_port; /* listener entries: the port the LB rewrote the destination to (0 = not checked) */
+  __u8 flags;         /* BE_VIP_F_* */
+  __u8 pad;
+};
+
+/* One ipopt flow as seen from the backend: the request's source (client) and destination (this real). */
+struct be_conn_key {
+  __u8 client[16];
+  __u8 local[16];
+  __be16 client_port;
+  __be16 local_port;
+  __u8 proto;
+  __u8 family;
+  __u8 pad[2];
+};
+
+/* What the replies of that flow must look like to the client: they come from VIP:port. */
+struct be_conn_value {
+  __u8 vip[16];
+  __be16 vip_port;
+  __u8 pad[6];
+  __u64 last_seen_ns; /* bpf_ktime_get_ns() of the last request that carried the option */
+};
+
+#endif

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Constants of the LB data path: forwarding modes, flags, counter indexes, sizes.
+ * The TS side (src/bpf/dataplane/codec.ts) mirrors every number here. */
+#ifndef LB_CONSTS_H
+#define LB_CONSTS_H
+
+#define LB_AF_INET 4
+#define LB_AF_INET6 6
+
+/* lb_vip_value.mode */
+#define LB_MODE_DSR_L2 1
+#define LB_MODE_DSR_IPIP 2
+#define LB_MODE_DSR_IPOPT 3
+#define LB_MODE_SNAT 4
+
+/* lb_vip_value.flags */
+#define LB_VIP_F_HASH_SRC_PORT (1 << 0)
+
+/* Ethernet / IP numbers not always in uapi headers */
+#define LB_ETH_P_IP 0x0800
+#define LB_ETH_P_IPV6 0x86DD
+#define LB_ETH_P_8021Q 0x8100
+#define LB_IPPROTO_IPIP 4
+#define LB_IPPROTO_IPV6 41
+#define LB_IPPROTO_FRAGMENT 44
+#define LB_IP_MF 0x2000
+#define LB_IP_OFFSET 0x1FFF
+#define LB_IP_DF 0x4000
+
+/* Encapsulation overheads and the Cilium-compatible DSR IPv4 option */
+#define LB_IPV4_HDR_LEN 20
+#define LB_IPV6_HDR_LEN 40
+#define LB_DSR_OPT_TYPE 0x9a /* copy=1, class=0, number=26 */
+#define LB_DSR_OPT_LEN 8
+#define LB_IPV4_MAX_HDR_LEN 60
+
+#define LB_DEFAULT_TTL 64
+
+/* Default sizes; the loader overrides lb_conntrack and lb_ring max_entries. */
+#define LB_MAX_VIPS 4096
+#define LB_MAX_SERVICES 1024
+#define LB_MAX_REALS 65536
+#define LB_RING_CAPACITY (1 << 21)
+#define LB_CT_DEFAULT_ENTRIES 65536
+#define LB_MAX_SRC4 8
+
+/* Global per-reason counters (index into lb_counters). Keep in sync with COUNTER_NAMES in codec.ts. */
+enum lb_counter {
+	LB_CNT_PASS_NOT_IP = 0,      /* not IPv4/IPv6 */
+	LB_CNT_PASS_SHORT_HEADER,    /* L2/L3 header too short to know the destination */
+	LB_CNT_PASS_NOT_VIP,         /* destination is not a VIP:port:protocol */
+	LB_CNT_PASS_SNAT,            /* snat forwarding: handed to the kernel (SNAT not yet in XDP) */
+	LB_CNT_DROP_MALFORMED_L3,    /* bad version/IHL/total length to a VIP address */
+	LB_CNT_DROP_TRUNCATED_L3,    /* IP header or payload shorter than announced, to a VIP address */
+	LB_CNT_DROP_TRUNCATED_L4,    /* TCP/UDP header cut short, to a VIP address */
+	LB_CNT_DROP_MALFORMED_L4,    /* TCP data offset < 5 or beyond the packet */
+	LB_CNT_DROP_FRAGMENT,        /* IPv4 fragment or IPv6 fragment header, to a VIP address */
+	LB_CNT_DROP_NO_SERVICE,      /* VIP points at a service id without a service entry */
+	LB_CNT_DROP_NO_REAL,         /* empty service: ring has no real for the flow */
+	LB_CNT_DROP_REAL_MISSING,    /* ring names a real id absent from lb_reals */
+	LB_CNT_DROP_FIB,             /* bpf_fib_lookup failed (no route) */
+	LB_CNT_DROP_FIB_NO_NEIGH,    /* route found but no neighbour entry for the next hop */
+	LB_CNT_DROP_IPOPT_NO_ROOM,   /* existing IPv4 options leave no room for the DSR option */
+	LB_CNT_DROP_UNSUPPORTED,     /* mode/family combination not supported (ipopt with IPv6) */
+	LB_CNT_DROP_ADJUST,          /* bpf_xdp_adjust_head/tail failed */
+	LB_CNT_CT_HIT,
+	LB_CNT_CT_MISS,
+	LB_CNT_ICMP_SENT,            /* ICMP frag-needed / ICMPv6 packet-too-big sent to the client */
+	LB_CNT_TX,                   /* forwarded with XDP_TX */
+	LB_CNT_REDIRECT,             /* forwarded with bpf_redirect to another interface */
+	LB_CNT_MAX,
+};
+
+#endif

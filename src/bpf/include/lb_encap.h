@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Forwarding to a real: next hop from the kernel (bpf_fib_lookup), then one of
+ *   dsr-l2    MACs rewritten, packet otherwise untouched
+ *   dsr-ipip  outer IPv4 or IPv6 header pushed in front of the client's packet
+ *   dsr-ipopt destination rewritten to the real, Cilium-layout DSR option carrying VIP:port inserted */
+#ifndef LB_ENCAP_H
+#define LB_ENCAP_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "lb_consts.h"
+#include "lb_structs.h"
+#include "lb_csum.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+struct lb_next_hop {
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u32 ifindex;
+	__be32 src4;     /* kernel-chosen source when asked for */
+	__u32 src6[4];
+};
+
+/* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address. */
+static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, int want_src,
+				       struct lb_next_hop *nh)
+{
+	struct bpf_fib_lookup fib = {};
+	__u32 flags = want_src ? BPF_FIB_LOOKUP_SRC : 0;
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	if (real->family == 4) {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_dst, real->addr, 4);
+	} else {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_dst, real->addr, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), flags);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return LB_CNT_DROP_FIB_NO_NEIGH;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return LB_CNT_DROP_FIB;
+	__builtin_memcpy(nh->dmac, fib.dmac, 6);
+	__builtin_memcpy(nh->smac, fib.smac, 6);
+	nh->ifindex = fib.ifindex;
+	nh->src4 = fib.ipv4_src;
+	__builtin_memcpy(nh->src6, fib.ipv6_src, 16);
+	return 0;
+}
+
+/* Write the Ethernet header at the front (keeping a VLAN tag when the packet had one) and send. */
+static __always_inline int lb_send(struct xdp_md *ctx, const struct lb_next_hop *nh, __u32 l3_off,
+				   __be16 l3_proto, __u32 *reason)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, nh->dmac, 6);
+	__builtin_memcpy(eth->h_source, nh->smac, 6);
+	if (l3_off > sizeof(*eth)) {
+		__be16 *inner = (void *)(eth + 1) + 2;
+
+		if ((void *)(inner + 1) > data_end)
+			return -1;
+		eth->h_proto = bpf_htons(LB_ETH_P_8021Q);
+		*inner = l3_proto;
+	} else {
+		eth->h_proto = l3_proto;
+	}
+	if (nh->ifindex == ctx->ingress_ifindex) {
+		*reason = LB_CNT_TX;
+		return XDP_TX;
+	}
+	*reason = LB_CNT_REDIRECT;
+	return bpf_redirect(nh->ifindex, 0);
+}
+
+/* Move the L2 header (Ethernet [+ VLAN]) from `from` bytes into the packet to its front after
+ * bpf_xdp_adjust_head() grew the head by `from` bytes. Only the VLAN TCI needs keeping: MACs and
+ * ethertype are rewritten by lb_send(). */
+static __always_inline int lb_keep_vlan(struct xdp_md *ctx, __u32 l3_off, __u32 from)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	if (l3_off <= sizeof(struct ethhdr))
+		return 0;
+	if (from > 64)
+		return -1;
+	__be16 *dst = data + sizeof(struct ethhdr);
+	__be16 *src = data + from + sizeof(struct ethhdr);
+
+	if ((void *)(src + 1) > data_end || (void *)(dst + 1) > data_end)
+		return -1;
+	*dst = *src;
+	return 0;
+}
+
+struct lb_ipip_src {
+	__be32 v4;
+	__u32 v6[4];
+};
+
+/* Push the outer header. The inner packet starts at l3_off; returns 0 or -1. */
+static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_packet *p,
+					const struct lb_real *real, const struct lb_ipip_src *src,
+					__u32 hash, __u8 inner_tos)
+{
+	void *data, *data_end;
+	__u32 l3_off = p->l3_off;
+	__u8 inner_proto = p->family == 4 ? LB_IPPROTO_IPIP : LB_IPPROTO_IPV6;
+
+	if (real->family == 4) {
+		struct iphdr outer = {
+			.version = 4,
+			.ihl = 5,
+			.tos = inner_tos,
+			.tot_len = bpf_htons(p->l3_len + LB_IPV4_HDR_LEN),
+			.id = 0,
+			.frag_off = bpf_htons(LB_IP_DF),
+			.ttl = LB_DEFAULT_TTL,
+			.protocol = inner_proto,
+			.saddr = src->v4,
+		};
+		__builtin_memcpy(&outer.daddr, real->addr, 4);
+		outer.check = lb_csum_fold(lb_csum_words(&outer, 5));
+
+		if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV4_HDR_LEN))
+			return -1;
+		if (lb_keep_vlan(ctx, l3_off, LB_IPV4_HDR_LEN))
+			return -1;
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (l3_off > 18)
+			return -1;
+		struct iphdr *iph = data + l3_off;
+
+		if ((void *)(iph + 1) > data_end)
+			return -1;
+		__builtin_memcpy(iph, &outer, sizeof(outer));
+		return 0;
+	}
+
+	struct ipv6hdr outer6 = {
+		.version = 6,
+		.priority = inner_tos >> 4,
+		.payload_len = bpf_htons(p->l3_len),
+		.nexthdr = inner_proto,
+		.hop_limit = LB_DEFAULT_TTL,
+	};
+	/* traffic class low nibble + 20-bit flow label: the per-flow entropy (RFC 6438) */
+	outer6.flow_lbl[0] = ((inner_tos & 0x0f) << 4) | ((hash >> 16) & 0x0f);
+	outer6.flow_lbl[1] = (hash >> 8) & 0xff;
+	outer6.flow_lbl[2] = hash & 0xff;
+	__builtin_memcpy(&outer6.saddr, src->v6, 16);
+	__builtin_memcpy(&outer6.daddr, real->addr, 16);
+
+	if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV6_HDR_LEN))
+		return -1;
+	if (lb_keep_vlan(ctx, l3_off, LB_IPV6_HDR_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (l3_off > 18)
+		return -1;
+	struct ipv6hdr *ip6 = data + l3_off;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	__builtin_memcpy(ip6, &outer6, sizeof(outer6));
+	return 0;
+}
+
+/* Recompute an IPv4 header checksum in place (header length hdr_len, up to 60 bytes). */
+static __always_inline int lb_ipv4_csum_inplace(void *data, void *data_end, __u32 l3_off, __u32 hdr_len)
+{
+	if (l3_off > 18)
+		return -1;
+	struct iphdr *iph = data + l3_off;
+	__u32 *w = (void *)iph;
+	__u64 sum = 0;
+
+	if ((void *)(iph + 1) > data_end)
+		return -1;
+	iph->check = 0;
+	for (int i = 0; i < LB_IPV4_MAX_HDR_LEN / 4; i++) {
+		if (i * 4 >= hdr_len)
+			break;
+		barrier_var(w);
+		if ((void *)(w + 1) > data_end)
+			return -1;
+		sum += *w;
+		w++;
+	}
+	iph->check = lb_csum_fold(sum);
+	return 0;
+}
+
+/* dsr-ipopt: rewrite destination address (and port to target_port) in place, fixing the IPv4 and
+ * L4 checksums; then, when `insert`, insert the 8-byte DSR option right after the fixed 20-byte
+ * IPv4 header (existing options follow it). */
+static __always_inline int lb_ipopt(struct xdp_md *ctx, const struct lb_packet *p, const struct lb_real *real,
+				    __be16 vip_port, __be16 target_port, int insert)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3_off = p->l3_off;
+	__be32 new_daddr;
+	__be32 vip = p->dst[0];
+
+	__builtin_memcpy(&new_daddr, real->addr, 4);
+	if (l3_off > 18)
+		return -1;
+	struct iphdr *iph = data + l3_off;
+
+	if ((void *)(iph + 1) > data_end)
+		return -1;
+	__u32 l4_off = p->l4_off;
+
+	if (l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
+		return -1;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = data + l4_off;
+
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		lb_csum_replace4(&th->check, iph->daddr, new_daddr);
+		lb_csum_replace2(&th->check, th->dest, target_port);
+		th->dest = target_port;
+	} else {
+		struct udphdr *uh = data + l4_off;
+
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		if (uh->check) {
+			lb_csum_replace4(&uh->check, iph->daddr, new_daddr);
+			lb_csum_replace2(&uh->check, uh->dest, target_port);
+			if (!uh->check)
+				uh->check = 0xffff;
+		}
+		uh->dest = target_port;
+	}
+	if (!insert) {
+		lb_csum_replace4(&iph->check, iph->daddr, new_daddr);
+		iph->daddr = new_daddr;
+		return 0;
+	}
+
+	/* the fixed header moves 8 bytes to the front; the option fills the gap behind it */
+	struct iphdr base;
+
+	__builtin_memcpy(&base, iph, sizeof(base));
+	base.daddr = new_daddr;
+	base.ihl += LB_DSR_OPT_LEN / 4;
+	base.tot_len = bpf_htons(p->l3_len + LB_DSR_OPT_LEN);
+	if (bpf_xdp_adjust_head(ctx, -(int)LB_DSR_OPT_LEN))
+		return -1;
+	if (lb_keep_vlan(ctx, l3_off, LB_DSR_OPT_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	iph = data + l3_off;
+	__u32 *opt = (void *)(iph + 1);
+
+	if ((void *)(opt + 2) > data_end)
+		return -1;
+	__builtin_memcpy(iph, &base, sizeof(base));
+	opt[0] = bpf_htonl(((__u32)LB_DSR_OPT_TYPE << 24) | ((__u32)LB_DSR_OPT_LEN << 16) | bpf_ntohs(vip_port));
+	opt[1] = vip;
+	return lb_ipv4_csum_inplace(data, data_end, l3_off, base.ihl * 4);
+}
+
+#endif

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Counting: global per-reason counters and per-service / per-real traffic (all per CPU). */
+#ifndef LB_STATS_H
+#define LB_STATS_H
+
+#include "lb_maps.h"
+
+static __always_inline void lb_count(__u32 reason)
+{
+	__u64 *c = bpf_map_lookup_elem(&lb_counters, &reason);
+
+	if (c)
+		*c += 1;
+}
+
+/* Per-CPU values need no atomics. The entry is created by the first packet (apply() deletes it
+ * with the service/real), so the fast path is one lookup. */
+static __always_inline void lb_traffic_add(void *map, __u32 id, __u32 bytes, __u32 new_flow)
+{
+	struct lb_traffic *t = bpf_map_lookup_elem(map, &id);
+
+	if (t) {
+		t->packets += 1;
+		t->bytes += bytes;
+		t->new_flows += new_flow;
+		return;
+	}
+	struct lb_traffic init = { .packets = 1, .bytes = bytes, .new_flows = new_flow };
+	bpf_map_update_elem(map, &id, &init, BPF_NOEXIST);
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Map keys and values (checked against BTF from src/bpf/dataplane/codec.ts) and the parsed packet. */
+#ifndef LB_STRUCTS_H
+#define LB_STRUCTS_H
+
+#include <linux/types.h>
+
+/* Addresses are 16 bytes; IPv4 uses the first 4 (network order), the rest zero. */
+
+/* lb_vips key: one listener. A key with port 0 and proto 0 marks a VIP address
+ * (value.service_id 0) so malformed packets to a VIP can be told from transit traffic. */
+struct lb_vip_key {
+	__u8 addr[16];
+	__be16 port;
+	__u8 proto;
+	__u8 family; /* 4 or 6 */
+};
+
+struct lb_vip_value {
+	__u32 service_id;
+	__be16 target_port;
+	__u8 mode;  /* LB_MODE_* */
+	__u8 flags; /* LB_VIP_F_* */
+};
+
+/* lb_services value. The packet path reads ring_base and table_size only; the whole value is
+ * replaced in one hash-map update, so a ring switch is atomic. standby_base is for the loader. */
+struct lb_service {
+	__u32 ring_base;
+	__u32 standby_base;
+	__u32 table_size;
+	__u32 flags;
+};
+
+struct lb_real {
+	__u8 addr[16];
+	__u8 family;
+	__u8 flags;
+	__u16 pad;
+};
+
+/* lb_conntrack key: the 5-tuple as seen on the wire (dst = VIP). */
+struct lb_flow_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 family;
+	__u16 pad;
+};
+
+struct lb_flow_value {
+	__u32 real_id;
+	__u32 service_id;
+};
+
+/* lb_config[0]: node-wide settings written by apply(). */
+struct lb_config {
+	__u32 hash_seed;
+	__u32 mtu;
+	__u32 src4_count;      /* number of IPv4 outer sources; 0 = kernel-chosen (BPF_FIB_LOOKUP_SRC) */
+	__u32 src6_set;        /* 1 when src6 holds the IPv6 outer source; 0 = kernel-chosen */
+	__be32 src4[8];        /* LB_MAX_SRC4 */
+	__u8 src6[16];
+};
+
+/* per-CPU traffic of a service or a real */
+struct lb_traffic {
+	__u64 packets;
+	__u64 bytes;
+	__u64 new_flows;
+};
+
+/* What parsing learned about a packet; offsets are from ctx->data. */
+struct lb_packet {
+	__u32 l3_off;
+	__u32 l4_off;
+	__u32 l3_len;    /* IPv4 total length or 40 + IPv6 payload length */
+	__u32 frame_len;
+	__u8 family;
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 ihl_bytes;  /* IPv4 header length incl. options; 40 for IPv6 */
+	__be16 sport;
+	__be16 dport;
+	__u32 src[4];
+	__u32 dst[4];
+};
+
+#endif

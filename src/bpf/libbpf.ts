@@ -1,0 +1,625 @@
+// gitlb's TypeScript API over libbpf (Node-API addon in ./napi). Everything in the
+// project that touches BPF objects, maps, programs or links goes through here.
+// Sizes are checked before each syscall; errors carry `.code` (errno name).
+import { existsSync, unlinkSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { native, type NativeMapDesc } from './addon.js';
+import { ensurePinDir } from './bpffs.js';
+import { bpfObjectPath } from './paths.js';
+
+export type BpfErrorCode = string;
+export interface BpfError extends Error { code: BpfErrorCode; errno?: number; verifierLog?: string }
+
+export function bpfError(code: string, message: string, extra: Record<string, unknown> = {}): BpfError {
+  return Object.assign(new Error(`${message}: ${code}`), { code }, extra) as BpfError;
+}
+
+/** Re-throws a native error with the map/program name in front of its message. */
+function named<T>(what: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    if (e instanceof Error && !e.message.startsWith(what)) e.message = `${what}: ${e.message}`;
+    throw e;
+  }
+}
+
+export const MapType = {
+  hash: 1, array: 2, percpuHash: 5, percpuArray: 6, lruHash: 9, lruPercpuHash: 10,
+  arrayOfMaps: 12, hashOfMaps: 13,
+} as const;
+const PERCPU_TYPES = new Set<number>([MapType.percpuHash, MapType.percpuArray, MapType.lruPercpuHash, 15 /* percpu cgroup storage */]);
+const MAP_IN_MAP_TYPES = new Set<number>([MapType.arrayOfMaps, MapType.hashOfMaps]);
+
+export const UpdateFlags = { any: 0, noexist: 1, exist: 2, lock: 4 } as const;
+export type UpdateFlag = keyof typeof UpdateFlags;
+
+export const XdpAction = { aborted: 0, drop: 1, pass: 2, tx: 3, redirect: 4 } as const;
+export const TcAction = { ok: 0, shot: 2, redirect: 7 } as const;
+/** BPF_PROG_TEST_RUN flag: run each repetition on a fresh frame that is really sent (XDP). */
+export const BPF_F_TEST_XDP_LIVE_FRAMES = 2;
+
+const XDP_FLAGS = { generic: 1 << 1, native: 1 << 2 } as const;
+const LINK_TYPE_XDP = 6;
+const LINK_TYPE_TCX = 11;
+const XDP_ATTACH_MODES = ['none', 'native', 'generic', 'offload', 'multi'] as const;
+
+let cpuCount: number | undefined;
+export function possibleCpus(): number {
+  return (cpuCount ??= native().numPossibleCpus());
+}
+
+/** Who owns the fds: a BpfObject (closes them all at once) or a standalone map. */
+interface Owner { closed: boolean; what: string; shared?: boolean }
+
+export interface MapSpec {
+  name: string; type: number; keySize: number; valueSize: number; maxEntries: number; flags?: number;
+}
+
+export class BpfMap {
+  readonly name: string;
+  readonly type: number;
+  readonly keySize: number;
+  /** Value size as declared (per CPU for per-CPU maps; 4 for map-in-map: fd in, id out). */
+  readonly valueSize: number;
+  readonly maxEntries: number;
+  readonly flags: number;
+  readonly perCpu: boolean;
+  /** Bytes the kernel reads/writes for one value: valueSize rounded to 8 x possible CPUs for per-CPU maps. */
+  readonly valueBufferSize: number;
+  readonly pinPath: string | null;
+  /** True when the map was taken over from an existing pin on load (its state survived). */
+  readonly reused: boolean;
+  readonly btfKeyType: string;
+  readonly btfValueType: string;
+  #fd: number;
+  #owner: Owner;
+
+  /** @internal use BpfObject.map(), BpfMap.open() or BpfMap.createInner() */
+  constructor(desc: Omit<NativeMapDesc, 'internal'> & { internal?: boolean }, owner: Owner) {
+    this.name = desc.name;
+    this.type = desc.type;
+    this.keySize = desc.keySize;
+    this.valueSize = desc.valueSize;
+    this.maxEntries = desc.maxEntries;
+    this.flags = desc.flags;
+    this.pinPath = desc.pinPath;
+    this.reused = desc.reused;
+    this.btfKeyType = desc.btfKeyType;
+    this.btfValueType = desc.btfValueType;
+    this.perCpu = PERCPU_TYPES.has(desc.type);
+    this.valueBufferSize = this.perCpu ? Math.ceil(desc.valueSize / 8) * 8 * possibleCpus() : desc.valueSize;
+    this.#fd = desc.fd;
+    this.#owner = owner;
+  }
+
+  get fd(): number {
+    if (this.#owner.closed) throw bpfError('EBADF', `map '${this.name}': ${this.#owner.what} is closed`);
+    return this.#fd;
+  }
+
+  get closed(): boolean {
+    return this.#owner.closed;
+  }
+
+  /** Opens a map pinned at `path`; the returned map owns its fd (close() it). */
+  static open(path: string, name?: string): BpfMap {
+    const fd = native().objGet(path);
+    try {
+      const info = native().mapInfo(fd);
+      return new BpfMap({ ...info, name: name ?? info.name, fd, pinPath: path, reused: true, btfKeyType: '',
+        btfValueType: '' }, { closed: false, what: `pinned map ${path}` });
+    } catch (e) {
+      native().closeFd(fd);
+      throw e;
+    }
+  }
+
+  /** Creates a standalone map (typically the inner map of a map-in-map); it owns its fd. */
+  static create(spec: MapSpec): BpfMap {
+    const fd = named(`map '${spec.name}'`, () =>
+      native().mapCreate(spec.type, spec.name.slice(0, 15), spec.keySize, spec.valueSize, spec.maxEntries, spec.flags ?? 0, -1));
+    return new BpfMap({ ...spec, flags: spec.flags ?? 0, fd, pinPath: null, reused: false, btfKeyType: '', btfValueType: '' },
+      { closed: false, what: `map '${spec.name}'` });
+  }
+
+  /** An inner map compatible with `outer`'s template (same type/sizes), ready to fill and swap in with setInner(). */
+  static createInner(spec: MapSpec): BpfMap {
+    return BpfMap.create(spec);
+  }
+
+  private checkKey(key: Buffer): void {
+    if (!Buffer.isBuffer(key)) throw bpfError('EINVAL', `map '${this.name}': key must be a Buffer`);
+    if (key.length !== this.keySize)
+      throw bpfError('EINVAL', `map '${this.name}': key is ${key.length} bytes, expected ${this.keySize}`);
+  }
+
+  private checkValue(value: Buffer, size: number): void {
+    if (!Buffer.isBuffer(value)) throw bpfError('EINVAL', `map '${this.name}': value must be a Buffer`);
+    if (value.length !== size)
+      throw bpfError('EINVAL', `map '${this.name}': value is ${value.length} bytes, expected ${size}`);
+  }
+
+  /** The value, or null when the key is absent. Per-CPU maps return all CPUs' values concatenated. */
+  lookup(key: Buffer): Buffer | null {
+    this.checkKey(key);
+    return named(`map '${this.name}'`, () => native().mapLookup(this.fd, key, this.valueBufferSize));
+  }
+
+  /** Allocation-free lookup into `out` (valueBufferSize bytes); returns false when absent. */
+  lookupInto(key: Buffer, out: Buffer): boolean {
+    this.checkKey(key);
+    this.checkValue(out, this.valueBufferSize);
+    return named(`map '${this.name}'`, () => native().mapLookupInto(this.fd, key, out));
+  }
+
+  /** Per-CPU values (one Buffer of valueSize per possible CPU), or null when absent. */
+  lookupPerCpu(key: Buffer): Buffer[] | null {
+    if (!this.perCpu) throw bpfError('EINVAL', `map '${this.name}' is not a per-CPU map`);
+    const raw = this.lookup(key);
+    if (!raw) return null;
+    const stride = Math.ceil(this.valueSize / 8) * 8;
+    return Array.from({ length: possibleCpus() }, (_, i) => raw.subarray(i * stride, i * stride + this.valueSize));
+  }
+
+  /** Per-CPU value summed over CPUs as consecutive little-endian u64 counters (valueSize must be a multiple of 8). */
+  lookupPerCpuSum(key: Buffer): bigint[] | null {
+    if (this.valueSize % 8 !== 0)
+      throw bpfError('EINVAL', `map '${this.name}': summing needs u64 counters, value is ${this.valueSize} bytes`);
+    const per = this.lookupPerCpu(key);
+    if (!per) return null;
+    const sums = new Array<bigint>(this.valueSize / 8).fill(0n);
+    for (const v of per) for (let i = 0; i < sums.length; i++) sums[i] += v.readBigUInt64LE(i * 8);
+    return sums;
+  }
+
+  /** Writes a value. For per-CPU maps a single valueSize value is replicated to every CPU. */
+  update(key: Buffer, value: Buffer, flags: UpdateFlag = 'any'): void {
+    this.checkKey(key);
+    const full = this.expandValue(value);
+    const f = UpdateFlags[flags];
+    if (f === undefined) throw bpfError('EINVAL', `map '${this.name}': unknown update flag '${flags}'`);
+    if (MAP_IN_MAP_TYPES.has(this.type)) throw bpfError('EINVAL', `map '${this.name}' holds maps: use setInner()`);
+    named(`map '${this.name}'`, () => native().mapUpdate(this.fd, key, full, f));
+  }
+
+  private expandValue(value: Buffer): Buffer {
+    if (this.perCpu && Buffer.isBuffer(value) && value.length === this.valueSize && value.length !== this.valueBufferSize) {
+      const stride = Math.ceil(this.valueSize / 8) * 8;
+      const full = Buffer.alloc(this.valueBufferSize);
+      for (let i = 0; i < possibleCpus(); i++) value.copy(full, i * stride);
+      return full;
+    }
+    this.checkValue(value, this.valueBufferSize);
+    return value;
+  }
+
+  /** Deletes a key; false when it was not there. */
+  delete(key: Buffer): boolean {
+    this.checkKey(key);
+    return named(`map '${this.name}'`, () => native().mapDelete(this.fd, key));
+  }
+
+  /** Every key currently in the map (arrays: every index). */
+  keys(): Buffer[] {
+    const all = named(`map '${this.name}'`, () => native().mapKeys(this.fd, this.keySize));
+    const out: Buffer[] = [];
+    for (let o = 0; o < all.length; o += this.keySize) out.push(all.subarray(o, o + this.keySize));
+    return out;
+  }
+
+  /** Writes `count` entries from packed keys/values buffers in one syscall (per-CPU: full per-CPU values). */
+  updateBatch(keys: Buffer, values: Buffer, count = keys.length / this.keySize, flags: UpdateFlag = 'any'): number {
+    if (!Number.isInteger(count) || count < 0) throw bpfError('EINVAL', `map '${this.name}': bad batch count ${count}`);
+    this.checkValue(keys, count * this.keySize);
+    this.checkValue(values, count * this.valueBufferSize);
+    if (count === 0) return 0;
+    return named(`map '${this.name}'`, () => native().mapUpdateBatch(this.fd, keys, values, count, UpdateFlags[flags]));
+  }
+
+  /** Reads the whole map in batches: packed keys and values plus the entry count. */
+  lookupBatch(chunk = 1024): { keys: Buffer; values: Buffer; count: number } {
+    return named(`map '${this.name}'`, () =>
+      native().mapLookupBatch(this.fd, this.keySize, this.valueBufferSize, chunk, false));
+  }
+
+  /** Reads and removes every entry (hash maps). */
+  lookupAndDeleteBatch(chunk = 1024): { keys: Buffer; values: Buffer; count: number } {
+    return named(`map '${this.name}'`, () =>
+      native().mapLookupBatch(this.fd, this.keySize, this.valueBufferSize, chunk, true));
+  }
+
+  /** Deletes `count` packed keys in one syscall. */
+  deleteBatch(keys: Buffer, count = keys.length / this.keySize): number {
+    if (!Number.isInteger(count) || count < 0) throw bpfError('EINVAL', `map '${this.name}': bad batch count ${count}`);
+    this.checkValue(keys, count * this.keySize);
+    if (count === 0) return 0;
+    return named(`map '${this.name}'`, () => native().mapDeleteBatch(this.fd, keys, count));
+  }
+
+  /** Removes every entry of a hash-like map; returns how many were removed. */
+  clear(): number {
+    const keys = this.keys();
+    if (keys.length === 0) return 0;
+    return this.deleteBatch(Buffer.concat(keys), keys.length);
+  }
+
+  /** Entries as [key, value] pairs (batched where the kernel supports it). */
+  entries(): Array<[Buffer, Buffer]> {
+    let packed: { keys: Buffer; values: Buffer; count: number };
+    try {
+      packed = this.lookupBatch();
+    } catch (e) {
+      if ((e as BpfError).code !== 'EINVAL' && (e as BpfError).code !== 'ENOTSUPP' && (e as BpfError).code !== 'EOPNOTSUPP') throw e;
+      const out: Array<[Buffer, Buffer]> = [];
+      for (const k of this.keys()) {
+        const v = this.lookup(k);
+        if (v) out.push([k, v]);
+      }
+      return out;
+    }
+    const out: Array<[Buffer, Buffer]> = [];
+    for (let i = 0; i < packed.count; i++)
+      out.push([packed.keys.subarray(i * this.keySize, (i + 1) * this.keySize),
+        packed.values.subarray(i * this.valueBufferSize, (i + 1) * this.valueBufferSize)]);
+    return out;
+  }
+
+  /** Atomically points `outerKey` of this map-in-map at `inner` (the packet path sees old or new, never a mix). */
+  setInner(outerKey: Buffer, inner: BpfMap): void {
+    if (!MAP_IN_MAP_TYPES.has(this.type)) throw bpfError('EINVAL', `map '${this.name}' is not a map-in-map`);
+    this.checkKey(outerKey);
+    const v = Buffer.alloc(4);
+    v.writeUInt32LE(inner.fd);
+    named(`map '${this.name}' <- inner '${inner.name}'`, () => native().mapUpdate(this.fd, outerKey, v, 0));
+  }
+
+  /** Kernel id of the inner map at `outerKey`, or null. */
+  innerMapId(outerKey: Buffer): number | null {
+    if (!MAP_IN_MAP_TYPES.has(this.type)) throw bpfError('EINVAL', `map '${this.name}' is not a map-in-map`);
+    const v = this.lookup(outerKey);
+    return v ? v.readUInt32LE(0) : null;
+  }
+
+  /** Opens the inner map currently at `outerKey` (caller closes it), or null. */
+  openInner(outerKey: Buffer): BpfMap | null {
+    const id = this.innerMapId(outerKey);
+    if (id === null) return null;
+    const fd = named(`map '${this.name}'`, () => native().mapGetFdById(id));
+    const info = native().mapInfo(fd);
+    return new BpfMap({ ...info, fd, pinPath: null, reused: false, btfKeyType: '', btfValueType: '' },
+      { closed: false, what: `inner map ${id}` });
+  }
+
+  /** Kernel map id. */
+  id(): number {
+    return named(`map '${this.name}'`, () => native().mapInfo(this.fd).id);
+  }
+
+  pin(path: string): void {
+    ensurePinDir(dirname(path));
+    named(`map '${this.name}'`, () => native().objPin(this.fd, path));
+  }
+
+  /** Closes a standalone map's fd; maps of a BpfObject close with the object. */
+  close(): void {
+    if (this.#owner.closed) return;
+    if (this.#owner.shared) return; // the BpfObject closes its maps
+    this.#owner.closed = true;
+    native().closeFd(this.#fd);
+  }
+}
+
+export interface TestRunOptions {
+  data: Buffer;
+  repeat?: number;
+  /** Output buffer size; default: input length + 256 (room for encapsulation). 0 with live frames. */
+  dataOutSize?: number;
+  flags?: number;
+  ctxIn?: Buffer;
+  ctxOutSize?: number;
+  cpu?: number;
+  batchSize?: number;
+}
+
+export interface TestRunResult { retval: number; data: Buffer; durationNs: number; ctxOut: Buffer }
+
+export interface XdpAttachment {
+  mode: 'native' | 'generic';
+  ifindex: number;
+  linkId: number;
+  pinPath?: string;
+  /** True when an existing pinned link of ours was switched to this program (no detach gap). */
+  replaced: boolean;
+  /** Detaches the program and removes the pin. */
+  detach(): void;
+  /** Closes our fd only; a pinned link stays attached. */
+  close(): void;
+}
+
+export interface TcAttachment {
+  direction: 'ingress' | 'egress';
+  ifindex: number;
+  linkId: number;
+  pinPath?: string;
+  replaced: boolean;
+  detach(): void;
+  close(): void;
+}
+
+function linkAttachment(fd: number, pinPath: string | undefined) {
+  let open = true;
+  return {
+    detach(): void {
+      if (!open) return;
+      try {
+        native().linkDetach(fd);
+      } finally {
+        open = false;
+        native().closeFd(fd);
+        if (pinPath && existsSync(pinPath)) unlinkSync(pinPath);
+      }
+    },
+    close(): void {
+      if (!open) return;
+      open = false;
+      native().closeFd(fd);
+    },
+  };
+}
+
+/** Opens a pinned link if `pinPath` holds one of the expected kind on `ifindex`; throws EEXIST if it is something else. */
+function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifindex: number, attachType?: number): number | null {
+  if (!pinPath || !existsSync(pinPath)) return null;
+  const fd = native().objGet(pinPath);
+  try {
+    const li = native().linkInfo(fd);
+    if (li.type !== linkType || li.ifindex !== ifindex || (attachType !== undefined && li.attachType !== attachType))
+      throw bpfError('EEXIST', `pin ${pinPath} holds link ${li.id} (type ${li.type}, ifindex ${li.ifindex}), not ours for ifindex ${ifindex}`);
+    return fd;
+  } catch (e) {
+    native().closeFd(fd);
+    throw e;
+  }
+}
+
+export class BpfProgram {
+  readonly name: string;
+  readonly type: number;
+  readonly section: string;
+  #fd: number;
+  #owner: Owner;
+
+  /** @internal */
+  constructor(desc: { name: string; type: number; section: string; fd: number }, owner: Owner) {
+    this.name = desc.name;
+    this.type = desc.type;
+    this.section = desc.section;
+    this.#fd = desc.fd;
+    this.#owner = owner;
+  }
+
+  get fd(): number {
+    if (this.#owner.closed) throw bpfError('EBADF', `program '${this.name}': ${this.#owner.what} is closed`);
+    return this.#fd;
+  }
+
+  /** Kernel id and tag of the loaded program. */
+  info(): { id: number; name: string; tag: string; type: number } {
+    return named(`program '${this.name}'`, () => native().progInfo(this.fd));
+  }
+
+  /** BPF_PROG_TEST_RUN. `durationNs` is the kernel's average per repetition. */
+  testRun(opts: TestRunOptions): TestRunResult {
+    if (!Buffer.isBuffer(opts.data)) throw bpfError('EINVAL', `program '${this.name}': test run data must be a Buffer`);
+    const live = ((opts.flags ?? 0) & BPF_F_TEST_XDP_LIVE_FRAMES) !== 0;
+    const dataOutSize = opts.dataOutSize ?? (live ? 0 : opts.data.length + 256);
+    const r = named(`program '${this.name}'`, () => native().progTestRun(this.fd, {
+      data: opts.data, repeat: opts.repeat ?? 1, dataOutSize, flags: opts.flags ?? 0, ctxIn: opts.ctxIn,
+      ctxOutSize: opts.ctxOutSize ?? 0, cpu: opts.cpu ?? 0, batchSize: opts.batchSize ?? 0,
+    }));
+    return { retval: r.retval, data: r.data, durationNs: r.durationNs, ctxOut: r.ctx };
+  }
+
+  /**
+   * Attaches to `ifname` through a BPF link. With `pinPath`, the link is pinned (it survives this
+   * process) and an existing pinned link of ours there is switched to this program atomically.
+   * Any other XDP program on the interface is refused with EEXIST, never replaced.
+   * 'auto' tries native then generic and reports the mode it got.
+   */
+  attachXdp(ifname: string, mode: 'native' | 'generic' | 'auto' = 'auto', pinPath?: string): XdpAttachment {
+    const n = native();
+    const ifindex = named(`program '${this.name}'`, () => n.ifNameToIndex(ifname));
+    const own = openOwnPinnedLink(pinPath, LINK_TYPE_XDP, ifindex);
+    if (own !== null) {
+      try {
+        named(`program '${this.name}': update XDP link on ${ifname}`, () => n.linkUpdate(own, this.fd));
+      } catch (e) {
+        n.closeFd(own);
+        throw e;
+      }
+      const q = n.xdpQuery(ifindex);
+      return { mode: q.attachMode === 2 ? 'generic' : 'native', ifindex, linkId: n.linkInfo(own).id, pinPath,
+        replaced: true, ...linkAttachment(own, pinPath) };
+    }
+    const current = queryXdp(ifname);
+    if (current)
+      throw bpfError('EEXIST', `program '${this.name}': ${ifname} already runs XDP program ${current.progId}` +
+        `${current.name ? ` '${current.name}'` : ''} (${current.mode}); refusing to replace it`, { attached: current });
+    const tries: Array<'native' | 'generic'> = mode === 'auto' ? ['native', 'generic'] : [mode];
+    let lastErr: unknown;
+    for (const m of tries) {
+      let fd: number;
+      try {
+        fd = named(`program '${this.name}': attach XDP (${m}) to ${ifname}`, () =>
+          n.linkCreate(this.fd, ifindex, n.attachXdp, XDP_FLAGS[m]));
+      } catch (e) {
+        lastErr = e;
+        continue;
+      }
+      try {
+        if (pinPath) {
+          ensurePinDir(dirname(pinPath));
+          named(`program '${this.name}': pin XDP link`, () => n.objPin(fd, pinPath));
+        }
+      } catch (e) {
+        n.linkDetach(fd);
+        n.closeFd(fd);
+        throw e;
+      }
+      return { mode: m, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
+    }
+    throw lastErr;
+  }
+
+  /**
+   * Attaches as TC (tcx link, kernel >= 6.6; no clsact qdisc needed) on ingress or egress.
+   * Programs of others on the hook keep running; a program with our name that is not behind
+   * our pin is refused with EEXIST (a leftover instance would process packets twice).
+   */
+  attachTc(ifname: string, direction: 'ingress' | 'egress', pinPath?: string): TcAttachment {
+    const n = native();
+    const ifindex = named(`program '${this.name}'`, () => n.ifNameToIndex(ifname));
+    const attachType = direction === 'ingress' ? n.attachTcxIngress : n.attachTcxEgress;
+    const own = openOwnPinnedLink(pinPath, LINK_TYPE_TCX, ifindex, attachType);
+    if (own !== null) {
+      try {
+        named(`program '${this.name}': update TC link on ${ifname}`, () => n.linkUpdate(own, this.fd));
+      } catch (e) {
+        n.closeFd(own);
+        throw e;
+      }
+      return { direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
+    }
+    const same = queryTc(ifname, direction).find((p) => p.name === this.name.slice(0, 15));
+    if (same)
+      throw bpfError('EEXIST', `program '${this.name}': ${ifname} ${direction} already runs program ${same.progId} ` +
+        `'${same.name}' not pinned at ${pinPath ?? '(no pin)'}; refusing to attach a second copy`, { attached: same });
+    const fd = named(`program '${this.name}': attach TC ${direction} to ${ifname}`, () =>
+      n.linkCreate(this.fd, ifindex, attachType, 0));
+    try {
+      if (pinPath) {
+        ensurePinDir(dirname(pinPath));
+        named(`program '${this.name}': pin TC link`, () => n.objPin(fd, pinPath));
+      }
+    } catch (e) {
+      n.linkDetach(fd);
+      n.closeFd(fd);
+      throw e;
+    }
+    return { direction, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
+  }
+}
+
+export interface LoadOptions {
+  /** Pin every (non-internal) map as <pinRoot>/<map name>; reuse existing pins. */
+  pinRoot?: string;
+  /** Default true: adopt maps already pinned under pinRoot (state survives restarts). false: start fresh. */
+  reusePinnedMaps?: boolean;
+  /** Replace pins whose type/sizes/max_entries/flags no longer match (e.g. resized conntrack); default false (error). */
+  replaceIncompatiblePins?: boolean;
+  /** max_entries overrides applied before load, by map name. */
+  mapMaxEntries?: Record<string, number>;
+}
+
+export class BpfObject {
+  readonly path: string;
+  #handle: unknown;
+  #owner: Owner;
+  #maps = new Map<string, BpfMap>();
+  #programs = new Map<string, BpfProgram>();
+
+  private constructor(path: string, loaded: Awaited<ReturnType<ReturnType<typeof native>['loadObject']>>) {
+    this.path = path;
+    this.#handle = loaded.handle;
+    this.#owner = { closed: false, what: `object ${path}`, shared: true };
+    for (const m of loaded.maps) this.#maps.set(m.name, new BpfMap(m, this.#owner));
+    for (const p of loaded.programs) this.#programs.set(p.name, new BpfProgram(p, this.#owner));
+  }
+
+  /** Opens and loads an object file (a path, or a name under build/bpf/) on a worker thread. */
+  static async load(pathOrName: string, opts: LoadOptions = {}): Promise<BpfObject> {
+    const path = bpfObjectPath(pathOrName);
+    for (const [name, n] of Object.entries(opts.mapMaxEntries ?? {}))
+      if (!Number.isInteger(n) || n <= 0 || n > 0xffffffff)
+        throw bpfError('EINVAL', `mapMaxEntries.${name}: ${n} is not a positive 32-bit integer`);
+    const pinRoot = opts.pinRoot ? ensurePinDir(opts.pinRoot) : undefined;
+    const loaded = await native().loadObject(path, {
+      pinRoot, reusePinnedMaps: opts.reusePinnedMaps ?? true, replaceIncompatiblePins: opts.replaceIncompatiblePins ?? false,
+      mapMaxEntries: opts.mapMaxEntries,
+    });
+    return new BpfObject(path, loaded);
+  }
+
+  get closed(): boolean {
+    return this.#owner.closed;
+  }
+
+  map(name: string): BpfMap {
+    const m = this.#maps.get(name);
+    if (!m) throw bpfError('ENOENT', `map '${name}' not found in ${this.path} (has: ${[...this.#maps.keys()].join(', ')})`);
+    return m;
+  }
+
+  maps(): BpfMap[] {
+    return [...this.#maps.values()];
+  }
+
+  program(name: string): BpfProgram {
+    const p = this.#programs.get(name);
+    if (!p) throw bpfError('ENOENT', `program '${name}' not found in ${this.path} (has: ${[...this.#programs.keys()].join(', ')})`);
+    return p;
+  }
+
+  programs(): BpfProgram[] {
+    return [...this.#programs.values()];
+  }
+
+  /** Layout of a struct from the object's BTF (null when absent). Offsets in bytes. */
+  btfStruct(name: string): { size: number; members: Array<{ name: string; offset: number; bitSize: number; size: number }> } | null {
+    if (this.#owner.closed) throw bpfError('EBADF', `${this.#owner.what} is closed`);
+    return native().btfStruct(this.#handle, name);
+  }
+
+  /** Closes programs' and maps' fds. Pinned maps and links stay in the kernel. */
+  close(): void {
+    if (this.#owner.closed) return;
+    this.#owner.closed = true;
+    native().closeObject(this.#handle);
+  }
+}
+
+const tcxAttachType = (direction: 'ingress' | 'egress') =>
+  direction === 'ingress' ? native().attachTcxIngress : native().attachTcxEgress;
+
+/** The XDP program on `ifname`, or null. Foreign programs are reported too (name from the kernel). */
+export function queryXdp(ifname: string): { progId: number; mode: string; name?: string } | null {
+  const n = native();
+  const ifindex = n.ifNameToIndex(ifname);
+  const q = n.xdpQuery(ifindex);
+  const progId = q.progId || q.drvProgId || q.skbProgId || q.hwProgId;
+  if (!progId) return null;
+  const info = n.progInfoById(progId);
+  return { progId, mode: XDP_ATTACH_MODES[q.attachMode] ?? String(q.attachMode), name: info?.name };
+}
+
+/** Programs on the tcx ingress/egress hook of `ifname`, in run order. */
+export function queryTc(ifname: string, direction: 'ingress' | 'egress'): Array<{ progId: number; name?: string }> {
+  const n = native();
+  const ifindex = n.ifNameToIndex(ifname);
+  return n.progQuery(ifindex, tcxAttachType(direction)).map((progId) => ({ progId, name: n.progInfoById(progId)?.name }));
+}
+
+/** Detaches and unpins a link pinned at `pinPath` (e.g. `gitlb down`); false when nothing is pinned there. */
+export function detachPinnedLink(pinPath: string): boolean {
+  if (!existsSync(pinPath)) return false;
+  const n = native();
+  const fd = n.objGet(pinPath);
+  try {
+    n.linkDetach(fd);
+  } finally {
+    n.closeFd(fd);
+    unlinkSync(pinPath);
+  }
+  return true;
+}

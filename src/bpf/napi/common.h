@@ -1,0 +1,40 @@
+// Shared helpers of the gitlb libbpf addon: errno-carrying errors and the
+// per-thread capture of libbpf's log (verifier output arrives through it).
+#pragma once
+#include <napi.h>
+#include <string>
+
+extern "C" {
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+}
+
+namespace gitlb {
+
+// Attach types newer than the Debian 12 uapi headers (kernel 6.6+).
+constexpr int kAttachTcxIngress = 46;
+constexpr int kAttachTcxEgress = 47;
+
+// errno (positive) -> "ENOENT"; unknown numbers become "E<n>".
+std::string ErrnoName(int err);
+
+// A JS Error with .code (errno name) and .errno (positive number).
+Napi::Error ErrnoError(Napi::Env env, int err, const std::string& message);
+[[noreturn]] void ThrowErrno(Napi::Env env, int err, const std::string& message);
+
+// libbpf's print callback appends to this buffer when set (per thread, so
+// concurrent AsyncWorkers keep their own logs).
+void SetLogSink(std::string* sink);
+
+// Argument helpers that throw TypeError with a clear message.
+int ArgInt(const Napi::CallbackInfo& info, size_t i, const char* what);
+uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* what);
+Napi::Buffer<uint8_t> ArgBuffer(const Napi::CallbackInfo& info, size_t i, const char* what);
+std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what);
+
+void InitObject(Napi::Env env, Napi::Object exports);
+void InitMaps(Napi::Env env, Napi::Object exports);
+void InitProgs(Napi::Env env, Napi::Object exports);
+
+}  // namespace gitlb

@@ -1,0 +1,212 @@
+// Program operations: BPF_PROG_TEST_RUN, info, links (XDP, TCX) and queries of
+// what is attached to an interface.
+#include "common.h"
+
+#include <cerrno>
+#include <cstring>
+#include <net/if.h>
+#include <unistd.h>
+#include <vector>
+
+namespace gitlb {
+
+namespace {
+
+int ArgFd(const Napi::CallbackInfo& info, size_t i = 0) {
+  int fd = ArgInt(info, i, "fd");
+  if (fd < 0) ThrowErrno(info.Env(), EBADF, "invalid fd " + std::to_string(fd));
+  return fd;
+}
+
+uint32_t OptU32(Napi::Object o, const char* k, uint32_t dflt) {
+  Napi::Value v = o.Get(k);
+  return v.IsNumber() ? v.As<Napi::Number>().Uint32Value() : dflt;
+}
+
+// progTestRun(fd, { data, repeat, dataOutSize, flags, ctxIn, ctxOutSize, cpu, batchSize })
+//   -> { retval, data, durationNs, ctx }
+Napi::Value ProgTestRun(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info);
+  if (info.Length() < 2 || !info[1].IsObject()) throw Napi::TypeError::New(env, "test run options expected");
+  Napi::Object o = info[1].As<Napi::Object>();
+  LIBBPF_OPTS(bpf_test_run_opts, opts);
+  Napi::Value data = o.Get("data");
+  Napi::Buffer<uint8_t> in;
+  if (data.IsBuffer()) {
+    in = data.As<Napi::Buffer<uint8_t>>();
+    opts.data_in = in.Data();
+    opts.data_size_in = in.Length();
+  }
+  uint32_t outSize = OptU32(o, "dataOutSize", 0);
+  std::vector<uint8_t> out(outSize);
+  if (outSize) {
+    opts.data_out = out.data();
+    opts.data_size_out = outSize;
+  }
+  Napi::Value ctx = o.Get("ctxIn");
+  Napi::Buffer<uint8_t> ctxIn;
+  if (ctx.IsBuffer()) {
+    ctxIn = ctx.As<Napi::Buffer<uint8_t>>();
+    opts.ctx_in = ctxIn.Data();
+    opts.ctx_size_in = ctxIn.Length();
+  }
+  uint32_t ctxOutSize = OptU32(o, "ctxOutSize", 0);
+  std::vector<uint8_t> ctxOut(ctxOutSize);
+  if (ctxOutSize) {
+    opts.ctx_out = ctxOut.data();
+    opts.ctx_size_out = ctxOutSize;
+  }
+  opts.repeat = (int)OptU32(o, "repeat", 0);
+  opts.flags = OptU32(o, "flags", 0);
+  opts.cpu = OptU32(o, "cpu", 0);
+  opts.batch_size = OptU32(o, "batchSize", 0);
+  if (bpf_prog_test_run_opts(fd, &opts)) ThrowErrno(env, errno, "test run");
+  Napi::Object res = Napi::Object::New(env);
+  res.Set("retval", opts.retval);
+  res.Set("durationNs", opts.duration);
+  res.Set("data", Napi::Buffer<uint8_t>::Copy(env, out.data(), outSize ? opts.data_size_out : 0));
+  res.Set("ctx", Napi::Buffer<uint8_t>::Copy(env, ctxOut.data(), ctxOutSize ? opts.ctx_size_out : 0));
+  return res;
+}
+
+Napi::Object ProgInfoObject(Napi::Env env, int fd) {
+  bpf_prog_info pi = {};
+  uint32_t len = sizeof pi;
+  if (bpf_obj_get_info_by_fd(fd, &pi, &len)) ThrowErrno(env, errno, "program info");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", pi.id);
+  o.Set("type", pi.type);
+  o.Set("name", pi.name);
+  char tag[2 * BPF_TAG_SIZE + 1];
+  for (int i = 0; i < BPF_TAG_SIZE; i++) snprintf(tag + 2 * i, 3, "%02x", pi.tag[i]);
+  o.Set("tag", tag);
+  return o;
+}
+
+Napi::Value ProgInfo(const Napi::CallbackInfo& info) { return ProgInfoObject(info.Env(), ArgFd(info)); }
+
+// progInfoById(id) -> info | null (null when the program is gone)
+Napi::Value ProgInfoById(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t id = ArgU32(info, 0, "program id");
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) {
+    if (errno == ENOENT) return env.Null();
+    ThrowErrno(env, errno, "open program id " + std::to_string(id));
+  }
+  try {
+    Napi::Object o = ProgInfoObject(env, fd);
+    close(fd);
+    return o;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+}
+
+Napi::Value IfNameToIndex(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string name = ArgString(info, 0, "interface name");
+  unsigned idx = if_nametoindex(name.c_str());
+  if (!idx) ThrowErrno(env, errno, "interface '" + name + "'");
+  return Napi::Number::New(env, idx);
+}
+
+// linkCreate(progFd, ifindex, attachType, flags) -> link fd
+Napi::Value LinkCreate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int prog = ArgFd(info, 0);
+  int ifindex = ArgInt(info, 1, "ifindex");
+  int type = ArgInt(info, 2, "attach type");
+  uint32_t flags = info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().Uint32Value() : 0;
+  LIBBPF_OPTS(bpf_link_create_opts, opts, .flags = flags);
+  int fd = bpf_link_create(prog, ifindex, (enum bpf_attach_type)type, &opts);
+  if (fd < 0) ThrowErrno(env, errno, "link create");
+  return Napi::Number::New(env, fd);
+}
+
+// linkUpdate(linkFd, newProgFd) — atomic program replacement behind a link.
+Napi::Value LinkUpdate(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int link = ArgFd(info, 0);
+  int prog = ArgFd(info, 1);
+  if (bpf_link_update(link, prog, nullptr)) ThrowErrno(env, errno, "link update");
+  return env.Undefined();
+}
+
+Napi::Value LinkDetach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int link = ArgFd(info, 0);
+  if (bpf_link_detach(link)) ThrowErrno(env, errno, "link detach");
+  return env.Undefined();
+}
+
+// linkInfo(fd) -> { id, type, progId, ifindex }  (ifindex for XDP and TCX links)
+Napi::Value LinkInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info);
+  bpf_link_info li = {};
+  uint32_t len = sizeof li;
+  if (bpf_obj_get_info_by_fd(fd, &li, &len)) ThrowErrno(env, errno, "link info");
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("id", li.id);
+  o.Set("type", li.type);
+  o.Set("progId", li.prog_id);
+  // XDP and TCX link info both start with the ifindex (TCX: { ifindex, attach_type }).
+  o.Set("ifindex", li.xdp.ifindex);
+  const uint32_t* raw = &li.xdp.ifindex;
+  o.Set("attachType", raw[1]);
+  return o;
+}
+
+// xdpQuery(ifindex) -> { progId, drvProgId, skbProgId, hwProgId, attachMode }
+Napi::Value XdpQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int ifindex = ArgInt(info, 0, "ifindex");
+  LIBBPF_OPTS(bpf_xdp_query_opts, opts);
+  int r = bpf_xdp_query(ifindex, 0, &opts);
+  if (r) ThrowErrno(env, r, "XDP query on ifindex " + std::to_string(ifindex));
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("progId", opts.prog_id);
+  o.Set("drvProgId", opts.drv_prog_id);
+  o.Set("skbProgId", opts.skb_prog_id);
+  o.Set("hwProgId", opts.hw_prog_id);
+  o.Set("attachMode", opts.attach_mode);
+  return o;
+}
+
+// progQuery(ifindex, attachType) -> [progId...]  (TCX ingress/egress)
+Napi::Value ProgQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int ifindex = ArgInt(info, 0, "ifindex");
+  int type = ArgInt(info, 1, "attach type");
+  std::vector<uint32_t> ids(64);
+  LIBBPF_OPTS(bpf_prog_query_opts, opts);
+  opts.prog_ids = ids.data();
+  opts.prog_cnt = ids.size();
+  if (bpf_prog_query_opts(ifindex, (enum bpf_attach_type)type, &opts)) ThrowErrno(env, errno, "program query");
+  Napi::Array a = Napi::Array::New(env, opts.prog_cnt);
+  for (uint32_t i = 0; i < opts.prog_cnt && i < ids.size(); i++) a.Set(i, ids[i]);
+  return a;
+}
+
+}  // namespace
+
+void InitProgs(Napi::Env env, Napi::Object exports) {
+  exports.Set("progTestRun", Napi::Function::New(env, ProgTestRun, "progTestRun"));
+  exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));
+  exports.Set("progInfoById", Napi::Function::New(env, ProgInfoById, "progInfoById"));
+  exports.Set("ifNameToIndex", Napi::Function::New(env, IfNameToIndex, "ifNameToIndex"));
+  exports.Set("linkCreate", Napi::Function::New(env, LinkCreate, "linkCreate"));
+  exports.Set("linkUpdate", Napi::Function::New(env, LinkUpdate, "linkUpdate"));
+  exports.Set("linkDetach", Napi::Function::New(env, LinkDetach, "linkDetach"));
+  exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
+  exports.Set("xdpQuery", Napi::Function::New(env, XdpQuery, "xdpQuery"));
+  exports.Set("progQuery", Napi::Function::New(env, ProgQuery, "progQuery"));
+  exports.Set("attachTcxIngress", Napi::Number::New(env, kAttachTcxIngress));
+  exports.Set("attachTcxEgress", Napi::Number::New(env, kAttachTcxEgress));
+  exports.Set("attachXdp", Napi::Number::New(env, BPF_XDP));
+}
+
+}  // namespace gitlb

@@ -1,0 +1,500 @@
+// SPDX-License-Identifier: GPL-2.0
+/* TC programs of a backend node (role: backend). See docs/backend.md.
+ *
+ * ingress (backend_ingress), on the node's interface:
+ *   - IP-in-IP whose inner destination is a VIP we serve (be_vips address entry): strip the outer header, so
+ *     the inner packet reaches the local VIP (hosts here have no ipip module; the tunnel is undone in BPF).
+ *   - the `ipopt` DSR option naming a VIP:port we serve (be_vips listener entry): remember the flow
+ *     (client, this real, ports, protocol -> VIP:port) in be_conns, then strip the option.
+ *   - everything else: untouched.
+ * egress (backend_egress): replies of recorded ipopt flows leave with source VIP:port instead of this real's
+ *   address and target port; ICMP errors about such a flow are translated the same way. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <stddef.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "backend_consts.h"
+#include "backend_structs.h"
+#include "backend_maps.h"
+#include "backend_pkt.h"
+
+/* ---------------------------------------------------------------- ingress: IP-in-IP ---------------------- */
+
+/* Is `addr` (inner destination) a VIP we decapsulate for? */
+static __always_inline int be_vip_decap_allowed(const void *addr, __u8 family)
+{
+  struct be_vip_key key = {};
+  struct be_vip_value *v;
+
+  if (family == 4)
+    be_copy4(key.addr, addr);
+  else
+    be_copy16(key.addr, addr);
+  key.family = family;
+  v = bpf_map_lookup_elem(&be_vips, &key);
+  return v && (v->flags & BE_VIP_F_IPIP);
+}
+
+/* Removes the outer header (outer_len bytes after the MAC header) of a tunnelled packet whose inner header
+ * (IPv4 or IPv6, `inner_family`) starts at BE_L3_OFF + outer_len. */
+static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8 outer_family, __u8 inner_family)
+{
+  __u8 daddr[16];
+  __u32 inner_daddr_off = BE_L3_OFF + outer_len +
+                          (inner_family == 4 ? offsetof(struct iphdr, daddr) : offsetof(struct ipv6hdr, daddr));
+
+  if (bpf_skb_load_bytes(skb, inner_daddr_off, daddr, inner_family == 4 ? 4 : 16) < 0)
+    return TC_ACT_OK;
+  if (!be_vip_decap_allowed(daddr, inner_family)) {
+    be_count(BE_STAT_IPIP_NOT_VIP);
+    return TC_ACT_OK;
+  }
+
+  __u64 flags = 0;
+  if (inner_family != outer_family)
+    flags = inner_family == 4 ? BPF_F_ADJ_ROOM_DECAP_L3_IPV4 : BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
+  if (bpf_skb_adjust_room(skb, -(__s32)outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) {
+    be_count(BE_STAT_ADJUST_FAIL);
+    return TC_ACT_SHOT;
+  }
+  if (inner_family != outer_family) {
+    /* The stack dispatches on skb->protocol (set by the decap flag); keep the Ethernet header truthful too. */
+    __be16 proto = bpf_htons(inner_family == 4 ? BE_ETH_P_IP : BE_ETH_P_IPV6);
+    if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &proto, sizeof(proto), 0) < 0) {
+      be_count(BE_STAT_ADJUST_FAIL);
+      return TC_ACT_SHOT;
+    }
+  }
+
+  if (outer_family == 4)
+    be_count(inner_family == 4 ? BE_STAT_DECAP_IPIP4 : BE_STAT_DECAP_6IN4);
+  else
+    be_count(inner_family == 6 ? BE_STAT_DECAP_IPIP6 : BE_STAT_DECAP_4IN6);
+  return TC_ACT_OK;
+}
+
+/* ---------------------------------------------------------------- ingress: ipopt ------------------------- */
+
+/* Checks the VIP:port an option names against be_vips and records the flow. Returns 1 if recorded. */
+static __always_inline int be_record_flow(const __u8 *vip, __be16 vip_port, __u8 family, __u8 proto,
+                                          const void *client, const void *local, const struct be_ports *ports)
+{
+  struct be_vip_key vkey = {};
+  struct be_vip_value *v;
+
+  be_copy16(vkey.addr, vip);
+  vkey.port = vip_port;
+  vkey.proto = proto;
+  vkey.family = family;
+  v = bpf_map_lookup_elem(&be_vips, &vkey);
+  /* The option is trusted only for a listener we serve, arriving at the port the LB translates it to:
+   * anything else could make this node answer with an arbitrary source address. */
+  if (!v || !(v->flags & BE_VIP_F_IPOPT) || (v->target_port && v->target_port != ports->dst)) {
+    be_count(BE_STAT_IPOPT_NOT_VIP);
+    return 0;
+  }
+
+  struct be_conn_key ckey = {};
+  struct be_conn_value cval = {};
+  if (family == 4) {
+    be_copy4(ckey.client, client);
+    be_copy4(ckey.local, local);
+  } else {
+    be_copy16(ckey.client, client);
+    be_copy16(ckey.local, local);
+  }
+  ckey.client_port = ports->src;
+  ckey.local_port = ports->dst;
+  ckey.proto = proto;
+  ckey.family = family;
+  be_copy16(cval.vip, vip);
+  cval.vip_port = vip_port;
+  cval.last_seen_ns = bpf_ktime_get_ns();
+  if (bpf_map_update_elem(&be_conns, &ckey, &cval, BPF_ANY) < 0)
+    be_count(BE_STAT_CONN_UPDATE_FAIL);
+  return 1;
+}
+
+/* IPv4 with the DSR option as the first (and, when ihl == 7, only) option. */
+static __always_inline int be_ingress_ipopt4(struct __sk_buff *skb)
+{
+  struct iphdr iph;
+  struct {
+    __u8 type;
+    __u8 len;
+    __be16 port;
+    __be32 addr;
+  } opt;
+  struct be_ports ports;
+  __u8 vip[16] = {};
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &iph, sizeof(iph)) < 0 ||
+      bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(iph), &opt, sizeof(opt)) < 0)
+    return TC_ACT_OK;
+  if (opt.type != BE_DSR_OPT4_TYPE || opt.len != BE_DSR_OPT4_LEN)
+    return TC_ACT_OK;
+  if (be_l4_csum_off(iph.protocol) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF + iph.ihl * 4, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+
+  be_copy4(vip, &opt.addr);
+  if (!be_record_flow(vip, opt.port, 4, iph.protocol, &iph.saddr, &iph.daddr, &ports))
+    return TC_ACT_OK;
+  be_count(BE_STAT_IPOPT4);
+
+  /* Strip the option when it is the only one: the stack would skip it anyway, but a plain header keeps the
+   * packet identical to what the client sent, apart from the LB's destination rewrite. */
+  if (iph.ihl != 7)
+    return TC_ACT_OK;
+  if (bpf_skb_adjust_room(skb, -BE_DSR_OPT4_LEN, BPF_ADJ_ROOM_NET, 0) < 0) {
+    be_count(BE_STAT_ADJUST_FAIL);
+    return TC_ACT_SHOT;
+  }
+  iph.ihl = 5;
+  iph.tot_len = bpf_htons(bpf_ntohs(iph.tot_len) - BE_DSR_OPT4_LEN);
+  iph.check = 0;
+  iph.check = be_ip4_header_csum(&iph);
+  /* BPF_F_RECOMPUTE_CSUM keeps skb->csum right for devices that deliver CHECKSUM_COMPLETE. */
+  if (bpf_skb_store_bytes(skb, BE_L3_OFF, &iph, sizeof(iph), BPF_F_RECOMPUTE_CSUM) < 0) {
+    be_count(BE_STAT_ADJUST_FAIL);
+    return TC_ACT_SHOT;
+  }
+  return TC_ACT_OK;
+}
+
+/* IPv6 whose first extension header is the 24-byte DSR destination-options header. */
+static __always_inline int be_ingress_ipopt6(struct __sk_buff *skb)
+{
+  struct ipv6hdr ip6;
+  struct {
+    __u8 nexthdr;
+    __u8 hdrlen;
+    __u8 opt_type;
+    __u8 opt_len;
+    __u8 addr[16];
+    __be16 port;
+    __u16 pad;
+  } ext;
+  struct be_ports ports;
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &ip6, sizeof(ip6)) < 0 ||
+      bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(ip6), &ext, sizeof(ext)) < 0)
+    return TC_ACT_OK;
+  if (ext.hdrlen != BE_DSR_EXT6_HDRLEN || ext.opt_type != BE_DSR_OPT6_TYPE || ext.opt_len != BE_DSR_OPT6_LEN)
+    return TC_ACT_OK;
+  if (be_l4_csum_off(ext.nexthdr) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(ip6) + BE_DSR_EXT6_LEN, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+
+  if (!be_record_flow(ext.addr, ext.port, 6, ext.nexthdr, &ip6.saddr, &ip6.daddr, &ports))
+    return TC_ACT_OK;
+  be_count(BE_STAT_IPOPT6);
+
+  if (bpf_skb_adjust_room(skb, -BE_DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, 0) < 0) {
+    be_count(BE_STAT_ADJUST_FAIL);
+    return TC_ACT_SHOT;
+  }
+  /* Only payload length and next header change; they sit in the first 8 bytes of the fixed header. */
+  ip6.nexthdr = ext.nexthdr;
+  ip6.payload_len = bpf_htons(bpf_ntohs(ip6.payload_len) - BE_DSR_EXT6_LEN);
+  if (bpf_skb_store_bytes(skb, BE_L3_OFF, &ip6, 8, BPF_F_RECOMPUTE_CSUM) < 0) {
+    be_count(BE_STAT_ADJUST_FAIL);
+    return TC_ACT_SHOT;
+  }
+  return TC_ACT_OK;
+}
+
+static __always_inline int be_ingress_v4(struct __sk_buff *skb)
+{
+  void *data = (void *)(long)skb->data;
+  void *data_end = (void *)(long)skb->data_end;
+  struct iphdr *iph = data + BE_L3_OFF;
+
+  if ((void *)(iph + 1) > data_end || iph->ihl < 5)
+    return TC_ACT_OK;
+  if (iph->frag_off & bpf_htons(BE_IP_FRAG_MASK)) {
+    be_count(BE_STAT_FRAGMENT);
+    return TC_ACT_OK;
+  }
+  if (iph->ihl == 5 && iph->protocol == BE_IPPROTO_IPIP)
+    return be_decap(skb, sizeof(struct iphdr), 4, 4);
+  if (iph->ihl == 5 && iph->protocol == BE_IPPROTO_IPV6)
+    return be_decap(skb, sizeof(struct iphdr), 4, 6);
+  if (iph->ihl >= 7)
+    return be_ingress_ipopt4(skb);
+  return TC_ACT_OK;
+}
+
+static __always_inline int be_ingress_v6(struct __sk_buff *skb)
+{
+  void *data = (void *)(long)skb->data;
+  void *data_end = (void *)(long)skb->data_end;
+  struct ipv6hdr *ip6 = data + BE_L3_OFF;
+
+  if ((void *)(ip6 + 1) > data_end)
+    return TC_ACT_OK;
+  if (ip6->nexthdr == BE_IPPROTO_IPV6)
+    return be_decap(skb, sizeof(struct ipv6hdr), 6, 6);
+  if (ip6->nexthdr == BE_IPPROTO_IPIP)
+    return be_decap(skb, sizeof(struct ipv6hdr), 6, 4);
+  if (ip6->nexthdr == BE_IPPROTO_DSTOPTS)
+    return be_ingress_ipopt6(skb);
+  return TC_ACT_OK;
+}
+
+SEC("tc")
+int backend_ingress(struct __sk_buff *skb)
+{
+  void *data = (void *)(long)skb->data;
+  void *data_end = (void *)(long)skb->data_end;
+  struct ethhdr *eth = data;
+
+  be_count(BE_STAT_RX_PACKETS);
+  if ((void *)(eth + 1) > data_end)
+    return TC_ACT_OK;
+  if (eth->h_proto == bpf_htons(BE_ETH_P_IP))
+    return be_ingress_v4(skb);
+  if (eth->h_proto == bpf_htons(BE_ETH_P_IPV6))
+    return be_ingress_v6(skb);
+  return TC_ACT_OK;
+}
+
+/* ---------------------------------------------------------------- egress: reply rewrite ------------------ */
+
+static __always_inline struct be_conn_value *be_find_flow(__u8 family, __u8 proto, const void *client,
+                                                          const void *local, __be16 client_port,
+                                                          __be16 local_port)
+{
+  struct be_conn_key key = {};
+
+  if (family == 4) {
+    be_copy4(key.client, client);
+    be_copy4(key.local, local);
+  } else {
+    be_copy16(key.client, client);
+    be_copy16(key.local, local);
+  }
+  key.client_port = client_port;
+  key.local_port = local_port;
+  key.proto = proto;
+  key.family = family;
+  return bpf_map_lookup_elem(&be_conns, &key);
+}
+
+/* Source address and port of an IPv4 reply become VIP:port; IP and transport checksums follow. */
+static __always_inline int be_rewrite_reply4(struct __sk_buff *skb, __u32 l4_off, __u8 proto, __be32 old_saddr,
+                                             __be16 old_sport, const struct be_conn_value *flow)
+{
+  __be32 new_saddr;
+  __be16 new_sport = flow->vip_port;
+  __u32 csum_off = l4_off + be_l4_csum_off(proto);
+  __u64 mangle = be_l4_mangle_flags(proto);
+
+  be_copy4((__u8 *)&new_saddr, flow->vip);
+  if (bpf_l4_csum_replace(skb, csum_off, old_saddr, new_saddr, BPF_F_PSEUDO_HDR | mangle | sizeof(new_saddr)) < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, old_sport, new_sport, mangle | sizeof(new_sport)) < 0 ||
+      bpf_l3_csum_replace(skb, BE_IP4_CSUM_OFF, old_saddr, new_saddr, sizeof(new_saddr)) < 0 ||
+      bpf_skb_store_bytes(skb, BE_IP4_SADDR_OFF, &new_saddr, sizeof(new_saddr), 0) < 0 ||
+      bpf_skb_store_bytes(skb, l4_off + offsetof(struct be_ports, src), &new_sport, sizeof(new_sport), 0) < 0) {
+    be_count(BE_STAT_REWRITE_FAIL);
+    return TC_ACT_SHOT;
+  }
+  be_count(BE_STAT_REPLY4_REWRITE);
+  return TC_ACT_OK;
+}
+
+static __always_inline int be_rewrite_reply6(struct __sk_buff *skb, __u32 l4_off, __u8 proto,
+                                             const struct in6_addr *old_saddr, __be16 old_sport,
+                                             const struct be_conn_value *flow)
+{
+  struct in6_addr new_saddr;
+  __be16 new_sport = flow->vip_port;
+  __u32 csum_off = l4_off + be_l4_csum_off(proto);
+
+  be_copy16((__u8 *)&new_saddr, flow->vip);
+  __s64 diff = bpf_csum_diff((__be32 *)old_saddr, 16, (__be32 *)&new_saddr, 16, 0);
+  if (diff < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, BPF_F_PSEUDO_HDR) < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, old_sport, new_sport, sizeof(new_sport)) < 0 ||
+      bpf_skb_store_bytes(skb, BE_IP6_SADDR_OFF, &new_saddr, sizeof(new_saddr), 0) < 0 ||
+      bpf_skb_store_bytes(skb, l4_off + offsetof(struct be_ports, src), &new_sport, sizeof(new_sport), 0) < 0) {
+    be_count(BE_STAT_REWRITE_FAIL);
+    return TC_ACT_SHOT;
+  }
+  be_count(BE_STAT_REPLY6_REWRITE);
+  return TC_ACT_OK;
+}
+
+/* An ICMPv4 error sent by this node about a packet of an ipopt flow quotes the request as the node received
+ * it (client -> real:target port). The client knows that flow as client -> VIP:port, so the quoted
+ * destination, and the error's own source, become the VIP. Layout: outer IPv4 (ihl 5 expected from the
+ * stack), ICMP header (8), quoted IPv4 header (ihl 5), first 8 bytes of the quoted transport header. */
+static __always_inline int be_rewrite_icmp4(struct __sk_buff *skb, const struct iphdr *outer, __u32 icmp_off)
+{
+  struct be_icmphdr icmp;
+  struct iphdr in;
+  struct be_ports ports;
+  __u32 in_off = icmp_off + sizeof(struct be_icmphdr);
+  __u32 in_l4_off = in_off + sizeof(struct iphdr);
+  __u32 icmp_csum_off = icmp_off + offsetof(struct be_icmphdr, checksum);
+
+  if (bpf_skb_load_bytes(skb, icmp_off, &icmp, sizeof(icmp)) < 0)
+    return TC_ACT_OK;
+  if (icmp.type != BE_ICMP_DEST_UNREACH && icmp.type != BE_ICMP_TIME_EXCEEDED && icmp.type != BE_ICMP_PARAMETERPROB)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, in_off, &in, sizeof(in)) < 0 || in.ihl != 5 || be_l4_csum_off(in.protocol) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, in_l4_off, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+  /* The quoted packet went client -> us: its source is the flow's client, its destination this real. */
+  struct be_conn_value *flow = be_find_flow(4, in.protocol, &in.saddr, &in.daddr, ports.src, ports.dst);
+  if (!flow)
+    return TC_ACT_OK;
+
+  __be32 vip;
+  __be16 vip_port = flow->vip_port;
+  be_copy4((__u8 *)&vip, flow->vip);
+
+  /* Quoted header: destination and its checksum; the ICMP checksum covers both changes (no pseudo header). */
+  __be16 old_in_check = in.check;
+  __be32 old_in_daddr = in.daddr;
+  in.daddr = vip;
+  in.check = 0;
+  in.check = be_ip4_header_csum(&in);
+  if (bpf_l4_csum_replace(skb, icmp_csum_off, old_in_daddr, vip, sizeof(vip)) < 0 ||
+      bpf_l4_csum_replace(skb, icmp_csum_off, old_in_check, in.check, sizeof(in.check)) < 0 ||
+      bpf_l4_csum_replace(skb, icmp_csum_off, ports.dst, vip_port, sizeof(vip_port)) < 0 ||
+      bpf_skb_store_bytes(skb, in_off, &in, sizeof(in), 0) < 0 ||
+      bpf_skb_store_bytes(skb, in_l4_off + offsetof(struct be_ports, dst), &vip_port, sizeof(vip_port), 0) < 0)
+    goto fail;
+
+  /* The error itself comes from the VIP when this real sent it (a router on the way keeps its own address). */
+  if (outer->saddr == old_in_daddr) {
+    if (bpf_l3_csum_replace(skb, BE_IP4_CSUM_OFF, outer->saddr, vip, sizeof(vip)) < 0 ||
+        bpf_skb_store_bytes(skb, BE_IP4_SADDR_OFF, &vip, sizeof(vip), 0) < 0)
+      goto fail;
+  }
+  be_count(BE_STAT_ICMP4_REWRITE);
+  return TC_ACT_OK;
+fail:
+  be_count(BE_STAT_REWRITE_FAIL);
+  return TC_ACT_SHOT;
+}
+
+/* ICMPv6 errors: same translation; the ICMPv6 checksum has a pseudo header, so the outer source change
+ * counts too. Quoted packet: fixed IPv6 header then the transport header (no extension headers). */
+static __always_inline int be_rewrite_icmp6(struct __sk_buff *skb, const struct ipv6hdr *outer, __u32 icmp_off)
+{
+  struct be_icmphdr icmp;
+  struct ipv6hdr in;
+  struct be_ports ports;
+  __u32 in_off = icmp_off + sizeof(struct be_icmphdr);
+  __u32 in_l4_off = in_off + sizeof(struct ipv6hdr);
+  __u32 csum_off = icmp_off + offsetof(struct be_icmphdr, checksum);
+
+  if (bpf_skb_load_bytes(skb, icmp_off, &icmp, sizeof(icmp)) < 0)
+    return TC_ACT_OK;
+  if (icmp.type != BE_ICMP6_DEST_UNREACH && icmp.type != BE_ICMP6_PKT_TOOBIG &&
+      icmp.type != BE_ICMP6_TIME_EXCEED && icmp.type != BE_ICMP6_PARAMPROB)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, in_off, &in, sizeof(in)) < 0 || be_l4_csum_off(in.nexthdr) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, in_l4_off, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+  struct be_conn_value *flow = be_find_flow(6, in.nexthdr, &in.saddr, &in.daddr, ports.src, ports.dst);
+  if (!flow)
+    return TC_ACT_OK;
+
+  struct in6_addr vip;
+  __be16 vip_port = flow->vip_port;
+  be_copy16((__u8 *)&vip, flow->vip);
+
+  __s64 diff = bpf_csum_diff((__be32 *)&in.daddr, 16, (__be32 *)&vip, 16, 0);
+  if (diff < 0 || bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, 0) < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, ports.dst, vip_port, sizeof(vip_port)) < 0 ||
+      bpf_skb_store_bytes(skb, in_off + offsetof(struct ipv6hdr, daddr), &vip, sizeof(vip), 0) < 0 ||
+      bpf_skb_store_bytes(skb, in_l4_off + offsetof(struct be_ports, dst), &vip_port, sizeof(vip_port), 0) < 0)
+    goto fail;
+
+  if (be_addr6_equal(&outer->saddr, &in.daddr)) {
+    diff = bpf_csum_diff((__be32 *)&outer->saddr, 16, (__be32 *)&vip, 16, 0);
+    if (diff < 0 || bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, BPF_F_PSEUDO_HDR) < 0 ||
+        bpf_skb_store_bytes(skb, BE_IP6_SADDR_OFF, &vip, sizeof(vip), 0) < 0)
+      goto fail;
+  }
+  be_count(BE_STAT_ICMP6_REWRITE);
+  return TC_ACT_OK;
+fail:
+  be_count(BE_STAT_REWRITE_FAIL);
+  return TC_ACT_SHOT;
+}
+
+static __always_inline int be_egress_v4(struct __sk_buff *skb)
+{
+  struct iphdr iph;
+  struct be_ports ports;
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &iph, sizeof(iph)) < 0 || iph.ihl < 5)
+    return TC_ACT_OK;
+  if (iph.frag_off & bpf_htons(BE_IP_FRAG_MASK))
+    return TC_ACT_OK;
+  __u32 l4_off = BE_L3_OFF + iph.ihl * 4;
+  if (iph.protocol == BE_IPPROTO_ICMP)
+    return iph.ihl == 5 ? be_rewrite_icmp4(skb, &iph, l4_off) : TC_ACT_OK;
+  if (be_l4_csum_off(iph.protocol) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, l4_off, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+  /* A reply goes real -> client: its destination is the flow's client, its source this real. */
+  struct be_conn_value *flow = be_find_flow(4, iph.protocol, &iph.daddr, &iph.saddr, ports.dst, ports.src);
+  if (!flow)
+    return TC_ACT_OK;
+  return be_rewrite_reply4(skb, l4_off, iph.protocol, iph.saddr, ports.src, flow);
+}
+
+static __always_inline int be_egress_v6(struct __sk_buff *skb)
+{
+  struct ipv6hdr ip6;
+  struct be_ports ports;
+  __u32 l4_off = BE_L3_OFF + sizeof(struct ipv6hdr);
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &ip6, sizeof(ip6)) < 0)
+    return TC_ACT_OK;
+  if (ip6.nexthdr == BE_IPPROTO_ICMPV6)
+    return be_rewrite_icmp6(skb, &ip6, l4_off);
+  if (be_l4_csum_off(ip6.nexthdr) < 0)
+    return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, l4_off, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+  struct be_conn_value *flow = be_find_flow(6, ip6.nexthdr, &ip6.daddr, &ip6.saddr, ports.dst, ports.src);
+  if (!flow)
+    return TC_ACT_OK;
+  return be_rewrite_reply6(skb, l4_off, ip6.nexthdr, &ip6.saddr, ports.src, flow);
+}
+
+SEC("tc")
+int backend_egress(struct __sk_buff *skb)
+{
+  void *data = (void *)(long)skb->data;
+  void *data_end = (void *)(long)skb->data_end;
+  struct ethhdr *eth = data;
+
+  be_count(BE_STAT_TX_PACKETS);
+  if ((void *)(eth + 1) > data_end)
+    return TC_ACT_OK;
+  if (eth->h_proto == bpf_htons(BE_ETH_P_IP))
+    return be_egress_v4(skb);
+  if (eth->h_proto == bpf_htons(BE_ETH_P_IPV6))
+    return be_egress_v6(skb);
+  return TC_ACT_OK;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: GPL-2.0
+/* gitlb load-balancer node: one XDP program, read top to bottom as the packet's journey.
+ *
+ *   parse -> VIP? -> connection table -> (miss) Maglev ring -> real -> dispatch by mode -> send
+ *
+ * Map layout, the flow hash and every counter are specified in docs/datapath.md. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "lb_consts.h"
+#include "lb_structs.h"
+#include "lb_maps.h"
+#include "lb_stats.h"
+#include "lb_parsing.h"
+#include "lb_hashing.h"
+#include "lb_encap.h"
+#include "lb_icmp.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline int lb_pass(__u32 reason)
+{
+	lb_count(reason);
+	return XDP_PASS;
+}
+
+static __always_inline int lb_drop(__u32 reason)
+{
+	lb_count(reason);
+	return XDP_DROP;
+}
+
+static __always_inline void lb_vip_key_of(const struct lb_packet *p, struct lb_vip_key *k, int with_port)
+{
+	__builtin_memcpy(k->addr, p->dst, 16);
+	k->family = p->family;
+	k->port = with_port ? p->dport : 0;
+	k->proto = with_port ? p->proto : 0;
+}
+
+/* A damaged packet is ours to drop only if it was sent to one of our VIP addresses. */
+static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, int ports_known)
+{
+	struct lb_vip_key k = {};
+
+	lb_vip_key_of(p, &k, ports_known);
+	if (bpf_map_lookup_elem(&lb_vips, &k))
+		return lb_drop(reason);
+	if (ports_known) {
+		lb_vip_key_of(p, &k, 0);
+		if (bpf_map_lookup_elem(&lb_vips, &k))
+			return lb_drop(reason);
+	}
+	return lb_pass(LB_CNT_PASS_NOT_VIP);
+}
+
+static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_flow_key *k)
+{
+	__builtin_memcpy(k->src, p->src, 16);
+	__builtin_memcpy(k->dst, p->dst, 16);
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+	k->family = p->family;
+}
+
+/* SNAT forwarding is not done in XDP yet: the kernel (nftables) handles it. This is the place
+ * where an XDP SNAT path plugs in. */
+static __always_inline int lb_forward_snat(void)
+{
+	return lb_pass(LB_CNT_PASS_SNAT);
+}
+
+/* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
+ * among up to 8 IPv4 addresses), or 0 to let the kernel choose (BPF_FIB_LOOKUP_SRC). */
+static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 hash, __u8 real_family,
+					  struct lb_ipip_src *src)
+{
+	if (real_family == 4) {
+		__u32 n = cfg->src4_count;
+
+		if (n == 0)
+			return 1;
+		__u32 i = n > 1 ? (hash >> 16) % n : 0;
+
+		if (i >= LB_MAX_SRC4)
+			return 1;
+		src->v4 = cfg->src4[i];
+		return 0;
+	}
+	if (!cfg->src6_set)
+		return 1;
+	__builtin_memcpy(src->v6, cfg->src6, 16);
+	return 0;
+}
+
+SEC("xdp")
+int xdp_lb(struct xdp_md *ctx)
+{
+	struct lb_packet p = {};
+	__u32 reason = 0;
+	__u32 zero = 0;
+	int verdict;
+
+	/* 1. parse */
+	verdict = lb_parse(ctx, &p, &reason);
+	if (verdict == LB_PARSE_PASS)
+		return lb_pass(reason);
+	if (verdict == LB_PARSE_BAD_IF_VIP)
+		return lb_damaged(&p, reason, reason == LB_CNT_DROP_MALFORMED_L4);
+
+	/* 2. is it a VIP:port:protocol? */
+	struct lb_vip_key vk = {};
+
+	lb_vip_key_of(&p, &vk, 1);
+	struct lb_vip_value *vip = bpf_map_lookup_elem(&lb_vips, &vk);
+
+	if (!vip)
+		return lb_pass(LB_CNT_PASS_NOT_VIP);
+	__u32 service_id = vip->service_id;
+	__u8 mode = vip->mode;
+	__be16 target_port = vip->target_port;
+	int use_sport = vip->flags & LB_VIP_F_HASH_SRC_PORT;
+
+	if (mode == LB_MODE_SNAT) {
+		lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
+		return lb_forward_snat();
+	}
+	struct lb_config *cfg = bpf_map_lookup_elem(&lb_config, &zero);
+
+	if (!cfg)
+		return lb_drop(LB_CNT_DROP_NO_SERVICE);
+
+	/* 3. connection table: an established flow keeps its real whatever the ring says now */
+	int new_flow = p.proto == IPPROTO_TCP &&
+		       (p.tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
+	struct lb_flow_key fk = {};
+	struct lb_real *real = 0;
+	__u32 real_id = 0;
+	__u32 hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
+
+	lb_flow_key_of(&p, &fk);
+	if (!new_flow) {
+		struct lb_flow_value *fv = bpf_map_lookup_elem(&lb_conntrack, &fk);
+
+		if (fv && fv->service_id == service_id) {
+			real_id = fv->real_id;
+			real = bpf_map_lookup_elem(&lb_reals, &real_id);
+		}
+	}
+	if (real) {
+		lb_count(LB_CNT_CT_HIT);
+		new_flow = 0;
+	} else {
+		/* 4. miss: the service's Maglev ring picks the real */
+		lb_count(LB_CNT_CT_MISS);
+		struct lb_service *svc = bpf_map_lookup_elem(&lb_services, &service_id);
+
+		if (!svc || svc->table_size == 0)
+			return lb_drop(LB_CNT_DROP_NO_SERVICE);
+		__u32 slot = svc->ring_base + hash % svc->table_size;
+		__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
+
+		if (!entry || *entry == 0) {
+			lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
+			return lb_drop(LB_CNT_DROP_NO_REAL);
+		}
+		real_id = *entry;
+		real = bpf_map_lookup_elem(&lb_reals, &real_id);
+		if (!real)
+			return lb_drop(LB_CNT_DROP_REAL_MISSING);
+		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id };
+
+		bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
+		new_flow = 1;
+	}
+	lb_traffic_add(&lb_service_stats, service_id, p.frame_len, new_flow);
+	lb_traffic_add(&lb_real_stats, real_id, p.frame_len, new_flow);
+
+	/* 5. dispatch */
+	struct lb_next_hop nh = {};
+	__u8 tos = 0;
+	int rc;
+
+	if (mode == LB_MODE_DSR_L2) {
+		rc = lb_next_hop(ctx, real, 0, &nh);
+		if (rc)
+			return lb_drop(rc);
+		rc = lb_send(ctx, &nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
+			     &reason);
+		if (rc < 0)
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		lb_count(reason);
+		return rc;
+	}
+
+	if (mode == LB_MODE_DSR_IPIP) {
+		__u32 overhead = real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
+
+		if (p.l3_len + overhead > cfg->mtu)
+			goto too_big;
+		struct lb_ipip_src src = {};
+		int want_src = lb_ipip_source(cfg, hash, real->family, &src);
+
+		rc = lb_next_hop(ctx, real, want_src, &nh);
+		if (rc)
+			return lb_drop(rc);
+		if (want_src) {
+			src.v4 = nh.src4;
+			__builtin_memcpy(src.v6, nh.src6, 16);
+		}
+		{
+			void *data = (void *)(long)ctx->data;
+			void *data_end = (void *)(long)ctx->data_end;
+			__u8 *l3 = data + (p.l3_off & 0x1f);
+
+			if ((void *)(l3 + 2) > data_end)
+				return lb_drop(LB_CNT_DROP_ADJUST);
+			tos = p.family == 4 ? l3[1] : (__u8)((l3[0] << 4) | (l3[1] >> 4));
+		}
+		if (lb_push_ipip(ctx, &p, real, &src, hash, tos))
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		rc = lb_send(ctx, &nh, p.l3_off, real->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
+			     &reason);
+		if (rc < 0)
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		lb_count(reason);
+		return rc;
+	}
+
+	if (mode == LB_MODE_DSR_IPOPT) {
+		if (p.family != 4 || real->family != 4)
+			return lb_drop(LB_CNT_DROP_UNSUPPORTED);
+		int insert = p.proto == IPPROTO_UDP ||
+			     (p.tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
+
+		if (insert) {
+			if (p.ihl_bytes + LB_DSR_OPT_LEN > LB_IPV4_MAX_HDR_LEN)
+				return lb_drop(LB_CNT_DROP_IPOPT_NO_ROOM);
+			if (p.l3_len + LB_DSR_OPT_LEN > cfg->mtu)
+				goto too_big;
+		}
+		rc = lb_next_hop(ctx, real, 0, &nh);
+		if (rc)
+			return lb_drop(rc);
+		if (lb_ipopt(ctx, &p, real, p.dport, target_port, insert))
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		rc = lb_send(ctx, &nh, p.l3_off, bpf_htons(LB_ETH_P_IP), &reason);
+		if (rc < 0)
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		lb_count(reason);
+		return rc;
+	}
+	return lb_drop(LB_CNT_DROP_UNSUPPORTED);
+
+too_big:
+	/* answer the client with the MTU its packets must fit in after our encapsulation */
+	{
+		__u32 overhead = mode == LB_MODE_DSR_IPOPT ? LB_DSR_OPT_LEN
+				 : real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
+		__u32 mtu = cfg->mtu - overhead;
+
+		rc = p.family == 4 ? lb_icmp4_frag_needed(ctx, &p, mtu) : lb_icmp6_too_big(ctx, &p, mtu);
+		if (rc)
+			return lb_drop(LB_CNT_DROP_ADJUST);
+		lb_count(LB_CNT_ICMP_SENT);
+		return XDP_TX;
+	}
+}

@@ -1,0 +1,33 @@
+// `gitlb history`: the audit trail — which revision each node applied and when, from the status branch's log.
+import { parseArgs } from 'node:util';
+import { type CliCommand, UsageError } from '../command.js';
+import { withStatusRemote } from '../../reconciler/status/open-status-remote.js';
+import { readHistory, formatHistory } from '../../reconciler/status/status-report.js';
+
+export const command: CliCommand = {
+  name: 'history',
+  summary: 'audit trail: which config revision each node applied, and when (git log of the status branch)',
+  help: `usage: gitlb history --repo URL|DIR [--status-branch NAME] [--node NAME] [--credentials-file FILE] [--json]
+
+Walks the status branch (default gitlb-status) from its first commit and prints every change of a node's
+applied revision: time applied, node, revision, and the status commit that recorded it.
+`,
+  async run(argv) {
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        repo: { type: 'string' },
+        'status-branch': { type: 'string', default: 'gitlb-status' },
+        node: { type: 'string' },
+        'credentials-file': { type: 'string' },
+        json: { type: 'boolean', default: false },
+      },
+    });
+    if (!values.repo) throw new UsageError('--repo is required');
+    let entries = await withStatusRemote(values.repo, values['credentials-file'], (r) => readHistory(r, values['status-branch']!));
+    if (values.node) entries = entries.filter((e) => e.node === values.node);
+    process.stdout.write(values.json ? JSON.stringify(entries, null, 2) + '\n' : formatHistory(entries));
+    return 0;
+  },
+};

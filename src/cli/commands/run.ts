@@ -1,0 +1,121 @@
+// `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md).
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type CliCommand, UsageError } from '../command.js';
+import { startDaemon } from '../../reconciler/daemon.js';
+import { validateSchedule } from '../../reconciler/triggers/schedule.js';
+import { detectRole } from '../../reconciler/node-role.js';
+import { loadCredentials } from '../../reconciler/source/credentials.js';
+import type { DataPlane } from '../../bpf/dataplane/index.js';
+
+const help = `usage: gitlb run --repo URL|DIR --node NAME [options]
+
+Follows one branch of the config repository and keeps this node's data plane equal to it.
+Writes status/<node>.yaml to the status branch after every change.
+
+options:
+  --repo URL|DIR            http(s) URL of the config repository, or a local repository path (development)
+  --branch NAME             config branch (default main)
+  --node NAME               this node's name (a Node document in the config)
+  --role lb|backend         data plane to drive (default: the Node document's role at the branch head)
+  --interface IF            interface to attach to (lb: optional; backend: required)
+  --xdp-mode MODE           native | generic | auto (default auto)
+  --pin-root DIR            bpffs root of pinned programs and maps (default /sys/fs/bpf/gitlb); node dir below it
+  --cache-dir DIR           per-node Git cache and state (default /var/lib/gitlb/<node>)
+  --credentials-file FILE   token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)
+  --webhook ADDR:PORT       listen for push webhooks (secret: env GITLB_WEBHOOK_SECRET or --webhook-secret-file)
+  --webhook-secret-file F   file holding the webhook shared secret
+  --poll SPEC               poll the remote: seconds ("30") or cron ("*/30 * * * * *"); jittered
+  --drift SPEC              drift check schedule (default 60 seconds)
+  --status-branch NAME      override Cluster.spec.status.branch
+  --no-status               do not write status to Git
+  --once                    reconcile once, print the outcome and exit (exit 1 if the revision failed)
+`;
+
+async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: string | undefined, xdpMode: string): Promise<DataPlane> {
+  if (role === 'backend') {
+    if (!iface) throw new UsageError('--interface is required for a backend node');
+    const { openBackendDataPlane } = await import('../../bpf/backend/index.js');
+    return openBackendDataPlane({ pinRoot, interface: iface });
+  }
+  const { openLbDataPlane } = await import('../../bpf/dataplane/index.js');
+  return openLbDataPlane({ pinRoot, interface: iface, xdpMode: xdpMode as 'native' | 'generic' | 'auto' });
+}
+
+export const command: CliCommand = {
+  name: 'run',
+  summary: 'run the GitOps reconciler of one node (fetch, validate, apply, status to Git)',
+  help,
+  async run(argv) {
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        repo: { type: 'string' },
+        branch: { type: 'string', default: 'main' },
+        node: { type: 'string' },
+        role: { type: 'string' },
+        interface: { type: 'string' },
+        'xdp-mode': { type: 'string', default: 'auto' },
+        'pin-root': { type: 'string', default: '/sys/fs/bpf/gitlb' },
+        'cache-dir': { type: 'string' },
+        'credentials-file': { type: 'string' },
+        webhook: { type: 'string' },
+        'webhook-secret-file': { type: 'string' },
+        poll: { type: 'string' },
+        drift: { type: 'string' },
+        'status-branch': { type: 'string' },
+        'no-status': { type: 'boolean', default: false },
+        once: { type: 'boolean', default: false },
+      },
+    });
+    if (!values.repo) throw new UsageError('--repo is required');
+    if (!values.node) throw new UsageError('--node is required');
+    if (values.role && values.role !== 'lb' && values.role !== 'backend') throw new UsageError('--role must be lb or backend');
+    if (!['native', 'generic', 'auto'].includes(values['xdp-mode']!)) throw new UsageError('--xdp-mode must be native, generic or auto');
+    if (values.poll) validateSchedule(values.poll);
+    if (values.drift) validateSchedule(values.drift);
+    let webhook;
+    if (values.webhook) {
+      const secret = values['webhook-secret-file']
+        ? readFileSync(values['webhook-secret-file'], 'utf8').trim()
+        : process.env.GITLB_WEBHOOK_SECRET;
+      if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
+      webhook = { listen: values.webhook, secret };
+    }
+    const node = values.node;
+    const cacheDir = values['cache-dir'] ?? join('/var/lib/gitlb', node);
+    const role = (values.role as 'lb' | 'backend' | undefined) ?? (await detectRole(values.repo, values.branch!, node, join(cacheDir, 'git'), loadCredentials({ file: values['credentials-file'] })));
+    const dataPlane = await openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!);
+    const daemon = await startDaemon({
+      repo: values.repo,
+      branch: values.branch!,
+      node,
+      dataPlane,
+      cacheDir,
+      credentialsFile: values['credentials-file'],
+      webhook,
+      poll: values.poll,
+      drift: values.drift,
+      statusBranch: values['status-branch'],
+      writeStatus: !values['no-status'],
+    });
+    if (values.once) {
+      await daemon.idle();
+      await daemon.stop();
+      dataPlane.close();
+      const s = daemon.reconciler.snapshot();
+      process.stdout.write(`applied ${s.appliedRevision ?? '(none)'}; last attempt ${s.lastAttempt?.result ?? '-'}${s.lastAttempt?.reason ? `: ${s.lastAttempt.reason}` : ''}\n`);
+      return s.lastAttempt?.result === 'failed' ? 1 : 0;
+    }
+    await new Promise<void>((resolve) => {
+      const stop = () => resolve();
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+    await daemon.stop();
+    dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
+    return 0;
+  },
+};

@@ -1,0 +1,184 @@
+// The `gitlb run` daemon: wires the Git source, the data plane, the reconciler, status write-back and
+// the triggers (webhook, poll, local ref watch, drift check, retry timer). Everything runs through one
+// SerialRunner so reconciles and drift checks never overlap and bursts of triggers coalesce.
+import { mkdir, readFile, writeFile, rename } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { DataPlane } from '../bpf/dataplane/index.js';
+import { loadCredentials } from './source/credentials.js';
+import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
+import { readFileAt } from './source/git-objects.js';
+import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type PostApplyGate } from './reconcile.js';
+import { StatusWriter } from './status/status-writer.js';
+import { parseStatus, statusPath } from './status/status-doc.js';
+import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
+import { startSchedule, type Schedule } from './triggers/schedule.js';
+import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
+import { SerialRunner } from './triggers/serial-runner.js';
+import type { HealthView } from '../render/desired.js';
+
+export interface DaemonOptions {
+  repo: string; // URL or local path
+  branch: string;
+  node: string;
+  dataPlane: DataPlane;
+  cacheDir: string; // per node: Git cache and local state
+  credentialsFile?: string;
+  webhook?: { listen: string; secret: string; maxBodyBytes?: number };
+  poll?: string; // schedule spec
+  drift?: string; // schedule spec; default every 60 s
+  watchLocal?: boolean; // chokidar on a local repository's refs (default true for local paths)
+  statusBranch?: string; // override Cluster.spec.status.branch
+  writeStatus?: boolean; // default true
+  health?: () => HealthView | undefined;
+  postApplyGate?: PostApplyGate;
+  retry?: { baseMs: number; maxMs: number };
+  log?: Logger;
+}
+
+export interface Daemon {
+  reconciler: Reconciler;
+  runner: SerialRunner;
+  remote: GitRemote;
+  webhook?: WebhookServer;
+  trigger(why: string): void;
+  /** Resolves when no reconcile or drift check is running or queued. */
+  idle(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+interface LocalState {
+  node: string;
+  branch: string;
+  appliedRevision: string | null;
+}
+
+async function readLocalState(file: string): Promise<LocalState | null> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as LocalState;
+  } catch {
+    return null;
+  }
+}
+
+async function writeLocalState(file: string, s: LocalState): Promise<void> {
+  await writeFile(`${file}.tmp`, JSON.stringify(s) + '\n');
+  await rename(`${file}.tmp`, file);
+}
+
+/** The revision this node last recorded as applied: local state first, else its own status file in Git. */
+export async function adoptedRevision(remote: GitRemote, statusBranch: string, o: DaemonOptions, stateFile: string): Promise<string | null> {
+  const local = await readLocalState(stateFile);
+  if (local && local.node === o.node && local.branch === o.branch) return local.appliedRevision;
+  try {
+    const tip = await remote.fetch(statusBranch, { depth: 1 });
+    if (!tip) return null;
+    const blob = await readFileAt(remote.gitdir, tip, statusPath(o.node));
+    if (!blob) return null;
+    const s = parseStatus(Buffer.from(blob).toString('utf8'));
+    return s.branch === o.branch ? s.appliedRevision : null;
+  } catch {
+    return null;
+  }
+}
+
+export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
+  const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
+  await mkdir(o.cacheDir, { recursive: true });
+  const credentials = loadCredentials({ file: o.credentialsFile });
+  const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials });
+  const stateFile = join(o.cacheDir, 'state.json');
+  const writers = new Map<string, StatusWriter>();
+  const writerFor = (branch: string) => {
+    let w = writers.get(branch);
+    if (!w) writers.set(branch, (w = new StatusWriter({ remote, branch, node: o.node })));
+    return w;
+  };
+
+  const reconciler = new Reconciler({
+    node: o.node,
+    branch: o.branch,
+    remote,
+    dataPlane: o.dataPlane,
+    adoptedRevision: await adoptedRevision(remote, o.statusBranch ?? DEFAULT_STATUS_BRANCH, o, stateFile),
+    health: o.health,
+    postApplyGate: o.postApplyGate,
+    retry: o.retry,
+    log,
+    statusSink:
+      o.writeStatus === false
+        ? undefined
+        : async (status, branch, why) => {
+            const r = await writerFor(o.statusBranch ?? branch).write(status, why);
+            reconciler.counters.statusPushRetries += r.attempts - 1;
+          },
+  });
+
+  let retryTimer: NodeJS.Timeout | undefined;
+  const runner = new SerialRunner(
+    {
+      reconcile: async (why) => {
+        const before = reconciler.appliedRevision;
+        const out = await reconciler.reconcile(why);
+        if (reconciler.appliedRevision !== before || out.kind === 'applied')
+          await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision });
+        // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.
+        if (out.kind === 'failed' && out.rollback?.pushed) runner.trigger('reconcile', 'automatic revert');
+        // Transient failures come back on their own, with backoff.
+        clearTimeout(retryTimer);
+        const at = reconciler.nextRetryAt;
+        if (at) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
+      },
+      drift: async () => {
+        await reconciler.checkDrift();
+      },
+    },
+    (kind, err) => log.warn(`${kind} failed: ${(err as Error).message}`),
+  );
+
+  const schedules: Schedule[] = [];
+  let webhook: WebhookServer | undefined;
+  let refWatch: RefWatch | undefined;
+  try {
+    if (o.webhook) {
+      const { host, port } = parseListen(o.webhook.listen);
+      webhook = await startWebhook({
+        host,
+        port,
+        secret: o.webhook.secret,
+        branch: o.branch,
+        maxBodyBytes: o.webhook.maxBodyBytes,
+        onTrigger: (src) => runner.trigger('reconcile', src),
+        log,
+      });
+      log.info(`webhook listening on ${webhook.url}`);
+    }
+    if (o.poll) schedules.push(startSchedule({ spec: o.poll, onTick: () => runner.trigger('reconcile', 'poll') }));
+    schedules.push(startSchedule({ spec: o.drift ?? '60', onTick: () => runner.trigger('drift', 'drift check') }));
+    if (!isUrl(o.repo) && o.watchLocal !== false)
+      refWatch = await watchLocalBranch(remote, o.branch, (why) => runner.trigger('reconcile', why));
+  } catch (err) {
+    for (const s of schedules) s.stop();
+    await webhook?.close();
+    throw err;
+  }
+
+  runner.trigger('reconcile', 'start');
+  log.info(`gitlb run: node ${o.node}, ${remote.description} branch ${o.branch}`);
+
+  return {
+    reconciler,
+    runner,
+    remote,
+    webhook,
+    trigger: (why) => runner.trigger('reconcile', why),
+    idle: () => runner.idle(),
+    stop: async () => {
+      runner.stop();
+      clearTimeout(retryTimer);
+      for (const s of schedules) s.stop();
+      await webhook?.close();
+      await refWatch?.close();
+      await runner.idle();
+    },
+  };
+}

@@ -1,0 +1,221 @@
+// Runs the active health checks of one lb node: one self-rescheduling timer per target, all probes through one
+// semaphore (bounded sockets in flight), every probe bounded by its timeout and an AbortSignal. Nothing here awaits
+// on behalf of a caller: update(), observations(), snapshot() and the views are synchronous reads of current state,
+// so the reconcile loop is never blocked by a slow or dead backend. State flips are announced through onChange.
+import type { ConfigModel } from '../../render/model.js';
+import { localDownSet, resolveHealth, type Observations, type ResolvedHealth, type HealthView } from '../../render/health-quorum.js';
+import { initialHealth, stepHealth, type CheckResult, type HealthState, type RealHealth } from './hysteresis.js';
+import { runProbe, describeProbe } from './probes.js';
+import { Semaphore } from './semaphore.js';
+import { checkTargets, type CheckTarget } from './targets.js';
+
+export interface HealthChange {
+  service: string;
+  address: string;
+  from: HealthState;
+  to: HealthState;
+  /** ISO time of the check that flipped the state. */
+  at: string;
+  result: CheckResult;
+}
+
+export interface HealthCheckerOptions {
+  /** Upper bound on probes (sockets) in flight at once. Default 64. */
+  maxInFlight?: number;
+}
+
+/** Per-real status for `gitlb status` and status/<node>.yaml. */
+export interface RealHealthStatus {
+  state: HealthState;
+  since: string;
+  check: string;
+  lastCheck?: { ok: boolean; detail: string; at: string; durationMs: number };
+}
+
+export interface HealthSnapshot {
+  services: Record<string, { failOpen?: true; failClosed?: true; reals: Record<string, RealHealthStatus> }>;
+  stats: { targets: number; inFlight: number; maxInFlight: number; peakInFlight: number; checks: number };
+}
+
+interface Tracked {
+  target: CheckTarget;
+  /** Fingerprint of the check definition; a changed check starts again from `unknown`. */
+  fingerprint: string;
+  health: RealHealth;
+  timer?: NodeJS.Timeout;
+  abort: AbortController;
+  running: boolean;
+}
+
+export class HealthChecker {
+  private readonly sem: Semaphore;
+  private readonly tracked = new Map<string, Tracked>();
+  private readonly listeners = new Set<(e: HealthChange) => void>();
+  private model: ConfigModel | null = null;
+  private started = false;
+  private checks = 0;
+
+  constructor(opts: HealthCheckerOptions = {}) {
+    this.sem = new Semaphore(opts.maxInFlight ?? 64);
+  }
+
+  /** Installs the checks a revision asks for. Unchanged checks keep their state and rhythm. */
+  update(model: ConfigModel): void {
+    this.model = model;
+    const wanted = new Map(checkTargets(model).map((t) => [t.key, t]));
+    for (const [key, t] of this.tracked) {
+      const next = wanted.get(key);
+      if (!next || fingerprint(next) !== t.fingerprint) this.untrack(key, t);
+    }
+    for (const [key, target] of wanted) {
+      const t = this.tracked.get(key);
+      if (t) {
+        t.target = target; // same check; rise/fall may still have been retuned
+        continue;
+      }
+      const fresh: Tracked = { target, fingerprint: fingerprint(target), health: initialHealth(Date.now()), abort: new AbortController(), running: false };
+      this.tracked.set(key, fresh);
+      if (this.started) this.schedule(fresh, firstDelay(key, target.intervalMs));
+    }
+  }
+
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    for (const [key, t] of this.tracked) this.schedule(t, firstDelay(key, t.target.intervalMs));
+  }
+
+  /** Stops every timer and aborts probes in flight; resolves once they have all settled. */
+  async stop(): Promise<void> {
+    this.started = false;
+    for (const t of this.tracked.values()) {
+      clearTimeout(t.timer);
+      t.abort.abort(new Error('health checker stopped'));
+    }
+    const deadline = Date.now() + 2000;
+    while (this.sem.active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    for (const t of this.tracked.values()) t.abort = new AbortController();
+  }
+
+  /** Subscribes to state flips; returns the unsubscribe function. */
+  onChange(listener: (e: HealthChange) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  state(service: string, address: string): RealHealth | undefined {
+    const t = this.tracked.get(`${service}\u0000${address}`);
+    return t ? { ...t.health } : undefined;
+  }
+
+  /** What this node observes, for status/<node>.yaml. Reals still `unknown` are left out (no opinion). */
+  observations(): Observations {
+    const out: Observations = {};
+    for (const t of this.sortedTracked()) {
+      if (t.health.state === 'unknown') continue;
+      (out[t.target.service] ??= {})[t.target.address] = { up: t.health.state === 'up', since: iso(t.health.since) };
+    }
+    return out;
+  }
+
+  /** Local-mode health: this node's observations with each service's fail mode applied. */
+  resolveLocal(): ResolvedHealth {
+    if (!this.model) return resolveHealth({ services: [] } as unknown as ConfigModel, {});
+    return resolveHealth(this.model, localDownSet(this.observations()));
+  }
+
+  localView(): HealthView {
+    return this.resolveLocal().view;
+  }
+
+  snapshot(): HealthSnapshot {
+    const resolved = this.resolveLocal();
+    const services: HealthSnapshot['services'] = {};
+    for (const t of this.sortedTracked()) {
+      const entry = (services[t.target.service] ??= { reals: {} });
+      const h = t.health;
+      entry.reals[t.target.address] = {
+        state: h.state,
+        since: iso(h.since),
+        check: describeProbe(t.target.probe),
+        ...(h.last && { lastCheck: { ok: h.last.ok, detail: h.last.detail, at: iso(h.last.at), durationMs: h.last.durationMs } }),
+      };
+    }
+    for (const s of resolved.failOpen) if (services[s]) services[s].failOpen = true;
+    for (const s of resolved.failClosed) if (services[s]) services[s].failClosed = true;
+    return {
+      services,
+      stats: { targets: this.tracked.size, inFlight: this.sem.active, maxInFlight: this.sem.limit, peakInFlight: this.sem.highWater, checks: this.checks },
+    };
+  }
+
+  private sortedTracked(): Tracked[] {
+    return [...this.tracked.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, t]) => t);
+  }
+
+  private untrack(key: string, t: Tracked): void {
+    clearTimeout(t.timer);
+    t.abort.abort(new Error('check removed'));
+    this.tracked.delete(key);
+  }
+
+  private schedule(t: Tracked, delayMs: number): void {
+    clearTimeout(t.timer);
+    t.timer = setTimeout(() => void this.runOnce(t), Math.max(0, delayMs));
+    t.timer.unref(); // the daemon's own loop keeps the process alive, not pending checks
+  }
+
+  private async runOnce(t: Tracked): Promise<void> {
+    if (!this.started || t.running || this.tracked.get(t.target.key) !== t) return;
+    t.running = true;
+    const begun = Date.now();
+    const signal = t.abort.signal;
+    let release: (() => void) | undefined;
+    try {
+      release = await this.sem.acquire(signal);
+      const result = await runProbe(t.target.probe, signal);
+      if (signal.aborted || this.tracked.get(t.target.key) !== t) return; // removed or stopped meanwhile: discard
+      this.checks++;
+      this.record(t, result);
+    } catch {
+      return; // only an abort while queued lands here; the target is gone or the checker stopped
+    } finally {
+      release?.();
+      t.running = false;
+      // Fixed rate: the next check is due one interval after this one began, not after it ended.
+      if (this.started && this.tracked.get(t.target.key) === t && !signal.aborted) {
+        this.schedule(t, begun + t.target.intervalMs - Date.now());
+      }
+    }
+  }
+
+  private record(t: Tracked, result: CheckResult): void {
+    const { next, changed } = stepHealth(t.health, result, t.target.rise, t.target.fall);
+    const from = t.health.state;
+    t.health = next;
+    if (!changed) return;
+    const event: HealthChange = { service: t.target.service, address: t.target.address, from, to: next.state, at: iso(result.at), result };
+    for (const l of this.listeners) {
+      try {
+        l(event);
+      } catch {
+        // a listener's bug must not stop health checking
+      }
+    }
+  }
+}
+
+function fingerprint(t: CheckTarget): string {
+  return JSON.stringify(t.probe);
+}
+
+/** Spreads first checks over one interval, by a stable hash of the target, so a restart does not burst. */
+function firstDelay(key: string, intervalMs: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193) >>> 0;
+  return (h / 0x100000000) * Math.min(intervalMs, 1000);
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}

@@ -1,0 +1,451 @@
+// `gitlb lab`: builds the lab from its plan (topology.ts), records everything it made in a state file, and
+// removes exactly that on `down`.
+//
+// The lab's namespaces are named after an *anchor* process (`glb<anchorPid>-client`, ...), a detached
+// `sleep infinity` that lives exactly as long as the lab. So `cleanStale()` — run by any test or by
+// `gitlb lab clean` — treats a running lab as alive and a lab whose anchor died as stale, with no special case.
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, cpSync, readdirSync, rmdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  addAddrs,
+  addMultipathRoute,
+  addRoute,
+  cleanStale,
+  createBridge,
+  createNetns,
+  deleteNetns,
+  exec,
+  listNetns,
+  netnsPids,
+  nsArgv,
+  nsExec,
+  run,
+  setSysctl,
+  sleep,
+  vethPair,
+  waitForPort,
+} from './netns.js';
+import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
+import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
+
+export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
+export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
+export const DEFAULT_CONFIG_DIR = join(PROJECT_ROOT, 'sample-config-repo');
+
+export interface DaemonReport {
+  node: string;
+  started: boolean;
+  pid?: number;
+  reason: string;
+}
+
+export interface LabState {
+  version: 1;
+  /** `glb<anchorPid>-`: every namespace of this lab starts with it. */
+  prefix: string;
+  stateDir: string;
+  configDir: string;
+  createdAt: string;
+  /** True once `up` finished; a false value means `up` failed or is still running. */
+  complete: boolean;
+  plan: LabPlan;
+  /** Full names of the namespaces created, in creation order. */
+  namespaces: string[];
+  processes: LabProcess[];
+  git: { root: string; bare: string; work: string; url: string; repoUrl: string } | null;
+  daemons: DaemonReport[];
+  /** bpffs directories handed to daemons as their pin root; removed on `down`. */
+  pinRoots: string[];
+}
+
+export interface LabUpOptions {
+  /** Config directory (default: sample-config-repo/). Ignored when `spec` is given. */
+  configDir?: string;
+  /** A ready lab spec instead of a config directory (tests). */
+  spec?: LabSpec;
+  stateDir?: string;
+  /** Start `gitlb run` on every lb and backend node (default true). */
+  daemons?: boolean;
+  /** Put each backend's VIPs on its `lo` (default: when daemons are not started; the backend daemon does it otherwise). */
+  vipsOnLo?: boolean;
+  clientCount?: number;
+  log?: (line: string) => void;
+}
+
+export function statePath(stateDir = DEFAULT_STATE_DIR): string {
+  return join(stateDir, 'state.json');
+}
+
+export function readLabState(stateDir = DEFAULT_STATE_DIR): LabState | null {
+  const file = statePath(stateDir);
+  if (!existsSync(file)) return null;
+  const state = JSON.parse(readFileSync(file, 'utf8')) as LabState;
+  if (state.version !== 1) throw new Error(`${file}: unknown lab state version ${String(state.version)}`);
+  return state;
+}
+
+function writeLabState(state: LabState): void {
+  const file = statePath(state.stateDir);
+  writeFileSync(`${file}.tmp`, JSON.stringify(state, null, 2) + '\n');
+  renameSync(`${file}.tmp`, file); // atomic: a reader never sees half a file
+}
+
+/** Is the lab recorded in `state` still alive (its anchor process runs)? */
+export function labAlive(state: LabState): boolean {
+  const anchor = state.processes.find((p) => p.role === 'anchor');
+  return anchor !== undefined && isAlive(anchor);
+}
+
+function fullNs(state: LabState, short: string): string {
+  return state.prefix + short;
+}
+
+/** The namespace of a lab node (`lb-1`) or of a lab role (`client`, `router`, `git`, `sw`). */
+export function labNs(state: LabState, nodeOrShort: string): string {
+  const node = state.plan.nodes.find((n) => n.name === nodeOrShort);
+  return fullNs(state, node ? node.ns : nodeOrShort);
+}
+
+const GIT_ENV = {
+  ...process.env,
+  GIT_AUTHOR_NAME: 'gitlb lab',
+  GIT_AUTHOR_EMAIL: 'lab@gitlb.invalid',
+  GIT_COMMITTER_NAME: 'gitlb lab',
+  GIT_COMMITTER_EMAIL: 'lab@gitlb.invalid',
+};
+
+async function git(args: string[], cwd?: string): Promise<string> {
+  return (await run(['git', ...args], { env: GIT_ENV, cwd })).stdout;
+}
+
+/** Makes the config directory a Git repository with one commit, and a bare clone the server serves. */
+async function prepareGitRepo(configDir: string, stateDir: string): Promise<{ root: string; bare: string; work: string }> {
+  const root = join(stateDir, 'git');
+  const bare = join(root, GIT_REPO_NAME);
+  const work = join(stateDir, 'work');
+  mkdirSync(root, { recursive: true });
+  if (existsSync(join(configDir, '.git'))) {
+    await git(['clone', '--quiet', '--bare', configDir, bare]);
+  } else {
+    cpSync(configDir, work, { recursive: true, filter: (src) => !src.split('/').includes('.git') });
+    await git(['init', '--quiet', '-b', 'main'], work);
+    await git(['add', '-A'], work);
+    await git(['commit', '--quiet', '-m', 'Initial config from sample-config-repo'], work);
+    await git(['clone', '--quiet', '--bare', work, bare]);
+    rmSync(work, { recursive: true, force: true });
+  }
+  await git(['config', 'http.receivepack', 'true'], bare);
+  // A working clone for people (and `make demo`) to commit from; pushes go to the bare repo.
+  await git(['clone', '--quiet', bare, work]);
+  return { root, bare, work };
+}
+
+/** Builds the lab. On failure everything made so far is removed again and the error is rethrown. */
+export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
+  const log = opts.log ?? (() => {});
+  const stateDir = resolve(opts.stateDir ?? DEFAULT_STATE_DIR);
+  const configDir = resolve(opts.configDir ?? DEFAULT_CONFIG_DIR);
+  const startDaemonsToo = opts.daemons ?? true;
+  const vipsOnLo = opts.vipsOnLo ?? !startDaemonsToo;
+
+  const existing = readLabState(stateDir);
+  if (existing) {
+    if (labAlive(existing)) throw new Error(`a lab is already up (${existing.prefix}*, state ${statePath(stateDir)}); run 'gitlb lab down' first`);
+    log(`removing the remains of a dead lab (${existing.prefix}*)`);
+    await labDown(stateDir);
+  }
+
+  let spec = opts.spec;
+  if (!spec) {
+    const { loadConfigModel } = await import('./load-config.js');
+    spec = labSpecFromModel(await loadConfigModel(configDir), opts.clientCount);
+  }
+  const plan = planLab(spec); // pure: fails before anything is built
+  mkdirSync(join(stateDir, 'logs'), { recursive: true });
+
+  const anchor = spawnDetached('anchor', null, ['sleep', 'infinity'], join(stateDir, 'logs', 'anchor.log'));
+  const state: LabState = {
+    version: 1,
+    prefix: `glb${anchor.pid}-`,
+    stateDir,
+    configDir,
+    createdAt: new Date().toISOString(),
+    complete: false,
+    plan,
+    namespaces: [],
+    processes: [anchor],
+    git: null,
+    daemons: [],
+    pinRoots: [],
+  };
+  writeLabState(state);
+  try {
+    await buildNetwork(state, vipsOnLo, log);
+    await startGitServer(state, log);
+    await startBackendServers(state, log);
+    if (startDaemonsToo) await startDaemons(state, { log });
+    state.complete = true;
+    writeLabState(state);
+    log(`lab up: ${state.namespaces.length} namespaces with prefix ${state.prefix}, state in ${statePath(stateDir)}`);
+    return state;
+  } catch (err) {
+    log(`lab up failed: ${(err as Error).message}; removing what was built`);
+    await labDown(stateDir).catch(() => {});
+    throw err;
+  }
+}
+
+async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string) => void): Promise<void> {
+  const { plan } = state;
+  const ns = (short: string) => fullNs(state, short);
+  for (const n of plan.namespaces) {
+    state.namespaces.push(ns(n.short)); // recorded first, so a half-made namespace is still removed by down
+    writeLabState(state);
+    await createNetns(ns(n.short));
+  }
+  log(`namespaces: ${state.namespaces.join(' ')}`);
+  for (const b of plan.bridges) await createBridge(ns(b.ns), b.name);
+  for (const s of plan.sysctls) await setSysctl(ns(s.ns), s.key, s.value);
+  for (const l of plan.links) {
+    await vethPair({ ...l.a, ns: ns(l.a.ns) }, { ...l.b, ns: ns(l.b.ns) });
+    // Senders into an XDP (native) veth must not leave checksums partial: XDP_TX'd frames would carry them
+    // unfinished and be dropped. Cheap in a lab, so off everywhere.
+    for (const end of [l.a, l.b]) await run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, 'tx', 'off']));
+  }
+  for (const r of plan.routes) await addRoute(ns(r.ns), r.dest, r.spec);
+  for (const m of plan.multipath) await addMultipathRoute(ns(m.ns), m.dest, m.hops);
+  if (vipsOnLo) for (const l of plan.loAddrs) await addAddrs(ns(l.ns), 'lo', l.addrs);
+  log(`links, routes and ECMP (${plan.multipath.map((m) => m.dest).join(', ') || 'none'}) in place`);
+}
+
+async function startGitServer(state: LabState, log: (s: string) => void): Promise<void> {
+  const repo = await prepareGitRepo(state.configDir, state.stateDir);
+  const { ns: short, address, port } = state.plan.git;
+  const url = `http://${address}:${port}`;
+  state.git = { ...repo, url, repoUrl: `${url}/${GIT_REPO_NAME}` };
+  const argv = nodeScriptArgv('servers/git-server', ['--root', repo.root, '--host', address, '--port', String(port)]);
+  state.processes.push(spawnDetached('git-server', fullNs(state, short), argv, join(state.stateDir, 'logs', 'git-server.log'), { cwd: PROJECT_ROOT }));
+  writeLabState(state);
+  await waitForPort(fullNs(state, short), port, 'tcp', { timeoutMs: 20_000 });
+  log(`git server ${state.git.repoUrl}`);
+}
+
+async function startBackendServers(state: LabState, log: (s: string) => void): Promise<void> {
+  for (const s of state.plan.servers) {
+    const args = ['--name', s.node, ...s.tcpPorts.flatMap((p) => ['--tcp', String(p)]), ...s.udpPorts.flatMap((p) => ['--udp', String(p)])];
+    const argv = nodeScriptArgv('servers/backend', args);
+    const logFile = join(state.stateDir, 'logs', `backend-${s.node}.log`);
+    state.processes.push(spawnDetached('backend-server', fullNs(state, s.ns), argv, logFile, { node: s.node, cwd: PROJECT_ROOT }));
+    writeLabState(state);
+  }
+  for (const s of state.plan.servers) {
+    for (const p of s.tcpPorts) await waitForPort(fullNs(state, s.ns), p, 'tcp', { timeoutMs: 20_000 });
+    for (const p of s.udpPorts) await waitForPort(fullNs(state, s.ns), p, 'udp', { timeoutMs: 20_000 });
+  }
+  log(`backend servers: ${state.plan.servers.map((s) => `${s.node} (tcp ${s.tcpPorts.join(',')}, udp ${s.udpPorts.join(',')})`).join('; ')}`);
+}
+
+/** The argv prefix that runs the gitlb CLI the same way this process runs (source via tsx, or dist/). */
+function gitlbArgv(): { argv: string[]; commandFile: string } {
+  const fromSource = fileURLToPath(import.meta.url).endsWith('.ts');
+  if (fromSource) {
+    return {
+      argv: nodeScriptArgv('../../cli/main', []),
+      commandFile: join(PROJECT_ROOT, 'src', 'cli', 'commands', 'run.ts'),
+    };
+  }
+  return { argv: [join(PROJECT_ROOT, 'bin', 'gitlb')], commandFile: join(PROJECT_ROOT, 'dist', 'cli', 'commands', 'run.js') };
+}
+
+export interface StartDaemonsOptions {
+  log?: (line: string) => void;
+  /** `--poll` schedule for the daemons (the lab has no webhook wiring): seconds or cron. Default '2'. */
+  poll?: string;
+  /** Further `gitlb run` arguments for every daemon. */
+  extraArgs?: string[];
+}
+
+/**
+ * Starts `gitlb run --repo <url> --node <name> --interface <if>` inside every lb and backend namespace.
+ * Guarded: when the `run` command does not exist yet, nothing is started and each report says so. Options the
+ * command advertises in its --help are used to keep each lab's daemons apart from anything else on the machine:
+ * `--pin-root` under /sys/fs/bpf/gitlb/<lab>, `--cache-dir` under the lab's state dir, and `--poll`.
+ * A daemon that exits within its first second is reported with the tail of its log.
+ */
+export async function startDaemons(state: LabState, opts: StartDaemonsOptions = {}): Promise<DaemonReport[]> {
+  const log = opts.log ?? (() => {});
+  const { argv: gitlb, commandFile } = gitlbArgv();
+  if (!existsSync(commandFile)) {
+    const reason = `gitlb run is not available (${commandFile} missing); no daemons started`;
+    log(reason);
+    return state.plan.nodes.map((n) => ({ node: n.name, started: false, reason }));
+  }
+  if (!state.git) throw new Error('startDaemons: the lab has no git server');
+  const help = await exec([...gitlb, 'run', '--help'], { timeoutMs: 30_000, cwd: PROJECT_ROOT });
+  if (help.code !== 0) {
+    const reason = `gitlb run --help failed (exit ${help.code}): ${help.stderr.trim().slice(-300)}; no daemons started`;
+    log(reason);
+    return state.plan.nodes.map((n) => ({ node: n.name, started: false, reason }));
+  }
+  const supports = (flag: string) => help.stdout.includes(flag);
+  const pinRoot = `/sys/fs/bpf/gitlb/${state.prefix.replace(/-$/, '')}`;
+  if (supports('--pin-root') && !state.pinRoots.includes(pinRoot)) state.pinRoots.push(pinRoot);
+  const started: { node: string; proc: LabProcess }[] = [];
+  for (const node of state.plan.nodes) {
+    const args = ['run', '--repo', state.git.repoUrl, '--node', node.name, '--interface', node.interface];
+    if (supports('--pin-root')) args.push('--pin-root', pinRoot);
+    if (supports('--cache-dir')) args.push('--cache-dir', join(state.stateDir, 'cache', node.name));
+    if (supports('--poll')) args.push('--poll', opts.poll ?? '2');
+    args.push(...(opts.extraArgs ?? []));
+    const logFile = join(state.stateDir, 'logs', `daemon-${node.name}.log`);
+    const proc = spawnDetached('daemon', fullNs(state, node.ns), [...gitlb, ...args], logFile, { node: node.name, cwd: PROJECT_ROOT });
+    state.processes.push(proc);
+    started.push({ node: node.name, proc });
+    writeLabState(state);
+  }
+  await sleep(1000);
+  const reports: DaemonReport[] = [];
+  for (const { node, proc } of started) {
+    if (isAlive(proc)) {
+      reports.push({ node, started: true, pid: proc.pid, reason: 'running' });
+    } else {
+      const tail = readTail(proc.log, 400);
+      reports.push({ node, started: false, pid: proc.pid, reason: `exited at once: ${tail || '(no output)'}` });
+    }
+  }
+  state.daemons = reports;
+  writeLabState(state);
+  for (const r of reports) log(`daemon ${r.node}: ${r.started ? `running (pid ${r.pid})` : r.reason}`);
+  return reports;
+}
+
+function readTail(file: string, chars: number): string {
+  try {
+    const text = readFileSync(file, 'utf8').trim();
+    return text.slice(-chars).replace(/\s+/g, ' ');
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Removes exactly what the recorded lab made: stops its processes (only if still the same processes),
+ * deletes its namespaces, its bpffs pin roots and its files. Returns what it did; no state means nothing to do.
+ */
+export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: number; namespaces: string[] } | null> {
+  const state = readLabState(stateDir);
+  if (!state) return null;
+  let stopped = 0;
+  // Daemons first (they use the servers), the anchor last (until then the lab counts as alive).
+  const order = ['daemon', 'backend-server', 'git-server', 'anchor'];
+  const procs = [...state.processes].sort((a, b) => order.indexOf(a.role) - order.indexOf(b.role));
+  for (const p of procs) if ((await stopLabProcess(p)) === 'stopped') stopped++;
+  const removed: string[] = [];
+  for (const ns of [...state.namespaces].reverse()) {
+    if (!ns.startsWith(state.prefix)) continue; // never anything the state file did not make
+    if (listNetns().includes(ns)) {
+      await deleteNetns(ns);
+      removed.push(ns);
+    }
+  }
+  for (const pin of state.pinRoots) if (pin.startsWith('/sys/fs/bpf/gitlb/glb')) rmSync(pin, { recursive: true, force: true });
+  for (const sub of ['git', 'work', 'logs', 'cache']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
+  rmSync(statePath(state.stateDir), { force: true });
+  try {
+    if (readdirSync(state.stateDir).length === 0) rmdirSync(state.stateDir);
+  } catch {
+    /* not ours to insist on */
+  }
+  return { stopped, namespaces: removed };
+}
+
+export interface LabStatus {
+  up: boolean;
+  complete: boolean;
+  prefix: string;
+  stateFile: string;
+  git: LabState['git'];
+  namespaces: { name: string; role: string; node?: string; exists: boolean; addrs: string[]; pids: number[] }[];
+  processes: { role: string; node?: string; ns: string | null; pid: number; alive: boolean; log: string }[];
+  daemons: DaemonReport[];
+  ecmp: string[];
+}
+
+/** What the recorded lab looks like now, read from the kernel and /proc (not from the state file alone). */
+export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus | null> {
+  const state = readLabState(stateDir);
+  if (!state) return null;
+  const present = new Set(listNetns());
+  const namespaces: LabStatus['namespaces'] = [];
+  for (const n of state.plan.namespaces) {
+    const name = fullNs(state, n.short);
+    const exists = present.has(name);
+    let addrs: string[] = [];
+    if (exists) {
+      const r = await nsExec(name, ['ip', '-br', 'addr', 'show'], { timeoutMs: 5000 });
+      addrs = r.stdout
+        .split('\n')
+        .map((l) => l.trim().split(/\s+/))
+        .filter((f) => f.length > 2)
+        .flatMap(([dev, , ...a]) => a.filter((x) => !x.startsWith('fe80') && x !== '::1/128' && !x.startsWith('127.')).map((x) => `${dev!.split('@')[0]} ${x}`));
+    }
+    namespaces.push({ name, role: n.role, ...(n.node ? { node: n.node } : {}), exists, addrs, pids: exists ? await netnsPids(name) : [] });
+  }
+  const ecmp: string[] = [];
+  const router = fullNs(state, state.plan.router.ns);
+  if (present.has(router)) {
+    for (const m of state.plan.multipath) {
+      const fam = m.dest.includes(':') ? '-6' : '-4';
+      const r = await nsExec(router, ['ip', fam, 'route', 'show', m.dest], { timeoutMs: 5000 });
+      ecmp.push(r.stdout.trim().replace(/\s+/g, ' '));
+    }
+  }
+  return {
+    up: labAlive(state),
+    complete: state.complete,
+    prefix: state.prefix,
+    stateFile: statePath(stateDir),
+    git: state.git,
+    namespaces,
+    processes: state.processes.map((p) => ({ role: p.role, ...(p.node ? { node: p.node } : {}), ns: p.ns, pid: p.pid, alive: isAlive(p), log: p.log })),
+    daemons: state.daemons,
+    ecmp,
+  };
+}
+
+export function formatLabStatus(s: LabStatus): string {
+  const lines: string[] = [];
+  lines.push(`lab ${s.up ? 'UP' : 'DOWN (anchor process gone: run gitlb lab down or clean)'}${s.complete ? '' : ' (incomplete)'}  prefix ${s.prefix}  state ${s.stateFile}`);
+  if (s.git) lines.push(`git server  ${s.git.repoUrl}   working clone ${s.git.work}`);
+  lines.push('', 'namespaces:');
+  for (const n of s.namespaces) {
+    lines.push(`  ${n.name.padEnd(22)} ${(n.node ?? n.role).padEnd(8)} ${n.exists ? '' : 'MISSING '}${n.pids.length ? `pids ${n.pids.join(',')}` : ''}`);
+    for (const a of n.addrs) lines.push(`      ${a}`);
+  }
+  lines.push('', 'processes:');
+  for (const p of s.processes) lines.push(`  ${p.role.padEnd(15)} ${(p.node ?? '').padEnd(6)} pid ${String(p.pid).padEnd(8)} ${p.alive ? 'running' : 'DEAD'}  ${p.ns ?? '(host)'}`);
+  lines.push('', 'daemons:');
+  if (s.daemons.length === 0) lines.push('  none (started with --no-daemons)');
+  for (const d of s.daemons) lines.push(`  ${d.node.padEnd(6)} ${d.started ? `running pid ${d.pid}` : `not running: ${d.reason}`}`);
+  lines.push('', 'router ECMP:');
+  for (const r of s.ecmp) lines.push(`  ${r}`);
+  return lines.join('\n') + '\n';
+}
+
+/**
+ * Removes stale labs and namespaces: a recorded lab whose anchor is gone is taken down (its processes and
+ * files too), then every `glb<pid>-*` namespace whose creating pid is dead. A running lab is never touched.
+ */
+export async function labClean(stateDir = DEFAULT_STATE_DIR): Promise<{ lab: string | null; namespaces: string[] }> {
+  const state = readLabState(stateDir);
+  let lab: string | null = null;
+  const keep: string[] = [];
+  if (state && !labAlive(state)) {
+    await labDown(stateDir);
+    lab = state.prefix;
+  } else if (state) {
+    keep.push(...state.namespaces);
+  }
+  return { lab, namespaces: await cleanStale('glb', { keep }) };
+}

@@ -1,0 +1,392 @@
+// One node's reconciler: fetch -> validate -> render -> plan against live -> apply -> read back -> status.
+// The data plane is reached only through the DataPlane interface (src/bpf/dataplane/index.ts), so the same
+// core drives an lb node (XDP) and a backend node (TC).
+//
+// Invariants (docs/reconciler.md):
+// - Anything failing before apply leaves the data plane untouched; a failing apply is undone by the data
+//   plane itself; a failing read-back or health gate re-applies the last good state.
+// - A failed revision is recorded with its stage and reason; the node keeps serving its last good revision.
+//   Transient failures (apply, read-back) are retried with exponential backoff; deterministic ones
+//   (validation, render) are not. A newer commit always supersedes a failed one.
+// - After a restart the first reconcile adopts the pinned maps: it applies the last good revision again,
+//   which writes nothing when nothing changed.
+import { parseConfig, formatDiagnostic } from '../render/config/index.js';
+import { renderDesiredState, type HealthView } from '../render/desired.js';
+import type { ConfigModel } from '../render/model.js';
+import type { DesiredState } from '../render/state.js';
+import type { ApplyReport, DataPlane } from '../bpf/dataplane/index.js';
+import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-objects.js';
+import type { GitRemote } from './source/git-remote.js';
+import { diffLive, type LiveDiff } from './live-diff.js';
+import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
+import {
+  emptyCounters,
+  type AttemptResult,
+  type FailureStage,
+  type NodeStatus,
+  type StatusAttempt,
+  type StatusCounters,
+} from './status/status-doc.js';
+
+export const DEFAULT_STATUS_BRANCH = 'gitlb-status';
+
+/** Post-apply health gate (health engineer's hook): pass=false rolls the data plane back to the last good state. */
+export type PostApplyGate = (ctx: {
+  revision: string;
+  before: DesiredState | null;
+  after: DesiredState;
+  model: ConfigModel;
+}) => Promise<{ pass: boolean; reason: string }>;
+
+export interface Logger {
+  info(msg: string): void;
+  warn(msg: string): void;
+}
+
+export interface ReconcilerOptions {
+  node: string;
+  branch: string;
+  remote: GitRemote;
+  dataPlane: DataPlane;
+  /** Writes status to Git; omitted in unit use. Receives the status branch from the applied config. */
+  statusSink?: (status: NodeStatus, statusBranch: string, why: string) => Promise<void>;
+  /** Revision the pinned data plane serves (from local state or this node's status file); adopted at start. */
+  adoptedRevision?: string | null;
+  health?: () => HealthView | undefined;
+  postApplyGate?: PostApplyGate;
+  retry?: { baseMs: number; maxMs: number };
+  clock?: () => Date;
+  log?: Logger;
+}
+
+export type Outcome =
+  | { kind: 'unchanged'; revision: string; report?: ApplyReport }
+  | { kind: 'applied'; revision: string; report: ApplyReport; plan: LiveDiff; warnings: string[] }
+  | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
+  | { kind: 'waiting'; revision: string; retryAt: Date; reason: string };
+
+interface FailedRevision {
+  stage: FailureStage;
+  reason: string;
+  retryable: boolean;
+  attempts: number;
+  retryAt: number; // epoch ms; Infinity when not retryable
+}
+
+const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
+const quietLog: Logger = { info: () => {}, warn: () => {} };
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export class Reconciler {
+  readonly counters: StatusCounters = emptyCounters();
+  private applied: string | null;
+  private appliedAt: string | null = null;
+  private appliedModel: ConfigModel | null = null;
+  private appliedDesired: DesiredState | null = null;
+  private adopting: boolean;
+  private lastAttempt: StatusAttempt | null = null;
+  private lastFailure: StatusAttempt | null = null;
+  private warnings: string[] = [];
+  private readonly failed = new Map<string, FailedRevision>();
+  private readonly startedAt: string;
+  private readonly clock: () => Date;
+  private readonly log: Logger;
+  private readonly retry: { baseMs: number; maxMs: number };
+  private lastServices: NodeStatus['services'] = [];
+  /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
+  lastReport: ApplyReport | null = null;
+
+  constructor(private readonly o: ReconcilerOptions) {
+    this.clock = o.clock ?? (() => new Date());
+    this.log = o.log ?? quietLog;
+    this.retry = o.retry ?? { baseMs: 1000, maxMs: 300_000 };
+    this.applied = o.adoptedRevision ?? null;
+    this.adopting = true;
+    this.startedAt = this.clock().toISOString();
+  }
+
+  get appliedRevision(): string | null {
+    return this.applied;
+  }
+
+  get desired(): DesiredState | null {
+    return this.appliedDesired;
+  }
+
+  /** When the earliest pending retry of a failed revision is due (for the daemon's timer), or null. */
+  get nextRetryAt(): Date | null {
+    let t = Infinity;
+    for (const f of this.failed.values()) if (f.retryable) t = Math.min(t, f.retryAt);
+    return Number.isFinite(t) ? new Date(t) : null;
+  }
+
+  /** The status branch named by the applied config (Cluster.spec.status.branch). */
+  get statusBranch(): string {
+    return this.appliedModel?.cluster.spec.status.branch ?? DEFAULT_STATUS_BRANCH;
+  }
+
+  snapshot(): NodeStatus {
+    const now = this.clock().toISOString();
+    return {
+      apiVersion: 'gitlb/v1',
+      kind: 'NodeStatus',
+      node: this.o.node,
+      role: this.appliedDesired?.role ?? 'lb',
+      branch: this.o.branch,
+      appliedRevision: this.applied,
+      appliedAt: this.appliedAt,
+      lastAttempt: this.lastAttempt,
+      lastFailure: this.lastFailure,
+      warnings: [...this.warnings],
+      services: this.lastServices,
+      counters: { ...this.counters },
+      startedAt: this.startedAt,
+      updatedAt: now,
+    };
+  }
+
+  private async publish(why: string): Promise<void> {
+    if (!this.o.statusSink) return;
+    try {
+      await this.o.statusSink(this.snapshot(), this.statusBranch, why);
+    } catch (err) {
+      this.log.warn(`status write failed: ${errorText(err)}`);
+    }
+  }
+
+  private attempt(revision: string, result: AttemptResult, stage?: FailureStage, reason?: string): StatusAttempt {
+    const a: StatusAttempt = { revision, result, at: this.clock().toISOString() };
+    if (stage) a.stage = stage;
+    if (reason) a.reason = reason;
+    return a;
+  }
+
+  /** Fills per-service status from the desired state and the digests read back from the kernel. */
+  private async refreshServices(desired: DesiredState): Promise<void> {
+    const live = await this.o.dataPlane.readLive();
+    const liveDigest = new Map(live.services.map((s) => [s.id, s.digest]));
+    this.lastServices = desired.services.map((s) => ({
+      name: s.name,
+      id: s.id,
+      tableSize: s.tableSize,
+      digest: liveDigest.get(s.id) ?? s.digest,
+      reals: s.reals.map((r) => ({ address: r.address, weight: r.weight, state: r.state, healthy: r.healthy, entries: r.entries })),
+    }));
+  }
+
+  private countReport(r: ApplyReport): void {
+    this.lastReport = r;
+    this.counters.mapWrites += r.mapWrites;
+    this.counters.mapDeletes += r.mapDeletes;
+    this.counters.ringSwitches += r.ringSwitches;
+  }
+
+  /** One reconcile pass. Never throws for revision problems: they end in a recorded, published failure. */
+  async reconcile(trigger = 'manual'): Promise<Outcome> {
+    this.counters.reconciles++;
+    let head: string | null;
+    try {
+      head = await this.o.remote.fetch(this.o.branch, { depth: 1 });
+      if (!head) throw new Error(`branch '${this.o.branch}' not found in ${this.o.remote.description}`);
+    } catch (err) {
+      // No revision to record against; the next trigger or poll tries again.
+      this.counters.failures++;
+      this.log.warn(`fetch failed: ${errorText(err)}`);
+      return { kind: 'failed', revision: null, stage: 'fetch', reason: errorText(err) };
+    }
+
+    if (head === this.applied && !this.adopting) return { kind: 'unchanged', revision: head };
+
+    // A newer commit supersedes every failed one.
+    for (const rev of [...this.failed.keys()]) if (rev !== head) this.failed.delete(rev);
+    const prior = this.failed.get(head);
+    if (prior) {
+      if (!prior.retryable) return { kind: 'failed', revision: head, stage: prior.stage, reason: prior.reason };
+      if (this.clock().getTime() < prior.retryAt)
+        return { kind: 'waiting', revision: head, retryAt: new Date(prior.retryAt), reason: prior.reason };
+    }
+    return this.reconcileRevision(head, trigger);
+  }
+
+  private async reconcileRevision(head: string, trigger: string): Promise<Outcome> {
+    const { remote, branch, node, dataPlane } = this.o;
+    const warnings: string[] = [];
+    const adopting = this.adopting;
+
+    // History rewrites: applied, but said out loud.
+    if (this.applied && head !== this.applied) {
+      let rel;
+      try {
+        rel = await ancestry(remote, branch, this.applied, head);
+      } catch (err) {
+        rel = 'unknown' as const;
+        this.log.warn(`ancestry check failed: ${errorText(err)}`);
+      }
+      if (rel === 'not-descendant') {
+        this.counters.forcePushes++;
+        warnings.push(
+          `force-push: ${head.slice(0, 12)} does not descend from the previously applied ${this.applied.slice(0, 12)}; history of '${branch}' was rewritten`,
+        );
+      } else if (rel === 'unknown')
+        warnings.push(`could not establish that ${head.slice(0, 12)} descends from ${this.applied.slice(0, 12)}`);
+    }
+
+    // Validate.
+    let model: ConfigModel;
+    try {
+      const files = await readRevisionFiles(remote.gitdir, head);
+      const parsed = parseConfig(files);
+      const errors = parsed.diagnostics.filter((d) => d.severity === 'error');
+      if (!parsed.model || errors.length) {
+        const shown = errors.slice(0, 5).map(formatDiagnostic);
+        if (errors.length > 5) shown.push(`(${errors.length - 5} more errors)`);
+        return this.fail(head, 'validate', shown.join('; ') || 'configuration rejected', null);
+      }
+      model = parsed.model;
+    } catch (err) {
+      return this.fail(head, 'validate', errorText(err), null);
+    }
+
+    // Render.
+    let desired: DesiredState;
+    try {
+      desired = renderDesiredState(model, node, this.o.health?.());
+    } catch (err) {
+      return this.fail(head, 'render', errorText(err), model);
+    }
+
+    // Plan against the live maps, then apply. The data plane restores its previous state if apply fails.
+    let plan: LiveDiff;
+    let report: ApplyReport;
+    try {
+      plan = diffLive(await dataPlane.readLive(), desired);
+      report = await dataPlane.apply(desired);
+      this.countReport(report);
+    } catch (err) {
+      return this.fail(head, 'apply', errorText(err), model);
+    }
+
+    // Read back: the kernel must now hold exactly what was rendered.
+    const after = diffLive(await dataPlane.readLive(), desired);
+    if (after.differences.length) {
+      await this.restoreLastGood();
+      return this.fail(head, 'readback', `live maps differ after apply: ${after.differences.slice(0, 5).join('; ')}`, model);
+    }
+
+    if (this.o.postApplyGate && !adopting) {
+      let gate;
+      try {
+        gate = await this.o.postApplyGate({ revision: head, before: this.appliedDesired, after: desired, model });
+      } catch (err) {
+        gate = { pass: false, reason: `gate error: ${errorText(err)}` };
+      }
+      if (!gate.pass) {
+        await this.restoreLastGood();
+        return this.fail(head, 'health', gate.reason, model);
+      }
+    }
+
+    const changed = head !== this.applied || report.mapWrites + report.mapDeletes + report.ringSwitches > 0;
+    this.adopting = false;
+    this.failed.delete(head);
+    if (head !== this.applied || !this.appliedAt) this.appliedAt = this.clock().toISOString();
+    this.applied = head;
+    this.appliedModel = model;
+    this.appliedDesired = desired;
+    this.warnings = warnings;
+    if (changed) this.counters.applies++;
+    await this.refreshServices(desired);
+    const result: AttemptResult = changed ? 'applied' : 'unchanged';
+    this.lastAttempt = this.attempt(head, result);
+    for (const w of warnings) this.log.warn(w);
+    this.log.info(
+      `${result} ${head.slice(0, 12)} (${trigger}${adopting ? ', adopted pinned state' : ''}): ` +
+        `${report.mapWrites} map writes, ${report.mapDeletes} deletes, ${report.ringSwitches} ring switches`,
+    );
+    await this.publish(adopting ? `start (${trigger})` : trigger);
+    return changed
+      ? { kind: 'applied', revision: head, report, plan, warnings }
+      : { kind: 'unchanged', revision: head, report };
+  }
+
+  /** Re-applies the last good desired state after a post-apply problem (read-back mismatch, health gate). */
+  private async restoreLastGood(): Promise<void> {
+    if (!this.appliedDesired) return;
+    try {
+      this.countReport(await this.o.dataPlane.apply(this.appliedDesired));
+    } catch (err) {
+      this.log.warn(`restoring last good revision failed: ${errorText(err)}`);
+    }
+  }
+
+  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null): Promise<Outcome> {
+    this.counters.failures++;
+    const prior = this.failed.get(head);
+    const attempts = (prior?.attempts ?? 0) + 1;
+    const retryable = RETRYABLE.has(stage);
+    const delay = Math.min(this.retry.maxMs, this.retry.baseMs * 2 ** (attempts - 1));
+    this.failed.set(head, {
+      stage,
+      reason,
+      retryable,
+      attempts,
+      retryAt: retryable ? this.clock().getTime() + delay : Infinity,
+    });
+    this.lastAttempt = this.lastFailure = this.attempt(head, 'failed', stage, reason);
+    this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`);
+    await this.publish(`failed at ${stage}`);
+
+    let rollback: RevertOutcome | undefined;
+    if (!retryable && this.rollbackPolicy(model) === 'auto') rollback = await this.autoRevert(head, stage, reason);
+    return rollback ? { kind: 'failed', revision: head, stage, reason, rollback } : { kind: 'failed', revision: head, stage, reason };
+  }
+
+  /** The policy in force: the last good config's, or the failing revision's when nothing was applied yet. */
+  private rollbackPolicy(failingModel: ConfigModel | null): 'auto' | 'manual' {
+    return (this.appliedModel ?? failingModel)?.cluster.spec.rollback.policy ?? 'manual';
+  }
+
+  private async autoRevert(head: string, stage: FailureStage, reason: string): Promise<RevertOutcome> {
+    let outcome: RevertOutcome;
+    try {
+      const info = await readCommitInfo(this.o.remote.gitdir, head);
+      if (isRevertMessage(info.message)) outcome = { pushed: false, why: 'never revert a revert' };
+      else
+        outcome = await pushAutoRevert({
+          remote: this.o.remote,
+          branch: this.o.branch,
+          bad: head,
+          lastGood: this.applied,
+          reason: `${stage}: ${reason}`,
+          node: this.o.node,
+          now: this.clock(),
+        });
+    } catch (err) {
+      outcome = { pushed: false, why: `revert failed: ${errorText(err)}` };
+    }
+    if (outcome.pushed) {
+      this.counters.rollbacksPushed++;
+      this.log.warn(`pushed automatic revert ${outcome.commit.slice(0, 12)} of ${head.slice(0, 12)}`);
+    } else this.log.info(`no automatic revert of ${head.slice(0, 12)}: ${outcome.why}`);
+    return outcome;
+  }
+
+  /** Drift check: compare the kernel with the applied revision's desired state; repair and count differences. */
+  async checkDrift(): Promise<{ differences: string[]; report?: ApplyReport }> {
+    const desired = this.appliedDesired;
+    if (!desired) return { differences: [] };
+    this.counters.driftChecks++;
+    const drift = diffLive(await this.o.dataPlane.readLive(), desired);
+    if (!drift.differences.length) return { differences: [] };
+    const report = await this.o.dataPlane.apply(desired);
+    this.countReport(report);
+    this.counters.driftRepairs++;
+    this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`);
+    await this.refreshServices(desired);
+    await this.publish(`drift repaired: ${drift.differences.length} differences`);
+    return { differences: drift.differences, report };
+  }
+}

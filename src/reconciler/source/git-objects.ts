@@ -1,0 +1,177 @@
+// Reading and writing Git objects with isomorphic-git: config files of a revision, ancestry on shallow
+// caches, and commits that replace one file (status) or restore a parent's tree (revert).
+import * as fs from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import git, { type TreeEntry } from 'isomorphic-git';
+import type { GitRemote } from './git-remote.js';
+
+export interface RevisionFile {
+  path: string; // repo-relative, '/' separators
+  content: Uint8Array;
+}
+
+export interface CommitInfo {
+  oid: string;
+  tree: string;
+  parents: string[];
+  message: string;
+  author: { name: string; email: string; timestamp: number };
+}
+
+const YAML_FILE = /\.ya?ml$/i;
+/** Top-level directories that never hold config: the status written back by nodes, and Git's own. */
+const SKIPPED_TOP = new Set(['status', '.git']);
+
+/** The YAML files of a revision (same selection as readConfigDir: no status/, no non-YAML files), sorted by path. */
+export async function readRevisionFiles(gitdir: string, oid: string): Promise<RevisionFile[]> {
+  const out: RevisionFile[] = [];
+  const cache = {};
+  async function walkTree(treeOid: string, prefix: string): Promise<void> {
+    const { tree } = await git.readTree({ fs, gitdir, oid: treeOid, cache });
+    for (const entry of tree) {
+      const path = prefix ? `${prefix}/${entry.path}` : entry.path;
+      if (entry.type === 'tree') {
+        if (!prefix && SKIPPED_TOP.has(entry.path)) continue;
+        await walkTree(entry.oid, path);
+      } else if (entry.type === 'blob' && YAML_FILE.test(entry.path)) {
+        const { blob } = await git.readBlob({ fs, gitdir, oid: entry.oid, cache });
+        out.push({ path, content: blob });
+      }
+    }
+  }
+  const { commit } = await git.readCommit({ fs, gitdir, oid, cache });
+  await walkTree(commit.tree, '');
+  return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+export async function readCommitInfo(gitdir: string, oid: string): Promise<CommitInfo> {
+  const { commit } = await git.readCommit({ fs, gitdir, oid });
+  return {
+    oid,
+    tree: commit.tree,
+    parents: commit.parent,
+    message: commit.message,
+    author: { name: commit.author.name, email: commit.author.email, timestamp: commit.author.timestamp },
+  };
+}
+
+async function readShallows(gitdir: string): Promise<Set<string>> {
+  try {
+    return new Set((await readFile(join(gitdir, 'shallow'), 'utf8')).split('\n').filter(Boolean));
+  } catch {
+    return new Set();
+  }
+}
+
+export type Ancestry = 'descendant' | 'not-descendant' | 'unknown';
+
+/**
+ * Is `head` equal to or a descendant of `ancestor`? Breadth-first over parents; a walk that reaches a shallow
+ * boundary (or a missing object) without finding it cannot tell, and says 'unknown'.
+ */
+export async function ancestryLocal(gitdir: string, ancestor: string, head: string, maxCommits = 100_000): Promise<Ancestry> {
+  if (ancestor === head) return 'descendant';
+  const shallows = await readShallows(gitdir);
+  const cache = {};
+  const queue = [head];
+  const seen = new Set(queue);
+  let incomplete = false;
+  for (let n = 0; queue.length && n < maxCommits; n++) {
+    const oid = queue.shift()!;
+    let parents: string[];
+    try {
+      parents = (await git.readCommit({ fs, gitdir, oid, cache })).commit.parent;
+    } catch {
+      incomplete = true;
+      continue;
+    }
+    if (parents.includes(ancestor)) return 'descendant';
+    if (shallows.has(oid)) {
+      incomplete = true;
+      continue;
+    }
+    for (const p of parents) if (!seen.has(p)) (seen.add(p), queue.push(p));
+  }
+  return incomplete || queue.length ? 'unknown' : 'not-descendant';
+}
+
+/** Ancestry, deepening a shallow cache as needed (doubling, up to `maxDepth` commits). */
+export async function ancestry(
+  remote: GitRemote,
+  branch: string,
+  ancestor: string,
+  head: string,
+  maxDepth = 4096,
+): Promise<Ancestry> {
+  let result = await ancestryLocal(remote.gitdir, ancestor, head);
+  for (let extra = 16; result === 'unknown' && extra <= maxDepth; extra *= 2) {
+    await remote.deepen(branch, extra);
+    result = await ancestryLocal(remote.gitdir, ancestor, head);
+  }
+  return result;
+}
+
+/** A tree equal to `baseTree` (or empty) with `path` set to `content`; returns the new tree's oid. */
+export async function treeWithFile(gitdir: string, baseTree: string | null, path: string, content: Uint8Array): Promise<string> {
+  const blob = await git.writeBlob({ fs, gitdir, blob: content });
+  async function put(treeOid: string | null, parts: string[]): Promise<string> {
+    const entries: TreeEntry[] = treeOid ? (await git.readTree({ fs, gitdir, oid: treeOid })).tree : [];
+    const [name, ...rest] = parts;
+    const existing = entries.find((e) => e.path === name);
+    const kept = entries.filter((e) => e.path !== name);
+    if (rest.length === 0) kept.push({ mode: '100644', path: name!, oid: blob, type: 'blob' });
+    else {
+      const sub = await put(existing && existing.type === 'tree' ? existing.oid : null, rest);
+      kept.push({ mode: '040000', path: name!, oid: sub, type: 'tree' });
+    }
+    return git.writeTree({ fs, gitdir, tree: kept });
+  }
+  return put(baseTree, path.split('/'));
+}
+
+/** The blob at `path` in a commit, or null. */
+export async function readFileAt(gitdir: string, commit: string, path: string): Promise<Uint8Array | null> {
+  try {
+    const { blob } = await git.readBlob({ fs, gitdir, oid: commit, filepath: path });
+    return blob;
+  } catch (err) {
+    if ((err as { code?: string }).code === 'NotFoundError') return null;
+    throw err;
+  }
+}
+
+export interface Signature {
+  name: string;
+  email: string;
+  timestamp: number; // seconds
+  timezoneOffset: number;
+}
+
+export async function writeCommitObject(
+  gitdir: string,
+  c: { tree: string; parents: string[]; message: string; author: Signature },
+): Promise<string> {
+  return git.writeCommit({
+    fs,
+    gitdir,
+    commit: { tree: c.tree, parent: c.parents, message: c.message, author: c.author, committer: c.author },
+  });
+}
+
+/** Commits of `branch` newest first, following first parents, as far as the cache holds them. */
+export async function firstParentLog(gitdir: string, head: string, max = 10_000): Promise<CommitInfo[]> {
+  const out: CommitInfo[] = [];
+  let oid: string | undefined = head;
+  while (oid && out.length < max) {
+    let info: CommitInfo;
+    try {
+      info = await readCommitInfo(gitdir, oid);
+    } catch {
+      break; // shallow boundary
+    }
+    out.push(info);
+    oid = info.parents[0];
+  }
+  return out;
+}

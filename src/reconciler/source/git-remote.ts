@@ -1,0 +1,199 @@
+// Where a node's Git objects come from and where its commits go: an HTTP(S) remote fetched with
+// isomorphic-git into a per-node cache, or (development) a local repository read from its own objects.
+// Both expose the same small surface so the reconciler, status writer and rollback never care which.
+import * as fs from 'node:fs';
+import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import git from 'isomorphic-git';
+import http from 'isomorphic-git/http/node';
+import { type GitCredentials, redactUrl, redactText } from './credentials.js';
+
+export interface GitRemote {
+  /** Git directory holding the objects this process reads and writes. */
+  readonly gitdir: string;
+  /** Safe to log (no userinfo). */
+  readonly description: string;
+  /** Brings `branch` up to date locally; returns its head commit, or null when the branch does not exist. */
+  fetch(branch: string, opts?: { depth?: number }): Promise<string | null>;
+  /** Fetches `extra` more commits of history behind what is there (for ancestry checks on shallow caches). */
+  deepen(branch: string, extra: number): Promise<void>;
+  /** Updates `branch` to `oid` iff it currently is `expectedOld` (null: must not exist). False when it moved. */
+  push(branch: string, oid: string, expectedOld: string | null): Promise<boolean>;
+}
+
+const SHALLOW_DEPTH = 1;
+
+/** Local development repository: objects and refs are the repository's own; updates use git's lock-file protocol. */
+export class LocalRemote implements GitRemote {
+  readonly gitdir: string;
+  readonly description: string;
+  constructor(repoPath: string) {
+    this.gitdir = fs.existsSync(join(repoPath, '.git')) ? join(repoPath, '.git') : repoPath;
+    this.description = repoPath;
+    if (!fs.existsSync(join(this.gitdir, 'HEAD'))) throw new Error(`${repoPath}: not a git repository`);
+  }
+
+  async fetch(branch: string): Promise<string | null> {
+    try {
+      return await git.resolveRef({ fs, gitdir: this.gitdir, ref: `refs/heads/${branch}` });
+    } catch (err) {
+      if ((err as { code?: string }).code === 'NotFoundError') return null;
+      throw err;
+    }
+  }
+
+  async deepen(): Promise<void> {
+    // A local repository has its whole history.
+  }
+
+  async push(branch: string, oid: string, expectedOld: string | null): Promise<boolean> {
+    // Same protocol as git itself: create `<ref>.lock` exclusively, check the old value, rename over the ref.
+    const refPath = join(this.gitdir, 'refs', 'heads', ...branch.split('/'));
+    await mkdir(join(refPath, '..'), { recursive: true });
+    const lock = `${refPath}.lock`;
+    let handle;
+    try {
+      handle = await open(lock, 'wx');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EEXIST') return false;
+      throw err;
+    }
+    try {
+      const current = await this.fetch(branch);
+      if (current !== expectedOld) {
+        await handle.close();
+        await rm(lock, { force: true });
+        return false;
+      }
+      await handle.writeFile(`${oid}\n`);
+      await handle.close();
+      await rename(lock, refPath);
+      return true;
+    } catch (err) {
+      await rm(lock, { force: true });
+      throw err;
+    }
+  }
+}
+
+/** HTTP(S) remote: one bare cache repository per node, shallow fetches of single branches. */
+export class HttpRemote implements GitRemote {
+  readonly gitdir: string;
+  readonly description: string;
+  private readonly onAuth;
+
+  constructor(
+    private readonly url: string,
+    cacheDir: string,
+    private readonly credentials?: GitCredentials,
+  ) {
+    this.gitdir = cacheDir;
+    this.description = redactUrl(url);
+    this.onAuth = credentials ? () => ({ username: credentials.username, password: credentials.password }) : undefined;
+  }
+
+  private async ensureInit(): Promise<void> {
+    try {
+      await stat(join(this.gitdir, 'HEAD'));
+    } catch {
+      await mkdir(this.gitdir, { recursive: true });
+      await git.init({ fs, gitdir: this.gitdir, bare: true });
+    }
+    // fetch() maps remote branches through the remote's refspec; the URL itself is passed per call
+    // (never stored, so a URL with a token does not land on disk).
+    const refspec = '+refs/heads/*:refs/remotes/origin/*';
+    if ((await git.getConfig({ fs, gitdir: this.gitdir, path: 'remote.origin.fetch' })) !== refspec)
+      await git.setConfig({ fs, gitdir: this.gitdir, path: 'remote.origin.fetch', value: refspec });
+  }
+
+  /** Rethrows isomorphic-git errors with any credential removed from the message. */
+  private clean(err: unknown): Error {
+    const e = err instanceof Error ? err : new Error(String(err));
+    const out = new Error(`${this.description}: ${redactText(e.message, this.credentials)}`);
+    (out as { code?: string }).code = (e as { code?: string }).code;
+    return out;
+  }
+
+  async fetch(branch: string, opts: { depth?: number } = {}): Promise<string | null> {
+    await this.ensureInit();
+    try {
+      const r = await git.fetch({
+        fs,
+        http,
+        gitdir: this.gitdir,
+        url: this.url,
+        ref: branch,
+        remoteRef: branch,
+        singleBranch: true,
+        tags: false,
+        depth: opts.depth ?? SHALLOW_DEPTH,
+        onAuth: this.onAuth,
+      });
+      return r.fetchHead;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      // A branch the server does not have (e.g. the status branch before the first write).
+      if (code === 'NotFoundError' || code === 'EmptyServerResponseError') {
+        if (/could not find|not found|does not exist/i.test((err as Error).message) || code === 'EmptyServerResponseError')
+          return null;
+      }
+      throw this.clean(err);
+    }
+  }
+
+  async deepen(branch: string, extra: number): Promise<void> {
+    await this.ensureInit();
+    try {
+      await git.fetch({
+        fs,
+        http,
+        gitdir: this.gitdir,
+        url: this.url,
+        ref: branch,
+        remoteRef: branch,
+        singleBranch: true,
+        tags: false,
+        depth: extra,
+        relative: true,
+        onAuth: this.onAuth,
+      });
+    } catch (err) {
+      throw this.clean(err);
+    }
+  }
+
+  async push(branch: string, oid: string, expectedOld: string | null): Promise<boolean> {
+    await this.ensureInit();
+    // The server compares against the value it advertised; isomorphic-git refuses non-fast-forwards
+    // itself, and receive-pack refuses a ref that moved between advertisement and update.
+    const localRef = `refs/gitlb/push/${branch}`;
+    await git.writeRef({ fs, gitdir: this.gitdir, ref: localRef, value: oid, force: true });
+    try {
+      const r = await git.push({
+        fs,
+        http,
+        gitdir: this.gitdir,
+        url: this.url,
+        ref: localRef,
+        remoteRef: `refs/heads/${branch}`,
+        onAuth: this.onAuth,
+      });
+      if (r.ok) return true;
+      return false;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (code === 'PushRejectedError' || code === 'GitPushError') return false;
+      throw this.clean(err);
+    } finally {
+      void expectedOld; // the advertised value plays the role of expectedOld over HTTP
+    }
+  }
+}
+
+export function isUrl(repo: string): boolean {
+  return /^https?:\/\//i.test(repo);
+}
+
+export function openRemote(repo: string, opts: { cacheDir: string; credentials?: GitCredentials }): GitRemote {
+  return isUrl(repo) ? new HttpRemote(repo, opts.cacheDir, opts.credentials) : new LocalRemote(repo);
+}

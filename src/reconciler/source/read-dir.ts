@@ -1,0 +1,68 @@
+// Reads the config files of a checked-out directory (a working tree, or `gitlb validate DIR`).
+// Skips what is not config (.git/, status/, hidden entries, non-YAML files) and symlinks that lead
+// outside the directory; reads at most a little over the config stage's limits, so a huge file or
+// tree is refused by parseConfig quickly instead of being read in full.
+import { lstat, open, readdir, realpath } from 'node:fs/promises';
+import { join, relative, sep } from 'node:path';
+import { type ConfigFile, LIMITS, isConfigPath } from '../../render/config/index.js';
+
+/** Reads up to `max` bytes of a file. */
+async function readCapped(path: string, max: number): Promise<Uint8Array> {
+  const handle = await open(path, 'r');
+  try {
+    const buf = Buffer.alloc(max);
+    let used = 0;
+    while (used < max) {
+      const { bytesRead } = await handle.read(buf, used, max - used, used);
+      if (bytesRead === 0) break;
+      used += bytesRead;
+    }
+    return new Uint8Array(buf.buffer, buf.byteOffset, used);
+  } finally {
+    await handle.close();
+  }
+}
+
+function inside(root: string, target: string): boolean {
+  const rel = relative(root, target);
+  return rel === '' || (!rel.startsWith('..') && !rel.startsWith(sep) && rel !== '..');
+}
+
+export async function readConfigDir(dir: string): Promise<ConfigFile[]> {
+  const root = await realpath(dir);
+  const files: ConfigFile[] = [];
+  // One byte over a cap is enough for parseConfig to see that the cap is exceeded.
+  const maxFiles = LIMITS.maxFiles + 1;
+  const pending: string[] = ['']; // repo-relative directories, '/' separated
+  while (pending.length > 0 && files.length < maxFiles) {
+    const relDir = pending.shift()!;
+    const entries = (await readdir(join(root, relDir), { withFileTypes: true })).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    for (const entry of entries) {
+      if (files.length >= maxFiles) break;
+      if (entry.name.startsWith('.')) continue; // .git/, editor swap files, hidden config
+      const relPath = relDir === '' ? entry.name : `${relDir}/${entry.name}`;
+      if (relPath === 'status') continue; // written by the nodes, not config
+      const abs = join(root, relPath);
+      if (entry.isDirectory()) {
+        pending.push(relPath);
+        continue;
+      }
+      if (!isConfigPath(relPath)) continue;
+      if (entry.isSymbolicLink()) {
+        // Follow a link to a file only while it stays inside the repository; linked directories are
+        // not followed (no loops, no escaping through a parent link).
+        let target: string;
+        try {
+          target = await realpath(abs);
+        } catch {
+          continue; // dangling
+        }
+        if (!inside(root, target) || !(await lstat(target)).isFile()) continue;
+      } else if (!entry.isFile()) {
+        continue; // fifos, sockets, devices
+      }
+      files.push({ path: relPath, content: await readCapped(abs, LIMITS.maxFileBytes + 1) });
+    }
+  }
+  return files;
+}

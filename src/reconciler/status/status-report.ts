@@ -1,0 +1,117 @@
+// Reading status back: every node's current status file (for `gitlb status`) and the audit trail of
+// applied revisions from the status branch's history (for `gitlb history`).
+import * as fs from 'node:fs';
+import git from 'isomorphic-git';
+import { firstParentLog, readFileAt } from '../source/git-objects.js';
+import type { GitRemote } from '../source/git-remote.js';
+import { parseStatus, type NodeStatus } from './status-doc.js';
+
+export async function readAllStatuses(remote: GitRemote, branch: string): Promise<NodeStatus[]> {
+  const tip = await remote.fetch(branch, { depth: 1 });
+  if (!tip) return [];
+  return readStatusesAt(remote.gitdir, tip);
+}
+
+async function readStatusesAt(gitdir: string, commit: string): Promise<NodeStatus[]> {
+  let entries;
+  try {
+    entries = (await git.readTree({ fs, gitdir, oid: commit, filepath: 'status' })).tree;
+  } catch {
+    return [];
+  }
+  const out: NodeStatus[] = [];
+  for (const e of entries) {
+    if (e.type !== 'blob' || !e.path.endsWith('.yaml')) continue;
+    const { blob } = await git.readBlob({ fs, gitdir, oid: e.oid });
+    out.push(parseStatus(Buffer.from(blob).toString('utf8')));
+  }
+  return out.sort((a, b) => a.node.localeCompare(b.node));
+}
+
+export interface StatusRow {
+  node: string;
+  applied: string;
+  digests: 'agree' | 'differ' | '-';
+  lastError: string;
+}
+
+/** Fingerprint of a node's tables: name -> digest of every service, for agreement across nodes. */
+function tablesFingerprint(s: NodeStatus): string {
+  return s.services.map((x) => `${x.name}=${x.digest}`).sort().join(',');
+}
+
+export function statusRows(statuses: NodeStatus[]): StatusRow[] {
+  // Nodes agree when nodes that applied the same revision and serve the same service report the same digest.
+  const byService = new Map<string, Set<string>>();
+  for (const s of statuses)
+    for (const svc of s.services) {
+      const key = svc.name;
+      if (!byService.has(key)) byService.set(key, new Set());
+      byService.get(key)!.add(svc.digest);
+    }
+  return statuses.map((s) => {
+    const differs = s.services.some((svc) => (byService.get(svc.name)?.size ?? 1) > 1);
+    const err = s.lastAttempt?.result === 'failed' ? s.lastAttempt : null;
+    return {
+      node: s.node,
+      applied: s.appliedRevision ? s.appliedRevision.slice(0, 12) : '(none)',
+      digests: s.services.length === 0 ? '-' : differs ? 'differ' : 'agree',
+      lastError: err ? `${err.revision.slice(0, 12)} ${err.stage ?? ''}: ${err.reason ?? ''}`.replace(/\s+/g, ' ') : '',
+    };
+  });
+}
+
+export function formatTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ');
+  return [line(header), ...rows.map(line)].join('\n') + '\n';
+}
+
+export function formatStatusTable(statuses: NodeStatus[]): string {
+  const rows = statusRows(statuses);
+  const fps = new Set(statuses.filter((s) => s.services.length).map(tablesFingerprint));
+  const summary =
+    statuses.length === 0
+      ? 'no node has written status yet\n'
+      : `${statuses.length} node(s); table digests ${fps.size <= 1 ? 'agree across nodes' : 'DIFFER across nodes'}\n`;
+  return (
+    formatTable(
+      ['NODE', 'APPLIED', 'DIGESTS', 'LAST ERROR'],
+      rows.map((r) => [r.node, r.applied, r.digests, r.lastError]),
+    ) + summary
+  );
+}
+
+export interface HistoryEntry {
+  node: string;
+  revision: string;
+  at: string; // when the node applied it (appliedAt of the status file)
+  statusCommit: string;
+}
+
+/** From oldest to newest: every change of a node's applied revision recorded on the status branch. */
+export async function readHistory(remote: GitRemote, branch: string, maxCommits = 5000): Promise<HistoryEntry[]> {
+  const tip = await remote.fetch(branch, { depth: maxCommits });
+  if (!tip) return [];
+  const log = (await firstParentLog(remote.gitdir, tip, maxCommits)).reverse();
+  const lastApplied = new Map<string, string | null>();
+  const out: HistoryEntry[] = [];
+  for (const c of log) {
+    const node = c.author.name;
+    const blob = await readFileAt(remote.gitdir, c.oid, `status/${node}.yaml`);
+    if (!blob) continue;
+    const s = parseStatus(Buffer.from(blob).toString('utf8'));
+    if (!s.appliedRevision || lastApplied.get(node) === s.appliedRevision) continue;
+    lastApplied.set(node, s.appliedRevision);
+    out.push({ node, revision: s.appliedRevision, at: s.appliedAt ?? s.updatedAt, statusCommit: c.oid });
+  }
+  return out;
+}
+
+export function formatHistory(entries: HistoryEntry[]): string {
+  if (!entries.length) return 'no applied revision recorded yet\n';
+  return formatTable(
+    ['APPLIED AT', 'NODE', 'REVISION', 'STATUS COMMIT'],
+    entries.map((e) => [e.at, e.node, e.revision.slice(0, 12), e.statusCommit.slice(0, 12)]),
+  );
+}

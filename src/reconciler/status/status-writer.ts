@@ -1,0 +1,83 @@
+// Writes one node's status file to the status branch: fetch the tip, replace `status/<node>.yaml`,
+// commit with the node as author, push. A push that lost a race (non-fast-forward) is rebuilt on the
+// new tip and retried after a jittered backoff, a bounded number of times. Each node only ever
+// touches its own file, so rebuilding never needs a merge.
+import { readCommitInfo, readFileAt, treeWithFile, writeCommitObject } from '../source/git-objects.js';
+import type { GitRemote } from '../source/git-remote.js';
+import { serialiseStatus, statusCommitMessage, statusPath, type NodeStatus } from './status-doc.js';
+
+export interface StatusWriterOptions {
+  remote: GitRemote;
+  branch: string; // the status branch, Cluster.spec.status.branch (default gitlb-status)
+  node: string;
+  maxAttempts?: number; // default 30
+  backoffMs?: { base: number; max: number }; // default 20..1000 ms, full jitter
+  clock?: () => Date;
+  random?: () => number;
+}
+
+export interface StatusWriteResult {
+  commit: string | null; // null when the file already had exactly this content
+  attempts: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class StatusWriter {
+  private readonly maxAttempts: number;
+  private readonly backoff: { base: number; max: number };
+  private readonly clock: () => Date;
+  private readonly random: () => number;
+  /** Serialises writes from one process; a newer document replaces a queued older one. */
+  private chain: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly o: StatusWriterOptions) {
+    this.maxAttempts = o.maxAttempts ?? 30;
+    this.backoff = o.backoffMs ?? { base: 20, max: 1000 };
+    this.clock = o.clock ?? (() => new Date());
+    this.random = o.random ?? Math.random;
+  }
+
+  write(status: NodeStatus, why: string): Promise<StatusWriteResult> {
+    const next = this.chain.then(
+      () => this.writeNow(status, why),
+      () => this.writeNow(status, why),
+    );
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  private async writeNow(status: NodeStatus, why: string): Promise<StatusWriteResult> {
+    const { remote, branch, node } = this.o;
+    const path = statusPath(node);
+    const content = new TextEncoder().encode(serialiseStatus(status));
+    let lastError = '';
+    for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
+      const tip = await remote.fetch(branch, { depth: 1 });
+      const base = tip ? await readCommitInfo(remote.gitdir, tip) : null;
+      if (tip) {
+        const current = await readFileAt(remote.gitdir, tip, path);
+        if (current && Buffer.from(current).equals(Buffer.from(content))) return { commit: null, attempts: attempt };
+      }
+      const tree = await treeWithFile(remote.gitdir, base?.tree ?? null, path, content);
+      const now = this.clock();
+      const commit = await writeCommitObject(remote.gitdir, {
+        tree,
+        parents: tip ? [tip] : [],
+        message: statusCommitMessage(status, why),
+        author: {
+          name: node,
+          email: `${node}@gitlb.invalid`,
+          timestamp: Math.floor(now.getTime() / 1000),
+          timezoneOffset: 0,
+        },
+      });
+      if (await remote.push(branch, commit, tip)) return { commit, attempts: attempt };
+      lastError = `the status branch moved (tip was ${tip?.slice(0, 12) ?? 'none'})`;
+      // Full jitter: writers that collided spread out instead of colliding again in lock step.
+      const cap = Math.min(this.backoff.max, this.backoff.base * 2 ** Math.min(attempt, 10));
+      await sleep(Math.floor(this.random() * cap));
+    }
+    throw new Error(`status push for ${node} to ${branch} failed after ${this.maxAttempts} attempts: ${lastError}`);
+  }
+}

@@ -1,0 +1,142 @@
+// Webhook trigger: an HTTP endpoint that Git hosting calls on push. Authenticated with a shared secret:
+// GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` or GitLab's `X-Gitlab-Token: <secret>`.
+// Comparisons are constant-time; bodies are capped; pushes to other branches (the status branch!) are ignored.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+
+export interface WebhookOptions {
+  host: string;
+  port: number;
+  secret: string;
+  /** The config branch; a payload naming another ref does not trigger. */
+  branch: string;
+  onTrigger: (source: string) => void;
+  maxBodyBytes?: number; // default 1 MiB
+  log?: { warn(msg: string): void };
+}
+
+export interface WebhookServer {
+  url: string;
+  close(): Promise<void>;
+  readonly stats: { accepted: number; rejected: number; ignored: number };
+}
+
+export type Verdict = { ok: true; source: 'github' | 'gitlab' } | { ok: false; status: number; reason: string };
+
+/** Constant-time equality of two strings of possibly different length (hash both first: no length leak). */
+export function safeEqual(a: string, b: string): boolean {
+  const ha = createHash('sha256').update(a).digest();
+  const hb = createHash('sha256').update(b).digest();
+  return timingSafeEqual(ha, hb) && a.length === b.length;
+}
+
+export function githubSignature(secret: string, body: Buffer): string {
+  return `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`;
+}
+
+/** Checks the authentication headers of a delivery. Pure apart from hashing. */
+export function verifyDelivery(headers: IncomingMessage['headers'], body: Buffer, secret: string): Verdict {
+  const sig = headers['x-hub-signature-256'];
+  if (typeof sig === 'string') {
+    return safeEqual(sig, githubSignature(secret, body))
+      ? { ok: true, source: 'github' }
+      : { ok: false, status: 401, reason: 'bad X-Hub-Signature-256' };
+  }
+  const token = headers['x-gitlab-token'];
+  if (typeof token === 'string') {
+    return safeEqual(token, secret) ? { ok: true, source: 'gitlab' } : { ok: false, status: 401, reason: 'bad X-Gitlab-Token' };
+  }
+  return { ok: false, status: 401, reason: 'no X-Hub-Signature-256 or X-Gitlab-Token header' };
+}
+
+/** The branch a push payload is about (GitHub and GitLab both send `ref: refs/heads/<name>`); null if none. */
+export function pushedBranch(body: Buffer): string | null {
+  try {
+    const payload = JSON.parse(body.toString('utf8')) as { ref?: unknown };
+    if (typeof payload.ref === 'string' && payload.ref.startsWith('refs/heads/')) return payload.ref.slice('refs/heads/'.length);
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+function reply(res: ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { 'content-type': 'text/plain' });
+  res.end(`${text}\n`);
+}
+
+export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
+  const maxBody = o.maxBodyBytes ?? 1 << 20;
+  const stats = { accepted: 0, rejected: 0, ignored: 0 };
+  const server = createServer((req, res) => {
+    if (req.method !== 'POST') return reply(res, 405, 'POST only');
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > maxBody) {
+      stats.rejected++;
+      res.setHeader('connection', 'close');
+      return reply(res, 413, 'body too large');
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > maxBody) {
+        tooBig = true;
+        req.pause();
+        stats.rejected++;
+        res.setHeader('connection', 'close');
+        reply(res, 413, 'body too large');
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => {
+      if (tooBig) return;
+      const body = Buffer.concat(chunks);
+      const v = verifyDelivery(req.headers, body, o.secret);
+      if (!v.ok) {
+        stats.rejected++;
+        o.log?.warn(`webhook rejected from ${req.socket.remoteAddress}: ${v.reason}`);
+        return reply(res, v.status, v.reason);
+      }
+      // Pings and pushes to other branches (including the status branch) are acknowledged but do nothing.
+      const branch = pushedBranch(body);
+      if (branch !== null && branch !== o.branch) {
+        stats.ignored++;
+        return reply(res, 202, `ignored: push to ${branch}`);
+      }
+      stats.accepted++;
+      o.onTrigger(`webhook (${v.source})`);
+      reply(res, 202, 'reconcile scheduled');
+    });
+  });
+  server.requestTimeout = 10_000;
+  server.headersTimeout = 5_000;
+  await new Promise<void>((ok, fail) => {
+    server.once('error', fail);
+    server.listen(o.port, o.host, () => ok());
+  });
+  const addr = server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  return {
+    url: `http://${host}:${addr.port}/`,
+    stats,
+    close: () =>
+      new Promise<void>((ok) => {
+        server.close(() => ok());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** Parses `ADDR:PORT` (`[v6]:PORT` for IPv6). */
+export function parseListen(spec: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(spec);
+  if (!m) throw new Error(`--webhook: expected ADDR:PORT, got '${spec}'`);
+  const port = Number(m[3]);
+  if (port > 65535) throw new Error(`--webhook: port ${port} out of range`);
+  return { host: (m[1] ?? m[2])!, port };
+}

@@ -1,0 +1,96 @@
+// Schema-valid, semantically checked documents -> the ConfigModel render consumes: canonical
+// addresses, durations in milliseconds, health-check port filled in, lists sorted by name.
+import type { ClusterDoc, ConfigModel, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
+import { canonicalCidr, canonicalIp } from './ip.js';
+import { DEFAULTS } from './limits.js';
+import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
+
+function source(l: Located<unknown>): SourcePos {
+  return { file: l.doc.file, ...l.doc.locate([]) };
+}
+
+function ip(text: string): string {
+  const c = canonicalIp(text);
+  if (c === null) throw new Error(`internal: unvalidated address '${text}'`);
+  return c;
+}
+
+function byName<T extends { metadata: { name: string } }>(a: T, b: T): number {
+  return a.metadata.name < b.metadata.name ? -1 : a.metadata.name > b.metadata.name ? 1 : 0;
+}
+
+export function buildCluster(l: Located<RawCluster>): ClusterDoc {
+  const s = l.data.spec;
+  return {
+    apiVersion: 'gitlb/v1',
+    kind: 'Cluster',
+    metadata: { name: l.data.metadata.name },
+    spec: {
+      maglev: { tableSize: s.maglev.tableSize, seed: s.maglev.seed },
+      conntrack: { maxEntries: s.conntrack.maxEntries },
+      status: { branch: s.status.branch },
+      rollback: { policy: s.rollback.policy },
+    },
+    source: source(l),
+  };
+}
+
+export function buildNode(l: Located<RawNode>): NodeDoc {
+  const s = l.data.spec;
+  return {
+    apiVersion: 'gitlb/v1',
+    kind: 'Node',
+    metadata: { name: l.data.metadata.name },
+    spec: {
+      role: s.role,
+      interface: s.interface,
+      allowedVips: s.allowedVips.map((c) => {
+        const canon = canonicalCidr(c);
+        if (canon === null) throw new Error(`internal: unvalidated CIDR '${c}'`);
+        return canon;
+      }),
+      ...(s.snatAddress !== undefined ? { snatAddress: ip(s.snatAddress) } : {}),
+      addresses: s.addresses.map(ip),
+      mtu: s.mtu,
+    },
+    source: source(l),
+  };
+}
+
+export function buildService(l: Located<RawService>): ServiceDoc {
+  const s = l.data.spec;
+  const hc = s.healthCheck;
+  const firstPort = s.ports[0]!;
+  const healthCheck: HealthCheckSpec = {
+    type: hc.type,
+    ...(hc.type !== 'none' ? { port: hc.port ?? firstPort.targetPort ?? firstPort.port } : {}),
+    ...(hc.type === 'http' ? { path: hc.path ?? DEFAULTS.healthCheck.httpPath } : {}),
+    intervalMs: durationMs(hc.interval),
+    timeoutMs: durationMs(hc.timeout),
+    rise: hc.rise,
+    fall: hc.fall,
+  };
+  return {
+    apiVersion: 'gitlb/v1',
+    kind: 'Service',
+    metadata: { name: l.data.metadata.name },
+    spec: {
+      vip: ip(s.vip),
+      ports: s.ports.map((p) => ({ port: p.port, protocol: p.protocol, ...(p.targetPort !== undefined ? { targetPort: p.targetPort } : {}) })),
+      dispatch: { mode: s.dispatch.mode, ...(s.dispatch.encap !== undefined ? { encap: s.dispatch.encap } : {}) },
+      hash: { sourcePort: s.hash.sourcePort },
+      healthCheck,
+      reals: s.reals.map((r) => ({ address: ip(r.address), weight: r.weight, state: r.state })),
+      ...(s.maglev?.tableSize !== undefined ? { maglev: { tableSize: s.maglev.tableSize } } : {}),
+    },
+    source: source(l),
+  };
+}
+
+export function buildModel(cluster: Located<RawCluster>, nodes: Located<RawNode>[], services: Located<RawService>[]): ConfigModel {
+  return {
+    cluster: buildCluster(cluster),
+    nodes: nodes.map(buildNode).sort(byName),
+    services: services.map(buildService).sort(byName),
+  };
+}

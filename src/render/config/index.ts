@@ -1,0 +1,140 @@
+// The config stage: YAML files of one revision -> validated ConfigModel, or every problem found.
+// Pure (no I/O, no clock): the same files give the same result and the same messages everywhere.
+// Validation is all-or-nothing: any error and the model is null, so nothing of a bad revision is applied.
+import type { ConfigModel } from '../model.js';
+import { buildModel } from './build-model.js';
+import { decodeUtf8 } from './decode.js';
+import { type Diagnostic, compareDiagnostics, formatDiagnostic } from './diagnostics.js';
+import { LIMITS } from './limits.js';
+import type { Located, RawCluster, RawNode, RawService } from './raw.js';
+import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
+import { checkSemantics, type Emit } from './semantic.js';
+import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
+
+export { formatDiagnostic, type Diagnostic } from './diagnostics.js';
+export { LIMITS, DEFAULTS, WEIGHT_MIN, WEIGHT_MAX } from './limits.js';
+
+export interface ConfigFile {
+  path: string; // repo-relative, '/' separators
+  content: Uint8Array;
+}
+
+export interface ParseResult {
+  model: ConfigModel | null; // null iff any error
+  diagnostics: Diagnostic[];
+}
+
+/** Which repository paths hold config: YAML files outside status/ and outside hidden files and folders. */
+export function isConfigPath(path: string): boolean {
+  const parts = path.split('/');
+  if (parts[0] === 'status' && parts.length > 1) return false;
+  if (parts.some((p) => p.startsWith('.') || p === '')) return false;
+  return /\.ya?ml$/.test(path);
+}
+
+export function parseConfig(files: ConfigFile[]): ParseResult {
+  const diagnostics: Diagnostic[] = [];
+  const at = (file: string, line: number, col: number, message: string, severity: Diagnostic['severity'] = 'error'): void => {
+    diagnostics.push({ severity, file, line, col, message });
+  };
+  const emit: Emit = (severity, doc, path, message, part) => {
+    const pos = doc.locate(path, part);
+    at(doc.file, pos.line, pos.col, message, severity);
+  };
+
+  const configFiles = files.filter((f) => isConfigPath(f.path)).sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const documents: YamlDocument[] = [];
+  let totalBytes = 0;
+  for (const [i, file] of configFiles.entries()) {
+    if (i >= LIMITS.maxFiles) {
+      at(file.path, 1, 1, `more than ${LIMITS.maxFiles} YAML files in the repository; refused`);
+      break;
+    }
+    totalBytes += file.content.length;
+    if (file.content.length > LIMITS.maxFileBytes) {
+      at(file.path, 1, 1, `file is larger than the ${LIMITS.maxFileBytes / 1024 / 1024} MiB limit; refused`);
+      continue;
+    }
+    if (totalBytes > LIMITS.maxTotalBytes) {
+      at(file.path, 1, 1, `the YAML files of the repository exceed ${LIMITS.maxTotalBytes / 1024 / 1024} MiB in total; refused`);
+      break;
+    }
+    const decoded = decodeUtf8(file.content);
+    if (!decoded.ok) {
+      at(file.path, decoded.line, decoded.col, decoded.message);
+      continue;
+    }
+    const parsed = parseYamlFile(file.path, decoded.text);
+    for (const p of parsed.problems) at(file.path, p.line, p.col, p.message, p.severity);
+    documents.push(...parsed.documents);
+    if (documents.length > LIMITS.maxDocuments) {
+      at(file.path, 1, 1, `more than ${LIMITS.maxDocuments} YAML documents in the repository; refused`);
+      break;
+    }
+  }
+
+  // Schema: each document against the schema of its kind.
+  const clusterDocs: YamlDocument[] = [];
+  const valid = { Cluster: [] as Located<RawCluster>[], Node: [] as Located<RawNode>[], Service: [] as Located<RawService>[] };
+  for (const doc of documents) {
+    const kind = kindOf(doc, emit);
+    if (!kind) continue;
+    if (kind === 'Cluster') clusterDocs.push(doc);
+    const issues = validateDocument(kind, doc.data);
+    for (const issue of issues) emit('error', doc, issue.path, issue.message, issue.part);
+    if (issues.length === 0) (valid[kind] as Located<unknown>[]).push({ doc, data: doc.data });
+  }
+
+  // Exactly one Cluster, counting documents that failed their schema too (they were reported already).
+  if (clusterDocs.length === 0 && !diagnostics.some((d) => d.severity === 'error')) {
+    at(configFiles[0]?.path ?? '.', 1, 1, 'no Cluster document: a config repository needs exactly one (kind: Cluster)');
+  }
+  for (const extra of clusterDocs.slice(1)) {
+    const first = clusterDocs[0]!.locate(['kind']);
+    emit('error', extra, ['kind'], `more than one Cluster document (the first is at ${clusterDocs[0]!.file}:${first.line}:${first.col})`);
+  }
+  const cluster = clusterDocs.length === 1 && valid.Cluster.length === 1 ? valid.Cluster[0]! : null;
+
+  checkSemantics({ cluster, nodes: valid.Node, services: valid.Service }, emit);
+
+  const sorted = capPerFile(diagnostics.sort(compareDiagnostics));
+  const failed = sorted.some((d) => d.severity === 'error');
+  const model = failed || !cluster ? null : buildModel(cluster, valid.Node, valid.Service);
+  return { model, diagnostics: sorted };
+}
+
+function kindOf(doc: YamlDocument, emit: Emit): Kind | null {
+  const data = doc.data;
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+    emit('error', doc, [], `a gitlb document must be a mapping with apiVersion, kind, metadata and spec (got ${describeValue(data)})`);
+    return null;
+  }
+  const kind = (data as Record<string, unknown>).kind;
+  if (kind === undefined) {
+    emit('error', doc, [], `missing required field 'kind' (one of ${KINDS.join(', ')})`);
+    return null;
+  }
+  if (typeof kind !== 'string' || !(KINDS as readonly string[]).includes(kind)) {
+    const hint = KINDS.find((k) => typeof kind === 'string' && k.toLowerCase() === kind.toLowerCase());
+    const path: PathSegment[] = ['kind'];
+    emit('error', doc, path, `kind: unknown kind ${describeValue(kind)}; expected one of ${KINDS.join(', ')}${hint ? ` (did you mean '${hint}'?)` : ''}`);
+    return null;
+  }
+  return kind as Kind;
+}
+
+/** Keeps at most LIMITS.maxDiagnosticsPerFile per file, so one broken file cannot flood the output. */
+function capPerFile(diags: Diagnostic[]): Diagnostic[] {
+  const out: Diagnostic[] = [];
+  const counts = new Map<string, number>();
+  for (const d of diags) {
+    const n = (counts.get(d.file) ?? 0) + 1;
+    counts.set(d.file, n);
+    if (n <= LIMITS.maxDiagnosticsPerFile) out.push(d);
+    else if (n === LIMITS.maxDiagnosticsPerFile + 1) {
+      const total = diags.filter((x) => x.file === d.file).length;
+      out.push({ ...d, severity: 'error', message: `too many problems in this file; ${total - LIMITS.maxDiagnosticsPerFile} more not shown` });
+    }
+  }
+  return out;
+}

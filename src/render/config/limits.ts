@@ -1,0 +1,39 @@
+// Hard limits of the config stage. They keep hostile or broken repositories from costing the
+// reconciler more than a bounded amount of time and memory; each is documented in docs/config.md.
+export const LIMITS = {
+  /** Bytes per file; bigger files are refused without being parsed. */
+  maxFileBytes: 1024 * 1024,
+  /** Bytes over all files of one revision. */
+  maxTotalBytes: 8 * 1024 * 1024,
+  /** YAML files per revision. */
+  maxFiles: 1000,
+  /** Documents per file and per revision. */
+  maxDocumentsPerFile: 1000,
+  maxDocuments: 10000,
+  /** Nesting of YAML collections (maps and sequences), counted from the document root. */
+  maxDepth: 32,
+  /** Diagnostics reported per file before the rest of that file is skipped. */
+  maxDiagnosticsPerFile: 100,
+  maxServices: 4096,
+  maxNodes: 1024,
+  /** Listed in the schemas as maxItems; repeated here so code and docs can refer to them. */
+  maxRealsPerService: 4096,
+  maxPortsPerService: 64,
+  maxAllowedVipsPerNode: 256,
+  maxAddressesPerNode: 64,
+} as const;
+
+export const DEFAULTS = {
+  tableSize: 16381,
+  seed: 'JLfvgnHc2kaSUFaI',
+  conntrackMaxEntries: 65536,
+  statusBranch: 'gitlb-status',
+  rollbackPolicy: 'manual',
+  weight: 100,
+  mtu: 1500,
+  healthCheck: { type: 'none', interval: '2s', timeout: '1s', rise: 2, fall: 3, httpPath: '/' },
+} as const;
+
+/** Real weights are integers in this range; 0 is refused (use state: disabled). */
+export const WEIGHT_MIN = 1;
+export const WEIGHT_MAX = 65535;

@@ -1,0 +1,53 @@
+// Documents as they stand after schema validation (schema defaults filled in, addresses not yet
+// canonical, durations still text). Only semantic checks and the model builder see these.
+import type { DispatchMode, Encap, HealthCheckType, NodeRole, Protocol, RealState, RollbackPolicy } from '../model.js';
+import type { YamlDocument } from './yaml-source.js';
+
+interface RawDocument<K extends string, S> {
+  apiVersion: 'gitlb/v1';
+  kind: K;
+  metadata: { name: string };
+  spec: S;
+}
+
+export type RawCluster = RawDocument<
+  'Cluster',
+  {
+    maglev: { tableSize: number; seed: string };
+    conntrack: { maxEntries: number };
+    status: { branch: string };
+    rollback: { policy: RollbackPolicy };
+  }
+>;
+
+export type RawNode = RawDocument<
+  'Node',
+  { role: NodeRole; interface: string; allowedVips: string[]; snatAddress?: string; addresses: string[]; mtu: number }
+>;
+
+export type RawService = RawDocument<
+  'Service',
+  {
+    vip: string;
+    ports: { port: number; protocol: Protocol; targetPort?: number }[];
+    dispatch: { mode: DispatchMode; encap?: Encap };
+    hash: { sourcePort: boolean };
+    healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number };
+    reals: { address: string; weight: number; state: RealState }[];
+    maglev?: { tableSize?: number };
+  }
+>;
+
+/** A schema-valid document together with its source, for positions in messages. */
+export interface Located<T> {
+  doc: YamlDocument;
+  data: T;
+}
+
+/** "2s" -> 2000; the schema pattern guarantees the shape. */
+export function durationMs(text: string): number {
+  const m = /^(\d+)(ms|s|m)$/.exec(text);
+  if (!m) throw new Error(`internal: unvalidated duration '${text}'`);
+  const n = Number(m[1]);
+  return m[2] === 'ms' ? n : m[2] === 's' ? n * 1000 : n * 60_000;
+}

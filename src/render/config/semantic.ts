@@ -1,0 +1,302 @@
+// Rules that span fields or documents and that JSON Schema cannot express. Each rule reports at the
+// YAML node a person has to change. Runs only on documents that passed their schema.
+import { LIMITS } from './limits.js';
+import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from './ip.js';
+import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
+import type { PathSegment, YamlDocument } from './yaml-source.js';
+
+export type Emit = (
+  severity: 'error' | 'warning',
+  doc: YamlDocument,
+  path: PathSegment[],
+  message: string,
+  part?: 'key' | 'value',
+) => void;
+
+export interface SemanticInput {
+  cluster: Located<RawCluster> | null; // the one schema-valid Cluster, if there is exactly one
+  nodes: Located<RawNode>[];
+  services: Located<RawService>[];
+}
+
+const where = (d: YamlDocument, path: PathSegment[] = ['metadata', 'name']): string => {
+  const p = d.locate(path);
+  return `${d.file}:${p.line}:${p.col}`;
+};
+
+export function isPrime(n: number): boolean {
+  if (!Number.isInteger(n) || n < 2) return false;
+  for (let d = 2; d * d <= n; d++) if (n % d === 0) return false;
+  return true;
+}
+
+function primeNear(n: number, step: 1 | -1): number {
+  let p = n + step;
+  while (p > 2 && !isPrime(p)) p += step;
+  return p;
+}
+
+function checkTableSize(emit: Emit, doc: YamlDocument, path: PathSegment[], size: number): void {
+  if (!isPrime(size)) {
+    emit('error', doc, path, `${path.join('.')}: ${size} is not a prime (nearest primes: ${primeNear(size, -1)}, ${primeNear(size, 1)})`);
+  }
+}
+
+function fam(f: Family): string {
+  return f === 4 ? 'IPv4' : 'IPv6';
+}
+
+/** Reports duplicate metadata.name among documents of one kind. */
+function checkUniqueNames<T extends { metadata: { name: string } }>(emit: Emit, kind: string, docs: Located<T>[]): void {
+  const first = new Map<string, YamlDocument>();
+  for (const { doc, data } of docs) {
+    const prev = first.get(data.metadata.name);
+    if (prev) emit('error', doc, ['metadata', 'name'], `duplicate ${kind} name '${data.metadata.name}' (first defined at ${where(prev)})`);
+    else first.set(data.metadata.name, doc);
+  }
+}
+
+function checkCount(emit: Emit, kind: string, docs: Located<unknown>[], max: number): void {
+  if (docs.length > max) emit('error', docs[max]!.doc, ['kind'], `more than ${max} ${kind} documents; refused`);
+}
+
+interface LbNode {
+  name: string;
+  allowed: IpCidr[];
+  snat: IpAddress | null;
+}
+
+export function checkSemantics(input: SemanticInput, emit: Emit): void {
+  const { cluster, nodes, services } = input;
+  if (cluster) checkTableSize(emit, cluster.doc, ['spec', 'maglev', 'tableSize'], cluster.data.spec.maglev.tableSize);
+
+  checkCount(emit, 'Node', nodes, LIMITS.maxNodes);
+  checkCount(emit, 'Service', services, LIMITS.maxServices);
+  checkUniqueNames(emit, 'Node', nodes);
+  checkUniqueNames(emit, 'Service', services);
+
+  const nodeAddressOwner = new Map<string, string>(); // canonical address -> node name
+  const backendAddresses = new Set<string>();
+  const lbNodes: LbNode[] = [];
+  for (const { doc, data } of nodes) checkNode(emit, doc, data, nodeAddressOwner, backendAddresses, lbNodes);
+
+  const listeners = new Map<string, { service: string; doc: YamlDocument; index: number }>();
+  const vipOwner = new Map<string, string>(); // canonical VIP -> first service using it
+  for (const { doc, data } of services) {
+    checkService(emit, doc, data, { cluster, lbNodes, nodeAddressOwner, backendAddresses, listeners, vipOwner });
+  }
+  // A SNAT address that is also a VIP would make replies and new flows indistinguishable.
+  for (const { doc, data } of nodes) {
+    const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
+    const owner = snat ? vipOwner.get(formatIp(snat)) : undefined;
+    if (owner) emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is also the VIP of service '${owner}'`);
+  }
+}
+
+function checkAddress(emit: Emit, doc: YamlDocument, path: PathSegment[], text: string): IpAddress | null {
+  const a = parseIp(text);
+  if (!a) {
+    emit('error', doc, path, `${label(path)}: '${text}' is not an IPv4 or IPv6 address`);
+    return null;
+  }
+  const why = unusableAddressReason(a);
+  if (why) {
+    emit('error', doc, path, `${label(path)}: ${text} ${why}`);
+    return null;
+  }
+  return a;
+}
+
+function label(path: PathSegment[]): string {
+  let s = '';
+  for (const seg of path) s += typeof seg === 'number' ? `[${seg}]` : s === '' ? seg : `.${seg}`;
+  return s;
+}
+
+function checkNode(
+  emit: Emit,
+  doc: YamlDocument,
+  node: RawNode,
+  nodeAddressOwner: Map<string, string>,
+  backendAddresses: Set<string>,
+  lbNodes: LbNode[],
+): void {
+  const { spec } = node;
+  const name = node.metadata.name;
+  const allowed: IpCidr[] = [];
+  spec.allowedVips.forEach((text, i) => {
+    const c = parseCidr(text);
+    if (!c) return; // the schema format already reported it
+    if (cidrHasHostBits(text)) {
+      emit('warning', doc, ['spec', 'allowedVips', i], `spec.allowedVips[${i}]: ${text} has host bits set; it is read as ${formatIp(c)}/${c.prefix}`);
+    }
+    allowed.push(c);
+  });
+  const own = new Set<string>();
+  spec.addresses.forEach((text, i) => {
+    const a = checkAddress(emit, doc, ['spec', 'addresses', i], text);
+    if (!a) return;
+    const canon = formatIp(a);
+    const owner = nodeAddressOwner.get(canon);
+    if (own.has(canon)) emit('error', doc, ['spec', 'addresses', i], `spec.addresses[${i}]: ${canon} is listed twice`);
+    else if (owner) emit('error', doc, ['spec', 'addresses', i], `spec.addresses[${i}]: ${canon} is already an address of node '${owner}'`);
+    own.add(canon);
+    nodeAddressOwner.set(canon, owner ?? name);
+    if (spec.role === 'backend') backendAddresses.add(canon);
+  });
+  let snat: IpAddress | null = null;
+  if (spec.snatAddress !== undefined) {
+    snat = checkAddress(emit, doc, ['spec', 'snatAddress'], spec.snatAddress);
+    if (spec.role !== 'lb') emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: only lb nodes use a SNAT address (this node's role is ${spec.role})`, 'key');
+  }
+  if (spec.role === 'lb') {
+    if (spec.allowedVips.length === 0) emit('warning', doc, ['spec', 'role'], `lb node '${name}' has no spec.allowedVips, so it serves no VIP`);
+    lbNodes.push({ name, allowed, snat });
+  }
+}
+
+interface ServiceContext {
+  cluster: Located<RawCluster> | null;
+  lbNodes: LbNode[];
+  nodeAddressOwner: Map<string, string>;
+  backendAddresses: Set<string>;
+  listeners: Map<string, { service: string; doc: YamlDocument; index: number }>;
+  vipOwner: Map<string, string>;
+}
+
+function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: ServiceContext): void {
+  const { spec } = svc;
+  const name = svc.metadata.name;
+  const { mode, encap } = spec.dispatch;
+  const vip = checkAddress(emit, doc, ['spec', 'vip'], spec.vip);
+
+  // Dispatch: encap belongs to the DSR part of a service.
+  if ((mode === 'dsr' || mode === 'hybrid') && encap === undefined) {
+    emit('error', doc, ['spec', 'dispatch'], `spec.dispatch: mode ${mode} needs spec.dispatch.encap (l2, ipip or ipopt)`);
+  }
+  if (mode === 'snat' && encap !== undefined) {
+    emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: not allowed with mode snat (the LB rewrites addresses; nothing is encapsulated)`, 'key');
+  }
+
+  // Listeners: VIP + port + protocol is unique across the whole config.
+  spec.ports.forEach((p, i) => {
+    const dsrPort = mode === 'dsr' || (mode === 'hybrid' && p.protocol === 'TCP');
+    if (dsrPort && (encap === 'l2' || encap === 'ipip') && p.targetPort !== undefined && p.targetPort !== p.port) {
+      emit(
+        'error',
+        doc,
+        ['spec', 'ports', i, 'targetPort'],
+        `spec.ports[${i}].targetPort: dsr with encap ${encap} delivers the client's packet unchanged, so targetPort (${p.targetPort}) must equal port (${p.port}); use encap ipopt or mode snat to change ports`,
+      );
+    }
+    if (!vip) return;
+    const key = `${formatIp(vip)}|${p.port}|${p.protocol}`;
+    const prev = ctx.listeners.get(key);
+    if (prev) {
+      const what = `${fam(vip.family) === 'IPv6' ? `[${formatIp(vip)}]` : formatIp(vip)}:${p.port}/${p.protocol}`;
+      const other = prev.service === name ? 'this service' : `service '${prev.service}'`;
+      emit('error', doc, ['spec', 'ports', i], `spec.ports[${i}]: ${what} is already served by ${other} (${where(prev.doc, ['spec', 'ports', prev.index])})`);
+    } else {
+      ctx.listeners.set(key, { service: name, doc, index: i });
+    }
+  });
+
+  if (vip) {
+    const canon = formatIp(vip);
+    if (!ctx.vipOwner.has(canon)) ctx.vipOwner.set(canon, name);
+    const owner = ctx.nodeAddressOwner.get(canon);
+    if (owner) emit('error', doc, ['spec', 'vip'], `spec.vip: ${canon} is an address of node '${owner}', not a free virtual IP`);
+    const servingLbs = ctx.lbNodes.filter((n) => n.allowed.some((c) => cidrContains(c, vip)));
+    if (servingLbs.length === 0) {
+      emit('error', doc, ['spec', 'vip'], `spec.vip: ${canon} is outside spec.allowedVips of every lb node, so no node would serve it`);
+    }
+    if (encap === 'ipopt' && vip.family === 6) {
+      emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: ipopt is IPv4 only, but the VIP ${canon} is IPv6 (use l2 or ipip)`);
+    }
+    if ((mode === 'snat' || mode === 'hybrid') && servingLbs.length > 0) {
+      const withSnat = servingLbs.filter((n) => n.snat?.family === vip.family);
+      if (withSnat.length === 0) {
+        emit(
+          'error',
+          doc,
+          ['spec', 'dispatch', 'mode'],
+          `spec.dispatch.mode: ${mode} needs an ${fam(vip.family)} spec.snatAddress on the lb nodes serving ${canon} (${servingLbs.map((n) => n.name).join(', ')}), and none has one`,
+        );
+      } else {
+        for (const n of servingLbs.filter((x) => !withSnat.includes(x))) {
+          emit('warning', doc, ['spec', 'dispatch', 'mode'], `spec.dispatch.mode: lb node '${n.name}' may serve ${canon} but has no ${fam(vip.family)} snatAddress; it will not forward this service's ${mode === 'snat' ? '' : 'UDP '}traffic`);
+        }
+      }
+    }
+  }
+
+  // Reals.
+  const seen = new Map<string, number>();
+  let usable = 0;
+  spec.reals.forEach((r, i) => {
+    const path: PathSegment[] = ['spec', 'reals', i, 'address'];
+    const a = checkAddress(emit, doc, path, r.address);
+    if (r.state !== 'disabled') usable++;
+    if (!a) return;
+    const canon = formatIp(a);
+    const first = seen.get(canon);
+    if (first !== undefined) {
+      emit('error', doc, path, `spec.reals[${i}].address: ${canon} is already listed as spec.reals[${first}]`);
+      return;
+    }
+    seen.set(canon, i);
+    if (vip && canon === formatIp(vip)) emit('error', doc, path, `spec.reals[${i}].address: a real cannot be the VIP itself`);
+    if (vip && a.family !== vip.family) {
+      const how = mode === 'snat' ? 'snat (no NAT46/NAT64)' : `${mode} with encap ${encap ?? '?'}`;
+      emit('error', doc, path, `spec.reals[${i}].address: ${fam(a.family)} real behind an ${fam(vip.family)} VIP; ${how} cannot carry mixed address families`);
+    }
+    if (mode !== 'snat' && ctx.backendAddresses.size > 0 && !ctx.backendAddresses.has(canon)) {
+      emit('warning', doc, path, `spec.reals[${i}].address: ${canon} is not an address of any backend Node, so gitlb will not set up the DSR side (VIP, decapsulation) on it`);
+    }
+  });
+  if (spec.reals.length === 0) {
+    emit('warning', doc, ['spec', 'reals'], `spec.reals: the service has no reals; new flows to it are dropped`, 'key');
+  } else if (usable === 0) {
+    emit('warning', doc, ['spec', 'reals'], `spec.reals: all reals are disabled; new flows to this service are dropped`, 'key');
+  }
+
+  // Maglev table.
+  const override = spec.maglev?.tableSize;
+  if (override !== undefined) checkTableSize(emit, doc, ['spec', 'maglev', 'tableSize'], override);
+  const tableSize = override ?? ctx.cluster?.data.spec.maglev.tableSize;
+  if (tableSize !== undefined && usable > 0) {
+    const path: PathSegment[] = override !== undefined ? ['spec', 'maglev', 'tableSize'] : ['spec', 'reals'];
+    const part = override !== undefined ? 'value' : 'key';
+    const source = override !== undefined ? 'spec.maglev.tableSize' : 'the Cluster table size';
+    if (usable > tableSize) {
+      emit('error', doc, path, `${source} ${tableSize} is smaller than the ${usable} reals of this service`, part);
+    } else if (tableSize < 100 * usable) {
+      emit(
+        'warning',
+        doc,
+        path,
+        `${source} ${tableSize} is below 100 x ${usable} reals (${100 * usable}); balance between reals degrades — set spec.maglev.tableSize to a prime of at least ${100 * usable}`,
+        part,
+      );
+    }
+  }
+
+  // Health check.
+  const hc = spec.healthCheck;
+  if (hc.type !== 'http' && hc.path !== undefined) {
+    emit('error', doc, ['spec', 'healthCheck', 'path'], `spec.healthCheck.path: only applies to type http (type is ${hc.type})`, 'key');
+  }
+  if (hc.type === 'none' && hc.port !== undefined) {
+    emit('error', doc, ['spec', 'healthCheck', 'port'], `spec.healthCheck.port: no check is run with type none; set type tcp or http`, 'key');
+  }
+  const interval = durationMs(hc.interval);
+  const timeout = durationMs(hc.timeout);
+  if (interval < 100 || interval > 600_000) {
+    emit('error', doc, ['spec', 'healthCheck', 'interval'], `spec.healthCheck.interval: must be between 100ms and 10m (got ${hc.interval})`);
+  }
+  if (timeout < 10 || timeout > 60_000) {
+    emit('error', doc, ['spec', 'healthCheck', 'timeout'], `spec.healthCheck.timeout: must be between 10ms and 60s (got ${hc.timeout})`);
+  } else if (timeout > interval) {
+    emit('error', doc, ['spec', 'healthCheck', 'timeout'], `spec.healthCheck.timeout: ${hc.timeout} is longer than the interval ${hc.interval}`);
+  }
+}

@@ -1,0 +1,191 @@
+// YAML text -> plain data per document, keeping a map back to source positions.
+// Hostile input is refused here, before anything expands it: flow nesting is measured on the raw
+// token stream (the composer is recursive and very deep flow nesting exhausts memory), aliases are
+// refused outright (no alias bombs to budget for), duplicate keys are found with a Set (yaml's own
+// uniqueKeys check is quadratic in the number of keys of a map), collection depth is capped.
+import { CST, Composer, Lexer, LineCounter, Parser, isAlias, isMap, isScalar, isSeq } from 'yaml';
+import type { Document, Node as YamlNode, Pair } from 'yaml';
+import { LIMITS } from './limits.js';
+
+export type PathSegment = string | number;
+
+export interface Position {
+  line: number;
+  col: number;
+}
+
+export interface Problem extends Position {
+  severity: 'error' | 'warning';
+  message: string;
+}
+
+/** One YAML document that parsed cleanly, as plain data plus a way back to source positions. */
+export interface YamlDocument {
+  file: string;
+  /** 0-based index of the document in its file. */
+  index: number;
+  data: unknown;
+  /** Position of the node at `path` (its key with part='key'); the deepest existing ancestor if absent. */
+  locate(path: readonly PathSegment[], part?: 'key' | 'value'): Position;
+}
+
+export interface YamlFileResult {
+  documents: YamlDocument[];
+  problems: Problem[];
+}
+
+function positionAt(text: string, offset: number): Position {
+  let line = 1;
+  let lineStart = 0;
+  for (let i = 0; i < offset && i < text.length; i++) {
+    if (text.charCodeAt(i) === 10) {
+      line++;
+      lineStart = i + 1;
+    }
+  }
+  return { line, col: offset - lineStart + 1 };
+}
+
+/** Offset of the first flow bracket nested deeper than maxDepth, or -1. Linear, no recursion. */
+function excessiveFlowNesting(text: string, maxDepth: number): number {
+  let offset = 0;
+  let depth = 0;
+  for (const token of new Lexer().lex(text)) {
+    const type = CST.tokenType(token);
+    if (type === 'flow-seq-start' || type === 'flow-map-start') {
+      if (++depth > maxDepth) return offset;
+    } else if (type === 'flow-seq-end' || type === 'flow-map-end') {
+      depth = Math.max(0, depth - 1);
+    } else if (type === 'doc-start' || type === 'doc-mode') {
+      depth = 0;
+    }
+    // The lexer's zero-width markers (document, scalar, flow-error-end) do not consume source text.
+    if (token !== CST.DOCUMENT && token !== CST.SCALAR && token !== CST.FLOW_END) offset += token.length;
+  }
+  return -1;
+}
+
+function nodeStart(node: YamlNode | null | undefined): number | undefined {
+  return node?.range?.[0];
+}
+
+export function parseYamlFile(file: string, text: string): YamlFileResult {
+  const problems: Problem[] = [];
+  const documents: YamlDocument[] = [];
+
+  const deepAt = excessiveFlowNesting(text, LIMITS.maxDepth);
+  if (deepAt >= 0) {
+    problems.push({
+      severity: 'error',
+      ...positionAt(text, deepAt),
+      message: `YAML nesting deeper than ${LIMITS.maxDepth} levels; refused`,
+    });
+    return { documents, problems };
+  }
+
+  const lines = new LineCounter();
+  const at = (offset: number | undefined): Position => (offset === undefined ? { line: 1, col: 1 } : lines.linePos(offset));
+  const composer = new Composer({ uniqueKeys: false, prettyErrors: false });
+  let index = -1;
+  try {
+    for (const doc of composer.compose(new Parser(lines.addNewLine).parse(text), true, text.length)) {
+      index++;
+      if (index >= LIMITS.maxDocumentsPerFile) {
+        problems.push({
+          severity: 'error',
+          ...at(nodeStart(doc.contents) ?? doc.range?.[0]),
+          message: `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused`,
+        });
+        break;
+      }
+      const docProblems: Problem[] = [];
+      for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
+      for (const w of doc.warnings) problems.push({ severity: 'warning', ...at(w.pos[0]), message: `YAML: ${firstLine(w.message)}` });
+      if (docProblems.length === 0) checkStructure(doc, at, docProblems);
+      problems.push(...docProblems);
+      if (docProblems.length > 0 || doc.contents === null) continue; // empty documents (`---` alone) are ignored
+      const data: unknown = doc.toJS({ maxAliasCount: 0 });
+      const contents = doc.contents;
+      documents.push({ file, index, data, locate: (path, part) => at(locateOffset(contents, path, part ?? 'value')) });
+    }
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err;
+    problems.push({ severity: 'error', line: 1, col: 1, message: `YAML nesting too deep to parse; refused` });
+  }
+  return { documents, problems };
+}
+
+function firstLine(s: string): string {
+  return s.split('\n')[0]!.trim();
+}
+
+/** Depth cap, aliases, duplicate and non-scalar keys, walked iteratively (the tree may be deep). */
+function checkStructure(doc: Document.Parsed, at: (offset: number | undefined) => Position, out: Problem[]): void {
+  const stack: { node: unknown; depth: number }[] = [{ node: doc.contents, depth: 0 }];
+  while (stack.length > 0) {
+    const { node, depth } = stack.pop()!;
+    if (isAlias(node)) {
+      out.push({
+        severity: 'error',
+        ...at(nodeStart(node)),
+        message: `YAML alias *${node.source} is not allowed in gitlb config (aliases are refused to rule out alias bombs); write the value out`,
+      });
+    } else if (isMap(node) || isSeq(node)) {
+      if (depth + 1 > LIMITS.maxDepth) {
+        out.push({ severity: 'error', ...at(nodeStart(node)), message: `YAML nesting deeper than ${LIMITS.maxDepth} levels; refused` });
+        return;
+      }
+      if (isSeq(node)) {
+        for (const item of node.items) stack.push({ node: item, depth: depth + 1 });
+        continue;
+      }
+      const seen = new Map<string, number | undefined>();
+      for (const pair of node.items as Pair<unknown, unknown>[]) {
+        const key = pair.key;
+        if (isScalar(key)) {
+          const name = String(key.value);
+          if (seen.has(name)) {
+            const first = at(seen.get(name));
+            out.push({
+              severity: 'error',
+              ...at(nodeStart(key)),
+              message: `duplicate key '${name}' (first at line ${first.line}, column ${first.col})`,
+            });
+          } else {
+            seen.set(name, nodeStart(key));
+          }
+        } else if (isAlias(key)) {
+          stack.push({ node: key, depth: depth + 1 });
+        } else {
+          out.push({ severity: 'error', ...at(nodeStart(key as YamlNode) ?? nodeStart(node)), message: 'mapping keys must be plain scalars' });
+        }
+        stack.push({ node: pair.value, depth: depth + 1 });
+      }
+    }
+  }
+}
+
+/** Walks `path` through the document tree; returns the source offset of the value (or key). */
+function locateOffset(root: YamlNode | null, path: readonly PathSegment[], part: 'key' | 'value'): number | undefined {
+  let node: unknown = root;
+  let lastKey: unknown = undefined;
+  let best = nodeStart(root);
+  for (const segment of path) {
+    if (isMap(node)) {
+      const pair = (node.items as Pair<unknown, unknown>[]).find((p) => isScalar(p.key) && String(p.key.value) === String(segment));
+      if (!pair) return best;
+      lastKey = pair.key;
+      node = pair.value;
+      const valueStart = isScalar(node) && node.value === null ? undefined : nodeStart(node as YamlNode);
+      best = valueStart ?? nodeStart(lastKey as YamlNode) ?? best;
+    } else if (isSeq(node) && typeof segment === 'number' && segment < node.items.length) {
+      lastKey = undefined;
+      node = node.items[segment];
+      best = nodeStart(node as YamlNode) ?? best;
+    } else {
+      return best;
+    }
+  }
+  if (part === 'key' && lastKey !== undefined) return nodeStart(lastKey as YamlNode) ?? best;
+  return best;
+}

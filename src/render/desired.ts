@@ -1,0 +1,149 @@
+// From a validated config revision and a node name, the node's complete desired data-plane state
+// (src/render/state.ts, documented in docs/render.md). Pure: same model, node and health => same state, byte for byte.
+import type { ConfigModel, NodeDoc, Protocol, ServiceDoc } from './model.js';
+import type { DesiredReal, DesiredService, DesiredState, DesiredVip, Forwarding } from './state.js';
+import { assignStableIds } from './ids.js';
+import { cidrContains, compareIps, ipFamily } from './ip.js';
+import { decodeBase64Strict } from './maglev.js';
+import { buildServiceTable, type HealthView } from './service-table.js';
+
+export type { HealthView } from './service-table.js';
+
+/** How a listener is forwarded: `hybrid` is DSR for TCP and SNAT for UDP. DSR without an encap means `l2`. */
+export function resolveForwarding(svc: ServiceDoc, protocol: Protocol): Forwarding {
+  const { mode, encap } = svc.spec.dispatch;
+  const dsr: Forwarding = `dsr-${encap ?? 'l2'}`;
+  if (mode === 'snat') return 'snat';
+  if (mode === 'dsr') return dsr;
+  return protocol === 'TCP' ? dsr : 'snat';
+}
+
+/** The data plane's flow-hash seed: bytes 4..7 of the decoded Cluster maglev.seed, big-endian (Cilium's jhash seed). */
+export function hashSeedFromBase64(seed: string): number {
+  const b = decodeBase64Strict(seed, 'maglev.seed');
+  return ((b[4]! << 24) | (b[5]! << 16) | (b[6]! << 8) | b[7]!) >>> 0;
+}
+
+/** Stable ids of every service name and every real address in the revision (not only this node's). */
+export function modelIds(model: ConfigModel): { serviceIds: Map<string, number>; realIds: Map<string, number> } {
+  return {
+    serviceIds: assignStableIds('service', model.services.map((s) => s.metadata.name)),
+    realIds: assignStableIds('real', model.services.flatMap((s) => s.spec.reals.map((r) => r.address))),
+  };
+}
+
+function servicesForNode(model: ConfigModel, node: NodeDoc): ServiceDoc[] {
+  if (node.spec.role === 'lb') {
+    return model.services.filter((s) => node.spec.allowedVips.some((cidr) => cidrContains(cidr, s.spec.vip)));
+  }
+  const own = new Set(node.spec.addresses);
+  return model.services.filter((s) => s.spec.reals.some((r) => r.state !== 'disabled' && own.has(r.address)));
+}
+
+function compareVips(a: DesiredVip, b: DesiredVip): number {
+  return compareIps(a.vip, b.vip) || a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
+}
+
+export function renderDesiredState(model: ConfigModel, nodeName: string, health?: HealthView): DesiredState {
+  const node = model.nodes.find((n) => n.metadata.name === nodeName);
+  if (!node) {
+    const known = model.nodes.map((n) => n.metadata.name).join(', ') || 'none';
+    throw new Error(`node '${nodeName}' is not defined in the config (known nodes: ${known})`);
+  }
+  const cluster = model.cluster.spec;
+  const { serviceIds, realIds } = modelIds(model);
+
+  const services: DesiredService[] = [];
+  const vips: DesiredVip[] = [];
+  const reals = new Map<number, DesiredReal>();
+  const localVips = new Set<string>();
+  for (const svc of servicesForNode(model, node)) {
+    const id = serviceIds.get(svc.metadata.name)!;
+    const table = buildServiceTable(cluster, svc, realIds, health);
+    const spec = svc.spec;
+    services.push({
+      id,
+      name: svc.metadata.name,
+      mode: spec.dispatch.mode,
+      ...(spec.dispatch.mode !== 'snat' && { encap: spec.dispatch.encap ?? 'l2' }),
+      tableSize: table.tableSize,
+      ring: table.ring,
+      digest: table.digest,
+      reals: table.reals,
+      healthCheck: spec.healthCheck,
+    });
+    for (const r of table.reals) reals.set(r.realId, { id: r.realId, address: r.address, family: ipFamily(r.address) });
+    for (const p of spec.ports) {
+      const forwarding = resolveForwarding(svc, p.protocol);
+      vips.push({
+        vip: spec.vip,
+        family: ipFamily(spec.vip),
+        port: p.port,
+        protocol: p.protocol,
+        targetPort: p.targetPort ?? p.port,
+        serviceId: id,
+        forwarding,
+        hashSourcePort: spec.hash.sourcePort,
+      });
+      // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP.
+      if (forwarding === 'dsr-l2' || forwarding === 'dsr-ipip') localVips.add(spec.vip);
+    }
+  }
+
+  return {
+    node: node.metadata.name,
+    role: node.spec.role,
+    interface: node.spec.interface,
+    mtu: node.spec.mtu,
+    ...(node.spec.snatAddress !== undefined && { snatAddress: node.spec.snatAddress }),
+    hashSeed: hashSeedFromBase64(cluster.maglev.seed),
+    conntrackMaxEntries: cluster.conntrack.maxEntries,
+    reals: [...reals.values()].sort((a, b) => a.id - b.id),
+    services: services.sort((a, b) => a.id - b.id),
+    vips: vips.sort(compareVips),
+    localVips: node.spec.role === 'backend' ? [...localVips].sort(compareIps) : [],
+  };
+}
+
+/** JSON value with object keys sorted at every level; typed arrays become number arrays. */
+function sortedJsonValue(value: unknown): unknown {
+  if (value instanceof Uint32Array) return Array.from(value);
+  if (Array.isArray(value)) return value.map(sortedJsonValue);
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(value).sort()) {
+      const v = (value as Record<string, unknown>)[key];
+      if (v !== undefined) out[key] = sortedJsonValue(v);
+    }
+    return out;
+  }
+  return value;
+}
+
+/**
+ * Stable JSON of a desired state: keys sorted at every level, two-space indent, trailing newline. Rings are
+ * included (as number arrays) only with `tables: true`; their digests always are.
+ */
+export function desiredStateToJson(s: DesiredState, opts: { tables?: boolean } = {}): string {
+  const shaped = {
+    ...s,
+    services: s.services.map((svc) => {
+      if (opts.tables) return svc;
+      const { ring: _ring, ...rest } = svc;
+      return rest;
+    }),
+  };
+  return JSON.stringify(sortedJsonValue(shaped), null, 2) + '\n';
+}
+
+/** Inverse of desiredStateToJson for states written with `tables: true` (used by tools and tests). */
+export function desiredStateFromJson(text: string): DesiredState {
+  const raw = JSON.parse(text) as DesiredState & { services: (Omit<DesiredService, 'ring'> & { ring?: number[] })[] };
+  return {
+    ...raw,
+    services: raw.services.map((svc) => {
+      if (!svc.ring) throw new Error(`service ${svc.name}: JSON has no ring (render with tables)`);
+      return { ...svc, ring: Uint32Array.from(svc.ring) };
+    }),
+  };
+}

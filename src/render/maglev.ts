@@ -1,0 +1,171 @@
+// Weighted Maglev lookup tables (Eisenbud et al., NSDI 2016), specified byte for byte in docs/maglev.md.
+//
+// The permutation, the backend identity string and the weighting follow Cilium's pkg/maglev so that our tables can
+// be checked against an implementation nobody here wrote: a table built here equals Cilium's for the same backends,
+// seed and size, except that we ALWAYS honour weights (Cilium ignores unequal weights when sum/N <= 1).
+//
+// Speed: the permutation of a backend is an arithmetic progression (offset + j*skip) mod M, so instead of storing
+// N*M permutation entries we keep, per backend, the position of its next candidate slot and step it by `skip`.
+// All working state is in typed arrays sized N or M; nothing is allocated per table entry.
+import { murmur3x64_128, u64Mod } from './murmur3.js';
+
+export interface MaglevBackend {
+  /** Identity string hashed for the permutation and used for ordering (see maglevBackendId). Unique per table. */
+  id: string;
+  /** Relative share. 0 means "no entries" (the backend is left out). Integer in [0, 2^32). */
+  weight: number;
+  /** The value written into the table for this backend; >= 1, since 0 marks an empty table. */
+  realId: number;
+}
+
+/** Table sizes must be prime (skip values 1..M-1 then give full permutations) and small enough for exact math. */
+export const MAX_TABLE_SIZE = (1 << 26) - 1;
+
+export function isPrime(n: number): boolean {
+  if (!Number.isInteger(n) || n < 2) return false;
+  if (n % 2 === 0) return n === 2;
+  for (let d = 3; d * d <= n; d += 2) if (n % d === 0) return false;
+  return true;
+}
+
+/**
+ * Cilium's backend identity string: `[<addr>:<port>/<proto>,State:active]` for IPv4 and
+ * `[[<addr>]:<port>/<proto>,State:active]` for IPv6. `address` must be canonical (IPv6 compressed, lower case).
+ */
+export function maglevBackendId(address: string, port: number, protocol: string): string {
+  const host = address.includes(':') ? `[${address}]` : address;
+  return `[${host}:${port}/${protocol},State:active]`;
+}
+
+/** The Murmur seed of a Cluster's `maglev.seed`: the first 4 bytes of the base64-decoded seed, big-endian. */
+export function maglevSeedFromBase64(seed: string): number {
+  const bytes = decodeBase64Strict(seed, 'maglev.seed');
+  return ((bytes[0]! << 24) | (bytes[1]! << 16) | (bytes[2]! << 8) | bytes[3]!) >>> 0;
+}
+
+/** Decodes standard base64 (with padding) and insists on 12 bytes, as Cilium does. */
+export function decodeBase64Strict(text: string, field: string): Uint8Array {
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) {
+    throw new Error(`${field}: '${text}' is not standard base64`);
+  }
+  const bytes = Buffer.from(text, 'base64');
+  if (bytes.length !== 12) throw new Error(`${field}: decodes to ${bytes.length} bytes, expected 12`);
+  return new Uint8Array(bytes);
+}
+
+const utf8 = new TextEncoder();
+const hashOut = new Uint32Array(4);
+let idBytes = new Uint8Array(128);
+
+/** UTF-8 bytes of `id` in a reused buffer (identity strings are ASCII; others take the slow path). */
+function encodeId(id: string): Uint8Array {
+  if (id.length > idBytes.length) idBytes = new Uint8Array(id.length * 2);
+  for (let k = 0; k < id.length; k++) {
+    const c = id.charCodeAt(k);
+    if (c > 0x7f) return utf8.encode(id);
+    idBytes[k] = c;
+  }
+  return idBytes.subarray(0, id.length);
+}
+
+/** The Maglev permutation parameters of one backend: offset = h1 mod M, skip = h2 mod (M-1) + 1. */
+export function maglevOffsetSkip(id: string, tableSize: number, seed: number): { offset: number; skip: number } {
+  murmur3x64_128(encodeId(id), seed, hashOut);
+  return {
+    offset: u64Mod(hashOut[0]!, hashOut[1]!, tableSize),
+    skip: u64Mod(hashOut[2]!, hashOut[3]!, tableSize - 1) + 1,
+  };
+}
+
+function compareIds(a: MaglevBackend, b: MaglevBackend): number {
+  // Code-unit order; identity strings are ASCII, so this is Go's byte order (cmp.Compare on strings).
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed: number): void {
+  if (!isPrime(tableSize) || tableSize > MAX_TABLE_SIZE) {
+    throw new Error(`maglev: table size ${tableSize} must be a prime below ${MAX_TABLE_SIZE + 1}`);
+  }
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`maglev: seed ${seed} is not a u32`);
+  const seen = new Set<string>();
+  for (const b of backends) {
+    if (seen.has(b.id)) throw new Error(`maglev: duplicate backend identity '${b.id}'`);
+    seen.add(b.id);
+    if (!Number.isInteger(b.weight) || b.weight < 0 || b.weight > 0xffffffff) {
+      throw new Error(`maglev: backend '${b.id}' has invalid weight ${b.weight}`);
+    }
+    if (!Number.isInteger(b.realId) || b.realId < 1 || b.realId > 0xffffffff) {
+      throw new Error(`maglev: backend '${b.id}' has invalid realId ${b.realId} (must be a u32 >= 1)`);
+    }
+  }
+}
+
+/**
+ * Builds the Maglev lookup table of `tableSize` entries for `backends`; each entry is the realId of the backend
+ * that owns it, or 0 for every entry when no backend has a positive weight. Deterministic: depends only on the
+ * set of (id, weight, realId), the size and the seed — never on the order of `backends`.
+ */
+export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: number, seed: number): Uint32Array {
+  checkInputs(backends, tableSize, seed);
+  const table = new Uint32Array(tableSize);
+  const live = backends.filter((b) => b.weight > 0).sort(compareIds);
+  const n = live.length;
+  if (n === 0) return table;
+
+  const m = tableSize;
+  const position = new Int32Array(n); // slot of the backend's next permutation candidate
+  const skip = new Int32Array(n);
+  const weight = new Float64Array(n);
+  const realId = new Uint32Array(n);
+  const counter = new Float64Array(n); // Envoy/Cilium weight counter
+  let weightSum = 0;
+  for (let i = 0; i < n; i++) {
+    const b = live[i]!;
+    const p = maglevOffsetSkip(b.id, m, seed);
+    position[i] = p.offset;
+    skip[i] = p.skip;
+    weight[i] = b.weight;
+    realId[i] = b.realId;
+    weightSum += b.weight;
+  }
+  for (let i = 0; i < n; i++) counter[i] = weight[i]! / n;
+
+  // Turn n belongs to backend n mod N, unless its weight counter says it is ahead of its share: then the turn
+  // passes to the next backend. Each claim adds weightSum to the claimant's counter. With equal weights no turn
+  // is ever passed (proof in docs/maglev.md), so that case skips the counter arithmetic.
+  let equalWeights = true;
+  for (let i = 1; i < n; i++) if (weight[i] !== weight[0]) equalWeights = false;
+  let i = n - 1;
+  for (let turn = 0; turn < m; turn++) {
+    if (equalWeights) {
+      i = i + 1 === n ? 0 : i + 1;
+    } else {
+      i = turn % n;
+      while ((turn + 1) * weight[i]! < Math.floor(counter[i]!)) {
+        i = i + 1 === n ? 0 : i + 1;
+      }
+      counter[i] = counter[i]! + weightSum;
+    }
+    const step = skip[i]!;
+    let slot = position[i]!;
+    while (table[slot] !== 0) {
+      slot += step;
+      if (slot >= m) slot -= m;
+    }
+    table[slot] = realId[i]!;
+    slot += step;
+    if (slot >= m) slot -= m;
+    position[i] = slot;
+  }
+  return table;
+}
+
+/** Number of table entries per realId. */
+export function countEntries(table: Uint32Array): Map<number, number> {
+  const counts = new Map<number, number>();
+  for (let j = 0; j < table.length; j++) {
+    const id = table[j]!;
+    counts.set(id, (counts.get(id) ?? 0) + 1);
+  }
+  return counts;
+}

@@ -1,0 +1,254 @@
+// What a change of config does to traffic: a pure diff of two validated revisions (docs/render.md, `gitlb plan`).
+// Tables are compared as every node would build them, all reals assumed healthy: the share of table entries whose
+// backend changes is the share of new connections that will land on a different real.
+import type { ConfigModel, ServiceDoc, NodeDoc } from './model.js';
+import { modelIds } from './desired.js';
+import { buildServiceTable, identityPort, type ServiceTable } from './service-table.js';
+
+/** Same shape as src/render/config's Diagnostic (kept structural so plan does not depend on the parser). */
+export interface PlanDiagnostic {
+  severity: 'error' | 'warning';
+  file: string;
+  line: number;
+  col: number;
+  message: string;
+}
+
+export type ChangeKind = 'added' | 'removed' | 'changed' | 'unchanged';
+
+export interface FieldChange {
+  field: string;
+  before: string;
+  after: string;
+}
+
+export interface RealPlan {
+  address: string;
+  change: ChangeKind;
+  before?: { weight: number; state: string };
+  after?: { weight: number; state: string };
+  /** Table entries owned before / after, and the corresponding shares of the table (0..1). */
+  entriesBefore: number;
+  entriesAfter: number;
+  shareBefore: number;
+  shareAfter: number;
+}
+
+export interface ServicePlan {
+  name: string;
+  change: ChangeKind;
+  vip: string; // head's VIP, or base's when removed
+  fields: FieldChange[]; // vip, ports, dispatch, hash, health check, table size, identity port
+  reals: RealPlan[]; // every real of either revision, sorted by address; `unchanged` ones included
+  tableSizeBefore?: number;
+  tableSizeAfter?: number;
+  digestBefore?: string;
+  digestAfter?: string;
+  /** Entries whose backend differs (by address) between the two tables; all of them when the size changes. */
+  movedEntries: number;
+  /** movedEntries / table size (of the head, or the base when removed): share of new flows that move. */
+  movedShare: number;
+}
+
+export interface NodePlan {
+  name: string;
+  change: ChangeKind;
+  fields: FieldChange[];
+}
+
+export interface Plan {
+  /** false when the head revision does not validate: then only `diagnostics` is meaningful. */
+  headValid: boolean;
+  baseValid: boolean;
+  /** Diagnostics (errors and warnings) of the head revision. */
+  diagnostics: PlanDiagnostic[];
+  cluster: FieldChange[];
+  nodes: NodePlan[]; // changed/added/removed only
+  services: ServicePlan[]; // changed/added/removed only, sorted by name
+  unchangedServices: number;
+  changed: boolean;
+}
+
+const show = (v: unknown): string => (v === undefined ? '-' : typeof v === 'string' ? v : JSON.stringify(v));
+
+function diffFields(pairs: [string, unknown, unknown][]): FieldChange[] {
+  const out: FieldChange[] = [];
+  for (const [field, before, after] of pairs) {
+    const b = show(before);
+    const a = show(after);
+    if (b !== a) out.push({ field, before: b, after: a });
+  }
+  return out;
+}
+
+const portsText = (s: ServiceDoc) =>
+  [...s.spec.ports]
+    .map((p) => `${p.port}/${p.protocol}${p.targetPort !== undefined && p.targetPort !== p.port ? `->${p.targetPort}` : ''}`)
+    .sort()
+    .join(',');
+
+function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigModel, headModel: ConfigModel): FieldChange[] {
+  const b = base.spec;
+  const h = head.spec;
+  const idPort = (s: ServiceDoc) => {
+    const p = identityPort(s.spec.ports);
+    return `${p.port}/${p.protocol}`;
+  };
+  return diffFields([
+    ['vip', b.vip, h.vip],
+    ['ports', portsText(base), portsText(head)],
+    ['dispatch.mode', b.dispatch.mode, h.dispatch.mode],
+    ['dispatch.encap', b.dispatch.encap, h.dispatch.encap],
+    ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
+    ['healthCheck', b.healthCheck, h.healthCheck],
+    ['maglev.tableSize', b.maglev?.tableSize ?? baseModel.cluster.spec.maglev.tableSize, h.maglev?.tableSize ?? headModel.cluster.spec.maglev.tableSize],
+    ['maglev identity port', idPort(base), idPort(head)],
+  ]);
+}
+
+function addressOf(table: ServiceTable): Map<number, string> {
+  return new Map(table.reals.map((r) => [r.realId, r.address]));
+}
+
+function movedEntries(before: ServiceTable, after: ServiceTable): number {
+  if (before.tableSize !== after.tableSize) return after.tableSize;
+  const ba = addressOf(before);
+  const aa = addressOf(after);
+  let moved = 0;
+  for (let j = 0; j < after.tableSize; j++) {
+    const x = before.ring[j]!;
+    const y = after.ring[j]!;
+    if ((x === 0 ? '' : ba.get(x)) !== (y === 0 ? '' : aa.get(y))) moved++;
+  }
+  return moved;
+}
+
+function realPlans(base: ServiceDoc | undefined, head: ServiceDoc | undefined, bt?: ServiceTable, ht?: ServiceTable): RealPlan[] {
+  const entries = (t: ServiceTable | undefined, address: string) => t?.reals.find((r) => r.address === address)?.entries ?? 0;
+  const before = new Map((base?.spec.reals ?? []).map((r) => [r.address, r]));
+  const after = new Map((head?.spec.reals ?? []).map((r) => [r.address, r]));
+  const addresses = [...new Set([...before.keys(), ...after.keys()])].sort();
+  return addresses.map((address) => {
+    const b = before.get(address);
+    const a = after.get(address);
+    const eb = entries(bt, address);
+    const ea = entries(ht, address);
+    const change: ChangeKind = !b ? 'added' : !a ? 'removed' : b.weight !== a.weight || b.state !== a.state ? 'changed' : 'unchanged';
+    return {
+      address,
+      change,
+      ...(b && { before: { weight: b.weight, state: b.state } }),
+      ...(a && { after: { weight: a.weight, state: a.state } }),
+      entriesBefore: eb,
+      entriesAfter: ea,
+      shareBefore: bt ? eb / bt.tableSize : 0,
+      shareAfter: ht ? ea / ht.tableSize : 0,
+    };
+  });
+}
+
+function planService(
+  name: string,
+  base: ServiceDoc | undefined,
+  head: ServiceDoc | undefined,
+  baseModel: ConfigModel | null,
+  headModel: ConfigModel,
+  baseIds: Map<string, number>,
+  headIds: Map<string, number>,
+): ServicePlan {
+  const bt = base && baseModel ? buildServiceTable(baseModel.cluster.spec, base, baseIds) : undefined;
+  const ht = head ? buildServiceTable(headModel.cluster.spec, head, headIds) : undefined;
+  const fields = base && head && baseModel ? serviceFields(base, head, baseModel, headModel) : [];
+  const reals = realPlans(base, head, bt, ht);
+  let moved = 0;
+  let size = 0;
+  if (bt && ht) {
+    moved = movedEntries(bt, ht);
+    size = ht.tableSize;
+  } else if (bt) {
+    moved = bt.ring.some((v) => v !== 0) ? bt.tableSize : 0;
+    size = bt.tableSize;
+  } else if (ht) {
+    size = ht.tableSize;
+  }
+  const change: ChangeKind = !base
+    ? 'added'
+    : !head
+      ? 'removed'
+      : fields.length > 0 || reals.some((r) => r.change !== 'unchanged') || bt?.digest !== ht?.digest
+        ? 'changed'
+        : 'unchanged';
+  return {
+    name,
+    change,
+    vip: (head ?? base)!.spec.vip,
+    fields,
+    reals,
+    ...(bt && { tableSizeBefore: bt.tableSize, digestBefore: bt.digest }),
+    ...(ht && { tableSizeAfter: ht.tableSize, digestAfter: ht.digest }),
+    movedEntries: moved,
+    movedShare: size > 0 ? moved / size : 0,
+  };
+}
+
+function planNodes(base: NodeDoc[], head: NodeDoc[]): NodePlan[] {
+  const b = new Map(base.map((n) => [n.metadata.name, n]));
+  const h = new Map(head.map((n) => [n.metadata.name, n]));
+  const names = [...new Set([...b.keys(), ...h.keys()])].sort();
+  const out: NodePlan[] = [];
+  for (const name of names) {
+    const x = b.get(name);
+    const y = h.get(name);
+    if (!x || !y) {
+      out.push({ name, change: x ? 'removed' : 'added', fields: [] });
+      continue;
+    }
+    const fields = diffFields(
+      (['role', 'interface', 'allowedVips', 'addresses', 'snatAddress', 'mtu'] as const).map((k) => [k, x.spec[k], y.spec[k]]),
+    );
+    if (fields.length > 0) out.push({ name, change: 'changed', fields });
+  }
+  return out;
+}
+
+/**
+ * Diff of two validated revisions. `base` is null when the base revision has no valid config (everything in the
+ * head then counts as added). `diagnostics` are the head's (warnings are reported, errors belong to invalidHeadPlan).
+ */
+export function planChanges(base: ConfigModel | null, head: ConfigModel, diagnostics: PlanDiagnostic[] = []): Plan {
+  const baseIds = base ? modelIds(base).realIds : new Map<string, number>();
+  const headIds = modelIds(head).realIds;
+  const bServices = new Map((base?.services ?? []).map((s) => [s.metadata.name, s]));
+  const hServices = new Map(head.services.map((s) => [s.metadata.name, s]));
+  const names = [...new Set([...bServices.keys(), ...hServices.keys()])].sort();
+  const all = names.map((n) => planService(n, bServices.get(n), hServices.get(n), base, head, baseIds, headIds));
+  const services = all.filter((s) => s.change !== 'unchanged');
+  const bc = base?.cluster.spec;
+  const hc = head.cluster.spec;
+  const cluster = bc
+    ? diffFields([
+        ['maglev.tableSize', bc.maglev.tableSize, hc.maglev.tableSize],
+        ['maglev.seed', bc.maglev.seed, hc.maglev.seed],
+        ['conntrack.maxEntries', bc.conntrack.maxEntries, hc.conntrack.maxEntries],
+        ['status.branch', bc.status.branch, hc.status.branch],
+        ['rollback.policy', bc.rollback.policy, hc.rollback.policy],
+        ['health', bc.health, hc.health],
+      ])
+    : [];
+  const nodes = planNodes(base?.nodes ?? [], head.nodes);
+  return {
+    headValid: true,
+    baseValid: base !== null,
+    diagnostics,
+    cluster,
+    nodes,
+    services,
+    unchangedServices: all.length - services.length,
+    changed: services.length > 0 || nodes.length > 0 || cluster.length > 0 || base === null,
+  };
+}
+
+/** The plan of a head revision that does not validate: its diagnostics, nothing else. */
+export function invalidHeadPlan(diagnostics: PlanDiagnostic[], baseValid = true): Plan {
+  return { headValid: false, baseValid, diagnostics, cluster: [], nodes: [], services: [], unchangedServices: 0, changed: false };
+}

@@ -1,0 +1,77 @@
+// The Maglev table of one Service: which reals take part, with which identity strings, and the ring's digest.
+// Shared by desired-state rendering and plan, so both see exactly the same tables.
+import { createHash } from 'node:crypto';
+import type { ClusterSpec, PortSpec, ServiceDoc } from './model.js';
+import type { DesiredServiceReal } from './state.js';
+import { buildMaglevTable, countEntries, maglevBackendId, maglevSeedFromBase64, type MaglevBackend } from './maglev.js';
+
+export interface HealthView {
+  isHealthy(serviceName: string, address: string): boolean;
+}
+
+/**
+ * The port a real's Maglev identity uses: the lowest (target port, protocol) of the service, TCP before UDP.
+ * One table serves all of a service's ports, so one port must stand for the real; the target port is the one the
+ * real actually listens on, which keeps the identity meaningful when a VIP port is remapped.
+ */
+export function identityPort(ports: readonly PortSpec[]): { port: number; protocol: string } {
+  if (ports.length === 0) return { port: 0, protocol: 'TCP' };
+  let best = { port: ports[0]!.targetPort ?? ports[0]!.port, protocol: ports[0]!.protocol as string };
+  for (const p of ports) {
+    const port = p.targetPort ?? p.port;
+    if (port < best.port || (port === best.port && p.protocol < best.protocol)) best = { port, protocol: p.protocol };
+  }
+  return best;
+}
+
+export function serviceTableSize(cluster: ClusterSpec, svc: ServiceDoc): number {
+  return svc.spec.maglev?.tableSize ?? cluster.maglev.tableSize;
+}
+
+/** SHA-256 of the ring as consecutive little-endian u32 values, lower-case hex. */
+export function ringDigest(ring: Uint32Array): string {
+  const bytes = Buffer.allocUnsafe(ring.length * 4);
+  for (let j = 0; j < ring.length; j++) bytes.writeUInt32LE(ring[j]!, j * 4);
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+export interface ServiceTable {
+  tableSize: number;
+  ring: Uint32Array;
+  digest: string;
+  /** Every real of the service except `disabled` ones, sorted by realId. */
+  reals: DesiredServiceReal[];
+}
+
+/**
+ * Builds a service's table. Reals take entries iff state is `active`, weight > 0 and `health` (default: all
+ * healthy) says healthy. `drain` and unhealthy reals are still listed (with 0 entries) so the data plane keeps
+ * them for established flows; `disabled` reals are not listed at all.
+ */
+export function buildServiceTable(
+  cluster: ClusterSpec,
+  svc: ServiceDoc,
+  realIds: ReadonlyMap<string, number>,
+  health?: HealthView,
+): ServiceTable {
+  const tableSize = serviceTableSize(cluster, svc);
+  const seed = maglevSeedFromBase64(cluster.maglev.seed);
+  const { port, protocol } = identityPort(svc.spec.ports);
+  const listed: DesiredServiceReal[] = [];
+  const backends: MaglevBackend[] = [];
+  for (const real of svc.spec.reals) {
+    if (real.state === 'disabled') continue;
+    const realId = realIds.get(real.address);
+    if (realId === undefined) throw new Error(`internal: no id for real ${real.address} of ${svc.metadata.name}`);
+    const healthy = health ? health.isHealthy(svc.metadata.name, real.address) : true;
+    listed.push({ realId, address: real.address, weight: real.weight, state: real.state, healthy, entries: 0 });
+    if (real.state === 'active' && healthy && real.weight > 0) {
+      backends.push({ id: maglevBackendId(real.address, port, protocol), weight: real.weight, realId });
+    }
+  }
+  const ring = buildMaglevTable(backends, tableSize, seed);
+  const counts = countEntries(ring);
+  for (const r of listed) r.entries = counts.get(r.realId) ?? 0;
+  listed.sort((a, b) => a.realId - b.realId);
+  return { tableSize, ring, digest: ringDigest(ring), reals: listed };
+}

@@ -1,0 +1,319 @@
+// Pure parts of health checking, as tables: hysteresis, the semaphore, consensus, fail modes, the health gate,
+// check targets. (Real servers in namespaces: test/health-netns.test.ts.)
+import test from 'ava';
+import { createHash } from 'node:crypto';
+import {
+  Semaphore,
+  checkTargets,
+  consensusHealth,
+  decideHealth,
+  healthGate,
+  initialHealth,
+  localDownSet,
+  resolveHealth,
+  stepHealth,
+  type GateState,
+  type NodeObservations,
+  type Observations,
+} from '../src/reconciler/health/index.js';
+import { buildMaglevTable, maglevBackendId } from '../src/render/maglev.js';
+import { model, service } from './health-lab.js';
+
+// ---- hysteresis ------------------------------------------------------------------------------------------------
+
+function run(results: string, rise: number, fall: number): string {
+  let h = initialHealth(0);
+  const states: string[] = [];
+  [...results].forEach((c, i) => {
+    h = stepHealth(h, { ok: c === '+', detail: '', at: i + 1, durationMs: 0 }, rise, fall).next;
+    states.push(h.state === 'up' ? 'U' : h.state === 'down' ? 'D' : '?');
+  });
+  return states.join('');
+}
+
+const hysteresisTable: [string, number, number, string, string][] = [
+  ['first success confirms at once', 2, 3, '+', 'U'],
+  ['unknown needs fall failures', 2, 3, '---', '??D'],
+  ['up -> down after fall consecutive failures', 2, 3, '+---', 'UUUD'],
+  ['a success resets the failure streak', 2, 3, '+--+--+', 'UUUUUUU'],
+  ['down -> up after rise consecutive successes', 2, 3, '---++', '??DDU'],
+  ['a failure resets the success streak', 3, 1, '-++-+++', 'DDDDDDU'],
+  ['alternating never flips with rise=fall=2', 2, 2, '+-+-+-+-+-', 'UUUUUUUUUU'],
+  ['alternating flips every time with rise=fall=1', 1, 1, '+-+-+-', 'UDUDUD'],
+  ['rise/fall of 0 behave as 1', 0, 0, '-+', 'DU'],
+];
+for (const [name, rise, fall, results, expected] of hysteresisTable) {
+  test(`hysteresis: ${name}`, (t) => {
+    t.is(run(results, rise, fall), expected);
+  });
+}
+
+test('hysteresis: since moves only on a flip; changed is reported exactly then', (t) => {
+  let h = initialHealth(100);
+  const flips: number[] = [];
+  const seq = '+--+---++';
+  [...seq].forEach((c, i) => {
+    const s = stepHealth(h, { ok: c === '+', detail: c, at: 1000 + i, durationMs: 1 }, 2, 3);
+    if (s.changed) flips.push(s.next.since);
+    h = s.next;
+  });
+  t.deepEqual(flips, [1000, 1006, 1008]);
+  t.is(h.since, 1008);
+  t.is(h.last?.detail, '+');
+});
+
+// ---- semaphore ------------------------------------------------------------------------------------------------
+
+test('semaphore: bounds holders, serves waiters in order, abort leaves the queue, double release is harmless', async (t) => {
+  const sem = new Semaphore(2);
+  const order: string[] = [];
+  const r1 = await sem.acquire();
+  const r2 = await sem.acquire();
+  const p3 = sem.acquire().then((r) => (order.push('3'), r));
+  const ac = new AbortController();
+  const p4 = sem.acquire(ac.signal);
+  const p5 = sem.acquire().then((r) => (order.push('5'), r));
+  t.is(sem.active, 2);
+  t.is(sem.waiting, 3);
+  ac.abort(new Error('gone'));
+  await t.throwsAsync(p4, { message: 'gone' });
+  t.is(sem.waiting, 2);
+  r1();
+  r1(); // must not free a second slot
+  const r3 = await p3;
+  t.is(sem.active, 2);
+  t.deepEqual(order, ['3']);
+  r2();
+  const r5 = await p5;
+  t.deepEqual(order, ['3', '5']);
+  r3();
+  r5();
+  t.is(sem.active, 0);
+  t.is(sem.highWater, 2);
+  t.throws(() => new Semaphore(0), { instanceOf: RangeError });
+});
+
+// ---- consensus --------------------------------------------------------------------------------------------------
+
+const NOW = Date.parse('2026-11-29T12:00:00Z');
+const ago = (ms: number) => new Date(NOW - ms).toISOString();
+const up = (since = ago(60_000)) => ({ up: true, since });
+const down = (since = ago(5_000)) => ({ up: false, since });
+
+function nodeObs(node: string, observations: Observations, publishedMsAgo = 1000): NodeObservations {
+  return { node, publishedAt: ago(publishedMsAgo), observations };
+}
+
+const LBS = ['lb1', 'lb2', 'lb3'];
+const A = '198.51.100.2', B = '198.51.100.3', C = '198.51.100.4';
+
+test('consensus: one lb partitioned from one backend -> every node computes the same (empty) down set', (t) => {
+  const all: NodeObservations[] = [
+    nodeObs('lb1', { web: { [A]: up(), [B]: down() } }), // lb1 cannot reach B
+    nodeObs('lb2', { web: { [A]: up(), [B]: up() } }),
+    nodeObs('lb3', { web: { [A]: up(), [B]: up() } }),
+  ];
+  const results = all.map((self) => consensusHealth(self, all.filter((o) => o !== self), LBS, NOW, 30_000));
+  for (const r of results) {
+    t.deepEqual(r.down, {});
+    t.deepEqual(r.voters, LBS);
+    t.is(r.quorum, 2);
+  }
+});
+
+test('consensus: backend really dead -> every node computes the same down set', (t) => {
+  const all: NodeObservations[] = [
+    nodeObs('lb1', { web: { [A]: up(), [B]: down() }, api: { [C]: down() } }),
+    nodeObs('lb2', { web: { [A]: up(), [B]: down() }, api: { [C]: up() } }),
+    nodeObs('lb3', { web: { [A]: up() } }), // lb3 has no opinion on B yet: absence is not "down"
+  ];
+  const results = all.map((self) => consensusHealth(self, all.filter((o) => o !== self), LBS, NOW, 30_000));
+  for (const r of results) t.deepEqual(r.down, { web: [B] });
+});
+
+const consensusTable: { name: string; local: NodeObservations; peers: NodeObservations[]; lbs: string[]; down: Record<string, string[]>; voters: string[]; stale: string[]; quorum: number }[] = [
+  {
+    name: 'alone: local observation decides',
+    local: nodeObs('lb1', { web: { [A]: down() } }, 0), peers: [], lbs: ['lb1'],
+    down: { web: [A] }, voters: ['lb1'], stale: [], quorum: 1,
+  },
+  {
+    name: 'two nodes: one down report is not a majority',
+    local: nodeObs('lb1', { web: { [A]: down() } }), peers: [nodeObs('lb2', { web: { [A]: up() } })], lbs: ['lb1', 'lb2'],
+    down: {}, voters: ['lb1', 'lb2'], stale: [], quorum: 2,
+  },
+  {
+    name: 'stale peers do not vote; the fresh majority decides',
+    local: nodeObs('lb1', { web: { [A]: down() } }),
+    peers: [nodeObs('lb2', { web: { [A]: up() } }, 31_000), nodeObs('lb3', { web: { [A]: down() } }, 29_000)],
+    lbs: LBS, down: { web: [A] }, voters: ['lb1', 'lb3'], stale: ['lb2'], quorum: 2,
+  },
+  {
+    name: 'a silent (never published) lb node is stale',
+    local: nodeObs('lb1', { web: { [A]: down() } }), peers: [], lbs: ['lb1', 'lb2'],
+    down: { web: [A] }, voters: ['lb1'], stale: ['lb2'], quorum: 1,
+  },
+  {
+    name: 'local copy always counts, even when its own publication is old',
+    local: nodeObs('lb1', { web: { [A]: down() } }, 999_000), peers: [nodeObs('lb2', { web: { [A]: down() } })], lbs: ['lb1', 'lb2'],
+    down: { web: [A] }, voters: ['lb1', 'lb2'], stale: [], quorum: 2,
+  },
+  {
+    name: 'non-lb publishers and a peer copy of the local node are ignored',
+    local: nodeObs('lb1', { web: { [A]: up() } }),
+    peers: [nodeObs('be1', { web: { [A]: down() } }), nodeObs('lb1', { web: { [A]: down() } }), nodeObs('lb2', { web: { [A]: down() } })],
+    lbs: ['lb1', 'lb2'], down: {}, voters: ['lb1', 'lb2'], stale: [], quorum: 2,
+  },
+  {
+    name: 'duplicate status of one peer: the newer copy wins',
+    local: nodeObs('lb1', { web: { [A]: down() } }),
+    peers: [nodeObs('lb2', { web: { [A]: down() } }, 20_000), nodeObs('lb2', { web: { [A]: up() } }, 2_000)],
+    lbs: ['lb1', 'lb2'], down: {}, voters: ['lb1', 'lb2'], stale: [], quorum: 2,
+  },
+  {
+    name: 'unparseable publishedAt is stale',
+    local: nodeObs('lb1', { web: { [A]: up() } }),
+    peers: [{ node: 'lb2', publishedAt: 'yesterday', observations: { web: { [A]: down() } } }],
+    lbs: ['lb1', 'lb2'], down: {}, voters: ['lb1'], stale: ['lb2'], quorum: 1,
+  },
+  {
+    name: 'down sets are sorted and per service',
+    local: nodeObs('lb1', { web: { [C]: down(), [A]: down(), [B]: up() }, api: { [B]: down() } }), peers: [], lbs: ['lb1'],
+    down: { api: [B], web: [A, C] }, voters: ['lb1'], stale: [], quorum: 1,
+  },
+];
+for (const row of consensusTable) {
+  test(`consensus: ${row.name}`, (t) => {
+    const r = consensusHealth(row.local, row.peers, row.lbs, NOW, 30_000);
+    t.deepEqual(r, { down: row.down, voters: row.voters, stale: row.stale, quorum: row.quorum });
+    t.deepEqual(Object.keys(r.down), Object.keys(row.down)); // key order too: status YAML must be byte-stable
+  });
+}
+
+test('consensus: rejects a nonsensical staleness bound', (t) => {
+  t.throws(() => consensusHealth(nodeObs('lb1', {}), [], ['lb1'], NOW, 0), { instanceOf: RangeError });
+});
+
+/** The digest of the Maglev table a node would render for `web` with this health: what ECMP agreement needs. */
+function webDigest(m: ReturnType<typeof model>, isHealthy: (s: string, a: string) => boolean): string {
+  const svc = m.services.find((s) => s.metadata.name === 'web')!;
+  const backends = svc.spec.reals
+    .filter((r) => r.state === 'active' && isHealthy('web', r.address))
+    .map((r, i) => ({ id: maglevBackendId(r.address, 80, 'TCP'), weight: r.weight, realId: i + 1 }));
+  const ring = buildMaglevTable(backends, 251, 0);
+  return createHash('sha256').update(Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength)).digest('hex');
+}
+
+test('agreement: partition of lb1 from one backend -> consensus digests equal on all nodes, local ones do not', (t) => {
+  const published: Record<string, Observations> = {
+    lb1: { web: { [A]: up(), [B]: down(), [C]: up() } },
+    lb2: { web: { [A]: up(), [B]: up(), [C]: up() } },
+    lb3: { web: { [A]: up(), [B]: up(), [C]: up() } },
+  };
+  const digests = (mode: 'local' | 'consensus') => LBS.map((node) => {
+    const m = model([service('web', { type: 'tcp' }, [A, B, C])], LBS, { mode, staleAfterMs: 30_000 });
+    const peers = LBS.filter((n) => n !== node).map((n) => nodeObs(n, published[n]!));
+    const d = decideHealth({ model: m, node, local: published[node]!, peers, now: NOW });
+    t.is(d.mode, mode);
+    return webDigest(m, d.view.isHealthy);
+  });
+  const consensus = digests('consensus');
+  t.is(new Set(consensus).size, 1, 'consensus digests differ');
+  const local = digests('local');
+  t.is(new Set(local).size, 2, 'local mode should disagree on lb1 (that is what consensus is for)');
+  t.is(local[1], consensus[0]);
+});
+
+// ---- fail modes -----------------------------------------------------------------------------------------------
+
+test('fail modes: open keeps every real when all active ones are down, closed excludes them, partial down excludes', (t) => {
+  const m = model([
+    service('open', { type: 'tcp' }, [A, B]),
+    service('closed', { type: 'tcp', failMode: 'closed' }, [A, B]),
+    service('partial', { type: 'tcp', failMode: 'closed' }, [A, B]),
+    service('drained', { type: 'tcp' }, [A, { address: B, state: 'drain' }]),
+    service('unchecked', { type: 'none' }, [A]),
+  ]);
+  const r = resolveHealth(m, { open: [A, B], closed: [A, B], partial: [A], drained: [A], unchecked: [A] });
+  t.deepEqual(r.failOpen, ['drained', 'open']); // drained: the only active real is down; B is draining anyway
+  t.deepEqual(r.failClosed, ['closed']);
+  t.deepEqual(r.excluded, { closed: [A, B], partial: [A] });
+  t.true(r.view.isHealthy('open', A));
+  t.false(r.view.isHealthy('closed', B));
+  t.false(r.view.isHealthy('partial', A));
+  t.true(r.view.isHealthy('partial', B));
+  t.true(r.view.isHealthy('unchecked', A));
+  t.true(r.view.isHealthy('no-such-service', A));
+});
+
+test('localDownSet keeps only down reals, sorted', (t) => {
+  t.deepEqual(localDownSet({ web: { [C]: down(), [A]: up(), [B]: down() }, api: { [A]: up() } }), { web: [B, C] });
+});
+
+// ---- health gate ----------------------------------------------------------------------------------------------
+
+const st = (services: Record<string, [number, string, boolean][]>): GateState => ({
+  services: Object.entries(services).map(([name, reals]) => ({
+    name,
+    reals: reals.map(([weight, state, healthy], i) => ({ address: `198.51.100.${i + 2}`, weight, state, healthy })),
+  })),
+});
+
+const gateTable: { name: string; before: GateState; after: GateState; max: number; pass: boolean; reason: RegExp }[] = [
+  { name: 'no change passes', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'active', true]] }), max: 0.25, pass: true, reason: /no service lost/ },
+  { name: 'losing half fails a 25% limit', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'active', false]] }), max: 0.25, pass: false, reason: /^web lost 50\.0% of healthy capacity \(2 -> 1\); limit 25\.0%$/ },
+  { name: 'weights count, not reals', before: st({ web: [[3, 'active', true], [1, 'active', true]] }), after: st({ web: [[3, 'active', true], [1, 'active', false]] }), max: 0.25, pass: true, reason: /largest loss web 25\.0% within limit 25\.0%/ },
+  { name: 'drained reals are not capacity', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'drain', true]] }), max: 0.4, pass: false, reason: /web lost 50\.0%/ },
+  { name: 'a removed service is not judged', before: st({ web: [[1, 'active', true]], old: [[1, 'active', true]] }), after: st({ web: [[1, 'active', true]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'a service with no healthy capacity before cannot lose any', before: st({ web: [[1, 'active', false]] }), after: st({ web: [[1, 'active', false]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'several failures are all named', before: st({ a: [[1, 'active', true]], b: [[2, 'active', true]] }), after: st({ a: [[1, 'active', false]], b: [[2, 'active', false]] }), max: 0.5, pass: false, reason: /^a lost 100\.0%.*; b lost 100\.0%/ },
+];
+for (const row of gateTable) {
+  test(`health gate: ${row.name}`, (t) => {
+    const r = healthGate(row.before, row.after, row.max);
+    t.is(r.pass, row.pass, r.reason);
+    t.regex(r.reason, row.reason);
+  });
+}
+
+test('health gate: rejects a share outside [0, 1]', (t) => {
+  t.throws(() => healthGate(st({}), st({}), 1.5), { instanceOf: RangeError });
+});
+
+// ---- targets ---------------------------------------------------------------------------------------------------
+
+test('targets: one per non-disabled real of a checked service; port falls back to the first target port', (t) => {
+  const web = service('web', { type: 'http', path: '/healthz' }, [A, { address: B, state: 'drain' }, { address: C, state: 'disabled' }], 443);
+  web.spec.ports = [{ port: 443, protocol: 'TCP', targetPort: 8443 }];
+  const targets = checkTargets(model([web, service('db', { type: 'tcp', port: 5432 }, [A]), service('dns', { type: 'none' }, [A])]));
+  t.deepEqual(targets.map((x) => [x.service, x.address, x.probe.type, x.probe.port]), [
+    ['db', A, 'tcp', 5432],
+    ['web', A, 'http', 8443],
+    ['web', B, 'http', 8443],
+  ]);
+  const http = targets[1]!.probe;
+  t.deepEqual(http.type === 'http' && [http.path, http.expectStatus], ['/healthz', { min: 200, max: 399 }]);
+});
+
+// ---- status round trip -----------------------------------------------------------------------------------------
+
+test('status: what a node publishes, a peer reads back through YAML; malformed status is an error, not a throw', async (t) => {
+  const { healthStatus, peerObservations } = await import('../src/reconciler/health/index.js');
+  const YAML = (await import('yaml')).default;
+  const observations: Observations = { web: { [A]: up(), [B]: down() } };
+  const snapshot = { services: { web: { reals: {} } }, stats: { targets: 2, inFlight: 0, maxInFlight: 64, peakInFlight: 1, checks: 9 } };
+  const written = YAML.stringify({ node: 'lb2', health: healthStatus({ now: NOW, mode: 'consensus', observations, snapshot, failOpen: [], failClosed: [] }) });
+  const read = peerObservations('lb2', YAML.parse(written));
+  t.deepEqual(read, { obs: { node: 'lb2', publishedAt: new Date(NOW).toISOString(), observations } });
+
+  const bad: [unknown, RegExp][] = [
+    [null, /no 'health' mapping/],
+    [{ health: { observations: {} } }, /publishedAt is not an ISO time/],
+    [{ health: { publishedAt: ago(0), observations: [] } }, /observations is not a mapping/],
+    [{ health: { publishedAt: ago(0), observations: { web: { [A]: { up: 'yes', since: ago(0) } } } } }, /web\.198\.51\.100\.2 needs up: bool/],
+  ];
+  for (const [doc, err] of bad) {
+    const r = peerObservations('lb2', doc);
+    t.true('error' in r && err.test(r.error), JSON.stringify(r));
+  }
+});

@@ -1,0 +1,70 @@
+// Runs inside a test network namespace (spawned with `ip netns exec`): loads the LB data plane through
+// openLbDataPlane, then executes the steps read as JSON from stdin (apply a desired state, clear the
+// connection table, BPF_PROG_TEST_RUN a packet) and prints one JSON result per step. The ava test in the
+// host namespace builds the cases and checks the results; this process only has to be in the namespace
+// because bpf_fib_lookup resolves next hops in the caller's namespace.
+import { readFileSync } from 'node:fs';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import type { DesiredState } from '../../src/render/state.js';
+
+export type HarnessStep =
+  | { op: 'apply'; state: unknown }
+  | { op: 'ctClear' }
+  | { op: 'run'; data: string; ifname: string }
+  | { op: 'counters' }
+  | { op: 'live' };
+
+export function stateToJson(s: DesiredState): unknown {
+  return { ...s, services: s.services.map((x) => ({ ...x, ring: [...x.ring] })) };
+}
+
+function stateFromJson(j: any): DesiredState {
+  return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
+}
+
+function xdpMd(len: number, ifindex: number): Buffer {
+  const b = Buffer.alloc(24);
+  b.writeUInt32LE(0, 0);
+  b.writeUInt32LE(len, 4);
+  b.writeUInt32LE(ifindex, 12);
+  return b;
+}
+
+async function main(): Promise<void> {
+  const input = JSON.parse(readFileSync(0, 'utf8')) as { pinRoot: string; steps: HarnessStep[] };
+  const dp = await openLbDataPlane({ pinRoot: input.pinRoot });
+  const out: unknown[] = [];
+  try {
+    for (const step of input.steps) {
+      try {
+        if (step.op === 'apply') out.push({ report: await dp.apply(stateFromJson(step.state)) });
+        else if (step.op === 'ctClear') {
+          const ct = dp.object()!.map('lb_conntrack');
+          for (const k of ct.keys()) ct.delete(k);
+          out.push({});
+        } else if (step.op === 'counters') out.push({ counters: await dp.counters() });
+        else if (step.op === 'live') {
+          const l = await dp.readLive();
+          out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring] })) } });
+        } else if (step.op === 'run') {
+          const data = Buffer.from(step.data, 'hex');
+          const ifindex = Number(readFileSync(`/sys/class/net/${step.ifname}/ifindex`, 'utf8'));
+          const before = await dp.counters();
+          const r = dp.object()!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindex) });
+          const after = await dp.counters();
+          const delta: Record<string, number> = {};
+          for (const [k, v] of Object.entries(after))
+            if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
+          out.push({ retval: r.retval, data: r.data.toString('hex'), counters: delta });
+        }
+      } catch (e) {
+        out.push({ error: String((e as Error).stack ?? e) });
+      }
+    }
+  } finally {
+    dp.close();
+  }
+  process.stdout.write(JSON.stringify(out));
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) await main();

@@ -1,0 +1,80 @@
+// Test network namespace for the XDP table tests and bench: two veth pairs with fixed MACs, addresses,
+// permanent neighbours and a route via a gateway, so bpf_fib_lookup gives deterministic next hops.
+// Only documentation addresses; everything is created under the per-run prefix and removed by teardown().
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, rmSync, existsSync } from 'node:fs';
+
+export const LAB = {
+  lbA: { name: 'lbA', mac: '02:00:00:00:0a:01', v4: '198.51.100.1', v6: '2001:db8:2::1' },
+  lbC: { name: 'lbC', mac: '02:00:00:00:0c:01', v4: '192.0.2.129' },
+  gwMac: '02:00:00:00:01:fe',
+  clientMac: '02:00:00:00:00:c1',
+  neighbours: {
+    '198.51.100.11': '02:00:00:00:01:11',
+    '198.51.100.12': '02:00:00:00:01:12',
+    '198.51.100.13': '02:00:00:00:01:13',
+    '198.51.100.254': '02:00:00:00:01:fe',
+    '2001:db8:2::11': '02:00:00:00:02:11',
+    '2001:db8:2::12': '02:00:00:00:02:12',
+  } as Record<string, string>,
+  lbCNeighbours: { '192.0.2.140': '02:00:00:00:03:40' } as Record<string, string>,
+} as const;
+
+function ip(ns: string | null, ...args: string[]): void {
+  execFileSync('ip', ns ? ['-n', ns, ...args] : args, { stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+export function labNames(tag: string): { ns: string; pinRoot: string } {
+  const ns = `glb${process.pid}-${tag}`;
+  return { ns, pinRoot: `/sys/fs/bpf/${ns}` };
+}
+
+export function setupLab(tag: string): { ns: string; pinRoot: string } {
+  const { ns, pinRoot } = labNames(tag);
+  if (!existsSync('/sys/fs/bpf/lb_vips') && execFileSync('stat', ['-f', '-c', '%T', '/sys/fs/bpf']).toString().trim() !== 'bpf_fs')
+    execFileSync('mount', ['-t', 'bpf', 'bpf', '/sys/fs/bpf']);
+  ip(null, 'netns', 'add', ns);
+  try {
+    ip(ns, 'link', 'add', 'lbA', 'address', LAB.lbA.mac, 'type', 'veth', 'peer', 'name', 'lbB');
+    ip(ns, 'link', 'add', 'lbC', 'address', LAB.lbC.mac, 'type', 'veth', 'peer', 'name', 'lbD');
+    for (const d of ['lo', 'lbA', 'lbB', 'lbC', 'lbD']) ip(ns, 'link', 'set', d, 'up');
+    ip(ns, 'addr', 'add', `${LAB.lbA.v4}/24`, 'dev', 'lbA');
+    ip(ns, 'addr', 'add', `${LAB.lbA.v6}/64`, 'dev', 'lbA', 'nodad');
+    ip(ns, 'addr', 'add', `${LAB.lbC.v4}/25`, 'dev', 'lbC');
+    for (const [a, m] of Object.entries(LAB.neighbours)) ip(ns, 'neigh', 'replace', a, 'lladdr', m, 'dev', 'lbA', 'nud', 'permanent');
+    for (const [a, m] of Object.entries(LAB.lbCNeighbours)) ip(ns, 'neigh', 'replace', a, 'lladdr', m, 'dev', 'lbC', 'nud', 'permanent');
+    ip(ns, 'route', 'add', '203.0.113.128/25', 'via', '198.51.100.254', 'dev', 'lbA');
+    // bpf_fib_lookup refuses to forward when forwarding is off
+    execFileSync('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
+    mkdirSync(pinRoot, { recursive: true });
+  } catch (e) {
+    teardownLab(tag);
+    throw e;
+  }
+  return { ns, pinRoot };
+}
+
+export function teardownLab(tag: string): void {
+  const { ns, pinRoot } = labNames(tag);
+  try { ip(null, 'netns', 'del', ns); } catch { /* already gone */ }
+  rmSync(pinRoot, { recursive: true, force: true });
+}
+
+/** Runs test/lib/xdp-harness.ts inside `ns` with `input` on stdin; resolves with its parsed output. */
+export function runHarness(ns: string, input: unknown, timeoutMs = 90_000): Promise<any[]> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx',
+      new URL('./xdp-harness.ts', import.meta.url).pathname], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`harness timed out; stderr: ${err}`)); }, timeoutMs);
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      if (code !== 0) return reject(new Error(`harness exited ${code}: ${err}`));
+      try { resolve(JSON.parse(out)); } catch (e) { reject(new Error(`harness output not JSON: ${out.slice(0, 500)} ${err}`)); }
+    });
+    child.stdin.end(JSON.stringify(input));
+  });
+}

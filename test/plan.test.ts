@@ -1,0 +1,193 @@
+// `gitlb plan`: the pure diff (models built directly) and the command on real Git repositories.
+import test from 'ava';
+import { planChanges, invalidHeadPlan } from '../src/render/plan.js';
+import { formatPlanMarkdown, formatPlanText, planToJson } from '../src/render/plan-format.js';
+import { renderDesiredState } from '../src/render/desired.js';
+import { cluster, model, node, real, service } from './helpers/model-builder.js';
+import { commitTree, configFiles, git, gitlb, tempDir, writeTree } from './helpers/cli-repo.js';
+
+function baseModel() {
+  const reals = Array.from({ length: 10 }, (_, i) => real(`198.51.100.${i + 1}`));
+  return model({
+    cluster: cluster({ tableSize: 4093 }),
+    nodes: [node('lb-1', { role: 'lb', allowedVips: ['192.0.2.0/24'] })],
+    services: [
+      service('web', { vip: '192.0.2.10', reals }),
+      service('api', { vip: '192.0.2.11', reals: [real('198.51.100.50'), real('198.51.100.51')] }),
+    ],
+  });
+}
+const svc = (m: ReturnType<typeof baseModel>, name: string) => m.services.find((s) => s.metadata.name === name)!;
+
+test('identical revisions: no change', (t) => {
+  const plan = planChanges(baseModel(), baseModel());
+  t.false(plan.changed);
+  t.deepEqual(plan.services, []);
+  t.is(plan.unchangedServices, 2);
+  t.regex(formatPlanText(plan), /no changes/);
+});
+
+test('removing one of ten reals: its share moves, survivors keep their entries', (t) => {
+  const head = baseModel();
+  svc(head, 'web').spec.reals = svc(head, 'web').spec.reals.filter((r) => r.address !== '198.51.100.3');
+  const plan = planChanges(baseModel(), head);
+  t.true(plan.changed);
+  t.is(plan.services.length, 1);
+  const web = plan.services[0]!;
+  t.is(web.change, 'changed');
+  t.deepEqual(web.reals.filter((r) => r.change !== 'unchanged').map((r) => [r.address, r.change]), [['198.51.100.3', 'removed']]);
+  // The removed real owned ~10%; Maglev moves little else, so the moved share is close to its share.
+  const removed = web.reals.find((r) => r.address === '198.51.100.3')!;
+  t.true(web.movedShare >= removed.shareBefore);
+  t.true(web.movedShare <= removed.shareBefore + 0.02, `moved ${web.movedShare}`);
+  // Cross-check the moved count against the rendered rings, compared by address.
+  const before = renderDesiredState(baseModel(), 'lb-1').services.find((s) => s.name === 'web')!;
+  const after = renderDesiredState(head, 'lb-1').services.find((s) => s.name === 'web')!;
+  const addr = (s: typeof before, id: number) => s.reals.find((r) => r.realId === id)?.address;
+  let moved = 0;
+  for (let j = 0; j < before.ring.length; j++) if (addr(before, before.ring[j]!) !== addr(after, after.ring[j]!)) moved++;
+  t.is(web.movedEntries, moved);
+  const losing = web.reals.filter((r) => r.entriesAfter < r.entriesBefore).map((r) => r.address);
+  t.deepEqual(losing, ['198.51.100.3']);
+  const text = formatPlanText(plan);
+  t.regex(text, /service web \(192\.0\.2\.10\): changed/);
+  t.regex(text, /real 198\.51\.100\.3 removed/);
+  t.regex(text, /of table entries change backend/);
+  t.regex(text, /loses: 198\.51\.100\.3/);
+});
+
+test('weight, state and mode changes are reported with gainers and losers', (t) => {
+  const head = baseModel();
+  const web = svc(head, 'web');
+  web.spec.reals[0] = real('198.51.100.1', 3);
+  web.spec.reals[1] = real('198.51.100.2', 1, 'drain');
+  web.spec.dispatch = { mode: 'hybrid', encap: 'ipip' };
+  const plan = planChanges(baseModel(), head);
+  const p = plan.services.find((s) => s.name === 'web')!;
+  t.deepEqual(p.fields.map((f) => `${f.field}:${f.before}->${f.after}`), ['dispatch.mode:dsr->hybrid', 'dispatch.encap:l2->ipip']);
+  const r1 = p.reals.find((r) => r.address === '198.51.100.1')!;
+  const r2 = p.reals.find((r) => r.address === '198.51.100.2')!;
+  t.is(r1.change, 'changed');
+  t.true(r1.shareAfter > r1.shareBefore * 2.5);
+  t.is(r2.entriesAfter, 0);
+  const markdown = formatPlanMarkdown(plan);
+  t.regex(markdown, /^### gitlb plan: services 1 changed/);
+  t.regex(markdown, /\| `web` \| `192\.0\.2\.10` \| changed \| \d+\.\d\d% \|/);
+  t.regex(markdown, /weight 1 → 3/);
+  t.regex(markdown, /state active → drain/);
+  t.regex(markdown, /\| `198\.51\.100\.1` \| 10\.\d\d% \| 2\d\.\d\d% \| \+/);
+  const json = JSON.parse(planToJson(plan));
+  t.is(json.services[0].name, 'web');
+  t.is(json.changed, true);
+});
+
+test('added and removed services, table size change moves everything, node changes', (t) => {
+  const head = baseModel();
+  head.services = head.services.filter((s) => s.metadata.name !== 'api');
+  head.services.push(service('new', { vip: '192.0.2.12', reals: [real('198.51.100.60')] }));
+  svc(head, 'web').spec.maglev = { tableSize: 1021 };
+  head.nodes.push(node('lb-2', { role: 'lb', allowedVips: ['192.0.2.0/24'] }));
+  head.nodes[0]!.spec.allowedVips = ['192.0.2.0/25'];
+  const plan = planChanges(baseModel(), head);
+  const by = Object.fromEntries(plan.services.map((s) => [s.name, s]));
+  t.is(by.api!.change, 'removed');
+  t.is(by.new!.change, 'added');
+  t.is(by.web!.movedShare, 1);
+  t.deepEqual(by.web!.fields.map((f) => f.field), ['maglev.tableSize']);
+  t.deepEqual(plan.nodes.map((n) => `${n.name}:${n.change}:${n.fields.map((f) => f.field).join(',')}`), ['lb-1:changed:allowedVips', 'lb-2:added:']);
+  const text = formatPlanText(plan);
+  t.regex(text, /service api \(192\.0\.2\.11\): removed/);
+  t.regex(text, /service new \(192\.0\.2\.12\): added/);
+});
+
+test('seed change is a cluster change and reshuffles every table', (t) => {
+  const head = baseModel();
+  head.cluster.spec.maglev.seed = 'AAAAAAAAAAAAAAAA';
+  const plan = planChanges(baseModel(), head);
+  t.deepEqual(plan.cluster.map((c) => c.field), ['maglev.seed']);
+  t.is(plan.services.length, 2);
+  // A new seed is a new random permutation: about (1 - 1/N) of the entries move.
+  t.true(plan.services.find((s) => s.name === 'web')!.movedShare > 0.8);
+  t.true(plan.services.find((s) => s.name === 'api')!.movedShare > 0.3);
+});
+
+test('no valid base: everything is added; invalid head: diagnostics only', (t) => {
+  const plan = planChanges(null, baseModel());
+  t.true(plan.changed);
+  t.deepEqual(plan.services.map((s) => s.change), ['added', 'added']);
+  const bad = invalidHeadPlan([{ severity: 'error', file: 'services/web.yaml', line: 4, col: 7, message: 'weight must be >= 0' }]);
+  t.false(bad.headValid);
+  t.regex(formatPlanText(bad), /services\/web\.yaml:4:7: error: weight must be >= 0/);
+  t.regex(formatPlanMarkdown(bad), /\*\*Errors in head\*\*/);
+});
+
+// ---------- the command, on real Git repositories made with the git CLI ----------
+
+
+const tenReals = Array.from({ length: 10 }, (_, i) => `{address: 198.51.100.${i + 1}}`);
+
+test('gitlb plan --base/--head reads revisions from Git objects: no change, changes, invalid head', async (t) => {
+  const repo = await tempDir('plan');
+  try {
+    await git(repo.path, 'init', '-q', '-b', 'main');
+    await commitTree(repo.path, configFiles({ webReals: tenReals }), 'base');
+    await git(repo.path, 'tag', 'v1');
+    const changed = [...tenReals.slice(0, 9), '{address: 198.51.100.10, weight: 300}', '{address: 198.51.100.11}'];
+    await commitTree(repo.path, configFiles({ webReals: changed }), 'weights');
+    await commitTree(repo.path, configFiles({ webReals: ['{address: 198.51.100.1, weight: -4}'] }), 'broken');
+    // Uncommitted edits in the working tree must not matter: revisions are read from objects.
+    await writeTree(repo.path, { 'services/web.yaml': 'garbage: [' });
+
+    const same = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', 'main~1~1']);
+    t.is(same.code, 0, same.stderr);
+    t.regex(same.stdout, /no changes \(2 services unchanged\)/);
+
+    const text = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', 'HEAD^']);
+    t.is(text.code, 1, text.stderr);
+    t.regex(text.stdout, /service web \(192\.0\.2\.10\): changed/);
+    t.regex(text.stdout, /real 198\.51\.100\.10: weight 100 -> 300/);
+    t.regex(text.stdout, /real 198\.51\.100\.11 added \(weight 100, active\)/);
+    t.regex(text.stdout, /gains: 198\.51\.100\.10/);
+    t.notRegex(text.stdout, /service dns/);
+
+    const sha = await git(repo.path, 'rev-parse', '--short=10', 'HEAD~1');
+    const md = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', sha, '--format', 'markdown']);
+    t.is(md.code, 1);
+    t.regex(md.stdout, /^### gitlb plan: services 1 changed, 0 added, 0 removed, 1 unchanged/);
+    t.regex(md.stdout, /\| `web` \| `192\.0\.2\.10` \| changed \| \d+\.\d\d% \|/);
+
+    const json = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', 'HEAD~1', '--format', 'json']);
+    t.is(json.code, 1);
+    const plan = JSON.parse(json.stdout);
+    const web = plan.services.find((s: { name: string }) => s.name === 'web');
+    t.true(web.movedShare > 0 && web.movedShare < 0.5);
+
+    const bad = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', 'HEAD']);
+    t.is(bad.code, 2);
+    t.regex(bad.stdout, /does not validate/);
+    t.regex(bad.stdout, /services\/web\.yaml:\d+:\d+: error: .*weight/);
+
+    const unknown = await gitlb(['plan', '--repo', repo.path, '--base', 'nope', '--head', 'HEAD']);
+    t.is(unknown.code, 2);
+    t.regex(unknown.stderr, /unknown revision 'nope'/);
+  } finally {
+    await repo.remove();
+  }
+});
+
+test('gitlb plan --base-dir/--head-dir compares directories; usage errors exit 2', async (t) => {
+  const a = await tempDir('plan-a');
+  const b = await tempDir('plan-b');
+  try {
+    await writeTree(a.path, configFiles({ webReals: tenReals }));
+    await writeTree(b.path, configFiles({ webReals: tenReals.slice(1) }));
+    const r = await gitlb(['plan', '--base-dir', a.path, '--head-dir', b.path]);
+    t.is(r.code, 1, r.stderr);
+    t.regex(r.stdout, /real 198\.51\.100\.1 removed/);
+    const usage = await gitlb(['plan', '--base-dir', a.path, '--head', 'HEAD']);
+    t.is(usage.code, 2);
+  } finally {
+    await a.remove();
+    await b.remove();
+  }
+});

@@ -1,0 +1,262 @@
+// The reconciler end to end: real git http-backend, commits/force-pushes by the git CLI, and the real LB data
+// plane (real BPF maps, pinned under a per-run bpffs directory, not attached to any interface).
+import test from 'ava';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { openLbDataPlane, type DataPlane } from '../src/bpf/dataplane/index.js';
+import { parseConfig } from '../src/render/config/index.js';
+import { renderDesiredState } from '../src/render/desired.js';
+import { HttpRemote } from '../src/reconciler/source/git-remote.js';
+import { Reconciler } from '../src/reconciler/reconcile.js';
+import { StatusWriter } from '../src/reconciler/status/status-writer.js';
+import { parseStatus } from '../src/reconciler/status/status-doc.js';
+import { startDaemon } from '../src/reconciler/daemon.js';
+import { githubSignature } from '../src/reconciler/triggers/webhook.js';
+import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
+
+const PIN_BASE = `/sys/fs/bpf/gitlb-test-${process.pid}-reconcile`;
+const quiet = { info: () => {}, warn: () => {} };
+const cleanups: (() => Promise<void> | void)[] = [];
+
+test.after.always(async () => {
+  for (const f of cleanups.reverse()) await f();
+  rmSync(PIN_BASE, { recursive: true, force: true });
+});
+
+async function dataPlane(name: string): Promise<DataPlane> {
+  return openLbDataPlane({ pinRoot: join(PIN_BASE, name) });
+}
+
+async function repoWith(files: Record<string, string | null>): Promise<{ repo: ServedRepo; rev: string }> {
+  const repo = await servedRepo();
+  cleanups.push(() => repo.cleanup());
+  const rev = await commitFiles(repo.work, files, 'initial config');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  return { repo, rev };
+}
+
+async function cache(name: string): Promise<string> {
+  const c = await tempDir(name);
+  cleanups.push(() => rmSync(c, { recursive: true, force: true }));
+  return c;
+}
+
+function reconciler(repo: ServedRepo, remote: HttpRemote, dp: DataPlane, node: string, adoptedRevision: string | null = null): Reconciler {
+  const r: Reconciler = new Reconciler({
+    node,
+    branch: 'main',
+    remote,
+    dataPlane: dp,
+    adoptedRevision,
+    log: quiet,
+    statusSink: async (s, branch, why) => {
+      await new StatusWriter({ remote, branch, node }).write(s, why);
+    },
+  });
+  void repo;
+  return r;
+}
+
+async function statusOnBranch(repo: ServedRepo, node: string) {
+  await git(repo.work, 'fetch', '-q', 'origin', 'gitlb-status');
+  return parseStatus(await git(repo.work, 'show', `FETCH_HEAD:status/${node}.yaml`));
+}
+
+function expectedDigest(files: Record<string, string>, node: string): string {
+  const parsed = parseConfig(Object.entries(files).map(([path, c]) => ({ path, content: new TextEncoder().encode(c) })));
+  return renderDesiredState(parsed.model!, node).services[0]!.digest;
+}
+
+const REALS = ['198.51.100.10', '198.51.100.11'];
+
+test.serial('new commit applied; invalid commit refused with status; force-push applied with a warning', async (t) => {
+  const files1 = configFiles(['lb-1'], REALS);
+  const { repo, rev: c1 } = await repoWith(files1);
+  const dp = await dataPlane('a');
+  cleanups.push(() => dp.close());
+  const remote = new HttpRemote(repo.url, join(await cache('a'), 'git'));
+  const r = reconciler(repo, remote, dp, 'lb-1');
+
+  const o1 = await r.reconcile('test');
+  t.is(o1.kind, 'applied', JSON.stringify(o1));
+  t.is((await dp.readLive()).services[0]?.digest, expectedDigest(files1, 'lb-1'));
+  t.is((await statusOnBranch(repo, 'lb-1')).appliedRevision, c1);
+
+  // A new commit: one more real.
+  const files2 = { ...files1, 'services/web.yaml': serviceYaml('web', '203.0.113.10', [...REALS, '198.51.100.12']) };
+  const c2 = await commitFiles(repo.work, files2, 'add a real');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  const o2 = await r.reconcile('test');
+  t.is(o2.kind, 'applied');
+  if (o2.kind === 'applied') t.true(o2.report.mapWrites > 0);
+  const live2 = await dp.readLive();
+  t.is(live2.services[0]?.digest, expectedDigest(files2, 'lb-1'));
+  t.is(live2.reals.length, 3);
+
+  // An invalid commit: refused before the data plane is touched; recorded with its reason.
+  const c3 = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.300']) }, 'typo');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  const writesBefore = r.counters.mapWrites;
+  const o3 = await r.reconcile('test');
+  t.is(o3.kind, 'failed');
+  if (o3.kind === 'failed') {
+    t.is(o3.stage, 'validate');
+    t.regex(o3.reason, /services\/web\.yaml:\d+:\d+/);
+  }
+  t.is(r.counters.mapWrites, writesBefore);
+  t.deepEqual(await dp.readLive(), live2, 'data plane untouched');
+  const s3 = await statusOnBranch(repo, 'lb-1');
+  t.is(s3.appliedRevision, c2, 'last good stays');
+  t.is(s3.lastAttempt?.revision, c3);
+  t.is(s3.lastAttempt?.result, 'failed');
+  t.is(s3.lastAttempt?.stage, 'validate');
+  t.regex(s3.lastFailure?.reason ?? '', /web\.yaml/);
+  // Not retried: a validation failure is deterministic.
+  const failures = r.counters.failures;
+  t.is((await r.reconcile('again')).kind, 'failed');
+  t.is(r.counters.failures, failures);
+
+  // Force-push: history rewritten to a commit that does not descend from the applied one.
+  await git(repo.work, 'reset', '-q', '--hard', c1);
+  const files5 = { ...files1, 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.20']) };
+  const c5 = await commitFiles(repo.work, files5, 'rewritten');
+  await git(repo.work, 'push', '-q', '-f', 'origin', 'main');
+  const o5 = await r.reconcile('test');
+  t.is(o5.kind, 'applied');
+  if (o5.kind === 'applied') t.regex(o5.warnings.join(), /force-push/);
+  const s5 = await statusOnBranch(repo, 'lb-1');
+  t.is(s5.appliedRevision, c5);
+  t.regex(s5.warnings.join(), /force-push/);
+  t.is(s5.counters.forcePushes, 1);
+  t.is(s5.services[0]?.digest, expectedDigest(files5, 'lb-1'));
+});
+
+test.serial('restart adopts the pinned state and performs zero map writes', async (t) => {
+  const files = configFiles(['lb-1'], REALS, { tableSize: 251 });
+  const { repo, rev } = await repoWith(files);
+  const cacheDir = await cache('restart');
+  const dp1 = await dataPlane('restart');
+  const d1 = await startDaemon({ repo: repo.url, branch: 'main', node: 'lb-1', dataPlane: dp1, cacheDir, log: quiet });
+  await d1.idle();
+  t.is(d1.reconciler.appliedRevision, rev);
+  t.true(d1.reconciler.counters.mapWrites > 0);
+  await d1.stop();
+  dp1.close(); // the daemon goes away; pinned maps stay
+
+  const dp2 = await dataPlane('restart');
+  cleanups.push(() => dp2.close());
+  const d2 = await startDaemon({ repo: repo.url, branch: 'main', node: 'lb-1', dataPlane: dp2, cacheDir, log: quiet });
+  await d2.idle();
+  await d2.stop();
+  t.is(d2.reconciler.appliedRevision, rev);
+  t.is(d2.reconciler.lastReport?.mapWrites, 0, 'ApplyReport.mapWrites === 0 after restart with nothing changed');
+  t.is(d2.reconciler.lastReport?.mapDeletes, 0);
+  t.is(d2.reconciler.counters.mapWrites, 0);
+  t.is(d2.reconciler.snapshot().lastAttempt?.result, 'unchanged');
+  t.is((await dp2.readLive()).services[0]?.digest, expectedDigest(files, 'lb-1'));
+});
+
+test.serial('drift in the live maps is detected, repaired and counted', async (t) => {
+  const files = configFiles(['lb-1'], REALS);
+  const { repo } = await repoWith(files);
+  const dp = await dataPlane('drift');
+  cleanups.push(() => dp.close());
+  const r = reconciler(repo, new HttpRemote(repo.url, join(await cache('drift'), 'git')), dp, 'lb-1');
+  t.is((await r.reconcile('test')).kind, 'applied');
+  t.deepEqual((await r.checkDrift()).differences, [], 'no drift right after apply');
+
+  // Someone changes the maps behind the reconciler's back (here: another state through the same data plane).
+  const other = configFiles(['lb-1'], ['198.51.100.99']);
+  const parsed = parseConfig(Object.entries(other).map(([path, c]) => ({ path, content: new TextEncoder().encode(c) })));
+  await dp.apply(renderDesiredState(parsed.model!, 'lb-1'));
+  t.not((await dp.readLive()).services[0]?.digest, expectedDigest(files, 'lb-1'));
+
+  const drift = await r.checkDrift();
+  t.true(drift.differences.length > 0);
+  t.true((drift.report?.mapWrites ?? 0) > 0);
+  t.is(r.counters.driftRepairs, 1);
+  t.is((await dp.readLive()).services[0]?.digest, expectedDigest(files, 'lb-1'));
+  t.deepEqual((await r.checkDrift()).differences, []);
+  t.is(r.counters.driftChecks, 3);
+  t.is((await statusOnBranch(repo, 'lb-1')).counters.driftRepairs, 1);
+});
+
+test.serial('auto-rollback: with two reconcilers running, exactly one revert is pushed and both apply it', async (t) => {
+  const files = configFiles(['lb-1', 'lb-2'], REALS, { policy: 'auto' });
+  const { repo, rev: good } = await repoWith(files);
+  const daemons = await Promise.all(
+    ['lb-1', 'lb-2'].map(async (node) => {
+      const dp = await dataPlane(`rb-${node}`);
+      cleanups.push(() => dp.close());
+      const d = await startDaemon({ repo: repo.url, branch: 'main', node, dataPlane: dp, cacheDir: await cache(`rb-${node}`), poll: '1', log: quiet });
+      cleanups.push(() => d.stop());
+      return d;
+    }),
+  );
+  await Promise.all(daemons.map((d) => d.idle()));
+  for (const d of daemons) t.is(d.reconciler.appliedRevision, good);
+
+  const bad = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  for (const d of daemons) d.trigger('test'); // both at once
+
+  // Wait until both nodes applied something newer than `bad` (the revert).
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 300));
+    if (daemons.every((d) => d.reconciler.appliedRevision !== good && d.reconciler.appliedRevision !== bad)) break;
+  }
+  // Let a few more polls pass: nothing else may be pushed (no loop).
+  await new Promise((r) => setTimeout(r, 2500));
+  await Promise.all(daemons.map((d) => d.idle()));
+  await git(repo.work, 'pull', '-q', 'origin', 'main');
+  const revert = await git(repo.work, 'rev-parse', 'HEAD');
+  t.is(await git(repo.work, 'rev-parse', 'HEAD^'), bad, 'exactly one commit after the bad one');
+  t.regex(await git(repo.work, 'log', '-1', '--format=%B'), new RegExp(`This reverts commit ${bad}[\\s\\S]*validate`));
+  t.is(await git(repo.work, 'rev-parse', 'HEAD^{tree}'), await git(repo.work, 'rev-parse', `${good}^{tree}`));
+  for (const d of daemons) t.is(d.reconciler.appliedRevision, revert);
+  t.is(daemons.reduce((n, d) => n + d.reconciler.counters.rollbacksPushed, 0), 1);
+});
+
+test.serial('webhook: a signed push triggers an apply, a bad signature does not; status pushes trigger nothing', async (t) => {
+  const files = configFiles(['lb-1'], REALS);
+  const { repo, rev } = await repoWith(files);
+  const dp = await dataPlane('hook');
+  cleanups.push(() => dp.close());
+  const secret = 's3cret';
+  const d = await startDaemon({
+    repo: repo.url,
+    branch: 'main',
+    node: 'lb-1',
+    dataPlane: dp,
+    cacheDir: await cache('hook'),
+    webhook: { listen: '127.0.0.1:0', secret },
+    log: quiet,
+  });
+  cleanups.push(() => d.stop());
+  await d.idle();
+  t.is(d.reconciler.appliedRevision, rev);
+  const reconciles = d.reconciler.counters.reconciles;
+  const send = async (body: string, sig: string) =>
+    (await fetch(d.webhook!.url, { method: 'POST', body, headers: { 'x-hub-signature-256': sig, 'content-type': 'application/json' } })).status;
+
+  const c2 = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.10']) }, 'one real');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  const payload = JSON.stringify({ ref: 'refs/heads/main', after: c2 });
+  t.is(await send(payload, githubSignature('wrong', Buffer.from(payload))), 401);
+  await new Promise((r) => setTimeout(r, 300));
+  await d.idle();
+  t.is(d.reconciler.counters.reconciles, reconciles, 'bad signature: no reconcile');
+  t.is(d.reconciler.appliedRevision, rev);
+
+  const statusPayload = JSON.stringify({ ref: 'refs/heads/gitlb-status' });
+  t.is(await send(statusPayload, githubSignature(secret, Buffer.from(statusPayload))), 202);
+  await d.idle();
+  t.is(d.reconciler.counters.reconciles, reconciles, 'status branch push: no reconcile');
+
+  t.is(await send(payload, githubSignature(secret, Buffer.from(payload))), 202);
+  const deadline = Date.now() + 20_000;
+  while (d.reconciler.appliedRevision !== c2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  await d.idle();
+  t.is(d.reconciler.appliedRevision, c2);
+});
