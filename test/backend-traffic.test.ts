@@ -189,10 +189,8 @@ test.serial('the backend set-up installed both programs, wrote the VIP map and m
   t.is(again.report.mapWrites, 0);
   t.is(again.report.mapDeletes, 0);
   t.deepEqual(again.vips.added, []);
-  const tc = await nsExec(NS.backend, ['bpftool', 'net', 'show', 'dev', 'b0']);
-  t.regex(tc.stdout, /backend_ingress/);
-  t.regex(tc.stdout, /backend_egress/);
-  t.is(tc.stdout.match(/backend_ingress/g)!.length, 1, 'one ingress program, not two');
+  t.deepEqual(again.tc.ingress.map((p: { name: string }) => p.name), ['backend_ingress'], 'one ingress program, not two');
+  t.deepEqual(again.tc.egress.map((p: { name: string }) => p.name), ['backend_egress']);
 });
 
 for (const fam of [4, 6] as const) {
@@ -234,4 +232,22 @@ test.serial('no packet was dropped by a failed rewrite or adjust', (t) => {
   t.is(stat('rewrite_fail'), 0);
   t.is(stat('adjust_fail'), 0);
   t.is(stat('ipopt_not_vip'), 0);
+});
+
+test.serial('a service leaving: its entries are deleted, its VIP released, and tunnelled traffic to it is no longer taken in', async (t) => {
+  const without = { ...desired, vips: desired.vips.filter((v) => v.vip !== A6.ipipVip), localVips: [A4.ipipVip] };
+  const r = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired: without });
+  t.is(r.report.mapWrites, 0);
+  t.is(r.report.mapDeletes, 1);
+  t.deepEqual(r.vips.removed, [A6.ipipVip]);
+  t.is(r.counters.vip_entries, 5);
+  t.false(r.live.vips.some((v: DesiredVip) => v.vip === A6.ipipVip));
+  const before = stat('ipip_not_vip');
+  await t.throwsAsync(clientRun(TCP_CLIENT, A6.ipipVip, VIP_PORT));
+  t.true(stat('ipip_not_vip') > before, 'the tunnelled SYN was seen and passed untouched');
+  // And back: the VIP works again.
+  const back = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired });
+  t.is(back.report.mapWrites, 1);
+  const ok = await clientRun(TCP_CLIENT, A6.ipipVip, VIP_PORT);
+  t.is(ok.remote, `${A6.ipipVip} ${VIP_PORT}`);
 });

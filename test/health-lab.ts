@@ -55,7 +55,7 @@ export function model(services: ServiceDoc[], lbNodes: string[] = ['lb1'], healt
 }
 
 /** Waits for lines of a child's stdout; `next(pred)` resolves with the first (future or buffered) matching line. */
-class LineTap {
+export class LineTap {
   private readonly buffered: string[] = [];
   private readonly waiters: { pred: (l: string) => boolean; resolve: (l: string) => void }[] = [];
   constructor(child: ChildProcess) {

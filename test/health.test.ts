@@ -317,3 +317,26 @@ test('status: what a node publishes, a peer reads back through YAML; malformed s
     t.true('error' in r && err.test(r.error), JSON.stringify(r));
   }
 });
+
+test('status text: per real state, since, last check; fail-open is loud', async (t) => {
+  const { formatHealthStatus } = await import('../src/reconciler/health/index.js');
+  const text = formatHealthStatus('lb1', {
+    publishedAt: ago(0), mode: 'local', observations: {}, failOpen: ['api'], failClosed: [],
+    services: {
+      web: { reals: {
+        [B]: { state: 'down', since: ago(125_000), check: `tcp ${B}:80`, lastCheck: { ok: false, detail: 'ECONNREFUSED', at: ago(1_000), durationMs: 0.4 } },
+        [A]: { state: 'up', since: ago(3 * 3600_000), check: `tcp ${A}:80`, lastCheck: { ok: true, detail: 'connected', at: ago(500), durationMs: 0.3 } },
+      } },
+      api: { failOpen: true, reals: { [C]: { state: 'unknown', since: ago(2_000), check: `tcp ${C}:80` } } },
+    },
+  }, NOW);
+  t.is(text, [
+    `health on lb1 (mode local, published ${ago(0)})`,
+    `SERVICE  REAL          STATE    SINCE                                 LAST CHECK`,
+    `api      ${C}  unknown  ${ago(2_000)} (2s ago)     not checked yet`,
+    `web      ${A}  up       ${ago(3 * 3600_000)} (3h00m ago)  ok connected (0.3 ms, 0s ago)`,
+    `web      ${B}  down     ${ago(125_000)} (2m05s ago)  FAIL ECONNREFUSED (0.4 ms, 1s ago)`,
+    `WARNING: api: every active real is down; failing OPEN (all kept in the table)`,
+    '',
+  ].join('\n'));
+});

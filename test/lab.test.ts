@@ -1,16 +1,18 @@
 // The lab: a pure plan checked for addresses and routes, then a real lab built, used and torn down.
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { bytesToAddr, addrToBytes, inCidr, isAllowedTestAddress } from '../src/reconciler/lab/addr.js';
 import { labAlive, labClean, labDown, labNs, labStatus, labUp, readLabState, startDaemons, PROJECT_ROOT } from '../src/reconciler/lab/lab.js';
-import { listNetns, nsExec, pidAlive } from '../src/reconciler/lab/netns.js';
+import { listNetns, nsExec } from '../src/reconciler/lab/netns.js';
+import { loadConfigModel } from '../src/reconciler/lab/load-config.js';
 import { isAlive, stopLabProcess } from '../src/reconciler/lab/processes.js';
-import { planAddresses, planLab, type LabNode, type LabSpec } from '../src/reconciler/lab/topology.js';
+import { labSpecFromModel, planAddresses, planLab, type LabNode, type LabSpec } from '../src/reconciler/lab/topology.js';
 
 const VIP4 = '203.0.113.10';
 const VIP6 = '2001:db8:113::10';
+const SAMPLE_VIP6 = '2001:db8:ff::10';
 
 function lbNode(n: number): LabNode {
   return {
@@ -88,7 +90,8 @@ test('plan: every address is in the test ranges; ECMP over both lb nodes; backen
   t.deepEqual(plan.routes.find((r) => r.ns === 'be2' && r.dest === 'default'), { ns: 'be2', dest: 'default', spec: ['via', '198.51.100.1'] });
   t.deepEqual(plan.client.v4, ['192.0.2.10', '192.0.2.11', '192.0.2.12']);
   t.deepEqual(plan.client.v6, ['2001:db8:c1::10', '2001:db8:c1::11', '2001:db8:c1::12']);
-  t.true(plan.sysctls.some((s) => s.ns === 'router' && s.key === 'net.ipv4.fib_multipath_hash_policy' && s.value === '1'));
+  t.true(plan.sysctls.some((s) => s.ns === 'router' && s.key === 'net.ipv4.fib_multipath_hash_policy' && s.value === '3'));
+  t.true(plan.sysctls.some((s) => s.ns === 'lb1' && s.key === 'net.ipv4.ip_forward' && s.value === '1'));
   t.true(plan.sysctls.some((s) => s.ns === 'be1' && s.key === 'net.ipv4.conf.all.arp_ignore' && s.value === '1'));
   t.deepEqual(plan.loAddrs.find((l) => l.ns === 'be3'), { ns: 'be3', addrs: [`${VIP4}/32`, `${VIP6}/128`] });
 });
@@ -103,9 +106,27 @@ test('plan: refuses addresses outside the test ranges or off the segment, and du
   t.throws(() => planLab({ ...fullSpec, nodes: [beNode(1)] }), { message: /no node with role lb/ });
 });
 
-test.serial('lab up (no daemons): routed client->backend traffic, ECMP, status, then down removes everything', async (t) => {
+test('plan from sample-config-repo: ports, VIPs on lo for DSR services only, ECMP over the VIP ranges', async (t) => {
+  const spec = labSpecFromModel(await loadConfigModel(join(PROJECT_ROOT, 'sample-config-repo')));
+  const plan = planLab(spec);
+  for (const a of planAddresses(plan)) t.true(isAllowedTestAddress(a), a);
+  const be = (name: string) => spec.nodes.find((n) => n.name === name)!;
+  t.true(be('be-1').tcpPorts.includes(80) && be('be-1').tcpPorts.includes(8080) && be('be-1').tcpPorts.includes(5353));
+  t.true(be('be-1').udpPorts.includes(5353));
+  t.false(be('be-3').udpPorts.includes(5353)); // be-3 is not a real of the dns service
+  t.true(be('be-1').vips.includes(VIP4));
+  t.true(be('be-1').vips.includes(SAMPLE_VIP6));
+  t.false(be('be-1').vips.includes('203.0.113.40')); // dns is SNAT: the reals do not hold its VIP
+  t.deepEqual(plan.multipath.map((m) => [m.dest, m.hops.map((h) => h.via)]), [
+    ['2001:db8:ff::/64', ['2001:db8:1::11', '2001:db8:1::12']],
+    ['203.0.113.0/24', ['198.51.100.11', '198.51.100.12']],
+  ]);
+  t.true(plan.routes.some((r) => r.ns === 'lb2' && r.dest === '203.0.113.0/24' && r.type === 'unreachable'));
+});
+
+test.serial('lab up from sample-config-repo (no daemons): routed client->backend traffic, ECMP, status, daemons, down', async (t) => {
   const stateDir = newStateDir('full');
-  const state = await labUp({ spec: fullSpec, stateDir, daemons: false, configDir: configDir() });
+  const state = await labUp({ configDir: join(PROJECT_ROOT, 'sample-config-repo'), stateDir, daemons: false, clientCount: 3 });
   const prefix = state.prefix;
   const client = labNs(state, 'client');
   try {
@@ -119,28 +140,33 @@ test.serial('lab up (no daemons): routed client->backend traffic, ECMP, status, 
     for (const [i, be] of ['be-1', 'be-2', 'be-3'].entries()) {
       const r = await nsExec(client, ['curl', '-sS', '-m', '3', '--interface', '192.0.2.11', `http://198.51.100.2${i + 1}/`]);
       t.is(r.code, 0, r.stderr);
-      t.is(r.stdout, `backend=${be} local=198.51.100.2${i + 1}:80 client=192.0.2.11:${/client=192\.0\.2\.11:(\d+)/.exec(r.stdout)?.[1]}\n`);
+      t.regex(r.stdout, new RegExp(`^backend=${be} local=198\\.51\\.100\\.2${i + 1}:80 client=192\\.0\\.2\\.11:\\d+\\n$`));
     }
-    const r6 = await nsExec(client, ['curl', '-sS', '-m', '3', 'http://[2001:db8:100::22]/']);
-    t.regex(r6.stdout, /^backend=be-2 local=\[2001:db8:100::22\]:80 client=\[2001:db8:c1::1[0-2]\]:\d+\n$/);
-    // UDP echo names the backend too.
-    const u = await nsExec(client, ['nc', '-u', '-w', '1', '198.51.100.23', '9000'], { input: 'ping-123' });
-    t.is(u.stdout, 'backend=be-3 echo=ping-123');
-    // DSR groundwork: a backend answers on its lo VIP from the VIP address (UDP socket bound per local address).
-    const vipUdp = await nsExec(labNs(state, 'be-1'), ['nc', '-u', '-w', '1', VIP4, '9000'], { input: 'v' });
+    const r6 = await nsExec(client, ['curl', '-sS', '-m', '3', 'http://[2001:db8:1::22]:8080/']);
+    t.regex(r6.stdout, /^backend=be-2 local=\[2001:db8:1::22\]:8080 client=\[2001:db8:c1::1[0-2]\]:\d+\n$/);
+    // UDP echo names the backend too (dns's targetPort 5353 on be-1, game's 7777 on be-3).
+    const u = await nsExec(client, ['nc', '-u', '-w', '1', '198.51.100.21', '5353'], { input: 'ping-123' });
+    t.is(u.stdout, 'backend=be-1 echo=ping-123');
+    const u3 = await nsExec(client, ['nc', '-u', '-w', '1', '198.51.100.23', '7777'], { input: 'x' });
+    t.is(u3.stdout, 'backend=be-3 echo=x');
+    // DSR groundwork: a backend holds the VIP on lo and answers UDP from it (one socket per local address).
+    const vipUdp = await nsExec(labNs(state, 'be-1'), ['nc', '-u', '-w', '1', VIP4, '7777'], { input: 'v' });
     t.is(vipUdp.stdout, 'backend=be-1 echo=v');
-    // Backends reach clients via the router, not via an lb node.
+    // Backends reach clients via the router, not via an lb node (DSR replies bypass the lb nodes).
     const back = await nsExec(labNs(state, 'be-1'), ['ip', 'route', 'get', '192.0.2.10']);
     t.regex(back.stdout, /via 198\.51\.100\.1 dev eth0/);
+    // lb nodes know every backend's MAC already (the XDP program needs neighbour entries).
+    const neigh = (await nsExec(labNs(state, 'lb-1'), ['ip', 'neigh', 'show', '198.51.100.23'])).stdout;
+    t.regex(neigh, /lladdr/);
 
-    // ECMP: the multipath route exists with both lb nodes, and the L4 hash spreads flows over both.
+    // ECMP: the multipath routes exist with both lb nodes, and the 5-tuple hash spreads flows over both.
     const router = labNs(state, 'router');
     const route = (await nsExec(router, ['ip', 'route', 'show', '203.0.113.0/24'])).stdout;
     t.regex(route, /nexthop via 198\.51\.100\.11 dev sw0/);
     t.regex(route, /nexthop via 198\.51\.100\.12 dev sw0/);
-    const route6 = (await nsExec(router, ['ip', '-6', 'route', 'show', '2001:db8:113::/64'])).stdout;
-    t.regex(route6, /nexthop via 2001:db8:100::11 dev sw0/);
-    t.regex(route6, /nexthop via 2001:db8:100::12 dev sw0/);
+    const route6 = (await nsExec(router, ['ip', '-6', 'route', 'show', '2001:db8:ff::/64'])).stdout;
+    t.regex(route6, /nexthop via 2001:db8:1::11 dev sw0/);
+    t.regex(route6, /nexthop via 2001:db8:1::12 dev sw0/);
     const hops = new Set<string>();
     for (let sport = 50000; sport < 50024; sport++) {
       const g = await nsExec(router, ['ip', 'route', 'get', VIP4, 'from', '192.0.2.10', 'iif', 'cli0', 'ipproto', 'tcp', 'sport', String(sport), 'dport', '80']);
@@ -173,7 +199,7 @@ test.serial('lab up (no daemons): routed client->backend traffic, ECMP, status, 
     const cli = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'lab', 'status', '--state-dir', stateDir], {
       cwd: PROJECT_ROOT,
       encoding: 'utf8',
-      timeout: 30_000,
+      timeout: 60_000,
     });
     t.is(cli.status, 0, cli.stderr);
     t.regex(cli.stdout, new RegExp(`${prefix}be3 +be-3`));
@@ -185,20 +211,33 @@ test.serial('lab up (no daemons): routed client->backend traffic, ECMP, status, 
     t.is(cleaned.lab, null);
     t.false(cleaned.namespaces.some((n) => n.startsWith(prefix)));
 
-    // startDaemons is guarded: without `gitlb run` it starts nothing and says why; with it, each node gets one.
-    const reports = await startDaemons(readLabState(stateDir)!);
-    t.is(reports.length, 5);
+    // The integration step: `gitlb run` in every lb and backend namespace (guarded on the command existing).
+    const reports = await startDaemons(readLabState(stateDir)!, { poll: '60' });
+    t.deepEqual(reports.map((r) => r.node), ['lb-1', 'lb-2', 'be-1', 'be-2', 'be-3']);
     if (!existsSync(join(PROJECT_ROOT, 'src/cli/commands/run.ts'))) {
       t.true(reports.every((r) => !r.started && /gitlb run is not available/.test(r.reason)));
     } else {
-      t.true(reports.every((r) => typeof r.reason === 'string' && r.reason.length > 0));
+      const after = readLabState(stateDir)!;
+      for (const r of reports) {
+        const proc = after.processes.find((p) => p.role === 'daemon' && p.node === r.node)!;
+        t.truthy(proc, r.node);
+        t.true(proc.argv.includes('--repo') && proc.argv.includes(after.git!.repoUrl) && proc.argv.includes(r.node));
+        if (r.started) {
+          // Running inside the node's own network namespace.
+          const inode = statSync(`/run/netns/${labNs(after, r.node)}`).ino;
+          t.is(readlinkSync(`/proc/${proc.pid}/ns/net`), `net:[${inode}]`, r.node);
+        } else {
+          t.regex(r.reason, /^exited at once: /, r.node);
+        }
+      }
     }
   } finally {
-    const pids = readLabState(stateDir)!.processes.map((p) => p.pid);
+    const recorded = readLabState(stateDir)!;
     const down = await labDown(stateDir);
     t.truthy(down);
     t.deepEqual(listNetns().filter((n) => n.startsWith(prefix)), []);
-    t.true(pids.every((pid) => !pidAlive(pid)));
+    t.true(recorded.processes.every((p) => !isAlive(p)));
+    t.true(recorded.pinRoots.every((dir) => !existsSync(dir)));
     t.false(existsSync(join(stateDir, 'state.json')));
     t.is(await labDown(stateDir), null); // idempotent
   }

@@ -1,7 +1,8 @@
 // Child process for test/libbpf.test.ts attach tests. Runs INSIDE a throwaway network
 // namespace (started with `ip netns exec`), performs one step and prints one JSON line.
 // Usage: node --import tsx test/libbpf-attach.child.ts <step> <pinRoot> <ifname>
-import { BpfObject, XdpAction, detachPinnedLink, queryTc, queryXdp, type BpfError } from '../src/bpf/libbpf.js';
+import { spawnSync } from 'node:child_process';
+import { BpfObject, XdpAction, detachPinnedLink, queryTc, queryTcClsact, queryXdp, type BpfError } from '../src/bpf/libbpf.js';
 import { u32 } from '../src/bpf/codec.js';
 
 const [step, pinRoot, ifname] = process.argv.slice(2) as [string, string, string];
@@ -56,6 +57,30 @@ async function main(): Promise<Record<string, unknown>> {
     case 'detach': {
       const removed = [detachPinnedLink(pins.xdp), detachPinnedLink(pins.tcIn), detachPinnedLink(pins.tcOut), detachPinnedLink(pins.xdp)];
       return { removed, xdp: queryXdp(ifname), tcIn: queryTc(ifname, 'ingress'), tcOut: queryTc(ifname, 'egress') };
+    }
+    case 'clsact': {
+      const o = await BpfObject.load('selftest');
+      o.map('cfg').update(u32.encode(1), u32.encode(0)); // TC_ACT_OK
+      const tin = o.program('tc_selftest').attachTc(ifname, 'ingress', undefined, { api: 'clsact' });
+      const tout = o.program('tc_selftest').attachTc(ifname, 'egress', undefined, { api: 'clsact' });
+      const query = queryTcClsact(ifname, 'ingress');
+      const ping = spawnSync('ping', ['-c', '2', '-i', '0.2', '-W', '1', '192.0.2.1'], { timeout: 10_000 });
+      const tcCount = Number(o.map('pcpu_cnt').lookupPerCpuSum(u32.encode(1))![0]);
+      const again = o.program('tc_selftest').attachTc(ifname, 'ingress', undefined, { api: 'clsact' }).replaced;
+      const foreign = code(() => o.program('tc_passthru').attachTc(ifname, 'ingress', undefined, { api: 'clsact' }));
+      const other = o.program('tc_passthru').attachTc(ifname, 'ingress', undefined, { api: 'clsact', priority: 7 });
+      other.detach();
+      tin.detach();
+      tout.detach();
+      const res = { first: { api: tin.api, replaced: tin.replaced }, query, pingStatus: ping.status, tcCount, again, foreign,
+        otherSlot: 'ok', afterDetach: queryTcClsact(ifname, 'ingress') };
+      o.close();
+      return res;
+    }
+    case 'sysbpf': {
+      // under ip netns exec, /sys/fs/bpf is a fresh sysfs: pinning there must fail loudly
+      const e = await BpfObject.load('selftest', { pinRoot: '/sys/fs/bpf/gitlb-test-never' }).then(() => null, (x) => x);
+      return { code: e?.code, message: e?.message };
     }
     case 'modes': {
       const o = await BpfObject.load('selftest');

@@ -59,7 +59,7 @@ test.serial('load: maps and programs are described, max_entries override applies
     t.is(o.map('flows').btfValueType, 'struct selftest_flow');
     t.true(o.map('pcpu_cnt').perCpu);
     t.is(o.map('pcpu_cnt').valueBufferSize, 8 * possibleCpus());
-    t.deepEqual(o.programs().map((p) => p.name).sort(), ['tc_selftest', 'xdp_inner', 'xdp_selftest']);
+    t.deepEqual(o.programs().map((p) => p.name).sort(), ['tc_passthru', 'tc_selftest', 'xdp_inner', 'xdp_selftest']);
     t.true(o.program('xdp_selftest').fd > 0);
     t.true(o.program('xdp_selftest').info().id > 0);
     t.is(o.program('xdp_selftest').info().name, 'xdp_selftest');
@@ -463,12 +463,41 @@ test.serial('attach: XDP + TC links in a namespace, pinned, reused, never replac
     t.is(r.foreignXdp, 'EEXIST');
     t.is(r.wrongPin, 'EEXIST', 'a pin holding another kind of link is not hijacked');
 
+    // the interface disappears and comes back (e.g. a container restart): stale pinned links are
+    // recognised (ifindex 0) and replaced by fresh ones instead of blocking the attach
+    ip('-n', nsA, 'link', 'del', 'veth0');
+    ip('-n', nsA, 'link', 'add', 'veth0', 'type', 'veth', 'peer', 'name', 'veth1', 'netns', nsB);
+    ip('-n', nsA, 'addr', 'add', '192.0.2.1/24', 'dev', 'veth0');
+    ip('-n', nsB, 'addr', 'add', '192.0.2.2/24', 'dev', 'veth1');
+    ip('-n', nsA, 'link', 'set', 'veth0', 'up');
+    ip('-n', nsB, 'link', 'set', 'veth1', 'up');
+    const again = child(nsB, 'attach', pinRoot, 'veth1');
+    t.falsy(again.error, again.error);
+    t.false(again.replaced);
+    t.not(again.linkId, a.linkId);
+    t.is(again.query.name, 'xdp_selftest');
+    t.deepEqual(again.tcReplaced, [false, false]);
+
     const d = child(nsB, 'detach', pinRoot, 'veth1');
     t.falsy(d.error, d.error);
     t.deepEqual(d.removed, [true, true, true, false]);
     t.is(d.xdp, null);
     t.deepEqual(d.tcIn, []);
     t.deepEqual(d.tcOut, []);
+
+    const c = child(nsB, 'clsact', pinRoot, 'veth1');
+    t.falsy(c.error, c.error);
+    t.deepEqual(c.first, { api: 'clsact', replaced: false });
+    t.is(c.query?.name, 'tc_selftest');
+    t.is(c.pingStatus, 0);
+    t.true(c.tcCount >= 4, `clsact programs saw ${c.tcCount} packets of a 2-ping exchange`);
+    t.true(c.again, 'our own filter is replaced in place');
+    t.is(c.foreign, 'EEXIST');
+    t.is(c.otherSlot, 'ok', 'a different handle/priority coexists');
+    t.is(c.afterDetach, null);
+
+    const sys = child(nsA, 'sysbpf', pinRoot, 'veth0');
+    t.is(sys.code, 'EXDEV', sys.message);
 
     const m = child(nsA, 'modes', pinRoot, 'veth0');
     t.falsy(m.error, m.error);

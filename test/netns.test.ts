@@ -115,8 +115,9 @@ test.serial('sysctls are per namespace; ECMP multipath route through a router', 
     await vethPair({ ns: r, name: 'l1', addrs: ['198.51.100.1/28'] }, { ns: l1, name: 'eth0', addrs: ['198.51.100.2/28'] });
     await vethPair({ ns: r, name: 'l2', addrs: ['198.51.100.17/28'] }, { ns: l2, name: 'eth0', addrs: ['198.51.100.18/28'] });
     await enableForwarding(r);
-    await setEcmpHashPolicy(r, 1);
-    t.is(await getSysctl(r, 'net.ipv4.fib_multipath_hash_policy'), '1');
+    await setEcmpHashPolicy(r, 'l4');
+    t.is(await getSysctl(r, 'net.ipv4.fib_multipath_hash_policy'), '3');
+    t.is(await getSysctl(r, 'net.ipv6.fib_multipath_hash_fields'), '0x0037');
     t.is(spawnSync('sysctl', ['-n', 'net.ipv4.fib_multipath_hash_policy'], { encoding: 'utf8' }).stdout.trim(), hostPolicy);
     await addMultipathRoute(r, '203.0.113.0/24', [
       { via: '198.51.100.2', dev: 'l1' },

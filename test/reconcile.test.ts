@@ -4,6 +4,8 @@ import test from 'ava';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openLbDataPlane, type DataPlane } from '../src/bpf/dataplane/index.js';
+import { encodeReal, decodeVipKey } from '../src/bpf/dataplane/codec.js';
+import { BpfMap } from '../src/bpf/libbpf.js';
 import { parseConfig } from '../src/render/config/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
@@ -15,7 +17,7 @@ import { githubSignature } from '../src/reconciler/triggers/webhook.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-test-${process.pid}-reconcile`;
-const quiet = { info: () => {}, warn: () => {} };
+const quiet = process.env.GITLB_TEST_LOG ? { info: (m: string) => console.log(m), warn: (m: string) => console.log('WARN', m) } : { info: () => {}, warn: () => {} };
 const cleanups: (() => Promise<void> | void)[] = [];
 
 test.after.always(async () => {
@@ -159,23 +161,50 @@ test.serial('restart adopts the pinned state and performs zero map writes', asyn
 test.serial('drift in the live maps is detected, repaired and counted', async (t) => {
   const files = configFiles(['lb-1'], REALS);
   const { repo } = await repoWith(files);
+  const pinRoot = join(PIN_BASE, 'drift');
   const dp = await dataPlane('drift');
-  cleanups.push(() => dp.close());
-  const r = reconciler(repo, new HttpRemote(repo.url, join(await cache('drift'), 'git')), dp, 'lb-1');
+  const r = new Reconciler({
+    node: 'lb-1',
+    branch: 'main',
+    remote: new HttpRemote(repo.url, join(await cache('drift'), 'git')),
+    dataPlane: dp,
+    reopenDataPlane: () => openLbDataPlane({ pinRoot }),
+    log: quiet,
+    statusSink: async (s, branch, why) => {
+      await new StatusWriter({ remote: new HttpRemote(repo.url, join(await cache('drift-status'), 'git')), branch, node: 'lb-1' }).write(s, why);
+    },
+  });
+  cleanups.push(() => r.dataPlane.close());
   t.is((await r.reconcile('test')).kind, 'applied');
   t.deepEqual((await r.checkDrift()).differences, [], 'no drift right after apply');
 
-  // Someone changes the maps behind the reconciler's back (here: another state through the same data plane).
-  const other = configFiles(['lb-1'], ['198.51.100.99']);
-  const parsed = parseConfig(Object.entries(other).map(([path, c]) => ({ path, content: new TextEncoder().encode(c) })));
-  await dp.apply(renderDesiredState(parsed.model!, 'lb-1'));
-  t.not((await dp.readLive()).services[0]?.digest, expectedDigest(files, 'lb-1'));
+  // Someone edits the pinned maps behind the reconciler's back: a listener deleted, a real's address changed.
+  const vips = BpfMap.open(join(pinRoot, 'lb_vips'));
+  const reals = BpfMap.open(join(pinRoot, 'lb_reals'));
+  try {
+    const live = await dp.readLive();
+    const listener = vips.keys().find((k) => decodeVipKey(k).port !== 0);
+    t.truthy(listener);
+    vips.delete(listener!);
+    const firstReal = Buffer.alloc(4);
+    firstReal.writeUInt32LE(live.reals[0]!.id);
+    reals.update(firstReal, encodeReal('198.51.100.99', 4));
+  } finally {
+    vips.close();
+    reals.close();
+  }
+  const drifted = await dp.readLive();
+  t.is(drifted.vips.length, 0);
+  t.true(drifted.reals.some((x) => x.address === '198.51.100.99'));
 
   const drift = await r.checkDrift();
-  t.true(drift.differences.length > 0);
-  t.true((drift.report?.mapWrites ?? 0) > 0);
+  t.true(drift.differences.length >= 2, drift.differences.join('; '));
+  t.true((drift.report?.mapWrites ?? 0) >= 2);
   t.is(r.counters.driftRepairs, 1);
-  t.is((await dp.readLive()).services[0]?.digest, expectedDigest(files, 'lb-1'));
+  const repaired = await r.dataPlane.readLive();
+  t.is(repaired.services[0]?.digest, expectedDigest(files, 'lb-1'));
+  t.false(repaired.reals.some((x) => x.address === '198.51.100.99'));
+  t.is(repaired.vips.length, 1);
   t.deepEqual((await r.checkDrift()).differences, []);
   t.is(r.counters.driftChecks, 3);
   t.is((await statusOnBranch(repo, 'lb-1')).counters.driftRepairs, 1);

@@ -9,6 +9,9 @@ import {
   VIP_FLAG_IPIP,
   VIP_FLAG_IPOPT,
   decodeConnEntry,
+  decodeVipEntry,
+  desiredVipEntries,
+  formatAddr,
   encodeConnKey,
   encodeVipKey,
   encodeVipValue,
@@ -17,6 +20,7 @@ import {
 import { checkBackendLayouts } from '../src/bpf/backend/index.js';
 import {
   PROTO,
+  addrBytes,
   addrText,
   encapFrame,
   eth,
@@ -294,4 +298,29 @@ test.serial('full be_conns (LRU, 64 entries): new flows are still recorded, evic
   } finally {
     small.close();
   }
+});
+
+// ---- the pure part: which be_vips entries a desired state asks for --------------------------------------------
+test('desiredVipEntries: one address entry per ipip VIP, one listener per ipopt VIP:port:protocol, none for l2/snat', (t) => {
+  const base = { serviceId: 1, hashSourcePort: false } as const;
+  const entries = desiredVipEntries({
+    vips: [
+      { ...base, vip: '192.0.2.10', family: 4, port: 80, protocol: 'TCP', targetPort: 80, forwarding: 'dsr-ipip' },
+      { ...base, vip: '192.0.2.10', family: 4, port: 443, protocol: 'TCP', targetPort: 443, forwarding: 'dsr-ipip' },
+      { ...base, vip: '2001:db8:f::20', family: 6, port: 53, protocol: 'UDP', targetPort: 5353, forwarding: 'dsr-ipopt' },
+      { ...base, vip: '192.0.2.30', family: 4, port: 80, protocol: 'TCP', targetPort: 80, forwarding: 'dsr-l2' },
+      { ...base, vip: '192.0.2.40', family: 4, port: 53, protocol: 'UDP', targetPort: 53, forwarding: 'snat' },
+    ],
+  });
+  t.deepEqual(entries, [
+    { address: '192.0.2.10', family: 4, port: 0, protocol: null, flags: VIP_FLAG_IPIP, targetPort: 0 },
+    { address: '2001:db8:f::20', family: 6, port: 53, protocol: 'UDP', flags: VIP_FLAG_IPOPT, targetPort: 5353 },
+  ]);
+  // Round trip through the map encoding.
+  for (const e of entries) t.deepEqual(decodeVipEntry(encodeVipKey(e), encodeVipValue(e)), e);
+});
+
+test('formatAddr gives the canonical text render uses', (t) => {
+  const cases = ['2001:db8::1', '2001:db8:0:1::', '::', '2001:db8:1:0:1::1', '2001:db8::1:0:0:1', '198.51.100.7'];
+  for (const c of cases) t.is(formatAddr(addrBytes(c), c.includes(':') ? 6 : 4), c);
 });

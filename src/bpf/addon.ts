@@ -48,6 +48,9 @@ export interface NativeAddon {
   linkInfo(fd: number): NativeLinkInfo;
   xdpQuery(ifindex: number): NativeXdpQuery;
   progQuery(ifindex: number, attachType: number): number[];
+  tcClsactAttach(progFd: number, ifindex: number, ingress: boolean, handle: number, priority: number, replace: boolean): number;
+  tcClsactQuery(ifindex: number, ingress: boolean, handle: number, priority: number): number | null;
+  tcClsactDetach(ifindex: number, ingress: boolean, handle: number, priority: number): void;
   attachTcxIngress: number;
   attachTcxEgress: number;
   attachXdp: number;

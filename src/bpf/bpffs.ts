@@ -1,7 +1,7 @@
 // bpffs handling: pins only work on a bpf filesystem. /sys/fs/bpf is mounted on
 // demand; any other pin root must already be on bpffs (tests mount their own).
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, statfsSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readlinkSync, statfsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 
 const BPF_FS_MAGIC = 0xcafe4a11;
@@ -42,6 +42,26 @@ function nearestExisting(path: string): string {
 }
 
 /**
+ * True when this process runs under `ip netns exec`, which unshares the mount namespace and
+ * mounts a fresh sysfs on /sys named after the namespace (source is not "sysfs").
+ */
+export function inIpNetnsExecMounts(): boolean {
+  try {
+    if (readlinkSync('/proc/self/ns/mnt') !== readlinkSync('/proc/1/ns/mnt')) return true;
+  } catch {
+    /* /proc/1 may be unreadable in containers: fall back to the /sys mount source */
+  }
+  try {
+    const sys = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' '))
+      .filter((f) => f[1] === '/sys' && f[2] === 'sysfs');
+    const last = sys[sys.length - 1];
+    return last !== undefined && last[0] !== 'sysfs' && last[0] !== 'none';
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Makes `dir` usable as a pin directory: mounts /sys/fs/bpf if `dir` is below it
  * and it is not mounted, then creates the directory. Refuses directories that are
  * not on bpffs (pinning there would fail with a less helpful EPERM).
@@ -49,7 +69,15 @@ function nearestExisting(path: string): string {
 export function ensurePinDir(dir: string): string {
   const abs = resolve(dir);
   if (!isBpffs(nearestExisting(abs))) {
-    if (abs === DEFAULT_BPFFS || abs.startsWith(`${DEFAULT_BPFFS}/`)) mountBpffs(DEFAULT_BPFFS);
+    if (abs === DEFAULT_BPFFS || abs.startsWith(`${DEFAULT_BPFFS}/`)) {
+      // `ip netns exec` gives the process a fresh /sys; a bpffs mounted there would die with
+      // the process and take the pins with it, which defeats pinning. Say so instead.
+      if (inIpNetnsExecMounts())
+        throw codedError('EXDEV', `${DEFAULT_BPFFS} is not the host's bpffs in this mount namespace (ip netns exec ` +
+          `remounts /sys): pins there would vanish with the process. Use a pin root on a bpffs mounted outside /sys ` +
+          `before entering the namespace (mountBpffs('/run/gitlb/bpffs')), or enter it with nsenter --net only`);
+      mountBpffs(DEFAULT_BPFFS);
+    }
     if (!isBpffs(nearestExisting(abs)))
       throw codedError('EINVAL', `pin directory ${abs} is not on a bpf filesystem (mount -t bpf bpf <dir>)`);
   }

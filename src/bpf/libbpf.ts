@@ -50,7 +50,7 @@ export function possibleCpus(): number {
 }
 
 /** Who owns the fds: a BpfObject (closes them all at once) or a standalone map. */
-interface Owner { closed: boolean; what: string; shared?: boolean }
+interface Owner { closed: boolean; what: string; shared?: boolean; /** keeps the native object alive while maps/programs are referenced */ handle?: unknown }
 
 export interface MapSpec {
   name: string; type: number; keySize: number; valueSize: number; maxEntries: number; flags?: number;
@@ -337,7 +337,16 @@ export interface XdpAttachment {
   close(): void;
 }
 
+export interface TcAttachOptions {
+  /** 'tcx' links (kernel >= 6.6), 'clsact' qdisc + cls_bpf filter, or 'auto' (tcx, else clsact). */
+  api?: 'tcx' | 'clsact' | 'auto';
+  /** clsact filter identity (ours is the filter at this handle/priority); defaults 1 / 0xc0de. */
+  handle?: number;
+  priority?: number;
+}
+
 export interface TcAttachment {
+  api: 'tcx' | 'clsact';
   direction: 'ingress' | 'egress';
   ifindex: number;
   linkId: number;
@@ -374,6 +383,12 @@ function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifinde
   const fd = native().objGet(pinPath);
   try {
     const li = native().linkInfo(fd);
+    if (li.type === linkType && li.ifindex === 0) {
+      // Our link outlived its interface (device deleted/recreated): the pin is stale.
+      native().closeFd(fd);
+      unlinkSync(pinPath);
+      return null;
+    }
     if (li.type !== linkType || li.ifindex !== ifindex || (attachType !== undefined && li.attachType !== attachType))
       throw bpfError('EEXIST', `pin ${pinPath} holds link ${li.id} (type ${li.type}, ifindex ${li.ifindex}), not ours for ifindex ${ifindex}`);
     return fd;
@@ -473,13 +488,63 @@ export class BpfProgram {
   }
 
   /**
-   * Attaches as TC (tcx link, kernel >= 6.6; no clsact qdisc needed) on ingress or egress.
-   * Programs of others on the hook keep running; a program with our name that is not behind
+   * Attaches as TC on ingress or egress. Default api 'auto': a tcx link (kernel >= 6.6, no qdisc
+   * needed; pinned at `pinPath` so it survives the process, an existing pinned link of ours is
+   * switched atomically), falling back to a clsact filter on older kernels (see attachClsact).
+   * tcx: programs of others on the hook keep running; a program with our name that is not behind
    * our pin is refused with EEXIST (a leftover instance would process packets twice).
    */
-  attachTc(ifname: string, direction: 'ingress' | 'egress', pinPath?: string): TcAttachment {
+  attachTc(ifname: string, direction: 'ingress' | 'egress', pinPath?: string, opts: TcAttachOptions = {}): TcAttachment {
     const n = native();
     const ifindex = named(`program '${this.name}'`, () => n.ifNameToIndex(ifname));
+    const api = opts.api ?? 'auto';
+    if (api === 'clsact') return this.attachClsact(ifname, ifindex, direction, opts);
+    try {
+      return this.attachTcx(ifname, ifindex, direction, pinPath);
+    } catch (e) {
+      // kernels before 6.6 reject the tcx attach type with EINVAL
+      if (api === 'auto' && (e as BpfError).code === 'EINVAL' && !(e as { attached?: unknown }).attached)
+        return this.attachClsact(ifname, ifindex, direction, opts);
+      throw e;
+    }
+  }
+
+  /**
+   * clsact + direct-action cls_bpf filter at (handle, priority). The filter lives in the kernel
+   * without a pin; close() keeps it, detach() removes it. A filter of ours (same program name)
+   * at that slot is replaced; anything else there is refused with EEXIST.
+   */
+  private attachClsact(ifname: string, ifindex: number, direction: 'ingress' | 'egress', opts: TcAttachOptions): TcAttachment {
+    const n = native();
+    const handle = opts.handle ?? 1;
+    const priority = opts.priority ?? 0xc0de;
+    const ingress = direction === 'ingress';
+    const existing = named(`program '${this.name}': query clsact ${direction} on ${ifname}`, () =>
+      n.tcClsactQuery(ifindex, ingress, handle, priority));
+    let replaced = false;
+    if (existing !== null) {
+      const info = n.progInfoById(existing);
+      if (info?.name !== this.name.slice(0, 15))
+        throw bpfError('EEXIST', `program '${this.name}': ${ifname} ${direction} filter ${handle}/${priority} runs program ` +
+          `${existing} '${info?.name ?? '?'}'; refusing to replace it`, { attached: { progId: existing, name: info?.name } });
+      replaced = true;
+    }
+    named(`program '${this.name}': attach clsact ${direction} to ${ifname}`, () =>
+      n.tcClsactAttach(this.fd, ifindex, ingress, handle, priority, replaced));
+    let attached = true;
+    return {
+      api: 'clsact', direction, ifindex, linkId: 0, replaced,
+      detach(): void {
+        if (!attached) return;
+        attached = false;
+        named(`clsact ${direction} filter on ${ifname}`, () => n.tcClsactDetach(ifindex, ingress, handle, priority));
+      },
+      close(): void {},
+    };
+  }
+
+  private attachTcx(ifname: string, ifindex: number, direction: 'ingress' | 'egress', pinPath?: string): TcAttachment {
+    const n = native();
     const attachType = direction === 'ingress' ? n.attachTcxIngress : n.attachTcxEgress;
     const own = openOwnPinnedLink(pinPath, LINK_TYPE_TCX, ifindex, attachType);
     if (own !== null) {
@@ -489,7 +554,7 @@ export class BpfProgram {
         n.closeFd(own);
         throw e;
       }
-      return { direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
+      return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
     }
     const same = queryTc(ifname, direction).find((p) => p.name === this.name.slice(0, 15));
     if (same)
@@ -507,7 +572,7 @@ export class BpfProgram {
       n.closeFd(fd);
       throw e;
     }
-    return { direction, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
+    return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
   }
 }
 
@@ -532,7 +597,7 @@ export class BpfObject {
   private constructor(path: string, loaded: Awaited<ReturnType<ReturnType<typeof native>['loadObject']>>) {
     this.path = path;
     this.#handle = loaded.handle;
-    this.#owner = { closed: false, what: `object ${path}`, shared: true };
+    this.#owner = { closed: false, what: `object ${path}`, shared: true, handle: loaded.handle };
     for (const m of loaded.maps) this.#maps.set(m.name, new BpfMap(m, this.#owner));
     for (const p of loaded.programs) this.#programs.set(p.name, new BpfProgram(p, this.#owner));
   }
@@ -608,6 +673,14 @@ export function queryTc(ifname: string, direction: 'ingress' | 'egress'): Array<
   const n = native();
   const ifindex = n.ifNameToIndex(ifname);
   return n.progQuery(ifindex, tcxAttachType(direction)).map((progId) => ({ progId, name: n.progInfoById(progId)?.name }));
+}
+
+/** The program of a clsact filter at (handle, priority) on `ifname`, or null. */
+export function queryTcClsact(ifname: string, direction: 'ingress' | 'egress', handle = 1, priority = 0xc0de):
+  { progId: number; name?: string } | null {
+  const n = native();
+  const progId = n.tcClsactQuery(n.ifNameToIndex(ifname), direction === 'ingress', handle, priority);
+  return progId === null ? null : { progId, name: n.progInfoById(progId)?.name };
 }
 
 /** Detaches and unpins a link pinned at `pinPath` (e.g. `gitlb down`); false when nothing is pinned there. */

@@ -21,6 +21,8 @@ export interface DaemonOptions {
   branch: string;
   node: string;
   dataPlane: DataPlane;
+  /** Reopens the data plane on the same pins (drift repair re-reads the kernel maps). */
+  reopenDataPlane?: () => Promise<DataPlane>;
   cacheDir: string; // per node: Git cache and local state
   credentialsFile?: string;
   webhook?: { listen: string; secret: string; maxBodyBytes?: number };
@@ -99,6 +101,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     branch: o.branch,
     remote,
     dataPlane: o.dataPlane,
+    reopenDataPlane: o.reopenDataPlane,
     adoptedRevision: await adoptedRevision(remote, o.statusBranch ?? DEFAULT_STATUS_BRANCH, o, stateFile),
     health: o.health,
     postApplyGate: o.postApplyGate,

@@ -48,6 +48,11 @@ export interface ReconcilerOptions {
   branch: string;
   remote: GitRemote;
   dataPlane: DataPlane;
+  /**
+   * Reopens the data plane (close + open on the same pins). The drift check uses it after finding drift, so the
+   * data plane re-reads the kernel maps instead of trusting its in-memory view of what it last wrote.
+   */
+  reopenDataPlane?: () => Promise<DataPlane>;
   /** Writes status to Git; omitted in unit use. Receives the status branch from the applied config. */
   statusSink?: (status: NodeStatus, statusBranch: string, why: string) => Promise<void>;
   /** Revision the pinned data plane serves (from local state or this node's status file); adopted at start. */
@@ -99,7 +104,10 @@ export class Reconciler {
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
 
+  private dp: DataPlane;
+
   constructor(private readonly o: ReconcilerOptions) {
+    this.dp = o.dataPlane;
     this.clock = o.clock ?? (() => new Date());
     this.log = o.log ?? quietLog;
     this.retry = o.retry ?? { baseMs: 1000, maxMs: 300_000 };
@@ -110,6 +118,11 @@ export class Reconciler {
 
   get appliedRevision(): string | null {
     return this.applied;
+  }
+
+  /** The data plane in use (it changes when the drift check reopens it). */
+  get dataPlane(): DataPlane {
+    return this.dp;
   }
 
   get desired(): DesiredState | null {
@@ -166,7 +179,7 @@ export class Reconciler {
 
   /** Fills per-service status from the desired state and the digests read back from the kernel. */
   private async refreshServices(desired: DesiredState): Promise<void> {
-    const live = await this.o.dataPlane.readLive();
+    const live = await this.dp.readLive();
     const liveDigest = new Map(live.services.map((s) => [s.id, s.digest]));
     this.lastServices = desired.services.map((s) => ({
       name: s.name,
@@ -212,7 +225,8 @@ export class Reconciler {
   }
 
   private async reconcileRevision(head: string, trigger: string): Promise<Outcome> {
-    const { remote, branch, node, dataPlane } = this.o;
+    const { remote, branch, node } = this.o;
+    const dataPlane = this.dp;
     const warnings: string[] = [];
     const adopting = this.adopting;
 
@@ -316,7 +330,7 @@ export class Reconciler {
   private async restoreLastGood(): Promise<void> {
     if (!this.appliedDesired) return;
     try {
-      this.countReport(await this.o.dataPlane.apply(this.appliedDesired));
+      this.countReport(await this.dp.apply(this.appliedDesired));
     } catch (err) {
       this.log.warn(`restoring last good revision failed: ${errorText(err)}`);
     }
@@ -379,10 +393,20 @@ export class Reconciler {
     const desired = this.appliedDesired;
     if (!desired) return { differences: [] };
     this.counters.driftChecks++;
-    const drift = diffLive(await this.o.dataPlane.readLive(), desired);
+    const drift = diffLive(await this.dp.readLive(), desired);
     if (!drift.differences.length) return { differences: [] };
-    const report = await this.o.dataPlane.apply(desired);
+    if (this.o.reopenDataPlane) {
+      this.dp.close();
+      this.dp = await this.o.reopenDataPlane();
+    }
+    const report = await this.dp.apply(desired);
     this.countReport(report);
+    const left = diffLive(await this.dp.readLive(), desired).differences;
+    if (left.length) {
+      this.log.warn(`drift not repaired (${left.length} differences left): ${left.slice(0, 3).join('; ')}`);
+      await this.publish(`drift not repaired: ${left.length} differences`);
+      return { differences: drift.differences, report };
+    }
     this.counters.driftRepairs++;
     this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`);
     await this.refreshServices(desired);

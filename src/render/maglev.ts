@@ -100,6 +100,78 @@ function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed
   }
 }
 
+/** Smallest turn t >= 0 with (t + 1) * w >= f, for integers f >= 0, w >= 1 (exact: no rounded division decides). */
+function firstEligibleTurn(f: number, w: number): number {
+  if (f <= w) return 0;
+  let q = Math.floor(f / w);
+  while (q * w < f) q++;
+  while ((q - 1) * w >= f) q--;
+  return q - 1;
+}
+
+/** Index of the first set bit at or after `start`, cyclically; -1 when no bit is set. */
+function nextSetBit(bits: Int32Array, start: number): number {
+  const words = bits.length;
+  let k = start >>> 5;
+  let word = bits[k]! & (-1 << (start & 31));
+  for (let scanned = 0; scanned <= words; scanned++) {
+    if (word !== 0) return (k << 5) + (31 - Math.clz32(word & -word));
+    k = k + 1 === words ? 0 : k + 1;
+    word = bits[k]!;
+  }
+  return -1;
+}
+
+/**
+ * Which backend claims each of the M turns of the fill. Turn n belongs to backend n mod N unless that backend is
+ * ahead of its weighted share — (n+1)·w[i] < floor(counter[i]) — in which case the turn passes to the next backend
+ * in order (the Envoy/Cilium counter method, docs/maglev.md §5). Each claim adds the weight sum to the claimant's
+ * counter (a double, as in the specification).
+ *
+ * Scanning backend after backend costs O(N) per turn when weights are skewed, so this evaluates the same rule with
+ * bookkeeping instead: a backend's condition only changes when it claims a turn, and then it becomes eligible again
+ * at a turn computed exactly (firstEligibleTurn). Eligible backends sit in a bitset, the others in per-turn buckets;
+ * "the next backend in order that is eligible" is a next-set-bit query. The result is the specification's turn order.
+ */
+function turnOwners(weight: Float64Array, m: number): Int32Array {
+  const n = weight.length;
+  const owners = new Int32Array(m);
+  let equal = true;
+  for (let i = 1; i < n; i++) if (weight[i] !== weight[0]) equal = false;
+  if (equal) {
+    // With equal weights no turn is ever passed on (proof in docs/maglev.md): plain round robin.
+    for (let t = 0, i = 0; t < m; t++, i = i + 1 === n ? 0 : i + 1) owners[t] = i;
+    return owners;
+  }
+  let weightSum = 0;
+  for (let i = 0; i < n; i++) weightSum += weight[i]!;
+  const counter = new Float64Array(n);
+  const eligible = new Int32Array((n + 31) >>> 5);
+  const bucketHead = new Int32Array(m).fill(-1); // backends that become eligible at turn t
+  const bucketNext = new Int32Array(n);
+  const schedule = (i: number, turn: number, now: number): void => {
+    if (turn <= now) eligible[i >>> 5]! |= 1 << (i & 31);
+    else if (turn < m) {
+      bucketNext[i] = bucketHead[turn]!;
+      bucketHead[turn] = i;
+    }
+  };
+  for (let i = 0; i < n; i++) {
+    counter[i] = weight[i]! / n;
+    schedule(i, firstEligibleTurn(Math.floor(counter[i]!), weight[i]!), 0);
+  }
+  for (let t = 0; t < m; t++) {
+    for (let i = bucketHead[t]!; i !== -1; i = bucketNext[i]!) eligible[i >>> 5]! |= 1 << (i & 31);
+    const i = nextSetBit(eligible, t % n);
+    if (i < 0) throw new Error('internal: maglev weight counter left no backend eligible');
+    owners[t] = i;
+    eligible[i >>> 5]! &= ~(1 << (i & 31));
+    counter[i] = counter[i]! + weightSum;
+    schedule(i, firstEligibleTurn(Math.floor(counter[i]!), weight[i]!), t + 1);
+  }
+  return owners;
+}
+
 /**
  * Builds the Maglev lookup table of `tableSize` entries for `backends`; each entry is the realId of the backend
  * that owns it, or 0 for every entry when no backend has a positive weight. Deterministic: depends only on the
@@ -117,8 +189,6 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
   const skip = new Int32Array(n);
   const weight = new Float64Array(n);
   const realId = new Uint32Array(n);
-  const counter = new Float64Array(n); // Envoy/Cilium weight counter
-  let weightSum = 0;
   for (let i = 0; i < n; i++) {
     const b = live[i]!;
     const p = maglevOffsetSkip(b.id, m, seed);
@@ -126,26 +196,12 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
     skip[i] = p.skip;
     weight[i] = b.weight;
     realId[i] = b.realId;
-    weightSum += b.weight;
   }
-  for (let i = 0; i < n; i++) counter[i] = weight[i]! / n;
 
-  // Turn n belongs to backend n mod N, unless its weight counter says it is ahead of its share: then the turn
-  // passes to the next backend. Each claim adds weightSum to the claimant's counter. With equal weights no turn
-  // is ever passed (proof in docs/maglev.md), so that case skips the counter arithmetic.
-  let equalWeights = true;
-  for (let i = 1; i < n; i++) if (weight[i] !== weight[0]) equalWeights = false;
-  let i = n - 1;
-  for (let turn = 0; turn < m; turn++) {
-    if (equalWeights) {
-      i = i + 1 === n ? 0 : i + 1;
-    } else {
-      i = turn % n;
-      while ((turn + 1) * weight[i]! < Math.floor(counter[i]!)) {
-        i = i + 1 === n ? 0 : i + 1;
-      }
-      counter[i] = counter[i]! + weightSum;
-    }
+  // Each turn, its owner takes the first still-empty slot of its permutation (offset + j·skip mod M).
+  const owners = turnOwners(weight, m);
+  for (let t = 0; t < m; t++) {
+    const i = owners[t]!;
     const step = skip[i]!;
     let slot = position[i]!;
     while (table[slot] !== 0) {

@@ -5,7 +5,7 @@
 //   client <json>:  attaches the test-only LB emulator (test/bpf/tc_lab_client.c) to the client's veth.
 // Prints one JSON line with the result.
 import { join } from 'node:path';
-import { BpfObject } from '../../src/bpf/libbpf.js';
+import { BpfObject, queryTc } from '../../src/bpf/libbpf.js';
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
 import { reconcileBackendVips } from '../../src/reconciler/backend-vips.js';
 import type { DesiredState } from '../../src/render/state.js';
@@ -40,7 +40,8 @@ async function backend(a: BackendNodeArgs) {
   try {
     const report = await dp.apply(a.desired);
     const vips = await reconcileBackendVips(a.desired.localVips, { stateFile: a.stateFile, nodeInterface: a.desired.interface });
-    return { report, vips, entries: dp.readVipEntries(), attached: dp.attached };
+    const tc = { ingress: queryTc(a.desired.interface, 'ingress'), egress: queryTc(a.desired.interface, 'egress') };
+    return { report, vips, entries: dp.readVipEntries(), attached: dp.attached, tc, counters: await dp.counters(), live: await dp.readLive() };
   } finally {
     dp.close();
   }

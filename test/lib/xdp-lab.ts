@@ -2,7 +2,7 @@
 // permanent neighbours and a route via a gateway, so bpf_fib_lookup gives deterministic next hops.
 // Only documentation addresses; everything is created under the per-run prefix and removed by teardown().
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, rmSync, existsSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 
 export const LAB = {
   lbA: { name: 'lbA', mac: '02:00:00:00:0a:01', v4: '198.51.100.1', v6: '2001:db8:2::1' },
@@ -31,7 +31,7 @@ export function labNames(tag: string): { ns: string; pinRoot: string } {
 
 export function setupLab(tag: string): { ns: string; pinRoot: string } {
   const { ns, pinRoot } = labNames(tag);
-  if (!existsSync('/sys/fs/bpf/lb_vips') && execFileSync('stat', ['-f', '-c', '%T', '/sys/fs/bpf']).toString().trim() !== 'bpf_fs')
+  if (execFileSync('stat', ['-f', '-c', '%T', '/sys/fs/bpf']).toString().trim() !== 'bpf_fs')
     execFileSync('mount', ['-t', 'bpf', 'bpf', '/sys/fs/bpf']);
   ip(null, 'netns', 'add', ns);
   try {

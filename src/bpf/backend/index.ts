@@ -6,6 +6,8 @@
 import { join } from 'node:path';
 import { BpfObject, type BpfMap, type TcAttachment } from '../libbpf.js';
 import type { DesiredState, DesiredVip } from '../../render/state.js';
+import { checkBtfLayout } from '../codec.js';
+import type { ApplyReport, DataPlane, LiveState } from '../dataplane/index.js';
 import {
   BTF_LAYOUTS,
   STAT_NAMES,
@@ -26,28 +28,9 @@ export const EGRESS_PROGRAM = 'backend_egress';
 export const INGRESS_LINK_PIN = 'tc_ingress_link';
 export const EGRESS_LINK_PIN = 'tc_egress_link';
 
-// The DataPlane contract of docs/interfaces (src/bpf/dataplane/index.ts); spelled here so this module does not
-// depend on the LB data plane's implementation. Structurally identical.
-export interface ApplyReport {
-  mapWrites: number;
-  mapDeletes: number;
-  ringSwitches: number;
-  changedRingEntries: number;
-}
-export interface LiveState {
-  reals: DesiredState['reals'];
-  services: { id: number; tableSize: number; ring: Uint32Array; digest: string }[];
-  vips: DesiredVip[];
-  hashSeed: number;
-}
-export interface DataPlane {
-  apply(desired: DesiredState): Promise<ApplyReport>;
-  readLive(): Promise<LiveState>;
-  counters(): Promise<Record<string, number | Record<string, number>>>;
-  close(): void;
-}
-
 /** The backend data plane, with a few backend-only views on top of the common contract. */
+export type { ApplyReport, DataPlane, LiveState };
+
 export interface BackendDataPlane extends DataPlane {
   /** be_vips as entries (sorted by identity). */
   readVipEntries(): VipEntry[];
@@ -68,18 +51,7 @@ export interface BackendDataPlaneOptions {
 
 /** Checks the object's BTF against the codec layouts so a struct change on either side fails at load. */
 export function checkBackendLayouts(obj: BpfObject): void {
-  for (const [name, expected] of Object.entries(BTF_LAYOUTS)) {
-    const actual = obj.btfStruct(name);
-    if (!actual) throw new Error(`${obj.path}: struct ${name} missing from BTF`);
-    const problems: string[] = [];
-    if (actual.size !== expected.size) problems.push(`size ${actual.size}, codec expects ${expected.size}`);
-    for (const [member, offset] of Object.entries(expected.members)) {
-      const m = actual.members.find((x) => x.name === member);
-      if (!m) problems.push(`member ${member} missing`);
-      else if (m.offset !== offset) problems.push(`member ${member} at ${m.offset}, codec expects ${offset}`);
-    }
-    if (problems.length) throw new Error(`${obj.path}: struct ${name} layout differs from src/bpf/backend/codec.ts: ${problems.join('; ')}`);
-  }
+  for (const [name, expected] of Object.entries(BTF_LAYOUTS)) checkBtfLayout(obj, name, expected);
 }
 
 function entriesById(map: BpfMap): Map<string, { key: Buffer; value: Buffer; entry: VipEntry }> {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import {
-  COUNTER_NAMES, LAYOUTS, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
+  COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
   decodeConfig, decodeReal, decodeService, decodeVipKey, decodeVipValue, encodeConfig, encodeReal,
   encodeService, encodeU32, encodeVipKey, encodeVipValue, familyOf, type ServiceValue,
 } from './codec.js';
@@ -84,6 +84,12 @@ export function validateDesired(d: DesiredState): void {
 }
 
 const hexKey = (b: Buffer) => b.toString('hex');
+
+/** The order of DesiredState.vips: family, address bytes, port, protocol (as render sorts them). */
+export function compareVips(a: DesiredVip, b: DesiredVip): number {
+  return a.family - b.family || Buffer.compare(addr16(a.vip), addr16(b.vip)) || a.port - b.port ||
+    (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
+}
 
 function vipEntries(d: DesiredState): Map<string, [Buffer, Buffer]> {
   const out = new Map<string, [Buffer, Buffer]>();
@@ -345,7 +351,7 @@ class LbDataPlane implements DataPlane {
         targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
         hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
     }
-    vips.sort((a, b) => (a.vip < b.vip ? -1 : a.vip > b.vip ? 1 : a.port - b.port || a.protocol.localeCompare(b.protocol)));
+    vips.sort(compareVips);
     const cfg = m.config.lookup(encodeU32(0));
     return { reals, services, vips, hashSeed: cfg ? decodeConfig(cfg).hashSeed : 0 };
   }

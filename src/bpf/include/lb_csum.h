@@ -6,6 +6,10 @@
 
 #include <linux/types.h>
 
+/* Checksums read headers written through other struct types: this type may alias them, so the compiler
+ * cannot move the reads ahead of the writes (strict aliasing). */
+typedef __u32 __attribute__((__may_alias__)) lb_word_t;
+
 static __always_inline __u16 lb_csum_fold(__u64 sum)
 {
 	sum = (sum & 0xffffffff) + (sum >> 32);
@@ -18,7 +22,7 @@ static __always_inline __u16 lb_csum_fold(__u64 sum)
 /* sum of n 32-bit words of a buffer the verifier knows to be n*4 bytes long (stack) */
 static __always_inline __u64 lb_csum_words(const void *buf, int n)
 {
-	const __u32 *w = buf;
+	const lb_word_t *w = buf;
 	__u64 sum = 0;
 
 #pragma unroll

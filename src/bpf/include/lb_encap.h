@@ -192,7 +192,7 @@ static __always_inline int lb_ipv4_csum_inplace(void *data, void *data_end, __u3
 	if (l3_off > 18)
 		return -1;
 	struct iphdr *iph = data + l3_off;
-	__u32 *w = (void *)iph;
+	lb_word_t *w = (void *)iph;
 	__u64 sum = 0;
 
 	if ((void *)(iph + 1) > data_end)

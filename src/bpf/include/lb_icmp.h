@@ -83,7 +83,7 @@ static __always_inline int lb_write_reply_l2(void *data, void *data_end, __u32 l
 /* Sum `len` bytes (multiple of 4, at most max_words*4) of the packet from `start`. */
 static __always_inline int lb_csum_packet(void *start, void *data_end, __u32 len, __u64 *sum)
 {
-	__u32 *w = start;
+	lb_word_t *w = start;
 
 	for (int i = 0; i < 20; i++) {
 		if (i * 4 >= len)

@@ -191,6 +191,51 @@ Napi::Value ProgQuery(const Napi::CallbackInfo& info) {
   return a;
 }
 
+// Legacy TC (clsact qdisc + direct-action cls_bpf filter), for kernels without tcx.
+bpf_tc_hook ClsactHook(const Napi::CallbackInfo& info, size_t i) {
+  bpf_tc_hook hook = {};
+  hook.sz = sizeof hook;
+  hook.ifindex = ArgInt(info, i, "ifindex");
+  hook.attach_point = info[i + 1].ToBoolean() ? BPF_TC_INGRESS : BPF_TC_EGRESS;
+  return hook;
+}
+
+// tcClsactAttach(progFd, ifindex, ingress, handle, priority, replace) -> progId
+Napi::Value TcClsactAttach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int prog = ArgFd(info, 0);
+  bpf_tc_hook hook = ClsactHook(info, 1);
+  int r = bpf_tc_hook_create(&hook);  // creates the clsact qdisc
+  if (r && r != -EEXIST) ThrowErrno(env, r, "create clsact qdisc");
+  LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog, .handle = ArgU32(info, 3, "handle"),
+              .priority = ArgU32(info, 4, "priority"));
+  if (info.Length() > 5 && info[5].ToBoolean()) opts.flags = BPF_TC_F_REPLACE;
+  r = bpf_tc_attach(&hook, &opts);
+  if (r) ThrowErrno(env, r, "attach clsact filter");
+  return Napi::Number::New(env, opts.prog_id);
+}
+
+// tcClsactQuery(ifindex, ingress, handle, priority) -> progId | null
+Napi::Value TcClsactQuery(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bpf_tc_hook hook = ClsactHook(info, 0);
+  LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ArgU32(info, 2, "handle"), .priority = ArgU32(info, 3, "priority"));
+  int r = bpf_tc_query(&hook, &opts);
+  if (r == -ENOENT || r == -EINVAL) return env.Null();  // EINVAL: no clsact qdisc on the device
+  if (r) ThrowErrno(env, r, "query clsact filter");
+  return Napi::Number::New(env, opts.prog_id);
+}
+
+// tcClsactDetach(ifindex, ingress, handle, priority)
+Napi::Value TcClsactDetach(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  bpf_tc_hook hook = ClsactHook(info, 0);
+  LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ArgU32(info, 2, "handle"), .priority = ArgU32(info, 3, "priority"));
+  int r = bpf_tc_detach(&hook, &opts);
+  if (r) ThrowErrno(env, r, "detach clsact filter");
+  return env.Undefined();
+}
+
 }  // namespace
 
 void InitProgs(Napi::Env env, Napi::Object exports) {
@@ -204,6 +249,9 @@ void InitProgs(Napi::Env env, Napi::Object exports) {
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("xdpQuery", Napi::Function::New(env, XdpQuery, "xdpQuery"));
   exports.Set("progQuery", Napi::Function::New(env, ProgQuery, "progQuery"));
+  exports.Set("tcClsactAttach", Napi::Function::New(env, TcClsactAttach, "tcClsactAttach"));
+  exports.Set("tcClsactQuery", Napi::Function::New(env, TcClsactQuery, "tcClsactQuery"));
+  exports.Set("tcClsactDetach", Napi::Function::New(env, TcClsactDetach, "tcClsactDetach"));
   exports.Set("attachTcxIngress", Napi::Number::New(env, kAttachTcxIngress));
   exports.Set("attachTcxEgress", Napi::Number::New(env, kAttachTcxEgress));
   exports.Set("attachXdp", Napi::Number::New(env, BPF_XDP));

@@ -167,3 +167,10 @@ int tc_selftest(struct __sk_buff *skb)
 	account_flow(bpf_ntohs(skb->protocol), skb->len);
 	return cfg_get(1, TC_ACT_OK);
 }
+
+/* A second TC program: the "someone else's filter" in attach tests. */
+SEC("tc")
+int tc_passthru(struct __sk_buff *skb)
+{
+	return TC_ACT_OK;
+}

@@ -56,9 +56,10 @@ static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8
     return TC_ACT_OK;
   }
 
-  __u64 flags = 0;
+  /* FIXED_GSO: for a GRO-merged tunnel packet the segment payload size stays what it was; only headers go. */
+  __u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO;
   if (inner_family != outer_family)
-    flags = inner_family == 4 ? BPF_F_ADJ_ROOM_DECAP_L3_IPV4 : BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
+    flags |= inner_family == 4 ? BPF_F_ADJ_ROOM_DECAP_L3_IPV4 : BPF_F_ADJ_ROOM_DECAP_L3_IPV6;
   if (bpf_skb_adjust_room(skb, -(__s32)outer_len, BPF_ADJ_ROOM_MAC, flags) < 0) {
     be_count(BE_STAT_ADJUST_FAIL);
     return TC_ACT_SHOT;
@@ -153,7 +154,7 @@ static __always_inline int be_ingress_ipopt4(struct __sk_buff *skb)
    * packet identical to what the client sent, apart from the LB's destination rewrite. */
   if (iph.ihl != 7)
     return TC_ACT_OK;
-  if (bpf_skb_adjust_room(skb, -BE_DSR_OPT4_LEN, BPF_ADJ_ROOM_NET, 0) < 0) {
+  if (bpf_skb_adjust_room(skb, -BE_DSR_OPT4_LEN, BPF_ADJ_ROOM_NET, BPF_F_ADJ_ROOM_FIXED_GSO) < 0) {
     be_count(BE_STAT_ADJUST_FAIL);
     return TC_ACT_SHOT;
   }
@@ -198,7 +199,7 @@ static __always_inline int be_ingress_ipopt6(struct __sk_buff *skb)
     return TC_ACT_OK;
   be_count(BE_STAT_IPOPT6);
 
-  if (bpf_skb_adjust_room(skb, -BE_DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, 0) < 0) {
+  if (bpf_skb_adjust_room(skb, -BE_DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, BPF_F_ADJ_ROOM_FIXED_GSO) < 0) {
     be_count(BE_STAT_ADJUST_FAIL);
     return TC_ACT_SHOT;
   }

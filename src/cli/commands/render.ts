@@ -23,27 +23,36 @@ Every node renders the same digest for the same service and revision; compare th
 Exit status: 0 rendered, 1 the config has errors (printed as file:line:col), 2 usage or I/O error.
 `,
   async run(argv) {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: true,
-      options: {
-        node: { type: 'string' },
-        format: { type: 'string', default: 'text' },
-        tables: { type: 'boolean', default: false },
-      },
-    });
-    if (!values.node) throw new UsageError('--node is required');
-    if (values.format !== 'json' && values.format !== 'text') throw new UsageError(`--format must be json or text, not '${values.format}'`);
-    if (positionals.length > 1) throw new UsageError('at most one config directory');
-    const dir = positionals[0] ?? '.';
-
-    const { model, diagnostics } = parseConfig(await readConfigDir(dir));
-    for (const d of diagnostics) process.stderr.write(formatDiagnostic(d) + '\n');
-    if (!model) return 1;
-    const state = renderDesiredState(model, values.node);
-    const tables = values.tables ?? false;
-    process.stdout.write(values.format === 'json' ? desiredStateToJson(state, { tables }) : formatDesiredStateText(state, { tables }));
-    return 0;
+    const result = await runRender(argv);
+    process.stderr.write(result.stderr);
+    process.stdout.write(result.stdout);
+    return result.code;
   },
 };
+
+/** The whole command minus the process: returns what to print and the exit code. Usage errors, I/O errors and
+ * an unknown node throw (the dispatcher turns them into exit status 2). */
+export async function runRender(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    strict: true,
+    allowPositionals: true,
+    options: {
+      node: { type: 'string' },
+      format: { type: 'string', default: 'text' },
+      tables: { type: 'boolean', default: false },
+    },
+  });
+  if (!values.node) throw new UsageError('--node is required');
+  if (values.format !== 'json' && values.format !== 'text') throw new UsageError(`--format must be json or text, not '${values.format}'`);
+  if (positionals.length > 1) throw new UsageError('at most one config directory');
+  const dir = positionals[0] ?? '.';
+
+  const { model, diagnostics } = parseConfig(await readConfigDir(dir));
+  const stderr = diagnostics.map((d) => formatDiagnostic(d) + '\n').join('');
+  if (!model) return { code: 1, stdout: '', stderr };
+  const state = renderDesiredState(model, values.node);
+  const tables = values.tables ?? false;
+  const stdout = values.format === 'json' ? desiredStateToJson(state, { tables }) : formatDesiredStateText(state, { tables });
+  return { code: 0, stdout, stderr };
+}

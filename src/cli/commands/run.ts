@@ -87,12 +87,14 @@ export const command: CliCommand = {
     const node = values.node;
     const cacheDir = values['cache-dir'] ?? join('/var/lib/gitlb', node);
     const role = (values.role as 'lb' | 'backend' | undefined) ?? (await detectRole(values.repo, values.branch!, node, join(cacheDir, 'git'), loadCredentials({ file: values['credentials-file'] })));
-    const dataPlane = await openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!);
+    const open = () => openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!);
+    const dataPlane = await open();
     const daemon = await startDaemon({
       repo: values.repo,
       branch: values.branch!,
       node,
       dataPlane,
+      reopenDataPlane: open,
       cacheDir,
       credentialsFile: values['credentials-file'],
       webhook,
@@ -104,7 +106,7 @@ export const command: CliCommand = {
     if (values.once) {
       await daemon.idle();
       await daemon.stop();
-      dataPlane.close();
+      daemon.reconciler.dataPlane.close();
       const s = daemon.reconciler.snapshot();
       process.stdout.write(`applied ${s.appliedRevision ?? '(none)'}; last attempt ${s.lastAttempt?.result ?? '-'}${s.lastAttempt?.reason ? `: ${s.lastAttempt.reason}` : ''}\n`);
       return s.lastAttempt?.result === 'failed' ? 1 : 0;
@@ -115,7 +117,7 @@ export const command: CliCommand = {
       process.once('SIGTERM', stop);
     });
     await daemon.stop();
-    dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
+    daemon.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     return 0;
   },
 };

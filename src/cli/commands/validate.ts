@@ -50,8 +50,8 @@ export const command: CliCommand = {
     } else {
       for (const d of shown) process.stdout.write(formatDiagnostic(d) + '\n');
       const summary = valid
-        ? `${dir}: valid (${plural(model.services.length, 'service')}, ${plural(model.nodes.length, 'node')}), ${plural(warnings, 'warning')}`
-        : `${dir}: invalid, ${plural(errors, 'error')}, ${plural(warnings, 'warning')}`;
+        ? `valid: ${plural(model.services.length, 'service')}, ${plural(model.nodes.length, 'node')}, ${plural(warnings, 'warning')}`
+        : `invalid: ${plural(errors, 'error')}, ${plural(warnings, 'warning')}`;
       process.stdout.write(summary + '\n');
     }
     return valid ? 0 : 1;

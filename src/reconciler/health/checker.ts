@@ -183,7 +183,8 @@ export class HealthChecker {
       release?.();
       t.running = false;
       // Fixed rate: the next check is due one interval after this one began, not after it ended.
-      if (this.started && this.tracked.get(t.target.key) === t && !signal.aborted) {
+      // (Checks the current controller: after stop() + start() a fresh one replaced the aborted `signal`.)
+      if (this.started && this.tracked.get(t.target.key) === t && !t.abort.signal.aborted) {
         this.schedule(t, begun + t.target.intervalMs - Date.now());
       }
     }

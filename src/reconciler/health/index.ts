@@ -21,3 +21,4 @@ export {
 } from '../../render/health-quorum.js';
 export { healthStatus, peerObservations, type HealthStatus } from './status.js';
 export { HealthService, type HealthServiceOptions, type HealthPostApplyGate } from './service.js';
+export { formatHealthStatus } from './format.js';

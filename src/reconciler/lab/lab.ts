@@ -196,27 +196,60 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
   }
 }
 
+/** Runs `fn` over `items` sequentially within each namespace and in parallel across namespaces. */
+async function perNamespace<T extends { ns: string }>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) groups.set(item.ns, [...(groups.get(item.ns) ?? []), item]);
+  await Promise.all([...groups.values()].map(async (group) => {
+    for (const item of group) await fn(item);
+  }));
+}
+
 async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string) => void): Promise<void> {
   const { plan } = state;
   const ns = (short: string) => fullNs(state, short);
-  for (const n of plan.namespaces) {
-    state.namespaces.push(ns(n.short)); // recorded first, so a half-made namespace is still removed by down
-    writeLabState(state);
-    await createNetns(ns(n.short));
-  }
+  // Recorded before they exist, so a half-built lab is still removed completely by `down`.
+  state.namespaces.push(...plan.namespaces.map((n) => ns(n.short)));
+  writeLabState(state);
+  await Promise.all(plan.namespaces.map((n) => createNetns(ns(n.short))));
   log(`namespaces: ${state.namespaces.join(' ')}`);
-  for (const b of plan.bridges) await createBridge(ns(b.ns), b.name);
-  for (const s of plan.sysctls) await setSysctl(ns(s.ns), s.key, s.value);
-  for (const l of plan.links) {
-    await vethPair({ ...l.a, ns: ns(l.a.ns) }, { ...l.b, ns: ns(l.b.ns) });
-    // Senders into an XDP (native) veth must not leave checksums partial: XDP_TX'd frames would carry them
-    // unfinished and be dropped. Cheap in a lab, so off everywhere.
-    for (const end of [l.a, l.b]) await run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, 'tx', 'off']));
-  }
-  for (const r of plan.routes) await addRoute(ns(r.ns), r.dest, r.spec);
-  for (const m of plan.multipath) await addMultipathRoute(ns(m.ns), m.dest, m.hops);
-  if (vipsOnLo) for (const l of plan.loAddrs) await addAddrs(ns(l.ns), 'lo', l.addrs);
+  await perNamespace(plan.bridges, (b) => createBridge(ns(b.ns), b.name));
+  await perNamespace(plan.sysctls, (s) => setSysctl(ns(s.ns), s.key, s.value));
+  await Promise.all(
+    plan.links.map(async (l) => {
+      await vethPair({ ...l.a, ns: ns(l.a.ns) }, { ...l.b, ns: ns(l.b.ns) });
+      for (const end of [l.a, l.b]) {
+        // Senders into a native-XDP veth must not leave checksums partial: XDP_TX'd frames would carry them
+        // unfinished and be dropped. Cheap in a lab, so off everywhere.
+        const features = ['tx', 'off'];
+        // Native XDP_TX on a veth reaches the peer only if the peer runs NAPI, which GRO (or an XDP program
+        // there) switches on. The lb nodes' peers are switch ports; GRO on every switch port keeps it uniform.
+        if (end.master) features.push('gro', 'on');
+        await run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, ...features]));
+      }
+    }),
+  );
+  await perNamespace(plan.routes, (r) => addRoute(ns(r.ns), r.dest, r.spec, r.type));
+  await perNamespace(plan.multipath, (m) => addMultipathRoute(ns(m.ns), m.dest, m.hops));
+  if (vipsOnLo) await perNamespace(plan.loAddrs, (l) => addAddrs(ns(l.ns), 'lo', l.addrs));
+  await warmNeighbours(state);
   log(`links, routes and ECMP (${plan.multipath.map((m) => m.dest).join(', ') || 'none'}) in place`);
+}
+
+/**
+ * Resolves every backend address on every lb node (one bounded ping each). The XDP program takes a real's MAC
+ * from the kernel's neighbour table via bpf_fib_lookup and drops the packet when there is no entry yet; a
+ * freshly built lab has none.
+ */
+export async function warmNeighbours(state: LabState): Promise<void> {
+  const lbs = state.plan.nodes.filter((n) => n.role === 'lb');
+  const targets = state.plan.nodes.filter((n) => n.role === 'backend').flatMap((n) => n.addresses);
+  const pings = lbs.flatMap((lb) =>
+    targets.map((addr) =>
+      nsExec(fullNs(state, lb.ns), ['ping', ...(addr.includes(':') ? ['-6'] : []), '-c', '1', '-W', '1', addr], { timeoutMs: 3000 }),
+    ),
+  );
+  await Promise.all(pings);
 }
 
 async function startGitServer(state: LabState, log: (s: string) => void): Promise<void> {
@@ -338,9 +371,11 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   if (!state) return null;
   let stopped = 0;
   // Daemons first (they use the servers), the anchor last (until then the lab counts as alive).
-  const order = ['daemon', 'backend-server', 'git-server', 'anchor'];
-  const procs = [...state.processes].sort((a, b) => order.indexOf(a.role) - order.indexOf(b.role));
-  for (const p of procs) if ((await stopLabProcess(p)) === 'stopped') stopped++;
+  for (const role of ['daemon', 'backend-server', 'git-server', 'anchor']) {
+    const group = state.processes.filter((p) => p.role === role);
+    const results = await Promise.all(group.map((p) => stopLabProcess(p)));
+    stopped += results.filter((r) => r === 'stopped').length;
+  }
   const removed: string[] = [];
   for (const ns of [...state.namespaces].reverse()) {
     if (!ns.startsWith(state.prefix)) continue; // never anything the state file did not make

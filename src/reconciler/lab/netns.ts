@@ -246,10 +246,13 @@ export async function createDummy(ns: string, name: string, addrs: string[] = []
   await linkUp(ns, name);
 }
 
-/** Adds a route in `ns`: `addRoute(ns, '203.0.113.0/24', ['via', '198.51.100.11'])`. */
-export async function addRoute(ns: string, dest: string, spec: string[]): Promise<void> {
+/**
+ * Adds a route in `ns`: `addRoute(ns, '203.0.113.0/24', ['via', '198.51.100.11'])`; a route type other than
+ * unicast goes in `type`: `addRoute(ns, '203.0.113.0/24', [], 'unreachable')`.
+ */
+export async function addRoute(ns: string, dest: string, spec: string[], type?: 'unreachable' | 'blackhole' | 'prohibit'): Promise<void> {
   const family = dest.includes(':') ? ['-6'] : ['-4'];
-  await run(['ip', '-n', ns, ...family, 'route', 'add', dest, ...spec]);
+  await run(['ip', '-n', ns, ...family, 'route', 'add', ...(type ? [type] : []), dest, ...spec]);
 }
 
 /**
@@ -262,10 +265,24 @@ export async function addMultipathRoute(ns: string, dest: string, hops: { via: s
   await addRoute(ns, dest, spec);
 }
 
-/** Hash ECMP on the L4 5-tuple (policy 1) rather than addresses only (policy 0), for IPv4 and IPv6. */
-export async function setEcmpHashPolicy(ns: string, policy: 0 | 1 = 1): Promise<void> {
-  await setSysctl(ns, 'net.ipv4.fib_multipath_hash_policy', String(policy));
-  await setSysctl(ns, 'net.ipv6.fib_multipath_hash_policy', String(policy));
+/** fib_multipath_hash_fields bits: source and destination address, IP protocol, source and destination port. */
+export const ECMP_FIVE_TUPLE_FIELDS = '0x0037';
+
+/**
+ * Makes the kernel's ECMP choice in `ns` depend on the flow: 'l4' hashes the 5-tuple, 'l3' the addresses only.
+ * 'l4' uses the custom policy (3) with explicit fields rather than policy 1, because policy 1 reuses an L4 hash
+ * already carried by the skb — across veth that is the *sending socket's* random txhash, so the same 5-tuple
+ * could take different next hops (and a retransmitted SYN could switch lb node). Policy 3 always dissects.
+ */
+export async function setEcmpHashPolicy(ns: string, mode: 'l3' | 'l4' = 'l4'): Promise<void> {
+  for (const family of ['ipv4', 'ipv6']) {
+    if (mode === 'l3') {
+      await setSysctl(ns, `net.${family}.fib_multipath_hash_policy`, '0');
+    } else {
+      await setSysctl(ns, `net.${family}.fib_multipath_hash_fields`, ECMP_FIVE_TUPLE_FIELDS);
+      await setSysctl(ns, `net.${family}.fib_multipath_hash_policy`, '3');
+    }
+  }
 }
 
 /** Sets a sysctl inside `ns` (per-namespace keys only, e.g. net.ipv4.*; never the host's). */

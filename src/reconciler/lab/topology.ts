@@ -12,6 +12,7 @@
 // to the client without passing an lb node.
 import type { ConfigModel } from '../../render/model.js';
 import { assertAllowed, hostInNetwork, inCidr, isIpv6, networkOf, splitCidr } from './addr.js';
+import { ECMP_FIVE_TUPLE_FIELDS } from './netns.js';
 
 /** Fixed addresses of the lab's own plumbing (the config describes the lb and backend nodes). */
 export const LAB_NETS = {
@@ -74,7 +75,7 @@ export interface LabPlan {
   bridges: { ns: string; name: string }[];
   links: { a: PlannedEnd; b: PlannedEnd }[];
   sysctls: { ns: string; key: string; value: string }[];
-  routes: { ns: string; dest: string; spec: string[] }[];
+  routes: { ns: string; dest: string; spec: string[]; type?: 'unreachable' }[];
   multipath: { ns: string; dest: string; hops: { via: string; dev: string }[] }[];
   /** Addresses on `lo` (backends' VIPs for DSR). */
   loAddrs: { ns: string; addrs: string[] }[];
@@ -213,8 +214,11 @@ export function planLab(spec: LabSpec): LabPlan {
     b: { ns: 'sw', name: 'p-git', addrs: [], master: 'br0' },
   });
   for (const key of ['net.ipv4.ip_forward', 'net.ipv6.conf.all.forwarding']) plan.sysctls.push({ ns: 'router', key, value: '1' });
-  for (const key of ['net.ipv4.fib_multipath_hash_policy', 'net.ipv6.fib_multipath_hash_policy']) {
-    plan.sysctls.push({ ns: 'router', key, value: '1' }); // L4 hash: flows, not host pairs, spread over lb nodes
+  // L4 hash, so flows (not host pairs) spread over the lb nodes. Policy 3 with explicit 5-tuple fields rather
+  // than policy 1, which would reuse the client socket's random hash carried across veth (see setEcmpHashPolicy).
+  for (const family of ['ipv4', 'ipv6']) {
+    plan.sysctls.push({ ns: 'router', key: `net.${family}.fib_multipath_hash_fields`, value: ECMP_FIVE_TUPLE_FIELDS });
+    plan.sysctls.push({ ns: 'router', key: `net.${family}.fib_multipath_hash_policy`, value: '3' });
   }
 
   // lb and backend nodes
@@ -235,6 +239,18 @@ export function planLab(spec: LabSpec): LabPlan {
     if (node.addresses.some(isIpv6)) plan.routes.push({ ns: short, dest: '::/0', spec: ['via', routerSegV6] });
     plan.sysctls.push({ ns: short, key: 'net.ipv4.conf.all.rp_filter', value: '0' });
     plan.sysctls.push({ ns: short, key: 'net.ipv4.conf.default.rp_filter', value: '0' });
+    if (node.role === 'lb') {
+      // bpf_fib_lookup (how the XDP program finds a real's next hop and MAC) answers "forwarding disabled"
+      // unless the node forwards.
+      plan.sysctls.push({ ns: short, key: 'net.ipv4.ip_forward', value: '1' });
+      plan.sysctls.push({ ns: short, key: 'net.ipv6.conf.all.forwarding', value: '1' });
+      // VIP packets the data plane passes up (unknown port, not yet programmed) must end here, not be forwarded
+      // back to the router by the default route and loop until their TTL runs out.
+      for (const range of node.allowedVips) {
+        assertAllowed(range, `node ${node.name} allowedVips`);
+        plan.routes.push({ ns: short, dest: range, spec: [], type: 'unreachable' });
+      }
+    }
     if (node.role === 'backend') {
       // The VIP lives on lo; the backend must neither answer ARP for it nor use it as an ARP source.
       plan.sysctls.push({ ns: short, key: 'net.ipv4.conf.all.arp_ignore', value: '1' });

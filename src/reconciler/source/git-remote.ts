@@ -5,7 +5,9 @@ import * as fs from 'node:fs';
 import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import git from 'isomorphic-git';
-import http from 'isomorphic-git/http/node';
+import isoHttp from 'isomorphic-git/http/node';
+import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpsAgent } from 'node:https';
 import { type GitCredentials, redactUrl, redactText } from './credentials.js';
 
 export interface GitRemote {
@@ -22,6 +24,15 @@ export interface GitRemote {
 }
 
 const SHALLOW_DEPTH = 1;
+
+// Node 20's global agent gives sockets a 5 s idle timeout, and isomorphic-git's client turns that into
+// "Request timed out" while a busy server is still indexing a pushed pack. Use agents with a generous one.
+const IDLE_TIMEOUT_MS = 120_000;
+const httpAgent = new HttpAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
+const httpsAgent = new HttpsAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
+const http: typeof isoHttp = {
+  request: (req) => isoHttp.request({ ...req, agent: req.url.startsWith('https:') ? httpsAgent : httpAgent }),
+};
 
 /** Local development repository: objects and refs are the repository's own; updates use git's lock-file protocol. */
 export class LocalRemote implements GitRemote {

@@ -128,7 +128,7 @@ function describeError(e: ErrorObject, data: unknown): SchemaIssue {
   const p = e.params as Record<string, unknown>;
   switch (e.keyword) {
     case 'required':
-      return { path, part: 'value', message: `${prefix}missing required field '${String(p.missingProperty)}'` };
+      return { path, part: 'key', message: `${prefix}missing required field '${String(p.missingProperty)}'` };
     case 'additionalProperties': {
       const name = String(p.additionalProperty);
       const known = Object.keys((parent.properties as Record<string, unknown> | undefined) ?? {});

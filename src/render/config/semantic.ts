@@ -172,7 +172,7 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
 
   // Dispatch: encap belongs to the DSR part of a service.
   if ((mode === 'dsr' || mode === 'hybrid') && encap === undefined) {
-    emit('error', doc, ['spec', 'dispatch'], `spec.dispatch: mode ${mode} needs spec.dispatch.encap (l2, ipip or ipopt)`);
+    emit('error', doc, ['spec', 'dispatch'], `spec.dispatch: mode ${mode} needs spec.dispatch.encap (l2, ipip or ipopt)`, 'key');
   }
   if (mode === 'snat' && encap !== undefined) {
     emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: not allowed with mode snat (the LB rewrites addresses; nothing is encapsulated)`, 'key');

@@ -65,6 +65,22 @@ function excessiveFlowNesting(text: string, maxDepth: number): number {
   return -1;
 }
 
+/** Offset of the first collection nested deeper than maxDepth in a CST document, or -1. Iterative. */
+function excessiveCstNesting(doc: CST.Document, maxDepth: number): number {
+  const stack: { token: CST.Token | null | undefined; depth: number }[] = [{ token: doc.value, depth: 0 }];
+  while (stack.length > 0) {
+    const { token, depth } = stack.pop()!;
+    if (!token) continue;
+    if (token.type === 'block-map' || token.type === 'block-seq' || token.type === 'flow-collection') {
+      if (depth + 1 > maxDepth) return token.offset;
+      for (const item of token.items as CST.CollectionItem[]) {
+        stack.push({ token: item.key, depth: depth + 1 }, { token: item.value, depth: depth + 1 });
+      }
+    }
+  }
+  return -1;
+}
+
 function nodeStart(node: YamlNode | null | undefined): number | undefined {
   return node?.range?.[0];
 }
@@ -85,32 +101,40 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
 
   const lines = new LineCounter();
   const at = (offset: number | undefined): Position => (offset === undefined ? { line: 1, col: 1 } : lines.linePos(offset));
+  // The parser (text -> CST) is iterative; the composer (CST -> nodes) recurses. So the CST is
+  // measured first: document count and block nesting such as `- - - - ...`.
+  const tokens = [...new Parser(lines.addNewLine).parse(text)];
+  const docTokens = tokens.filter((t) => t.type === 'document');
+  if (docTokens.length > LIMITS.maxDocumentsPerFile) {
+    problems.push({
+      severity: 'error',
+      ...at(docTokens[LIMITS.maxDocumentsPerFile]!.offset),
+      message: `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused`,
+    });
+    return { documents, problems };
+  }
+  for (const token of docTokens) {
+    const tooDeep = excessiveCstNesting(token, LIMITS.maxDepth);
+    if (tooDeep >= 0) {
+      problems.push({ severity: 'error', ...at(tooDeep), message: `YAML nesting deeper than ${LIMITS.maxDepth} levels; refused` });
+      return { documents, problems };
+    }
+  }
+
   const composer = new Composer({ uniqueKeys: false, prettyErrors: false });
   let index = -1;
-  try {
-    for (const doc of composer.compose(new Parser(lines.addNewLine).parse(text), true, text.length)) {
-      index++;
-      if (index >= LIMITS.maxDocumentsPerFile) {
-        problems.push({
-          severity: 'error',
-          ...at(nodeStart(doc.contents) ?? doc.range?.[0]),
-          message: `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused`,
-        });
-        break;
-      }
-      const docProblems: Problem[] = [];
-      for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
-      for (const w of doc.warnings) problems.push({ severity: 'warning', ...at(w.pos[0]), message: `YAML: ${firstLine(w.message)}` });
-      if (docProblems.length === 0) checkStructure(doc, at, docProblems);
-      problems.push(...docProblems);
-      if (docProblems.length > 0 || doc.contents === null) continue; // empty documents (`---` alone) are ignored
-      const data: unknown = doc.toJS({ maxAliasCount: 0 });
-      const contents = doc.contents;
-      documents.push({ file, index, data, locate: (path, part) => at(locateOffset(contents, path, part ?? 'value')) });
-    }
-  } catch (err) {
-    if (!(err instanceof RangeError)) throw err;
-    problems.push({ severity: 'error', line: 1, col: 1, message: `YAML nesting too deep to parse; refused` });
+  for (const doc of composer.compose(tokens, true, text.length)) {
+    index++;
+    const docProblems: Problem[] = [];
+    for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
+    for (const w of doc.warnings) problems.push({ severity: 'warning', ...at(w.pos[0]), message: `YAML: ${firstLine(w.message)}` });
+    if (docProblems.length === 0) checkStructure(doc, at, docProblems);
+    problems.push(...docProblems);
+    if (docProblems.length > 0) continue;
+    const data: unknown = doc.toJS({ maxAliasCount: 0 });
+    if (data === null || data === undefined) continue; // empty documents (`---` alone, or only comments) are ignored
+    const contents = doc.contents;
+    documents.push({ file, index, data, locate: (path, part) => at(locateOffset(contents, path, part ?? 'value')) });
   }
   return { documents, problems };
 }
@@ -122,14 +146,11 @@ function firstLine(s: string): string {
 /** Depth cap, aliases, duplicate and non-scalar keys, walked iteratively (the tree may be deep). */
 function checkStructure(doc: Document.Parsed, at: (offset: number | undefined) => Position, out: Problem[]): void {
   const stack: { node: unknown; depth: number }[] = [{ node: doc.contents, depth: 0 }];
+  const aliases: number[] = [];
   while (stack.length > 0) {
     const { node, depth } = stack.pop()!;
     if (isAlias(node)) {
-      out.push({
-        severity: 'error',
-        ...at(nodeStart(node)),
-        message: `YAML alias *${node.source} is not allowed in gitlb config (aliases are refused to rule out alias bombs); write the value out`,
-      });
+      aliases.push(nodeStart(node) ?? 0);
     } else if (isMap(node) || isSeq(node)) {
       if (depth + 1 > LIMITS.maxDepth) {
         out.push({ severity: 'error', ...at(nodeStart(node)), message: `YAML nesting deeper than ${LIMITS.maxDepth} levels; refused` });
@@ -162,6 +183,16 @@ function checkStructure(doc: Document.Parsed, at: (offset: number | undefined) =
         stack.push({ node: pair.value, depth: depth + 1 });
       }
     }
+  }
+  if (aliases.length > 0) {
+    // One message per document: an alias bomb has thousands of them.
+    const first = Math.min(...aliases);
+    const more = aliases.length > 1 ? ` (${aliases.length} aliases in this document)` : '';
+    out.push({
+      severity: 'error',
+      ...at(first),
+      message: `YAML aliases are not allowed in gitlb config (refused to rule out alias bombs); write the value out${more}`,
+    });
   }
 }
 

@@ -1,0 +1,34 @@
+// Text for `gitlb status`: one line per real with its state, since when, and the last check result. Pure.
+import type { HealthStatus } from './status.js';
+
+export function formatHealthStatus(node: string, h: HealthStatus, now: number): string {
+  const rows: string[][] = [['SERVICE', 'REAL', 'STATE', 'SINCE', 'LAST CHECK']];
+  for (const service of Object.keys(h.services).sort()) {
+    const reals = h.services[service]!.reals;
+    for (const address of Object.keys(reals).sort()) {
+      const r = reals[address]!;
+      const last = r.lastCheck
+        ? `${r.lastCheck.ok ? 'ok' : 'FAIL'} ${r.lastCheck.detail} (${r.lastCheck.durationMs} ms, ${ago(now, r.lastCheck.at)} ago)`
+        : 'not checked yet';
+      rows.push([service, address, r.state, `${r.since} (${ago(now, r.since)} ago)`, last]);
+    }
+  }
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
+  const lines = [`health on ${node} (mode ${h.mode}, published ${h.publishedAt})`];
+  for (const row of rows) lines.push(row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join('  '));
+  if (rows.length === 1) lines.push('(no health checks configured)');
+  for (const s of h.failOpen) lines.push(`WARNING: ${s}: every active real is down; failing OPEN (all kept in the table)`);
+  for (const s of h.failClosed) lines.push(`WARNING: ${s}: every active real is down; failing CLOSED (new flows dropped)`);
+  return lines.join('\n') + '\n';
+}
+
+function ago(now: number, iso: string): string {
+  const ms = Math.max(0, now - Date.parse(iso));
+  if (Number.isNaN(ms)) return '?';
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
+  const h = Math.floor(m / 60);
+  return h < 48 ? `${h}h${String(m % 60).padStart(2, '0')}m` : `${Math.floor(h / 24)}d`;
+}

@@ -1,0 +1,47 @@
+// Builds DesiredState values for data-plane tests and benches from a compact description.
+import type { DesiredState, Forwarding } from '../../src/render/state.js';
+import { compareVips, ringDigest } from '../../src/bpf/dataplane/index.js';
+import { familyOf } from '../../src/bpf/dataplane/codec.js';
+
+export interface SvcSpec {
+  id: number;
+  vip: string;
+  forwarding: Forwarding;
+  ports?: Array<{ port: number; protocol: 'TCP' | 'UDP'; targetPort?: number }>;
+  ring: number[] | Uint32Array;
+  hashSourcePort?: boolean;
+}
+
+export function makeState(opts: {
+  reals: Record<number, string>;
+  services: SvcSpec[];
+  addresses?: string[];
+  mtu?: number;
+  hashSeed?: number;
+  conntrackMaxEntries?: number;
+}): DesiredState {
+  const reals = Object.entries(opts.reals).map(([id, address]) => ({ id: Number(id), address, family: familyOf(address) }))
+    .sort((a, b) => a.id - b.id);
+  const services = opts.services.map((s) => {
+    const ring = Uint32Array.from(s.ring);
+    const counts = new Map<number, number>();
+    for (const r of ring) if (r) counts.set(r, (counts.get(r) ?? 0) + 1);
+    return {
+      id: s.id, name: `svc-${s.id}`, mode: (s.forwarding === 'snat' ? 'snat' : 'dsr') as 'snat' | 'dsr',
+      encap: s.forwarding.startsWith('dsr-') ? (s.forwarding.slice(4) as 'l2' | 'ipip' | 'ipopt') : undefined,
+      tableSize: ring.length, ring, digest: ringDigest(ring),
+      reals: [...counts].sort((a, b) => a[0] - b[0]).map(([realId, entries]) => ({ realId,
+        address: opts.reals[realId]!, weight: 1, state: 'active' as const, healthy: true, entries })),
+      healthCheck: { type: 'none' as const, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 },
+    };
+  }).sort((a, b) => a.id - b.id);
+  const vips = opts.services.flatMap((s) => (s.ports ?? [{ port: 80, protocol: 'TCP' as const }]).map((p) => ({
+    vip: s.vip, family: familyOf(s.vip), port: p.port, protocol: p.protocol, targetPort: p.targetPort ?? p.port,
+    serviceId: s.id, forwarding: s.forwarding, hashSourcePort: s.hashSourcePort ?? true,
+  }))).sort(compareVips);
+  return {
+    node: 'lb-test', role: 'lb', interface: 'lbA', mtu: opts.mtu ?? 1500, hashSeed: opts.hashSeed ?? 0x12345678,
+    conntrackMaxEntries: opts.conntrackMaxEntries ?? 4096, reals, services, vips, localVips: [],
+    ...(opts.addresses ? { addresses: opts.addresses } : {}),
+  };
+}
