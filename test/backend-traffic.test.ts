@@ -4,8 +4,8 @@
 //   198.51.100.2       .1      203.0.113.1     203.0.113.2       VIPs 192.0.2.10 (ipip), 192.0.2.20:80 (ipopt -> 8080)
 //   2001:db8:2::2      ::1     2001:db8:1::1   2001:db8:1::2          2001:db8:f::10 (ipip), 2001:db8:f::20:80 (ipopt)
 //
-// The backend is set up the way the daemon does it (openBackendDataPlane().apply + reconcileBackendVips, run inside
-// the backend namespace). There is no LB: a test-only TC egress program on the client's veth (test/bpf/
+// The backend is set up the way the daemon does it (withBackendVips(openBackendDataPlane()).apply, run inside the
+// backend namespace). There is no LB: a test-only TC egress program on the client's veth (test/bpf/
 // tc_lab_client.c) does the LB's part, IP-in-IP encapsulation or the ipopt rewrite, so requests reach the backend
 // exactly as an LB would send them and replies go straight back (DSR). Senders have checksum offload off, so
 // every receiver verifies the checksums the programs produced.
@@ -178,17 +178,16 @@ test.after.always(async () => {
 test.serial('the backend set-up installed both programs, wrote the VIP map and made the ipip VIPs local', async (t) => {
   t.true(backendSetup.attached);
   t.is(backendSetup.report.mapWrites, 6); // 2 ipip address entries + 4 ipopt listeners
-  t.deepEqual(backendSetup.vips.added.sort(), [A4.ipipVip, A6.ipipVip].sort());
-  const lo = await nsExec(NS.backend, ['ip', '-j', 'addr', 'show', 'dev', backendSetup.vips.device]);
-  const addrs = (JSON.parse(lo.stdout) as any[]).flatMap((l) => l.addr_info.map((a: any) => a.local));
-  t.true(addrs.includes(A4.ipipVip) && addrs.includes(A6.ipipVip));
+  t.deepEqual(backendSetup.owned.addresses, [A4.ipipVip, A6.ipipVip], 'ownership recorded');
+  t.true(backendSetup.deviceAddrs.includes(A4.ipipVip) && backendSetup.deviceAddrs.includes(A6.ipipVip));
+  t.false(backendSetup.deviceAddrs.includes(A4.optVip), 'ipopt VIPs stay off the host');
   const arpIgnore = await nsExec(NS.backend, ['sysctl', '-n', 'net.ipv4.conf.b0.arp_ignore']);
   t.is(arpIgnore.stdout.trim(), '1');
   // Applying the same state again (a restarted daemon) writes nothing and re-adopts the pinned links.
   const again = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired });
   t.is(again.report.mapWrites, 0);
   t.is(again.report.mapDeletes, 0);
-  t.deepEqual(again.vips.added, []);
+  t.deepEqual(again.deviceAddrs, backendSetup.deviceAddrs);
   t.deepEqual(again.tc.ingress.map((p: { name: string }) => p.name), ['backend_ingress'], 'one ingress program, not two');
   t.deepEqual(again.tc.egress.map((p: { name: string }) => p.name), ['backend_egress']);
 });
@@ -239,7 +238,8 @@ test.serial('a service leaving: its entries are deleted, its VIP released, and t
   const r = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired: without });
   t.is(r.report.mapWrites, 0);
   t.is(r.report.mapDeletes, 1);
-  t.deepEqual(r.vips.removed, [A6.ipipVip]);
+  t.false(r.deviceAddrs.includes(A6.ipipVip), 'VIP released');
+  t.deepEqual(r.owned.addresses, [A4.ipipVip]);
   t.is(r.counters.vip_entries, 5);
   t.false(r.live.vips.some((v: DesiredVip) => v.vip === A6.ipipVip));
   const before = stat('ipip_not_vip');

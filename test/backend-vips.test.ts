@@ -4,7 +4,9 @@ import test from 'ava';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { reconcileBackendVips, VIP_DEVICE } from '../src/reconciler/backend-vips.js';
+import { reconcileBackendVips, withBackendVips, VIP_DEVICE } from '../src/reconciler/backend-vips.js';
+import { openBackendDataPlane } from '../src/bpf/backend/index.js';
+import type { DesiredState } from '../src/render/state.js';
 import { cleanupRun, createBridge, createNetns, exec, getSysctl, nsExec, nsName, runPrefix, setSysctl } from '../src/reconciler/lab/netns.js';
 
 const NS = nsName('bvips');
@@ -88,4 +90,23 @@ test.serial('with no VIPs left: everything it made is undone, nothing else', asy
 
 test.serial('an explicit device that does not exist is a clear error', async (t) => {
   await t.throwsAsync(reconcileBackendVips(['192.0.2.10'], { ...opts, device: 'nope0' }), { message: /backend VIP device 'nope0' does not exist/ });
+});
+
+test.serial('withBackendVips: when the map apply fails, the VIPs it added for that revision are released again', async (t) => {
+  // A real backend data plane (loaded, never attached: the apply fails on its interface check before any attach).
+  const pinRoot = `/sys/fs/bpf/gitlb-test/${runPrefix()}bvips`;
+  const dp = await openBackendDataPlane({ pinRoot, interface: 'n0' });
+  try {
+    const wrapped = withBackendVips(dp, opts);
+    const desired: DesiredState = {
+      node: 'be1', role: 'backend', interface: 'not-n0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 16,
+      reals: [], services: [], vips: [], localVips: ['192.0.2.77'],
+    };
+    await t.throwsAsync(wrapped.apply(desired), { message: /desired.interface 'not-n0' differs/ });
+    t.false((await addrsOn(expectedDevice)).includes('192.0.2.77'));
+    t.false(existsSync(stateFile), 'nothing owned after the failed apply');
+  } finally {
+    dp.close();
+    rmSync(pinRoot, { recursive: true, force: true });
+  }
 });

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { labUp, labDown, labNs } from '../src/reconciler/lab/lab.js';
-import { nsSpawn, stopChild } from '../src/reconciler/lab/netns.js';
+import { nsSpawn, stopChild, waitForPort } from '../src/reconciler/lab/netns.js';
+import type { ChildProcess } from 'node:child_process';
 import { LineTap } from './health-lab.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
@@ -45,12 +46,14 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
   const client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'],
     { stdio: ['pipe', 'pipe', 'inherit'] });
   const clientOut = new LineTap(client);
+  let revived: ChildProcess | undefined;
   const ask = async (cmd: string, type: string, timeoutMs = 15_000) => {
     client.stdin!.write(cmd + '\n');
     return JSON.parse(await clientOut.next((l) => l.includes(`"type":"${type}"`), timeoutMs, type));
   };
   try {
-    await lbOut.next((l) => l.includes('"type":"applied"'), 30_000, 'first apply');
+    const first = JSON.parse(await lbOut.next((l) => l.includes('"type":"applied"') || l.includes('"type":"error"'), 60_000, 'first apply'));
+    if (first.type === 'error') throw new Error(`lb runner: ${first.message}`);
     for (const a of Object.values(BE)) await lbOut.next((l) => l.includes('"type":"change"') && l.includes(a) && l.includes('"to":"up"'), 10_000, `${a} up`);
 
     t.log(`lb ready and all reals up ${Date.now() - t0} ms after start`);
@@ -105,7 +108,23 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
       if (b === 'be-2') t.true(seen.at(-1)!.startsWith('error'), `kept connection ${i} to dead be-2: ${seen}`);
       else t.deepEqual(seen, probes.map(() => b), `kept connection ${i} to ${b}`);
     });
+
+    // be-2 comes back: up after rise checks, and it gets exactly its old ring entries back (same digest).
+    const server2 = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
+    revived = nsSpawn(labNs(state, 'be-2'), server2.argv, { stdio: 'ignore' });
+    await waitForPort(labNs(state, 'be-2'), 80);
+    const back = JSON.parse(await lbOut.next((l) => l.includes('"type":"applied"') && l.includes('down -> up'), 10_000, 'apply after be-2 up'));
+    const digestOf = (a: { services: { name: string; digest: string }[] }) => a.services.find((x) => x.name === 'web')!.digest;
+    t.is(digestOf(back), digestOf(first));
+    t.not(digestOf(applied), digestOf(first));
+    client.stdin!.write('burst 100 5\n');
+    await clientOut.next((l) => l.includes('"type":"burst-done"'), 20_000, 'second burst done');
+    const again = clientOut.all().filter((l) => l.includes('"type":"flow"')).map((l) => JSON.parse(l) as { start: number; result: string })
+      .filter((f) => f.start > back.at);
+    t.true(again.some((f) => f.result === 'be-2'), 'be-2 gets new flows again');
+    t.deepEqual(again.filter((f) => f.result.startsWith('error')), []);
   } finally {
+    if (revived) await stopChild(revived, 1000);
     client.stdin!.end();
     lb.stdin!.end();
     await Promise.all([stopChild(client, 2000), stopChild(lb, 3000)]);

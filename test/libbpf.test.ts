@@ -276,6 +276,21 @@ test.serial('batch: update/lookup/delete on a 65537-entry array and a hash map',
     t.is(drained.count, missing.deleted === 1 ? 2 : 3);
     t.is(flows.keys().length, 0);
     t.is(flows.updateBatch(Buffer.alloc(0), Buffer.alloc(0), 0), 0);
+
+    // per-CPU values travel whole (every CPU's slot) in batches
+    const pc = o.map('pcpu_cnt');
+    const pcValues = Buffer.alloc(2 * pc.valueBufferSize);
+    for (let cpu = 0; cpu < possibleCpus(); cpu++) {
+      pcValues.writeBigUInt64LE(BigInt(cpu + 1), cpu * 8);
+      pcValues.writeBigUInt64LE(100n, pc.valueBufferSize + cpu * 8);
+    }
+    t.is(pc.updateBatch(packMany(u32, [0, 1]), pcValues), 2);
+    const pcAll = pc.lookupBatch();
+    t.is(pcAll.count, 2);
+    t.deepEqual(pcAll.values, pcValues);
+    const ncpu = BigInt(possibleCpus());
+    t.deepEqual(pc.lookupPerCpuSum(u32.encode(0)), [(ncpu * (ncpu + 1n)) / 2n]);
+    t.deepEqual(pc.lookupPerCpuSum(u32.encode(1)), [100n * ncpu]);
   });
 });
 
@@ -385,7 +400,7 @@ test.serial('no fd leaks over 10,000 map open/close cycles and repeated object l
       m.close();
       BpfMap.open(join(fs.dir, 'leak_pin')).close();
     }
-    for (let i = 0; i < 30; i++) {
+    for (let i = 0; i < 50; i++) {
       const o = await BpfObject.load('selftest');
       o.program('xdp_selftest').testRun({ data: frame() });
       o.close();

@@ -209,6 +209,52 @@ test('golden: our seed and mixed IPv4/IPv6 reals give pinned tables', (t) => {
 const GOLDEN_SMALL = '1002,1002,1001,1001,1001,1001,1000,1000,1002,1000,1002,1002,1002';
 const GOLDEN_16381 = 'af74ca1fdd78fd6beafd136c00e58066a80dc5414d9cc0bb109bede7f386434e';
 
+// ---------- The specification, transcribed plainly (docs/maglev.md §4-5) ----------
+
+/** docs/maglev.md as literally as possible: full permutation lists and the scanning weight counter. */
+function specificationTable(backends: MaglevBackend[], m: number, seed: number): Uint32Array {
+  const live = backends.filter((b) => b.weight > 0).sort((a, b) => (a.id < b.id ? -1 : 1));
+  const n = live.length;
+  const entry = new Uint32Array(m);
+  if (n === 0) return entry;
+  const perm = live.map((b) => {
+    const { offset, skip } = maglevOffsetSkip(b.id, m, seed);
+    return Array.from({ length: m }, (_, j) => (offset + j * skip) % m);
+  });
+  const next = new Array<number>(n).fill(0);
+  const w = live.map((b) => b.weight);
+  const W = w.reduce((a, b) => a + b, 0);
+  const counter = w.map((x) => x / n);
+  for (let turn = 0; turn < m; turn++) {
+    let i = turn % n;
+    while ((turn + 1) * w[i]! < Math.floor(counter[i]!)) i = (i + 1) % n;
+    counter[i] = counter[i]! + W;
+    let c = perm[i]![next[i]!]!;
+    while (entry[c] !== 0) c = perm[i]![++next[i]!]!;
+    entry[c] = live[i]!.realId;
+    next[i]!++;
+  }
+  return entry;
+}
+
+test('the fast builder equals the plain specification (random, skewed, tiny and average-weight-1 cases)', (t) => {
+  const rand = prng(2024);
+  const cases: { n: number; m: number; weight: (i: number) => number }[] = [
+    { n: 1, m: 251, weight: () => 7 },
+    { n: 2, m: 251, weight: (i) => i + 1 }, // sum/N <= 1: Cilium would ignore these weights
+    { n: 5, m: 13, weight: (i) => 1 + i * 3 },
+    { n: 40, m: 4093, weight: () => 1 + Math.floor(rand() * 65535) },
+    { n: 60, m: 4093, weight: (i) => (i === 0 ? 65535 : 1) }, // one heavy backend
+    { n: 64, m: 8191, weight: (i) => (i % 32 === 31 ? 1 : 1000) }, // bitset word edges
+    { n: 200, m: 16381, weight: () => 1 + Math.floor(rand() * 10) },
+    { n: 33, m: 1021, weight: () => 100 },
+  ];
+  for (const { n, m, weight } of cases) {
+    const list = reals(n, weight);
+    t.deepEqual(buildMaglevTable(list, m, 31337), specificationTable(list, m, 31337), `N=${n} M=${m}`);
+  }
+});
+
 // ---------- Properties ----------
 
 const reals = (n: number, weight: (i: number) => number = () => 1): MaglevBackend[] =>

@@ -72,9 +72,9 @@ test.serial('veth pair carries IPv4 and IPv6 between two namespaces', async (t) 
       { ns: a, name: 'eth0', addrs: ['192.0.2.1/24', '2001:db8:1::1/64'] },
       { ns: b, name: 'eth0', addrs: ['192.0.2.2/24', '2001:db8:1::2/64'] },
     );
-    const p4 = await nsExec(a, ['ping', '-c', '1', '-W', '2', '192.0.2.2']);
+    const p4 = await nsExec(a, ['ping', '-c', '2', '-i', '0.2', '-W', '3', '192.0.2.2']);
     t.is(p4.code, 0, p4.stdout + p4.stderr);
-    const p6 = await nsExec(a, ['ping', '-6', '-c', '1', '-W', '2', '2001:db8:1::2']);
+    const p6 = await nsExec(a, ['ping', '-6', '-c', '2', '-i', '0.2', '-W', '3', '2001:db8:1::2']);
     t.is(p6.code, 0, p6.stdout + p6.stderr);
     // The pair never appeared in the host namespace.
     const host = spawnSync('ip', ['-br', 'addr'], { encoding: 'utf8' }).stdout;
@@ -94,7 +94,7 @@ test.serial('a bridge in its own namespace joins three namespaces on one L2 segm
     for (const [i, ns] of hosts.entries()) {
       await vethPair({ ns: sw, name: `p${i + 1}`, master: 'br0' }, { ns, name: 'eth0', addrs: [`198.51.100.${i + 1}/24`] });
     }
-    const r = await nsExec(hosts[0]!, ['ping', '-c', '1', '-W', '2', '198.51.100.3']);
+    const r = await nsExec(hosts[0]!, ['ping', '-c', '2', '-i', '0.2', '-W', '3', '198.51.100.3']);
     t.is(r.code, 0, r.stdout + r.stderr);
     const br = await nsExec(sw, ['bridge', 'link']);
     t.is(br.stdout.trim().split('\n').length, 3);
@@ -117,7 +117,7 @@ test.serial('sysctls are per namespace; ECMP multipath route through a router', 
     await enableForwarding(r);
     await setEcmpHashPolicy(r, 'l4');
     t.is(await getSysctl(r, 'net.ipv4.fib_multipath_hash_policy'), '3');
-    t.is(await getSysctl(r, 'net.ipv6.fib_multipath_hash_fields'), '0x0037');
+    t.is(await getSysctl(r, 'net.ipv6.fib_multipath_hash_fields'), '55'); // 0x0037, printed in decimal
     t.is(spawnSync('sysctl', ['-n', 'net.ipv4.fib_multipath_hash_policy'], { encoding: 'utf8' }).stdout.trim(), hostPolicy);
     await addMultipathRoute(r, '203.0.113.0/24', [
       { via: '198.51.100.2', dev: 'l1' },
@@ -139,7 +139,7 @@ test.serial('sysctls are per namespace; ECMP multipath route through a router', 
       if (m) hops.add(m[1]!);
     }
     t.deepEqual([...hops].sort(), ['l1', 'l2']);
-    const p = await nsExec(c, ['ping', '-c', '1', '-W', '2', '203.0.113.10']);
+    const p = await nsExec(c, ['ping', '-c', '2', '-i', '0.2', '-W', '3', '203.0.113.10']);
     t.is(p.code, 0, p.stdout + p.stderr);
     await t.throwsAsync(() => setSysctl(r, 'bad key;rm', '1'), { message: /bad sysctl key/ });
   } finally {

@@ -44,6 +44,7 @@ async function cache(name: string): Promise<string> {
 }
 
 function reconciler(repo: ServedRepo, remote: HttpRemote, dp: DataPlane, node: string, adoptedRevision: string | null = null): Reconciler {
+  const writer = new StatusWriter({ remote, branch: 'gitlb-status', node });
   const r: Reconciler = new Reconciler({
     node,
     branch: 'main',
@@ -51,15 +52,16 @@ function reconciler(repo: ServedRepo, remote: HttpRemote, dp: DataPlane, node: s
     dataPlane: dp,
     adoptedRevision,
     log: quiet,
-    statusSink: async (s, branch, why) => {
-      await new StatusWriter({ remote, branch, node }).write(s, why);
+    statusSink: async (s, _branch, why) => {
+      await writer.write(s, why);
     },
   });
   void repo;
   return r;
 }
 
-async function statusOnBranch(repo: ServedRepo, node: string) {
+async function statusOnBranch(repo: ServedRepo, node: string, r: Reconciler) {
+  await r.flushStatus();
   await git(repo.work, 'fetch', '-q', 'origin', 'gitlb-status');
   return parseStatus(await git(repo.work, 'show', `FETCH_HEAD:status/${node}.yaml`));
 }
@@ -82,7 +84,7 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   const o1 = await r.reconcile('test');
   t.is(o1.kind, 'applied', JSON.stringify(o1));
   t.is((await dp.readLive()).services[0]?.digest, expectedDigest(files1, 'lb-1'));
-  t.is((await statusOnBranch(repo, 'lb-1')).appliedRevision, c1);
+  t.is((await statusOnBranch(repo, 'lb-1', r)).appliedRevision, c1);
 
   // A new commit: one more real.
   const files2 = { ...files1, 'services/web.yaml': serviceYaml('web', '203.0.113.10', [...REALS, '198.51.100.12']) };
@@ -107,7 +109,7 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   }
   t.is(r.counters.mapWrites, writesBefore);
   t.deepEqual(await dp.readLive(), live2, 'data plane untouched');
-  const s3 = await statusOnBranch(repo, 'lb-1');
+  const s3 = await statusOnBranch(repo, 'lb-1', r);
   t.is(s3.appliedRevision, c2, 'last good stays');
   t.is(s3.lastAttempt?.revision, c3);
   t.is(s3.lastAttempt?.result, 'failed');
@@ -126,7 +128,7 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   const o5 = await r.reconcile('test');
   t.is(o5.kind, 'applied');
   if (o5.kind === 'applied') t.regex(o5.warnings.join(), /force-push/);
-  const s5 = await statusOnBranch(repo, 'lb-1');
+  const s5 = await statusOnBranch(repo, 'lb-1', r);
   t.is(s5.appliedRevision, c5);
   t.regex(s5.warnings.join(), /force-push/);
   t.is(s5.counters.forcePushes, 1);
@@ -163,6 +165,7 @@ test.serial('drift in the live maps is detected, repaired and counted', async (t
   const { repo } = await repoWith(files);
   const pinRoot = join(PIN_BASE, 'drift');
   const dp = await dataPlane('drift');
+  const driftWriter = new StatusWriter({ remote: new HttpRemote(repo.url, join(await cache('drift-status'), 'git')), branch: 'gitlb-status', node: 'lb-1' });
   const r = new Reconciler({
     node: 'lb-1',
     branch: 'main',
@@ -170,8 +173,8 @@ test.serial('drift in the live maps is detected, repaired and counted', async (t
     dataPlane: dp,
     reopenDataPlane: () => openLbDataPlane({ pinRoot }),
     log: quiet,
-    statusSink: async (s, branch, why) => {
-      await new StatusWriter({ remote: new HttpRemote(repo.url, join(await cache('drift-status'), 'git')), branch, node: 'lb-1' }).write(s, why);
+    statusSink: async (s, _branch, why) => {
+      await driftWriter.write(s, why);
     },
   });
   cleanups.push(() => r.dataPlane.close());
@@ -207,7 +210,7 @@ test.serial('drift in the live maps is detected, repaired and counted', async (t
   t.is(repaired.vips.length, 1);
   t.deepEqual((await r.checkDrift()).differences, []);
   t.is(r.counters.driftChecks, 3);
-  t.is((await statusOnBranch(repo, 'lb-1')).counters.driftRepairs, 1);
+  t.is((await statusOnBranch(repo, 'lb-1', r)).counters.driftRepairs, 1);
 });
 
 test.serial('auto-rollback: with two reconcilers running, exactly one revert is pushed and both apply it', async (t) => {
@@ -217,34 +220,38 @@ test.serial('auto-rollback: with two reconcilers running, exactly one revert is 
     ['lb-1', 'lb-2'].map(async (node) => {
       const dp = await dataPlane(`rb-${node}`);
       cleanups.push(() => dp.close());
-      const d = await startDaemon({ repo: repo.url, branch: 'main', node, dataPlane: dp, cacheDir: await cache(`rb-${node}`), poll: '1', log: quiet });
+      const d = await startDaemon({ repo: repo.url, branch: 'main', node, dataPlane: dp, cacheDir: await cache(`rb-${node}`), poll: '2', log: quiet });
       cleanups.push(() => d.stop());
       return d;
     }),
   );
-  await Promise.all(daemons.map((d) => d.idle()));
-  for (const d of daemons) t.is(d.reconciler.appliedRevision, good);
+  try {
+    await Promise.all(daemons.map((d) => d.idle()));
+    for (const d of daemons) t.is(d.reconciler.appliedRevision, good);
 
-  const bad = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
-  await git(repo.work, 'push', '-q', 'origin', 'main');
-  for (const d of daemons) d.trigger('test'); // both at once
+    const bad = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    for (const d of daemons) d.trigger('test'); // both at once
 
-  // Wait until both nodes applied something newer than `bad` (the revert).
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 300));
-    if (daemons.every((d) => d.reconciler.appliedRevision !== good && d.reconciler.appliedRevision !== bad)) break;
+    // Wait until both nodes applied something newer than `bad` (the revert).
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 300));
+      if (daemons.every((d) => d.reconciler.appliedRevision !== good && d.reconciler.appliedRevision !== bad)) break;
+    }
+    // Let a few more polls pass: nothing else may be pushed (no loop).
+    await new Promise((r) => setTimeout(r, 2500));
+    await Promise.all(daemons.map((d) => d.idle()));
+    await git(repo.work, 'pull', '-q', 'origin', 'main');
+    const revert = await git(repo.work, 'rev-parse', 'HEAD');
+    t.is(await git(repo.work, 'rev-parse', 'HEAD^'), bad, 'exactly one commit after the bad one');
+    t.regex(await git(repo.work, 'log', '-1', '--format=%B'), new RegExp(`This reverts commit ${bad}[\\s\\S]*validate`));
+    t.is(await git(repo.work, 'rev-parse', 'HEAD^{tree}'), await git(repo.work, 'rev-parse', `${good}^{tree}`));
+    for (const d of daemons) t.is(d.reconciler.appliedRevision, revert);
+    t.is(daemons.reduce((n, d) => n + d.reconciler.counters.rollbacksPushed, 0), 1);
+  } finally {
+    await Promise.all(daemons.map((d) => d.stop()));
   }
-  // Let a few more polls pass: nothing else may be pushed (no loop).
-  await new Promise((r) => setTimeout(r, 2500));
-  await Promise.all(daemons.map((d) => d.idle()));
-  await git(repo.work, 'pull', '-q', 'origin', 'main');
-  const revert = await git(repo.work, 'rev-parse', 'HEAD');
-  t.is(await git(repo.work, 'rev-parse', 'HEAD^'), bad, 'exactly one commit after the bad one');
-  t.regex(await git(repo.work, 'log', '-1', '--format=%B'), new RegExp(`This reverts commit ${bad}[\\s\\S]*validate`));
-  t.is(await git(repo.work, 'rev-parse', 'HEAD^{tree}'), await git(repo.work, 'rev-parse', `${good}^{tree}`));
-  for (const d of daemons) t.is(d.reconciler.appliedRevision, revert);
-  t.is(daemons.reduce((n, d) => n + d.reconciler.counters.rollbacksPushed, 0), 1);
 });
 
 test.serial('webhook: a signed push triggers an apply, a bad signature does not; status pushes trigger nothing', async (t) => {
@@ -263,29 +270,33 @@ test.serial('webhook: a signed push triggers an apply, a bad signature does not;
     log: quiet,
   });
   cleanups.push(() => d.stop());
-  await d.idle();
-  t.is(d.reconciler.appliedRevision, rev);
-  const reconciles = d.reconciler.counters.reconciles;
-  const send = async (body: string, sig: string) =>
-    (await fetch(d.webhook!.url, { method: 'POST', body, headers: { 'x-hub-signature-256': sig, 'content-type': 'application/json' } })).status;
+  try {
+    await d.idle();
+    t.is(d.reconciler.appliedRevision, rev);
+    const reconciles = d.reconciler.counters.reconciles;
+    const send = async (body: string, sig: string) =>
+      (await fetch(d.webhook!.url, { method: 'POST', body, headers: { 'x-hub-signature-256': sig, 'content-type': 'application/json' } })).status;
 
-  const c2 = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.10']) }, 'one real');
-  await git(repo.work, 'push', '-q', 'origin', 'main');
-  const payload = JSON.stringify({ ref: 'refs/heads/main', after: c2 });
-  t.is(await send(payload, githubSignature('wrong', Buffer.from(payload))), 401);
-  await new Promise((r) => setTimeout(r, 300));
-  await d.idle();
-  t.is(d.reconciler.counters.reconciles, reconciles, 'bad signature: no reconcile');
-  t.is(d.reconciler.appliedRevision, rev);
+    const c2 = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.10']) }, 'one real');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    const payload = JSON.stringify({ ref: 'refs/heads/main', after: c2 });
+    t.is(await send(payload, githubSignature('wrong', Buffer.from(payload))), 401);
+    await new Promise((r) => setTimeout(r, 300));
+    await d.idle();
+    t.is(d.reconciler.counters.reconciles, reconciles, 'bad signature: no reconcile');
+    t.is(d.reconciler.appliedRevision, rev);
 
-  const statusPayload = JSON.stringify({ ref: 'refs/heads/gitlb-status' });
-  t.is(await send(statusPayload, githubSignature(secret, Buffer.from(statusPayload))), 202);
-  await d.idle();
-  t.is(d.reconciler.counters.reconciles, reconciles, 'status branch push: no reconcile');
+    const statusPayload = JSON.stringify({ ref: 'refs/heads/gitlb-status' });
+    t.is(await send(statusPayload, githubSignature(secret, Buffer.from(statusPayload))), 202);
+    await d.idle();
+    t.is(d.reconciler.counters.reconciles, reconciles, 'status branch push: no reconcile');
 
-  t.is(await send(payload, githubSignature(secret, Buffer.from(payload))), 202);
-  const deadline = Date.now() + 20_000;
-  while (d.reconciler.appliedRevision !== c2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  await d.idle();
-  t.is(d.reconciler.appliedRevision, c2);
+    t.is(await send(payload, githubSignature(secret, Buffer.from(payload))), 202);
+    const deadline = Date.now() + 20_000;
+    while (d.reconciler.appliedRevision !== c2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await d.idle();
+    t.is(d.reconciler.appliedRevision, c2);
+  } finally {
+    await d.stop();
+  }
 });

@@ -10,7 +10,7 @@ const fixtures = join(root, 'test', 'fixtures', 'config');
 
 function gitlb(args: string[], cwd = root): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, ['--import', 'tsx', main, ...args], { cwd, timeout: 60_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, ['--import', 'tsx', main, ...args], { cwd, timeout: 100_000 }, (err, stdout, stderr) => {
       resolve({ code: err ? ((err as { code?: number }).code ?? -1) : 0, stdout, stderr });
     });
   });

@@ -2,7 +2,7 @@
 // `down` flip; restart it and time the `up` flip. Prints medians over several rounds for tcp and http checks.
 // Usage: bench/health/run [rounds]   (root; creates and removes glb<pid>-* namespaces)
 import { readFileSync } from 'node:fs';
-import { createNetns, vethPair, cleanupRun, nsName, waitForTcp } from '../../src/reconciler/lab/netns.js';
+import { createNetns, vethPair, cleanupRun, nsName, run, waitForTcp } from '../../src/reconciler/lab/netns.js';
 import { Backend, Runner, model, service } from '../../test/health-lab.js';
 
 const rounds = Number(process.argv[2] ?? 5);
@@ -62,6 +62,43 @@ async function scale(targets: number, intervalMs: number, seconds: number): Prom
   }
 }
 
+/** Consensus: three lb namespaces check one backend; the quorum (2 of 3) is reached when the 2nd node flips. */
+async function quorum(port: number): Promise<void> {
+  const LBS = ['qlb1', 'qlb2', 'qlb3'].map(nsName);
+  for (const [i, ns] of LBS.entries()) {
+    await createNetns(ns);
+    await vethPair({ ns, name: 'veth-lb', addrs: [`192.0.2.${31 + i}/24`] }, { ns: BE, name: `veth-q${i}`, addrs: [] });
+  }
+  // The three lb links meet on a bridge in the backend namespace, on a subnet of their own.
+  await run(['ip', '-n', BE, 'link', 'add', 'qbr', 'type', 'bridge']);
+  for (let i = 0; i < 3; i++) await run(['ip', '-n', BE, 'link', 'set', `veth-q${i}`, 'master', 'qbr']);
+  await run(['ip', '-n', BE, 'addr', 'add', '192.0.2.3/24', 'dev', 'qbr']);
+  await run(['ip', '-n', BE, 'link', 'set', 'qbr', 'up']);
+  const addr = '192.0.2.3'; // its own subnet: the bridge must not share a prefix with veth-be
+  let backend = await Backend.start(BE, 'tcp', port);
+  for (const ns of LBS) await waitForTcp(ns, addr, port);
+  const m = model([service('svc', { type: 'tcp', port, intervalMs: interval, timeoutMs: timeout, rise, fall }, [addr])], ['qlb1', 'qlb2', 'qlb3'], { mode: 'consensus' });
+  const runners = await Promise.all(LBS.map((ns) => Runner.start(ns, m)));
+  const firsts: number[] = [], quorums: number[] = [], lasts: number[] = [];
+  try {
+    await Promise.all(runners.map((r) => r.change('svc', addr, 'up', 5000)));
+    for (let i = 0; i < rounds; i++) {
+      await new Promise((r) => setTimeout(r, Math.random() * interval));
+      const killedAt = await backend.kill();
+      const downs = (await Promise.all(runners.map((r) => r.change('svc', addr, 'down', 10_000)))).map((d) => Date.parse(d.at) - killedAt).sort((a, b) => a - b);
+      firsts.push(downs[0]!); quorums.push(downs[1]!); lasts.push(downs[2]!);
+      backend = await Backend.start(BE, 'tcp', port);
+      await Promise.all(runners.map((r) => r.change('svc', addr, 'up', 10_000)));
+    }
+  } finally {
+    await Promise.all(runners.map((r) => r.stop()));
+    await backend.stop();
+  }
+  console.log(`consensus (3 lb nodes) kill -> first node down: ${stats(firsts)}`);
+  console.log(`consensus (3 lb nodes) kill -> quorum down (2nd): ${stats(quorums)}   [+ status push and fetch, not measured here]`);
+  console.log(`consensus (3 lb nodes) kill -> last node down:  ${stats(lasts)}`);
+}
+
 function cpuMs(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // utime + stime, in clock ticks of 10 ms
@@ -74,6 +111,7 @@ try {
   console.log(`health detection, interval ${interval} ms, timeout ${timeout} ms, rise ${rise}, fall ${fall}, ${rounds} rounds`);
   await measure('tcp', 8201);
   await measure('http', 8202);
+  await quorum(8204);
   await scale(500, 1000, 5);
 } finally {
   await cleanupRun();

@@ -22,7 +22,7 @@ export interface NativeAddon {
   mapLookupInto(fd: number, key: Buffer, out: Buffer): boolean;
   mapUpdate(fd: number, key: Buffer, value: Buffer, flags: number): void;
   mapDelete(fd: number, key: Buffer): boolean;
-  mapKeys(fd: number, keySize: number): Buffer;
+  mapKeys(fd: number, keySize: number, limit?: number): Buffer;
   mapUpdateBatch(fd: number, keys: Buffer, values: Buffer, count: number, flags: number): number;
   mapDeleteBatch(fd: number, keys: Buffer, count: number): number;
   mapLookupBatch(fd: number, keySize: number, valueSize: number, chunk: number, andDelete: boolean):

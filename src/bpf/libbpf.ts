@@ -143,7 +143,9 @@ export class BpfMap {
   /** The value, or null when the key is absent. Per-CPU maps return all CPUs' values concatenated. */
   lookup(key: Buffer): Buffer | null {
     this.checkKey(key);
-    return named(`map '${this.name}'`, () => native().mapLookup(this.fd, key, this.valueBufferSize));
+    // Allocating in JS (pooled; the kernel overwrites every byte) is cheaper than a Buffer made by the addon.
+    const out = Buffer.allocUnsafe(this.valueBufferSize);
+    return named(`map '${this.name}'`, () => native().mapLookupInto(this.fd, key, out)) ? out : null;
   }
 
   /** Allocation-free lookup into `out` (valueBufferSize bytes); returns false when absent. */
@@ -200,11 +202,21 @@ export class BpfMap {
     return named(`map '${this.name}'`, () => native().mapDelete(this.fd, key));
   }
 
-  /** Every key currently in the map (arrays: every index). */
+  /**
+   * Every key currently in the map (arrays: every index). Keys deleted concurrently by a program
+   * make the kernel restart the walk; the walk is bounded and duplicates are dropped.
+   */
   keys(): Buffer[] {
-    const all = named(`map '${this.name}'`, () => native().mapKeys(this.fd, this.keySize));
+    const all = named(`map '${this.name}'`, () => native().mapKeys(this.fd, this.keySize, 2 * this.maxEntries + 16));
     const out: Buffer[] = [];
-    for (let o = 0; o < all.length; o += this.keySize) out.push(all.subarray(o, o + this.keySize));
+    const seen = new Set<string>();
+    for (let o = 0; o < all.length; o += this.keySize) {
+      const k = all.subarray(o, o + this.keySize);
+      const id = k.toString('latin1');
+      if (seen.has(id)) continue;
+      seen.add(id);
+      out.push(k);
+    }
     return out;
   }
 

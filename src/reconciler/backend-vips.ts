@@ -10,6 +10,8 @@
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import type { DataPlane } from '../bpf/dataplane/index.js';
+import type { DesiredState } from '../render/state.js';
 
 export const VIP_DEVICE = 'gitlb0';
 
@@ -223,8 +225,16 @@ async function reconcileSysctls(host: Host, state: OwnershipState, opts: Backend
   ];
   if (need) {
     for (const w of wanted) {
-      if (state.sysctls[w.key]) continue; // ours already
       const cur = await host.sysctlGet(w.key);
+      const ours = state.sysctls[w.key];
+      if (ours) {
+        // Ours already; after a reboot (state kept, kernel reset) it needs setting again, original kept.
+        if (!w.satisfied(cur)) {
+          await host.sysctlSet(w.key, ours.set);
+          report.sysctlsSet[w.key] = ours.set;
+        }
+        continue;
+      }
       if (w.satisfied(cur)) continue;
       state.sysctls[w.key] = { set: w.value, previous: cur };
       await saveState(opts.stateFile, state);
@@ -243,4 +253,37 @@ async function reconcileSysctls(host: Host, state: OwnershipState, opts: Backend
     delete state.sysctls[key];
     await saveState(opts.stateFile, state);
   }
+}
+
+/**
+ * A backend DataPlane whose apply() also keeps the local VIPs right, in make-before-break order: VIPs that a new
+ * revision adds are made local before the maps send traffic to them; VIPs it drops are released only after the
+ * maps no longer do. If the map apply fails, VIPs added for it are released again and the error propagates.
+ */
+export function withBackendVips(dp: DataPlane, opts: BackendVipsOptions): DataPlane {
+  let applied: string[] | null = null; // localVips of the last successful apply (null: not known in this process)
+  return {
+    async apply(desired: DesiredState) {
+      const before = applied ?? (await ownedVips(opts.stateFile));
+      await reconcileBackendVips([...new Set([...before, ...desired.localVips])], opts);
+      let report;
+      try {
+        report = await dp.apply(desired);
+      } catch (e) {
+        await reconcileBackendVips(before, opts).catch(() => undefined); // best effort; the apply error is what matters
+        throw e;
+      }
+      await reconcileBackendVips(desired.localVips, opts);
+      applied = [...desired.localVips];
+      return report;
+    },
+    readLive: () => dp.readLive(),
+    counters: () => dp.counters(),
+    close: () => dp.close(),
+  };
+}
+
+/** The VIPs the state file says we added (what a previous daemon left local). */
+async function ownedVips(stateFile: string): Promise<string[]> {
+  return (await loadState(stateFile)).addresses;
 }

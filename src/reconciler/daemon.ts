@@ -174,7 +174,10 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     remote,
     webhook,
     trigger: (why) => runner.trigger('reconcile', why),
-    idle: () => runner.idle(),
+    idle: async () => {
+      await runner.idle();
+      await reconciler.flushStatus();
+    },
     stop: async () => {
       runner.stop();
       clearTimeout(retryTimer);
@@ -182,6 +185,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       await webhook?.close();
       await refWatch?.close();
       await runner.idle();
+      await reconciler.flushStatus();
     },
   };
 }

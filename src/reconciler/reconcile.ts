@@ -103,6 +103,7 @@ export class Reconciler {
   private lastServices: NodeStatus['services'] = [];
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
+  private pendingStatus: Promise<void> = Promise.resolve();
 
   private dp: DataPlane;
 
@@ -161,12 +162,24 @@ export class Reconciler {
     };
   }
 
-  private async publish(why: string): Promise<void> {
+  /**
+   * Hands a status snapshot to the sink without waiting for the push, so a slow Git server never delays the
+   * next reconcile; `flushStatus()` waits for everything handed over so far.
+   */
+  private publish(why: string): void {
     if (!this.o.statusSink) return;
-    try {
-      await this.o.statusSink(this.snapshot(), this.statusBranch, why);
-    } catch (err) {
-      this.log.warn(`status write failed: ${errorText(err)}`);
+    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).catch((err) =>
+      this.log.warn(`status write failed: ${errorText(err)}`),
+    );
+    this.pendingStatus = Promise.all([this.pendingStatus, write]).then(() => undefined);
+  }
+
+  /** Resolves when every status handed to the sink so far has been written (or has failed and been logged). */
+  async flushStatus(): Promise<void> {
+    let seen: Promise<void> | undefined;
+    while (seen !== this.pendingStatus) {
+      seen = this.pendingStatus;
+      await seen;
     }
   }
 
@@ -317,10 +330,10 @@ export class Reconciler {
     this.lastAttempt = this.attempt(head, result);
     for (const w of warnings) this.log.warn(w);
     this.log.info(
-      `${result} ${head.slice(0, 12)} (${trigger}${adopting ? ', adopted pinned state' : ''}): ` +
+      `${result} ${head.slice(0, 12)} (${trigger}${adopting && this.o.adoptedRevision ? `, adopted pinned state of ${this.o.adoptedRevision.slice(0, 12)}` : ''}): ` +
         `${report.mapWrites} map writes, ${report.mapDeletes} deletes, ${report.ringSwitches} ring switches`,
     );
-    await this.publish(adopting ? `start (${trigger})` : trigger);
+    this.publish(adopting ? `start (${trigger})` : trigger);
     return changed
       ? { kind: 'applied', revision: head, report, plan, warnings }
       : { kind: 'unchanged', revision: head, report };
@@ -351,10 +364,11 @@ export class Reconciler {
     });
     this.lastAttempt = this.lastFailure = this.attempt(head, 'failed', stage, reason);
     this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`);
-    await this.publish(`failed at ${stage}`);
 
+    // The revert first: it is what brings the fleet back; the status write can follow.
     let rollback: RevertOutcome | undefined;
     if (!retryable && this.rollbackPolicy(model) === 'auto') rollback = await this.autoRevert(head, stage, reason);
+    this.publish(`failed at ${stage}`);
     return rollback ? { kind: 'failed', revision: head, stage, reason, rollback } : { kind: 'failed', revision: head, stage, reason };
   }
 
@@ -404,13 +418,13 @@ export class Reconciler {
     const left = diffLive(await this.dp.readLive(), desired).differences;
     if (left.length) {
       this.log.warn(`drift not repaired (${left.length} differences left): ${left.slice(0, 3).join('; ')}`);
-      await this.publish(`drift not repaired: ${left.length} differences`);
+      this.publish(`drift not repaired: ${left.length} differences`);
       return { differences: drift.differences, report };
     }
     this.counters.driftRepairs++;
     this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`);
     await this.refreshServices(desired);
-    await this.publish(`drift repaired: ${drift.differences.length} differences`);
+    this.publish(`drift repaired: ${drift.differences.length} differences`);
     return { differences: drift.differences, report };
   }
 }

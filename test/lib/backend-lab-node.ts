@@ -1,13 +1,15 @@
 // Runs INSIDE a test network namespace (`ip netns exec NS node --import tsx test/lib/backend-lab-node.ts ...`),
 // because interface names resolve in the caller's namespace. Two roles:
-//   backend <json>: what the daemon does on a backend node: openBackendDataPlane().apply(desired) and
-//                   reconcileBackendVips(desired.localVips); links and maps stay pinned after exit.
+//   backend <json>: what the daemon does on a backend node: withBackendVips(openBackendDataPlane()).apply(desired)
+//                   (maps, TC programs, local VIPs); links and maps stay pinned after exit.
 //   client <json>:  attaches the test-only LB emulator (test/bpf/tc_lab_client.c) to the client's veth.
 // Prints one JSON line with the result.
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfObject, queryTc } from '../../src/bpf/libbpf.js';
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
-import { reconcileBackendVips } from '../../src/reconciler/backend-vips.js';
+import { withBackendVips } from '../../src/reconciler/backend-vips.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { addrBytes } from './packets-backend.js';
 
@@ -38,10 +40,23 @@ export interface ClientArgs {
 async function backend(a: BackendNodeArgs) {
   const dp = await openBackendDataPlane({ pinRoot: a.pinRoot, interface: a.desired.interface });
   try {
-    const report = await dp.apply(a.desired);
-    const vips = await reconcileBackendVips(a.desired.localVips, { stateFile: a.stateFile, nodeInterface: a.desired.interface });
+    // Exactly what `gitlb run` does for a backend node (src/cli/commands/run.ts).
+    const report = await withBackendVips(dp, { stateFile: a.stateFile, nodeInterface: a.desired.interface }).apply(a.desired);
+    const owned = existsSync(a.stateFile) ? (JSON.parse(readFileSync(a.stateFile, 'utf8')) as { device: string | null; addresses: string[] }) : null;
+    const device = owned?.device ?? 'lo';
+    const shown = JSON.parse(execFileSync('ip', ['-j', 'addr', 'show', 'dev', device], { encoding: 'utf8' })) as Array<{ addr_info: Array<{ local: string }> }>;
     const tc = { ingress: queryTc(a.desired.interface, 'ingress'), egress: queryTc(a.desired.interface, 'egress') };
-    return { report, vips, entries: dp.readVipEntries(), attached: dp.attached, tc, counters: await dp.counters(), live: await dp.readLive() };
+    return {
+      report,
+      owned,
+      device,
+      deviceAddrs: shown.flatMap((l) => l.addr_info.map((x) => x.local)),
+      entries: dp.readVipEntries(),
+      attached: dp.attached,
+      tc,
+      counters: await dp.counters(),
+      live: await dp.readLive(),
+    };
   } finally {
     dp.close();
   }

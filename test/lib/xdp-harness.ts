@@ -3,6 +3,7 @@
 // connection table, BPF_PROG_TEST_RUN a packet) and prints one JSON result per step. The ava test in the
 // host namespace builds the cases and checks the results; this process only has to be in the namespace
 // because bpf_fib_lookup resolves next hops in the caller's namespace.
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import type { DesiredState } from '../../src/render/state.js';
@@ -20,6 +21,12 @@ export function stateToJson(s: DesiredState): unknown {
 
 function stateFromJson(j: any): DesiredState {
   return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
+}
+
+/** ifindex via netlink (`ip`), which follows our network namespace (sysfs would show the host's). */
+function ifindexOf(name: string): number {
+  const [link] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', name]).toString()) as Array<{ ifindex: number }>;
+  return link!.ifindex;
 }
 
 function xdpMd(len: number, ifindex: number): Buffer {
@@ -48,7 +55,7 @@ async function main(): Promise<void> {
           out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring] })) } });
         } else if (step.op === 'run') {
           const data = Buffer.from(step.data, 'hex');
-          const ifindex = Number(readFileSync(`/sys/class/net/${step.ifname}/ifindex`, 'utf8'));
+          const ifindex = ifindexOf(step.ifname);
           const before = await dp.counters();
           const r = dp.object()!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindex) });
           const after = await dp.counters();

@@ -60,10 +60,11 @@ export function teardownLab(tag: string): void {
   rmSync(pinRoot, { recursive: true, force: true });
 }
 
-/** Runs test/lib/xdp-harness.ts inside `ns` with `input` on stdin; resolves with its parsed output. */
+/** Runs test/lib/xdp-harness.ts in the network namespace `ns` with `input` on stdin; resolves with its parsed output. */
 export function runHarness(ns: string, input: unknown, timeoutMs = 90_000): Promise<any[]> {
   return new Promise((resolve, reject) => {
-    const child = spawn('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx',
+    // nsenter --net (not `ip netns exec`): keeps the host's /sys/fs/bpf mount, so pins outlive the process
+    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx',
       new URL('./xdp-harness.ts', import.meta.url).pathname], { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';

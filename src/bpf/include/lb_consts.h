@@ -43,6 +43,10 @@
 #define LB_RING_CAPACITY (1 << 21)
 #define LB_CT_DEFAULT_ENTRIES 65536
 #define LB_MAX_SRC4 8
+/* Next-hop cache: slots per CPU (power of two) and how long a fib result is reused. Neighbour changes
+ * (a real's MAC, a new route) are seen within this time. */
+#define LB_NH_CACHE_SLOTS 1024
+#define LB_NH_CACHE_NS 1000000000ULL
 
 /* Global per-reason counters (index into lb_counters). Keep in sync with COUNTER_NAMES in codec.ts. */
 enum lb_counter {

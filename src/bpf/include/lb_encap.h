@@ -15,6 +15,7 @@
 #include "lb_consts.h"
 #include "lb_structs.h"
 #include "lb_csum.h"
+#include "lb_maps.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -31,10 +32,25 @@ struct lb_next_hop {
 	__u32 src6[4];
 };
 
-/* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address. */
-static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, int want_src,
+/* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address.
+ * Results are kept per CPU for LB_NH_CACHE_NS (bpf_fib_lookup is the most expensive step of a packet). */
+static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, __u32 real_id, int want_src,
 				       struct lb_next_hop *nh)
 {
+	__u32 slot = real_id & (LB_NH_CACHE_SLOTS - 1);
+	struct lb_nexthop_entry *c = bpf_map_lookup_elem(&lb_nexthop_cache, &slot);
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	if (c && c->real_id == real_id && c->in_ifindex == ctx->ingress_ifindex && c->want_src == !!want_src &&
+	    now < c->expires_ns) {
+		__builtin_memcpy(nh->dmac, c->dmac, 6);
+		__builtin_memcpy(nh->smac, c->smac, 6);
+		nh->ifindex = c->out_ifindex;
+		nh->src4 = c->src4;
+		__builtin_memcpy(nh->src6, c->src6, 16);
+		return 0;
+	}
+
 	struct bpf_fib_lookup fib = {};
 	__u32 flags = want_src ? BPF_FIB_LOOKUP_SRC : 0;
 	int rc;
@@ -57,6 +73,17 @@ static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real 
 	nh->ifindex = fib.ifindex;
 	nh->src4 = fib.ipv4_src;
 	__builtin_memcpy(nh->src6, fib.ipv6_src, 16);
+	if (c) {
+		c->real_id = real_id;
+		c->in_ifindex = ctx->ingress_ifindex;
+		c->want_src = !!want_src;
+		c->out_ifindex = nh->ifindex;
+		c->src4 = nh->src4;
+		__builtin_memcpy(c->src6, nh->src6, 16);
+		__builtin_memcpy(c->dmac, nh->dmac, 6);
+		__builtin_memcpy(c->smac, nh->smac, 6);
+		c->expires_ns = now + LB_NH_CACHE_NS;
+	}
 	return 0;
 }
 

@@ -61,6 +61,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_config SEC(".maps");
 
+/* next-hop cache (not pinned: a restart simply starts cold) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_NH_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb_nexthop_entry);
+} lb_nexthop_cache SEC(".maps");
+
 /* statistics (per CPU; readers sum) */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

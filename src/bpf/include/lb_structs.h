@@ -65,6 +65,20 @@ struct lb_config {
 	__u8 src6[16];
 };
 
+/* lb_nexthop_cache slot (per CPU, direct-mapped by real id): a bpf_fib_lookup result kept briefly. */
+struct lb_nexthop_entry {
+	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
+	__u32 real_id;      /* tag: which real this slot holds */
+	__u32 in_ifindex;   /* tag: the lookup's input interface */
+	__u32 out_ifindex;
+	__be32 src4;
+	__u32 src6[4];
+	__u8 dmac[6];
+	__u8 smac[6];
+	__u8 want_src;      /* tag: the lookup asked for the source address */
+	__u8 pad[3];
+};
+
 /* per-CPU traffic of a service or a real */
 struct lb_traffic {
 	__u64 packets;

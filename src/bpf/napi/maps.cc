@@ -68,11 +68,14 @@ Napi::Value MapDelete(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
-// mapKeys(fd, keySize) -> Buffer of all keys concatenated
+// mapKeys(fd, keySize, limit) -> Buffer of all keys concatenated. When the program deletes
+// the key we stand on, the kernel restarts from the first key; `limit` bounds the walk.
 Napi::Value MapKeys(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = ArgFd(info);
   uint32_t ksize = ArgU32(info, 1, "keySize");
+  double limit = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 1e12;
+  size_t seen = 0;
   std::vector<uint8_t> all;
   std::vector<uint8_t> cur(ksize), next(ksize);
   bool first = true;
@@ -83,6 +86,7 @@ Napi::Value MapKeys(const Napi::CallbackInfo& info) {
       ThrowErrno(env, errno, "iterate keys");
     }
     all.insert(all.end(), next.begin(), next.end());
+    if ((double)++seen >= limit) break;
     cur.swap(next);
     first = false;
   }

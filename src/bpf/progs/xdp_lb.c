@@ -138,7 +138,7 @@ int xdp_lb(struct xdp_md *ctx)
 	struct lb_flow_key fk = {};
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
-	__u32 hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
+	__u32 hash = 0;
 
 	lb_flow_key_of(&p, &fk);
 	if (!new_flow) {
@@ -159,6 +159,7 @@ int xdp_lb(struct xdp_md *ctx)
 
 		if (!svc || svc->table_size == 0)
 			return lb_drop(LB_CNT_DROP_NO_SERVICE);
+		hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
 		__u32 slot = svc->ring_base + hash % svc->table_size;
 		__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
 
@@ -184,7 +185,7 @@ int xdp_lb(struct xdp_md *ctx)
 	int rc;
 
 	if (mode == LB_MODE_DSR_L2) {
-		rc = lb_next_hop(ctx, real, 0, &nh);
+		rc = lb_next_hop(ctx, real, real_id, 0, &nh);
 		if (rc)
 			return lb_drop(rc);
 		rc = lb_send(ctx, &nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
@@ -200,10 +201,12 @@ int xdp_lb(struct xdp_md *ctx)
 
 		if (p.l3_len + overhead > cfg->mtu)
 			goto too_big;
+		if (!new_flow) /* connection-table hit: the entropy still comes from the flow hash */
+			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
 		struct lb_ipip_src src = {};
 		int want_src = lb_ipip_source(cfg, hash, real->family, &src);
 
-		rc = lb_next_hop(ctx, real, want_src, &nh);
+		rc = lb_next_hop(ctx, real, real_id, want_src, &nh);
 		if (rc)
 			return lb_drop(rc);
 		if (want_src) {
@@ -241,7 +244,7 @@ int xdp_lb(struct xdp_md *ctx)
 			if (p.l3_len + LB_DSR_OPT_LEN > cfg->mtu)
 				goto too_big;
 		}
-		rc = lb_next_hop(ctx, real, 0, &nh);
+		rc = lb_next_hop(ctx, real, real_id, 0, &nh);
 		if (rc)
 			return lb_drop(rc);
 		if (lb_ipopt(ctx, &p, real, p.dport, target_port, insert))

@@ -12,7 +12,7 @@ import {
 } from '../../reconciler/lab/lab.js';
 import { labSpecFromModel, planLab } from '../../reconciler/lab/topology.js';
 
-const help = `usage: gitlb lab up [--config DIR] [--no-daemons] [--clients N] [--dry-run]
+const help = `usage: gitlb lab up [--config DIR] [--no-daemons] [--vips-on-lo] [--clients N] [--dry-run]
        gitlb lab down
        gitlb lab status [--json]
        gitlb lab clean
@@ -30,6 +30,7 @@ service on every backend that name the backend in each reply, and a Git server s
 options:
   --config DIR      config directory for 'up' (default ${DEFAULT_CONFIG_DIR})
   --no-daemons      do not start 'gitlb run' daemons
+  --vips-on-lo      put each backend's DSR VIPs on its lo even when daemons run (normally the backend daemon's job)
   --clients N       number of client addresses (default 5)
   --dry-run         print the plan as JSON and build nothing
   --state-dir DIR   where the lab keeps its state, repositories and logs (default ${DEFAULT_STATE_DIR})
@@ -47,6 +48,7 @@ export const command: CliCommand = {
       options: {
         config: { type: 'string' },
         'no-daemons': { type: 'boolean', default: false },
+        'vips-on-lo': { type: 'boolean', default: false },
         clients: { type: 'string' },
         'dry-run': { type: 'boolean', default: false },
         'state-dir': { type: 'string', default: DEFAULT_STATE_DIR },
@@ -73,6 +75,7 @@ export const command: CliCommand = {
           ...(values.config ? { configDir: values.config } : {}),
           ...(clientCount ? { clientCount } : {}),
           daemons: !values['no-daemons'],
+          ...(values['vips-on-lo'] ? { vipsOnLo: true } : {}),
           stateDir,
           log,
         });

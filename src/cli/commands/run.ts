@@ -33,11 +33,15 @@ options:
   --once                    reconcile once, print the outcome and exit (exit 1 if the revision failed)
 `;
 
-async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: string | undefined, xdpMode: string): Promise<DataPlane> {
+async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: string | undefined, xdpMode: string, stateDir?: string): Promise<DataPlane> {
   if (role === 'backend') {
     if (!iface) throw new UsageError('--interface is required for a backend node');
     const { openBackendDataPlane } = await import('../../bpf/backend/index.js');
-    return openBackendDataPlane({ pinRoot, interface: iface });
+    const dp = await openBackendDataPlane({ pinRoot, interface: iface });
+    if (!stateDir) return dp;
+    // l2/ipip VIPs must be local addresses on a backend: added and released around each apply.
+    const { withBackendVips } = await import('../../reconciler/backend-vips.js');
+    return withBackendVips(dp, { stateFile: join(stateDir, 'backend-vips.json'), nodeInterface: iface });
   }
   const { openLbDataPlane } = await import('../../bpf/dataplane/index.js');
   return openLbDataPlane({ pinRoot, interface: iface, xdpMode: xdpMode as 'native' | 'generic' | 'auto' });
@@ -87,7 +91,7 @@ export const command: CliCommand = {
     const node = values.node;
     const cacheDir = values['cache-dir'] ?? join('/var/lib/gitlb', node);
     const role = (values.role as 'lb' | 'backend' | undefined) ?? (await detectRole(values.repo, values.branch!, node, join(cacheDir, 'git'), loadCredentials({ file: values['credentials-file'] })));
-    const open = () => openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!);
+    const open = () => openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!, cacheDir);
     const dataPlane = await open();
     const daemon = await startDaemon({
       repo: values.repo,

@@ -29,7 +29,8 @@ export class StatusWriter {
   private readonly clock: () => Date;
   private readonly random: () => number;
   /** Serialises writes from one process; a newer document replaces a queued older one. */
-  private chain: Promise<unknown> = Promise.resolve();
+  private chain: Promise<void> = Promise.resolve();
+  private queued: { status: NodeStatus; why: string; done: Promise<StatusWriteResult> } | null = null;
 
   constructor(private readonly o: StatusWriterOptions) {
     this.maxAttempts = o.maxAttempts ?? 30;
@@ -38,13 +39,30 @@ export class StatusWriter {
     this.random = o.random ?? Math.random;
   }
 
+  /**
+   * Queues a write. While one write is in flight, later documents replace each other in a single slot, so a
+   * burst of changes costs at most one more push, which carries the newest document. Every caller's promise
+   * settles when a document at least as new as its own is on the branch.
+   */
   write(status: NodeStatus, why: string): Promise<StatusWriteResult> {
-    const next = this.chain.then(
-      () => this.writeNow(status, why),
-      () => this.writeNow(status, why),
-    );
-    this.chain = next.catch(() => undefined);
-    return next;
+    if (this.queued) {
+      this.queued.status = status;
+      this.queued.why = `${this.queued.why}; ${why}`;
+      return this.queued.done;
+    }
+    let settle!: { ok: (r: StatusWriteResult) => void; fail: (e: unknown) => void };
+    const done = new Promise<StatusWriteResult>((ok, fail) => (settle = { ok, fail }));
+    const slot = { status, why, done };
+    this.queued = slot;
+    this.chain = this.chain.then(async () => {
+      this.queued = null; // from here on, newer documents queue behind this one
+      try {
+        settle.ok(await this.writeNow(slot.status, slot.why));
+      } catch (err) {
+        settle.fail(err);
+      }
+    });
+    return done;
   }
 
   private async writeNow(status: NodeStatus, why: string): Promise<StatusWriteResult> {

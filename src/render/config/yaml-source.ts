@@ -1,8 +1,9 @@
 // YAML text -> plain data per document, keeping a map back to source positions.
 // Hostile input is refused here, before anything expands it: flow nesting is measured on the raw
-// token stream (the composer is recursive and very deep flow nesting exhausts memory), aliases are
-// refused outright (no alias bombs to budget for), duplicate keys are found with a Set (yaml's own
-// uniqueKeys check is quadratic in the number of keys of a map), collection depth is capped.
+// token stream and block nesting and document count on the CST, both iteratively, before the
+// (recursive) composer runs — very deep flow nesting otherwise exhausts memory inside yaml; aliases
+// are refused outright (no alias bombs to budget for); duplicate keys are found with a Set (yaml's
+// own uniqueKeys check is quadratic in the number of keys of a map).
 import { CST, Composer, Lexer, LineCounter, Parser, isAlias, isMap, isScalar, isSeq } from 'yaml';
 import type { Document, Node as YamlNode, Pair } from 'yaml';
 import { LIMITS } from './limits.js';
