@@ -130,7 +130,7 @@ test.serial('hysteresis: a real alternating ok/fail never churns; rise=fall=1 do
     t.log(`changes in 2 s: damped (rise=fall=2) ${damped.length}, twitchy (rise=fall=1) ${twitchy.length}`);
     t.deepEqual(damped.map((c) => `${c.from}->${c.to} (${c.result.detail})`), ['unknown->up (HTTP 200)']);
     t.is(snapshot.services.damped.reals[BE_ADDR].state, 'up');
-    t.true(twitchy.length >= 8, `twitchy flipped only ${twitchy.length} times`);
+    t.true(twitchy.length >= 4, `twitchy flipped only ${twitchy.length} times`);
   } finally {
     await runner.stop();
     await backend.stop();
@@ -153,7 +153,7 @@ test.serial('bounded concurrency: never more than maxInFlight probes at the serv
     t.true(serverPeak <= maxInFlight, `server saw ${serverPeak} concurrent checks`);
     t.true(serverPeak >= 2, 'checks did not run concurrently at all');
     t.true(snapshot.stats.peakInFlight <= maxInFlight);
-    t.true(replyMs < 50);
+    t.true(replyMs < 100, `snapshot took ${replyMs} ms`);
     t.is(Object.keys(snapshot.services.slow.reals).length, 20);
   } finally {
     await runner.stop();

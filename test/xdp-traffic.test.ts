@@ -1,4 +1,5 @@
-// Real traffic through the XDP load balancer, one lab of network namespaces for all three DSR modes:
+// Real traffic through the XDP load balancer, one lab of network namespaces for all three DSR modes (IPv4;
+// l2 and ipip over IPv6 too):
 // client, LB and two backends on one bridge; the client reaches the VIPs through the LB (its route), the
 // backends answer the client directly. l2: VIP on the backends' lo; ipip: decapsulated by the backend TC
 // program (src/bpf/progs/tc_backend.c); ipopt: backend TC program records the option and rewrites replies.
@@ -16,15 +17,21 @@ const NS = { br: `${P}tbr`, client: `${P}tcl`, lb: `${P}tlb`, b1: `${P}tb1`, b2:
 const PIN = { lb: `/sys/fs/bpf/${P}tlb`, b1: `/sys/fs/bpf/${P}tb1`, b2: `/sys/fs/bpf/${P}tb2` };
 const SEED = 0x5eed;
 const ADDR = { client: '192.0.2.2', lbClientSide: '192.0.2.1', lb: '198.51.100.1', b1: '198.51.100.11', b2: '198.51.100.12' };
-const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12' };
+const ADDR6 = { client: '2001:db8:c::2', lbClientSide: '2001:db8:c::1', lb: '2001:db8:1::1', b1: '2001:db8:1::11', b2: '2001:db8:1::12' };
+const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11' };
+type Mode = keyof typeof VIP;
+const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5 };
 const RING = [1, 2, 2, 1, 2, 1, 1];
-const REAL_NAME: Record<number, string> = { 1: 'b1', 2: 'b2' };
+const RING6 = RING.map((r) => r + 2);
+const REAL_NAME: Record<number, string> = { 1: 'b1', 2: 'b2', 3: 'b1', 4: 'b2' };
 const STATE = makeState({
-  reals: { 1: ADDR.b1, 2: ADDR.b2 }, hashSeed: SEED, addresses: [ADDR.lb], mtu: 1500,
+  reals: { 1: ADDR.b1, 2: ADDR.b2, 3: ADDR6.b1, 4: ADDR6.b2 }, hashSeed: SEED, addresses: [ADDR.lb, ADDR6.lb], mtu: 1500,
   services: [
     { id: 1, vip: VIP.l2, forwarding: 'dsr-l2', ring: RING },
     { id: 2, vip: VIP.ipip, forwarding: 'dsr-ipip', ring: RING },
     { id: 3, vip: VIP.ipopt, forwarding: 'dsr-ipopt', ring: RING, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+    { id: 4, vip: VIP.l2v6, forwarding: 'dsr-l2', ring: RING6 },
+    { id: 5, vip: VIP.ipipv6, forwarding: 'dsr-ipip', ring: RING6 },
   ],
 });
 
@@ -50,7 +57,7 @@ function teardown(): void {
 function link(ns: string, dev: string, brPort: string, addrs: string[]): void {
   sh(null, ['ip', 'link', 'add', dev, 'netns', ns, 'type', 'veth', 'peer', 'name', brPort, 'netns', NS.br]);
   sh(NS.br, ['ip', 'link', 'set', brPort, 'master', 'br0', 'up']);
-  for (const a of addrs) sh(ns, ['ip', 'addr', 'add', a, 'dev', dev]);
+  for (const a of addrs) sh(ns, ['ip', 'addr', 'add', a, 'dev', dev, ...(a.includes(':') ? ['nodad'] : [])]);
   sh(ns, ['ip', 'link', 'set', dev, 'up']);
   sh(ns, ['ip', 'link', 'set', 'lo', 'up']);
 }
@@ -73,22 +80,25 @@ test.before(async () => {
   for (const ns of Object.values(NS)) sh(null, ['ip', 'netns', 'add', ns]);
   sh(NS.br, ['ip', 'link', 'add', 'br0', 'type', 'bridge']);
   sh(NS.br, ['ip', 'link', 'set', 'br0', 'up']);
-  link(NS.client, 'eth0', 'pcl', [`${ADDR.client}/24`]);
-  link(NS.lb, 'eth0', 'plb', [`${ADDR.lb}/24`, `${ADDR.lbClientSide}/24`]);
-  link(NS.b1, 'eth0', 'pb1', [`${ADDR.b1}/24`]);
-  link(NS.b2, 'eth0', 'pb2', [`${ADDR.b2}/24`]);
+  link(NS.client, 'eth0', 'pcl', [`${ADDR.client}/24`, `${ADDR6.client}/64`]);
+  link(NS.lb, 'eth0', 'plb', [`${ADDR.lb}/24`, `${ADDR.lbClientSide}/24`, `${ADDR6.lb}/64`, `${ADDR6.lbClientSide}/64`]);
+  link(NS.b1, 'eth0', 'pb1', [`${ADDR.b1}/24`, `${ADDR6.b1}/64`]);
+  link(NS.b2, 'eth0', 'pb2', [`${ADDR.b2}/24`, `${ADDR6.b2}/64`]);
   // the client reaches the VIPs through the LB; backends reach the client directly on the shared segment
   sh(NS.client, ['ip', 'route', 'add', '203.0.113.0/24', 'via', ADDR.lbClientSide]);
+  sh(NS.client, ['ip', '-6', 'route', 'add', '2001:db8:f::/64', 'via', ADDR6.lbClientSide]);
   sh(NS.client, ['ethtool', '-K', 'eth0', 'tx', 'off']);
   for (const b of [NS.b1, NS.b2]) {
     sh(b, ['ip', 'route', 'add', '192.0.2.0/24', 'dev', 'eth0']);
+    sh(b, ['ip', '-6', 'route', 'add', '2001:db8:c::/64', 'dev', 'eth0']);
+    for (const v of [VIP.l2v6, VIP.ipipv6]) sh(b, ['ip', 'addr', 'add', `${v}/128`, 'dev', 'lo', 'nodad']);
     sh(b, ['sysctl', '-q', '-w', 'net.ipv4.conf.all.arp_ignore=1', 'net.ipv4.conf.all.arp_announce=2', 'net.ipv4.conf.all.rp_filter=0',
       'net.ipv4.conf.eth0.rp_filter=0', 'net.ipv4.conf.lo.rp_filter=0']);
     for (const v of [VIP.l2, VIP.ipip]) sh(b, ['ip', 'addr', 'add', `${v}/32`, 'dev', 'lo']);
   }
-  sh(NS.lb, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
+  sh(NS.lb, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
   // next hops must be resolved for bpf_fib_lookup (in production the health checks keep them fresh)
-  for (const a of [ADDR.b1, ADDR.b2]) sh(NS.lb, ['ping', '-c', '1', '-W', '2', a]);
+  for (const a of [ADDR.b1, ADDR.b2, ADDR6.b1, ADDR6.b2]) sh(NS.lb, ['ping', '-c', '1', '-W', '2', a]);
   await Promise.all([server(NS.b1, 'b1', 80), server(NS.b1, 'b1', 8080), server(NS.b2, 'b2', 80), server(NS.b2, 'b2', 8080)]);
   const json = JSON.stringify(stateToJson(STATE));
   runner(NS.b1, ['backend', PIN.b1, 'eth0'], json);
@@ -99,11 +109,12 @@ test.before(async () => {
 test.after.always(teardown);
 
 function expectedBackend(vip: string, sport: number): string {
-  return REAL_NAME[RING[flowHash({ src: ADDR.client, dst: vip, sport, dport: 80, proto: 6 }, true, SEED) % RING.length]!]!;
+  const src = vip.includes(':') ? ADDR6.client : ADDR.client;
+  return REAL_NAME[RING[flowHash({ src, dst: vip, sport, dport: 80, proto: 6 }, true, SEED) % RING.length]!]!;
 }
 
 const captureOnLb = () => {
-  const c = spawn('ip', ['netns', 'exec', NS.lb, 'tcpdump', '-i', 'eth0', '-n', '-l', 'src net 203.0.113.0/24'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const c = spawn('ip', ['netns', 'exec', NS.lb, 'tcpdump', '-i', 'eth0', '-n', '-l', 'src net 203.0.113.0/24 or src net 2001:db8:f::/64'], { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(c);
   let lines = 0;
   c.stdout!.on('data', (d: Buffer) => { lines += d.toString().split('\n').filter(Boolean).length; });
@@ -111,7 +122,7 @@ const captureOnLb = () => {
   return { ready, stop: async () => { c.kill('SIGINT'); await new Promise((r) => c.once('exit', r)); return lines; } };
 };
 
-for (const mode of ['l2', 'ipip', 'ipopt'] as const) {
+for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6'] as const) {
   test.serial(`dsr-${mode}: a real TCP client gets answers through the VIP from the predicted backend, replies bypass the LB`, async (t) => {
     const before = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
     const cap = captureOnLb();
@@ -119,21 +130,22 @@ for (const mode of ['l2', 'ipip', 'ipopt'] as const) {
     const got: string[] = [];
     const want: string[] = [];
     // three client ports the hash sends to b1 and three it sends to b2
-    const base = { l2: 41000, ipip: 42000, ipopt: 43000 }[mode];
+    const base = { l2: 41000, ipip: 42000, ipopt: 43000, l2v6: 44000, ipipv6: 45000 }[mode];
     const ports: number[] = [];
     for (const name of ['b1', 'b2']) {
       for (let p = base, n = 0; n < 3; p++) if (expectedBackend(VIP[mode], p) === name && !ports.includes(p)) { ports.push(p); n++; }
     }
     for (const sport of ports) {
       want.push(expectedBackend(VIP[mode], sport));
-      got.push(sh(NS.client, ['curl', '-s', '--max-time', '5', '--local-port', String(sport), `http://${VIP[mode]}/`]).trim());
+      const url = VIP[mode].includes(':') ? `http://[${VIP[mode]}]/` : `http://${VIP[mode]}/`;
+      got.push(sh(NS.client, ['curl', '-g', '-s', '--max-time', '5', '--local-port', String(sport), url]).trim());
     }
     const replies = await cap.stop();
     const after = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
     t.deepEqual(got, want);
     t.is(new Set(got).size, 2, 'both backends answered');
     t.is(replies, 0, 'no packet from a VIP crossed the LB');
-    const svc = { l2: 1, ipip: 2, ipopt: 3 }[mode];
+    const svc = SERVICE_OF[mode];
     const newFlows = after[`service:${svc}`].newFlows - (before[`service:${svc}`]?.newFlows ?? 0);
     t.is(newFlows, 6, 'one new flow per connection in the LB service stats');
     t.true(after.tx - before.tx >= 6 * 3, `LB forwarded the client's packets (tx +${after.tx - before.tx})`);

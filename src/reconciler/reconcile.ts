@@ -225,6 +225,7 @@ export class Reconciler {
     }
 
     if (head === this.applied && !this.adopting) return { kind: 'unchanged', revision: head };
+    if (this.adopting && this.applied && head !== this.applied && !this.appliedDesired) await this.adoptPinned(this.applied);
 
     // A newer commit supersedes every failed one.
     for (const rev of [...this.failed.keys()]) if (rev !== head) this.failed.delete(rev);
@@ -337,6 +338,24 @@ export class Reconciler {
     return changed
       ? { kind: 'applied', revision: head, report, plan, warnings }
       : { kind: 'unchanged', revision: head, report };
+  }
+
+  /**
+   * After a restart while the branch moved on: learn what the pinned data plane serves (the adopted revision's
+   * model and desired state) without writing, so status, drift checks and the rollback policy have a last good
+   * revision even if the new head fails.
+   */
+  private async adoptPinned(revision: string): Promise<void> {
+    try {
+      const parsed = parseConfig(await readRevisionFiles(this.o.remote.gitdir, revision));
+      if (!parsed.model) throw new Error('adopted revision no longer validates');
+      const desired = renderDesiredState(parsed.model, this.o.node, this.o.health?.());
+      this.appliedModel = parsed.model;
+      this.appliedDesired = desired;
+      await this.refreshServices(desired);
+    } catch (err) {
+      this.log.warn(`cannot adopt ${revision.slice(0, 12)} (${errorText(err)}); its state is unknown until the next apply`);
+    }
   }
 
   /** Re-applies the last good desired state after a post-apply problem (read-back mismatch, health gate). */

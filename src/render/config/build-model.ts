@@ -30,6 +30,9 @@ export function buildCluster(l: Located<RawCluster>): ClusterDoc {
       conntrack: { maxEntries: s.conntrack.maxEntries },
       status: { branch: s.status.branch },
       rollback: { policy: s.rollback.policy },
+      ...(s.health !== undefined
+        ? { health: { mode: s.health.mode ?? 'local', ...(s.health.staleAfter !== undefined ? { staleAfterMs: durationMs(s.health.staleAfter) } : {}) } }
+        : {}),
     },
     source: source(l),
   };
@@ -69,6 +72,8 @@ export function buildService(l: Located<RawService>): ServiceDoc {
     timeoutMs: durationMs(hc.timeout),
     rise: hc.rise,
     fall: hc.fall,
+    ...(hc.failMode !== undefined ? { failMode: hc.failMode } : {}),
+    ...(hc.expectStatus !== undefined ? { expectStatus: { min: hc.expectStatus.min, max: hc.expectStatus.max } } : {}),
   };
   return {
     apiVersion: 'gitlb/v1',

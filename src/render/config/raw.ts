@@ -1,6 +1,6 @@
 // Documents as they stand after schema validation (schema defaults filled in, addresses not yet
 // canonical, durations still text). Only semantic checks and the model builder see these.
-import type { DispatchMode, Encap, HealthCheckType, NodeRole, Protocol, RealState, RollbackPolicy } from '../model.js';
+import type { DispatchMode, Encap, HealthAgreementMode, HealthCheckType, HealthFailMode, NodeRole, Protocol, RealState, RollbackPolicy } from '../model.js';
 import type { YamlDocument } from './yaml-source.js';
 
 interface RawDocument<K extends string, S> {
@@ -17,6 +17,7 @@ export type RawCluster = RawDocument<
     conntrack: { maxEntries: number };
     status: { branch: string };
     rollback: { policy: RollbackPolicy };
+    health?: { mode?: HealthAgreementMode; staleAfter?: string };
   }
 >;
 
@@ -32,7 +33,8 @@ export type RawService = RawDocument<
     ports: { port: number; protocol: Protocol; targetPort?: number }[];
     dispatch: { mode: DispatchMode; encap?: Encap };
     hash: { sourcePort: boolean };
-    healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number };
+    healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number;
+      failMode?: HealthFailMode; expectStatus?: { min: number; max: number } };
     reals: { address: string; weight: number; state: RealState }[];
     maglev?: { tableSize?: number };
   }
