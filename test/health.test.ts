@@ -340,3 +340,31 @@ test('status text: per real state, since, last check; fail-open is loud', async 
     '',
   ].join('\n'));
 });
+
+// ---- config fields ---------------------------------------------------------------------------------------------
+
+test('config: healthCheck.failMode / expectStatus and Cluster spec.health reach the model; bad values are schema errors', async (t) => {
+  const { parseConfig } = await import('../src/render/config/index.js');
+  const enc = (s: string) => new TextEncoder().encode(s);
+  const cluster = (health: string) => ({ path: 'cluster.yaml', content: enc(`apiVersion: gitlb/v1\nkind: Cluster\nmetadata: { name: c }\nspec:\n  maglev: { tableSize: 1021, seed: JLfvgnHc2kaSUFaI }\n${health}`) });
+  const node = { path: 'nodes/lb-1.yaml', content: enc(`apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: lb-1 }\nspec:\n  role: lb\n  interface: eth0\n  allowedVips: [203.0.113.0/24]\n`) };
+  const svc = (hc: string) => ({ path: 'services/web.yaml', content: enc(`apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: 203.0.113.10\n  ports: [{ port: 80, protocol: TCP }]\n  dispatch: { mode: dsr, encap: l2 }\n  healthCheck: { type: http, ${hc} }\n  reals: [{ address: 198.51.100.21 }]\n`) });
+
+  const ok = parseConfig([cluster('  health: { mode: consensus, staleAfter: 30s }\n'), node, svc('failMode: closed, expectStatus: { min: 200, max: 204 }')]);
+  t.deepEqual(ok.diagnostics.filter((d) => d.severity === 'error'), []);
+  t.deepEqual(ok.model!.cluster.spec.health, { mode: 'consensus', staleAfterMs: 30_000 });
+  const hc = ok.model!.services[0]!.spec.healthCheck;
+  t.is(hc.failMode, 'closed');
+  t.deepEqual(hc.expectStatus, { min: 200, max: 204 });
+
+  const plain = parseConfig([cluster(''), node, svc('path: /')]);
+  t.is(plain.model!.cluster.spec.health, undefined); // absent means local, fail-open, 200-399
+  t.is(plain.model!.services[0]!.spec.healthCheck.failMode, undefined);
+
+  const bad = parseConfig([cluster('  health: { mode: quorum }\n'), node, svc('failMode: maybe, expectStatus: { min: 99, max: 200 }')]);
+  t.is(bad.model, null);
+  const errors = bad.diagnostics.filter((d) => d.severity === 'error').map((d) => `${d.file}: ${d.message}`).join('\n');
+  t.regex(errors, /cluster\.yaml: .*mode/);
+  t.regex(errors, /services\/web\.yaml: .*failMode/);
+  t.regex(errors, /services\/web\.yaml: .*min/);
+});

@@ -46,9 +46,10 @@ async function main(): Promise<Record<string, unknown>> {
       const foreign = await BpfObject.load('selftest');
       const foreignXdp = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', `${pinRoot}/links/other`));
       const wrongPin = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', pins.tcIn));
+      const mapPin = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', `${pinRoot}/pcpu_cnt`));
       foreign.close();
       const res = { survived, reused: o.map('flows').reused, replaced: xdp.replaced, linkId: xdp.linkId,
-        tcReplaced: tin.replaced, after, newProgId: o.program('xdp_selftest').info().id, dupTc, foreignXdp, wrongPin };
+        tcReplaced: tin.replaced, after, newProgId: o.program('xdp_selftest').info().id, dupTc, foreignXdp, wrongPin, mapPin };
       xdp.close();
       tin.close();
       o.close();
@@ -91,6 +92,11 @@ async function main(): Promise<Record<string, unknown>> {
         a.detach();
       }
       out.afterDetach = queryXdp(ifname);
+      // the namespace's own loopback has no driver XDP: auto falls back to generic and says so
+      out.loNative = code(() => o.program('xdp_selftest').attachXdp('lo', 'native'));
+      const lo = o.program('xdp_selftest').attachXdp('lo', 'auto');
+      out.loAuto = { reported: lo.mode, queried: queryXdp('lo')?.mode };
+      lo.detach();
       // without a pin the link dies with its fd: closing the object's attachment detaches
       const t = o.program('tc_selftest').attachTc(ifname, 'egress');
       out.tcWhileOpen = queryTc(ifname, 'egress').length;

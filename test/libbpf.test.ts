@@ -477,6 +477,7 @@ test.serial('attach: XDP + TC links in a namespace, pinned, reused, never replac
     t.is(r.dupTc, 'EEXIST');
     t.is(r.foreignXdp, 'EEXIST');
     t.is(r.wrongPin, 'EEXIST', 'a pin holding another kind of link is not hijacked');
+    t.is(r.mapPin, 'EEXIST', 'a pinned map (percpu array: type 6 = XDP link type) is not mistaken for a link');
 
     // the interface disappears and comes back (e.g. a container restart): stale pinned links are
     // recognised (ifindex 0) and replaced by fresh ones instead of blocking the attach
@@ -519,6 +520,8 @@ test.serial('attach: XDP + TC links in a namespace, pinned, reused, never replac
     t.deepEqual(m.generic, { reported: 'generic', queried: 'generic' });
     t.deepEqual(m.native, { reported: 'native', queried: 'native' });
     t.is(m.afterDetach, null);
+    t.is(m.loNative, 'EOPNOTSUPP');
+    t.deepEqual(m.loAuto, { reported: 'generic', queried: 'generic' });
     t.is(m.tcWhileOpen, 1);
     t.is(m.tcAfterClose, 0);
     t.is(m.missingIf, 'ENODEV');

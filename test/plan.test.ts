@@ -6,6 +6,7 @@ import { renderDesiredState } from '../src/render/desired.js';
 import { cluster, model, node, real, service } from './helpers/model-builder.js';
 import { commitTree, configFiles, git, gitlb, tempDir, writeTree } from './helpers/cli-repo.js';
 import { runPlan } from '../src/cli/commands/plan.js';
+import { readConfigAtRevision } from '../src/reconciler/source/git-tree.js';
 import { UsageError } from '../src/cli/command.js';
 
 function baseModel() {
@@ -171,6 +172,13 @@ test('gitlb plan --base/--head reads revisions from Git objects: no change, chan
     t.regex(bad.stdout, /services\/web\.yaml:\d+:\d+: error: .*weight/);
 
     await t.throwsAsync(runPlan(['--repo', repo.path, '--base', 'nope', '--head', 'HEAD']), { message: /unknown revision 'nope'/ });
+
+    // Bare repositories work too; only YAML config files are read (README.md is skipped).
+    await git(repo.path, 'clone', '-q', '--bare', '.', 'bare.git');
+    const fromBare = await readConfigAtRevision(`${repo.path}/bare.git`, 'v1');
+    t.deepEqual(fromBare, await readConfigAtRevision(repo.path, 'v1'));
+    t.deepEqual(fromBare.map((f) => f.path), ['cluster.yaml', 'nodes/lb.yaml', 'services/dns.yaml', 'services/web.yaml']);
+    await t.throwsAsync(readConfigAtRevision(repo.path, 'v1~5'), { message: /has no parent/ });
   } finally {
     await repo.remove();
   }

@@ -65,7 +65,7 @@ function link(ns: string, dev: string, brPort: string, addrs: string[]): void {
 /** A tiny HTTP server answering with the backend's name, in `ns`, on `port`. */
 function server(ns: string, name: string, port: number): Promise<void> {
   const code = `require('http').createServer((q,s)=>{s.setHeader('connection','close');s.end(${JSON.stringify(name)})})` +
-    `.listen(${port},'0.0.0.0',()=>console.log('ready'))`;
+    `.listen(${port},'::',()=>console.log('ready'))`;
   const c = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
   children.push(c);
   return new Promise((resolve, reject) => {

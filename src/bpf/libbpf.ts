@@ -394,7 +394,12 @@ function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifinde
   if (!pinPath || !existsSync(pinPath)) return null;
   const fd = native().objGet(pinPath);
   try {
-    const li = native().linkInfo(fd);
+    let li;
+    try {
+      li = native().linkInfo(fd);
+    } catch (e) {
+      throw bpfError('EEXIST', `pin ${pinPath} is not a BPF link (${(e as Error).message}); refusing to overwrite it`);
+    }
     if (li.type === linkType && li.ifindex === 0) {
       // Our link outlived its interface (device deleted/recreated): the pin is stale.
       native().closeFd(fd);

@@ -66,7 +66,7 @@ export interface ReconcilerOptions {
 
 export type Outcome =
   | { kind: 'unchanged'; revision: string; report?: ApplyReport }
-  | { kind: 'applied'; revision: string; report: ApplyReport; plan: LiveDiff; warnings: string[] }
+  | { kind: 'applied'; revision: string; report: ApplyReport; plan: LiveDiff; warnings: string[]; timings: Record<string, number> }
   | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
   | { kind: 'waiting'; revision: string; retryAt: Date; reason: string };
 
@@ -104,6 +104,8 @@ export class Reconciler {
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
   private pendingStatus: Promise<void> = Promise.resolve();
+  /** Milliseconds per stage of the latest reconcile (fetch, ancestry, validate, render, plan, apply, readback). */
+  timings: Record<string, number> = {};
 
   private dp: DataPlane;
 
@@ -192,7 +194,10 @@ export class Reconciler {
 
   /** Fills per-service status from the desired state and the digests read back from the kernel. */
   private async refreshServices(desired: DesiredState): Promise<void> {
-    const live = await this.dp.readLive();
+    this.servicesFrom(await this.dp.readLive(), desired);
+  }
+
+  private servicesFrom(live: { services: { id: number; digest: string }[] }, desired: DesiredState): void {
     const liveDigest = new Map(live.services.map((s) => [s.id, s.digest]));
     this.lastServices = desired.services.map((s) => ({
       name: s.name,
@@ -214,8 +219,11 @@ export class Reconciler {
   async reconcile(trigger = 'manual'): Promise<Outcome> {
     this.counters.reconciles++;
     let head: string | null;
+    this.timings = {};
+    const t = performance.now();
     try {
       head = await this.o.remote.fetch(this.o.branch, { depth: 1 });
+      this.timings.fetch = Math.round(performance.now() - t);
       if (!head) throw new Error(`branch '${this.o.branch}' not found in ${this.o.remote.description}`);
     } catch (err) {
       // No revision to record against; the next trigger or poll tries again.
@@ -239,6 +247,12 @@ export class Reconciler {
   }
 
   private async reconcileRevision(head: string, trigger: string): Promise<Outcome> {
+    let t = performance.now();
+    const mark = (stage: string) => {
+      const now = performance.now();
+      this.timings[stage] = Math.round(now - t);
+      t = now;
+    };
     const { remote, branch, node } = this.o;
     const dataPlane = this.dp;
     const warnings: string[] = [];
@@ -262,6 +276,7 @@ export class Reconciler {
         warnings.push(`could not establish that ${head.slice(0, 12)} descends from ${this.applied.slice(0, 12)}`);
     }
 
+    mark('ancestry');
     // Validate.
     let model: ConfigModel;
     try {
@@ -278,6 +293,7 @@ export class Reconciler {
       return this.fail(head, 'validate', errorText(err), null);
     }
 
+    mark('validate');
     // Render.
     let desired: DesiredState;
     try {
@@ -286,19 +302,24 @@ export class Reconciler {
       return this.fail(head, 'render', errorText(err), model);
     }
 
+    mark('render');
     // Plan against the live maps, then apply. The data plane restores its previous state if apply fails.
     let plan: LiveDiff;
     let report: ApplyReport;
     try {
       plan = diffLive(await dataPlane.readLive(), desired);
+      mark('plan');
       report = await dataPlane.apply(desired);
+      mark('apply');
       this.countReport(report);
     } catch (err) {
       return this.fail(head, 'apply', errorText(err), model);
     }
 
     // Read back: the kernel must now hold exactly what was rendered.
-    const after = diffLive(await dataPlane.readLive(), desired);
+    const liveAfter = await dataPlane.readLive();
+    const after = diffLive(liveAfter, desired);
+    mark('readback');
     if (after.differences.length) {
       await this.restoreLastGood();
       return this.fail(head, 'readback', `live maps differ after apply: ${after.differences.slice(0, 5).join('; ')}`, model);
@@ -326,7 +347,7 @@ export class Reconciler {
     this.appliedDesired = desired;
     this.warnings = warnings;
     if (changed) this.counters.applies++;
-    await this.refreshServices(desired);
+    this.servicesFrom(liveAfter, desired);
     const result: AttemptResult = changed ? 'applied' : 'unchanged';
     this.lastAttempt = this.attempt(head, result);
     for (const w of warnings) this.log.warn(w);
@@ -336,7 +357,7 @@ export class Reconciler {
     );
     this.publish(adopting ? `start (${trigger})` : trigger);
     return changed
-      ? { kind: 'applied', revision: head, report, plan, warnings }
+      ? { kind: 'applied', revision: head, report, plan, warnings, timings: { ...this.timings } }
       : { kind: 'unchanged', revision: head, report };
   }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /* TEST ONLY: plays the LB's part on a client's veth (TC egress) so the backend programs can be exercised with
  * real traffic without an LB: packets to a configured VIP:port are either encapsulated in IP-in-IP towards the
- * real (mode 1) or sent to real:target port carrying the ipopt DSR option (mode 2), both IPv4 and IPv6.
+ * real (mode 1) or sent to real:target port carrying the ipopt DSR option (mode 2; like the LB: on TCP SYNs and
+ * every UDP datagram, later TCP packets get the destination rewrite only), both IPv4 and IPv6.
  * Uses the backend's own option constants, so both sides agree on the layout by construction. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -87,6 +88,17 @@ static __always_inline int encap6(struct __sk_buff *skb, const struct ipv6hdr *i
   return TC_ACT_OK;
 }
 
+/* The LB's rule: the option rides on every UDP datagram and on TCP SYNs only (the backend remembers the flow). */
+static __always_inline int wants_option(struct __sk_buff *skb, __u8 proto, __u32 l4)
+{
+  __u8 flags;
+  if (proto != BE_IPPROTO_TCP)
+    return 1;
+  if (bpf_skb_load_bytes(skb, l4 + 13, &flags, 1))
+    return 1;
+  return (flags & 0x12) == 0x02; /* SYN without ACK */
+}
+
 /* Destination becomes real:target (checksums follow), then the option goes in after the base header. */
 static __always_inline int ipopt4(struct __sk_buff *skb, struct iphdr *iph, const struct lab_key *k,
                                   const struct lab_value *t)
@@ -101,6 +113,14 @@ static __always_inline int ipopt4(struct __sk_buff *skb, struct iphdr *iph, cons
       bpf_l4_csum_replace(skb, l4 + csum, k->port, t->target_port, 2) ||
       bpf_skb_store_bytes(skb, l4 + 2, &t->target_port, 2, 0))
     return TC_ACT_SHOT;
+  if (!wants_option(skb, iph->protocol, l4)) {
+    /* Like the LB: later TCP packets of the flow only get the destination rewrite. */
+    if (bpf_l3_csum_replace(skb, BE_IP4_CSUM_OFF, iph->daddr, real, 4) ||
+        bpf_skb_store_bytes(skb, BE_L3_OFF + offsetof(struct iphdr, daddr), &real, 4, 0))
+      return TC_ACT_SHOT;
+    count_sent();
+    return TC_ACT_OK;
+  }
   if (bpf_skb_adjust_room(skb, BE_DSR_OPT4_LEN, BPF_ADJ_ROOM_NET, 0))
     return TC_ACT_SHOT;
   struct {
@@ -145,6 +165,12 @@ static __always_inline int ipopt6(struct __sk_buff *skb, struct ipv6hdr *ip6, co
       bpf_l4_csum_replace(skb, l4 + csum, k->port, t->target_port, 2) ||
       bpf_skb_store_bytes(skb, l4 + 2, &t->target_port, 2, 0))
     return TC_ACT_SHOT;
+  if (!wants_option(skb, ip6->nexthdr, l4)) {
+    if (bpf_skb_store_bytes(skb, BE_L3_OFF + offsetof(struct ipv6hdr, daddr), t->real, 16, 0))
+      return TC_ACT_SHOT;
+    count_sent();
+    return TC_ACT_OK;
+  }
   if (bpf_skb_adjust_room(skb, BE_DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, 0))
     return TC_ACT_SHOT;
   struct {

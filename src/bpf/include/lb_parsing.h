@@ -41,8 +41,10 @@ static __always_inline int lb_parse_l4(void *data, void *data_end, struct lb_pac
 		*reason = LB_CNT_PASS_NOT_VIP;
 		return LB_PARSE_PASS;
 	}
-	if (l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
+	if (l4_off > 18 + LB_IPV4_MAX_HDR_LEN) { /* cannot happen (IHL <= 15); bounds the offset for the verifier */
+		*reason = LB_CNT_PASS_SHORT_HEADER;
 		return LB_PARSE_PASS;
+	}
 	/* the first 8 bytes hold the ports for both protocols (and are the whole UDP header) */
 	__be16 *ports = data + l4_off;
 

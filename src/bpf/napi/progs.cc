@@ -146,6 +146,13 @@ Napi::Value LinkDetach(const Napi::CallbackInfo& info) {
 Napi::Value LinkInfo(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int fd = ArgFd(info);
+  // Info structs of maps/programs would be misread as link info: check the fd's kind first.
+  char target[64] = {0};
+  std::string self = "/proc/self/fd/" + std::to_string(fd);
+  ssize_t n = readlink(self.c_str(), target, sizeof target - 1);
+  if (n < 0) ThrowErrno(env, errno, "link info");
+  if (std::string(target) != "anon_inode:bpf_link")
+    ThrowErrno(env, EINVAL, std::string("link info: fd is ") + target + ", not a BPF link");
   bpf_link_info li = {};
   uint32_t len = sizeof li;
   if (bpf_obj_get_info_by_fd(fd, &li, &len)) ThrowErrno(env, errno, "link info");

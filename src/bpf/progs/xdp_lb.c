@@ -108,7 +108,7 @@ int xdp_lb(struct xdp_md *ctx)
 	if (verdict == LB_PARSE_PASS)
 		return lb_pass(reason);
 	if (verdict == LB_PARSE_BAD_IF_VIP)
-		return lb_damaged(&p, reason, reason == LB_CNT_DROP_MALFORMED_L4);
+		return lb_damaged(&p, reason, reason == LB_CNT_DROP_MALFORMED_L4 || (reason == LB_CNT_DROP_TRUNCATED_L4 && p.dport));
 
 	/* 2. is it a VIP:port:protocol? */
 	struct lb_vip_key vk = {};

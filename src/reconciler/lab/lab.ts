@@ -8,22 +8,20 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync,
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  addAddrs,
-  addMultipathRoute,
-  addRoute,
+  addrAddArgs,
   cleanStale,
-  createBridge,
-  createNetns,
   deleteNetns,
   exec,
+  ipBatch,
   listNetns,
+  multipathRouteArgs,
   netnsPids,
   nsArgv,
   nsExec,
+  routeAddArgs,
   run,
-  setSysctl,
+  setSysctls,
   sleep,
-  vethPair,
   waitForPort,
 } from './netns.js';
 import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
@@ -180,58 +178,97 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
     pinRoots: [],
   };
   writeLabState(state);
+  // The repository is plain files on the host: prepare it while the network is being built.
+  const repoReady = prepareGitRepo(configDir, stateDir);
+  repoReady.catch(() => {}); // awaited below; a failure elsewhere first must not leave it unhandled
   try {
     await buildNetwork(state, vipsOnLo, log);
-    await startGitServer(state, log);
-    await startBackendServers(state, log);
+    const gitUp = startGitServer(state, await repoReady);
+    const serversUp = startBackendServers(state);
+    await gitUp;
+    log(`git server ${state.git!.repoUrl}`);
+    await serversUp;
+    log(`backend servers: ${state.plan.servers.map((s) => `${s.node} (tcp ${s.tcpPorts.join(',')}, udp ${s.udpPorts.join(',')})`).join('; ')}`);
     if (startDaemonsToo) await startDaemons(state, { log });
     state.complete = true;
     writeLabState(state);
     log(`lab up: ${state.namespaces.length} namespaces with prefix ${state.prefix}, state in ${statePath(stateDir)}`);
     return state;
   } catch (err) {
+    await repoReady.catch(() => {}); // let git finish before its directory is removed
     log(`lab up failed: ${(err as Error).message}; removing what was built`);
     await labDown(stateDir).catch(() => {});
     throw err;
   }
 }
 
-/** Runs `fn` over `items` sequentially within each namespace and in parallel across namespaces. */
-async function perNamespace<T extends { ns: string }>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+/** Groups `items` by their `ns`. */
+function byNs<T extends { ns: string }>(items: T[]): Map<string, T[]> {
   const groups = new Map<string, T[]>();
   for (const item of items) groups.set(item.ns, [...(groups.get(item.ns) ?? []), item]);
-  await Promise.all([...groups.values()].map(async (group) => {
-    for (const item of group) await fn(item);
-  }));
+  return groups;
 }
 
+/**
+ * Builds the network in a few rounds of one `ip -batch` process per namespace (a lab is ~150 `ip` commands;
+ * one process each is slow on a busy machine): namespaces; links; link settings and addresses; routes.
+ */
 async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string) => void): Promise<void> {
   const { plan } = state;
   const ns = (short: string) => fullNs(state, short);
   // Recorded before they exist, so a half-built lab is still removed completely by `down`.
   state.namespaces.push(...plan.namespaces.map((n) => ns(n.short)));
   writeLabState(state);
-  await Promise.all(plan.namespaces.map((n) => createNetns(ns(n.short))));
+  await ipBatch(null, plan.namespaces.map((n) => ['netns', 'add', ns(n.short)]));
   log(`namespaces: ${state.namespaces.join(' ')}`);
-  await perNamespace(plan.bridges, (b) => createBridge(ns(b.ns), b.name));
-  await perNamespace(plan.sysctls, (s) => setSysctl(ns(s.ns), s.key, s.value));
+
+  const perNs = (fill: (short: string, cmds: string[][]) => void) =>
+    Promise.all(
+      plan.namespaces.map((n) => {
+        const cmds: string[][] = [];
+        fill(n.short, cmds);
+        return ipBatch(ns(n.short), cmds);
+      }),
+    );
+  const ends = plan.links.flatMap((l) => [l.a, l.b]);
+
+  // Round 1: bridges, and each veth pair from its `a` side with the peer placed straight into its namespace.
+  await perNs((short, cmds) => {
+    for (const b of plan.bridges.filter((x) => x.ns === short)) {
+      cmds.push(['link', 'add', b.name, 'type', 'bridge', 'stp_state', '0', 'forward_delay', '0']);
+    }
+    for (const l of plan.links.filter((x) => x.a.ns === short)) {
+      cmds.push(['link', 'add', l.a.name, 'type', 'veth', 'peer', 'name', l.b.name, 'netns', ns(l.b.ns)]);
+    }
+  });
+  // Round 2: loopback and bridges up, ports enslaved, addresses, links up.
+  await perNs((short, cmds) => {
+    cmds.push(['link', 'set', 'lo', 'up']);
+    for (const b of plan.bridges.filter((x) => x.ns === short)) cmds.push(['link', 'set', b.name, 'up']);
+    for (const end of ends.filter((e) => e.ns === short)) {
+      if (end.master) cmds.push(['link', 'set', end.name, 'master', end.master]);
+      for (const addr of end.addrs) cmds.push(addrAddArgs(end.name, addr));
+      cmds.push(['link', 'set', end.name, 'up']);
+    }
+    if (vipsOnLo) for (const l of plan.loAddrs.filter((x) => x.ns === short)) for (const a of l.addrs) cmds.push(addrAddArgs('lo', a));
+  });
+  await Promise.all([...byNs(plan.sysctls)].map(([short, list]) => setSysctls(ns(short), list.map((x) => [x.key, x.value]))));
   await Promise.all(
-    plan.links.map(async (l) => {
-      await vethPair({ ...l.a, ns: ns(l.a.ns) }, { ...l.b, ns: ns(l.b.ns) });
-      for (const end of [l.a, l.b]) {
-        // Senders into a native-XDP veth must not leave checksums partial: XDP_TX'd frames would carry them
-        // unfinished and be dropped. Cheap in a lab, so off everywhere.
-        const features = ['tx', 'off'];
-        // Native XDP_TX on a veth reaches the peer only if the peer runs NAPI, which GRO (or an XDP program
-        // there) switches on. The lb nodes' peers are switch ports; GRO on every switch port keeps it uniform.
-        if (end.master) features.push('gro', 'on');
-        await run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, ...features]));
-      }
+    ends.map((end) => {
+      // Senders into a native-XDP veth must not leave checksums partial: XDP_TX'd frames would carry them
+      // unfinished and be dropped. Cheap in a lab, so off everywhere.
+      const features = ['tx', 'off'];
+      // Native XDP_TX on a veth reaches the peer only if the peer runs NAPI, which GRO (or an XDP program
+      // there) switches on. The lb nodes' peers are switch ports; GRO on every switch port keeps it uniform.
+      if (end.master) features.push('gro', 'on');
+      return run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, ...features]));
     }),
   );
-  await perNamespace(plan.routes, (r) => addRoute(ns(r.ns), r.dest, r.spec, r.type));
-  await perNamespace(plan.multipath, (m) => addMultipathRoute(ns(m.ns), m.dest, m.hops));
-  if (vipsOnLo) await perNamespace(plan.loAddrs, (l) => addAddrs(ns(l.ns), 'lo', l.addrs));
+  // Round 3: routes (their next hops are reachable now).
+  await perNs((short, cmds) => {
+    for (const r of plan.routes.filter((x) => x.ns === short)) cmds.push(routeAddArgs(r.dest, r.spec, r.type));
+    for (const m of plan.multipath.filter((x) => x.ns === short)) cmds.push(multipathRouteArgs(m.dest, m.hops));
+  });
   await warmNeighbours(state);
   log(`links, routes and ECMP (${plan.multipath.map((m) => m.dest).join(', ') || 'none'}) in place`);
 }
@@ -252,31 +289,32 @@ export async function warmNeighbours(state: LabState): Promise<void> {
   await Promise.all(pings);
 }
 
-async function startGitServer(state: LabState, log: (s: string) => void): Promise<void> {
-  const repo = await prepareGitRepo(state.configDir, state.stateDir);
+/** Starts the Git server in the lab's git namespace; resolves when it listens. */
+async function startGitServer(state: LabState, repo: { root: string; bare: string; work: string }): Promise<void> {
   const { ns: short, address, port } = state.plan.git;
   const url = `http://${address}:${port}`;
   state.git = { ...repo, url, repoUrl: `${url}/${GIT_REPO_NAME}` };
   const argv = nodeScriptArgv('servers/git-server', ['--root', repo.root, '--host', address, '--port', String(port)]);
   state.processes.push(spawnDetached('git-server', fullNs(state, short), argv, join(state.stateDir, 'logs', 'git-server.log'), { cwd: PROJECT_ROOT }));
   writeLabState(state);
-  await waitForPort(fullNs(state, short), port, 'tcp', { timeoutMs: 20_000 });
-  log(`git server ${state.git.repoUrl}`);
+  await waitForPort(fullNs(state, short), port, 'tcp', { timeoutMs: 30_000 });
 }
 
-async function startBackendServers(state: LabState, log: (s: string) => void): Promise<void> {
+/** Starts every backend's HTTP/UDP server; resolves when all their ports are bound. */
+async function startBackendServers(state: LabState): Promise<void> {
   for (const s of state.plan.servers) {
     const args = ['--name', s.node, ...s.tcpPorts.flatMap((p) => ['--tcp', String(p)]), ...s.udpPorts.flatMap((p) => ['--udp', String(p)])];
     const argv = nodeScriptArgv('servers/backend', args);
     const logFile = join(state.stateDir, 'logs', `backend-${s.node}.log`);
     state.processes.push(spawnDetached('backend-server', fullNs(state, s.ns), argv, logFile, { node: s.node, cwd: PROJECT_ROOT }));
-    writeLabState(state);
   }
-  for (const s of state.plan.servers) {
-    for (const p of s.tcpPorts) await waitForPort(fullNs(state, s.ns), p, 'tcp', { timeoutMs: 20_000 });
-    for (const p of s.udpPorts) await waitForPort(fullNs(state, s.ns), p, 'udp', { timeoutMs: 20_000 });
-  }
-  log(`backend servers: ${state.plan.servers.map((s) => `${s.node} (tcp ${s.tcpPorts.join(',')}, udp ${s.udpPorts.join(',')})`).join('; ')}`);
+  writeLabState(state);
+  await Promise.all(
+    state.plan.servers.map(async (s) => {
+      for (const p of s.tcpPorts) await waitForPort(fullNs(state, s.ns), p, 'tcp', { timeoutMs: 30_000 });
+      for (const p of s.udpPorts) await waitForPort(fullNs(state, s.ns), p, 'udp', { timeoutMs: 30_000 });
+    }),
+  );
 }
 
 /** The argv prefix that runs the gitlb CLI the same way this process runs (source via tsx, or dist/). */

@@ -272,9 +272,12 @@ export async function addRoute(ns: string, dest: string, spec: string[], type?: 
 
 export type RouteType = 'unreachable' | 'blackhole' | 'prohibit';
 
-/** `ip` arguments adding a route (the family follows `dest`; `default` is IPv4, `::/0` IPv6). */
+/**
+ * `ip` arguments adding a route. `ip` infers the family from `dest` or the gateway (write `::/0`, not
+ * `default`, for an IPv6 default route); no `-4`/`-6` flag, so the arguments also work in `ip -batch`.
+ */
 export function routeAddArgs(dest: string, spec: string[], type?: RouteType): string[] {
-  return [dest.includes(':') ? '-6' : '-4', 'route', 'add', ...(type ? [type] : []), dest, ...spec];
+  return ['route', 'add', ...(type ? [type] : []), dest, ...spec];
 }
 
 /** `ip` arguments adding a kernel multipath route over `hops`. */

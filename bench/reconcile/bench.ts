@@ -1,0 +1,115 @@
+// See ./run. Prints figures; quote medians (the machine is shared).
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { startDaemon, type Daemon } from '../../src/reconciler/daemon.js';
+import { githubSignature } from '../../src/reconciler/triggers/webhook.js';
+import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
+import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml, configFiles } from '../../test/reconcile-helpers.js';
+
+const PIN_BASE = `/sys/fs/bpf/gitlb-bench-${process.pid}`;
+const ROUNDS = Number(process.env.ROUNDS ?? 5);
+const quiet = { info: () => {}, warn: () => {} };
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const fmt = (xs: number[]) => `median ${median(xs)} ms (min ${Math.min(...xs)}, max ${Math.max(...xs)}, n=${xs.length})`;
+
+async function waitApplied(d: Daemon, rev: string, timeoutMs = 60_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (d.reconciler.appliedRevision !== rev) {
+    if (Date.now() > end) throw new Error(`not applied within ${timeoutMs} ms: ${rev}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function latency(mode: 'webhook' | 'poll'): Promise<number[]> {
+  const repo = await servedRepo();
+  const cache = await tempDir(`bench-${mode}`);
+  const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, mode) });
+  const secret = 'bench-secret';
+  let d: Daemon | undefined;
+  try {
+    const reals = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
+    const first = await commitFiles(repo.work, configFiles(['lb-1'], reals), 'initial');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    d = await startDaemon({
+      repo: repo.url, branch: 'main', node: 'lb-1', dataPlane: dp, cacheDir: cache, log: quiet,
+      ...(mode === 'webhook' ? { webhook: { listen: '127.0.0.1:0', secret } } : { poll: '1' }),
+    });
+    await waitApplied(d, first);
+    await d.idle();
+    const out: number[] = [];
+    const stages: Record<string, number[]> = {};
+    for (let i = 0; i < ROUNDS; i++) {
+      const rev = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', reals.slice(0, 1 + (i % 3))) }, `change ${i}`);
+      await git(repo.work, 'push', '-q', 'origin', 'main');
+      const t0 = Date.now(); // the push has landed on the server
+      if (mode === 'webhook') {
+        const body = JSON.stringify({ ref: 'refs/heads/main', after: rev });
+        await fetch(d.webhook!.url, { method: 'POST', body, headers: { 'x-hub-signature-256': githubSignature(secret, Buffer.from(body)) } });
+      }
+      await waitApplied(d, rev);
+      out.push(Date.now() - t0);
+      for (const [k, v] of Object.entries(d.reconciler.timings)) (stages[k] ??= []).push(v);
+      await d.idle(); // let the status write finish before the next round
+    }
+    console.log(`  ${mode} reconcile stages (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
+    return out;
+  } finally {
+    await d?.stop();
+    d?.reconciler.dataPlane.close();
+    await repo.cleanup();
+    rmSync(cache, { recursive: true, force: true });
+  }
+}
+
+async function oneRealChange(): Promise<void> {
+  const M = 65537;
+  const N = 100;
+  const repo = await servedRepo();
+  const cache = await tempDir('bench-writes');
+  const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, 'writes') });
+  try {
+    const reals = Array.from({ length: N }, (_, i) => `198.51.100.${i + 1}`);
+    const files = {
+      'cluster.yaml': clusterYaml({ tableSize: M }),
+      'nodes/lb-1.yaml': lbNodeYaml('lb-1'),
+      'services/web.yaml': serviceYaml('web', '203.0.113.10', reals),
+    };
+    await commitFiles(repo.work, files, 'initial');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    const r = new Reconciler({ node: 'lb-1', branch: 'main', remote: new HttpRemote(repo.url, cache), dataPlane: dp, log: quiet });
+    const first = await r.reconcile('bench');
+    if (first.kind !== 'applied') throw new Error(JSON.stringify(first));
+    console.log(`initial apply, M=${M} N=${N}: ${first.report.mapWrites} map writes`);
+    const rows: string[] = [];
+    for (const [label, next] of [
+      ['remove one real', reals.slice(0, N - 1)],
+      ['add it back', reals],
+      ['replace one real', [...reals.slice(0, N - 1), '198.51.100.200']],
+    ] as const) {
+      await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', [...next]) }, label);
+      await git(repo.work, 'push', '-q', 'origin', 'main');
+      const o = await r.reconcile('bench');
+      if (o.kind !== 'applied') throw new Error(JSON.stringify(o));
+      rows.push(`  ${label.padEnd(17)} mapWrites=${o.report.mapWrites} (ring entries ${o.report.changedRingEntries}, ideal M/N≈${Math.round(M / N)}), mapDeletes=${o.report.mapDeletes}, ringSwitches=${o.report.ringSwitches}`);
+    }
+    console.log(`one-real change at M=${M}, N=${N}:\n${rows.join('\n')}`);
+    const again = await r.reconcile('bench');
+    console.log(`  reconcile with nothing new: ${again.kind}`);
+  } finally {
+    dp.close();
+    await repo.cleanup();
+    rmSync(cache, { recursive: true, force: true });
+  }
+}
+
+try {
+  console.log(`commit-to-applied latency, from push landed to applied in the kernel maps (${ROUNDS} rounds each)`);
+  console.log(`  by webhook:      ${fmt(await latency('webhook'))}`);
+  console.log(`  by poll (1 s):   ${fmt(await latency('poll'))}   (expected ~ half the poll interval + one reconcile)`);
+  await oneRealChange();
+} finally {
+  rmSync(PIN_BASE, { recursive: true, force: true });
+}
