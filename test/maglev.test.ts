@@ -346,6 +346,9 @@ test('bad input is rejected with a clear message', (t) => {
   t.throws(() => buildMaglevTable(reals(2), 1000, 1), { message: /prime/ });
   t.throws(() => buildMaglevTable([...reals(2), reals(1)[0]!], 251, 1), { message: /duplicate backend identity/ });
   t.throws(() => buildMaglevTable([{ id: 'x', weight: 1, realId: 0 }], 251, 1), { message: /realId/ });
+  t.throws(() => buildMaglevTable([{ id: 'x', weight: 2 ** 31, realId: 1 }, { id: 'y', weight: 2 ** 31, realId: 2 }], 2097143, 1), {
+    message: /total weight/,
+  });
   t.throws(() => maglevSeedFromBase64('short'), { message: /base64/ });
   t.throws(() => maglevSeedFromBase64('AAAA'), { message: /12/ });
 });

@@ -17,8 +17,12 @@ import {
   getSysctl,
   isListening,
   listNetns,
+  addrAddArgs,
+  ipBatch,
   nsArgv,
   nsExec,
+  routeAddArgs,
+  setSysctls,
   nsName,
   nsSpawn,
   pidAlive,
@@ -158,7 +162,7 @@ test.serial('nsSpawn runs a server inside a namespace; waitForPort/waitForTcp se
   t.false(await isListening(b, 8080));
   await waitForPort(a, 8080, 'tcp', { timeoutMs: 10_000 });
   await waitForTcp(b, '198.51.100.1', 8080, { timeoutMs: 5000 });
-  const r = await nsExec(b, ['nc', '-w', '2', '198.51.100.1', '8080']);
+  const r = await nsExec(b, ['nc', '-d', '-w', '3', '198.51.100.1', '8080']); // -d: no stdin, just read the reply
   t.is(r.stdout, 'hello from ns\n');
   // The child's pid is the server itself (ip netns exec execs in place), so killing it stops the server.
   t.true(pidAlive(child.pid!));
@@ -168,6 +172,35 @@ test.serial('nsSpawn runs a server inside a namespace; waitForPort/waitForTcp se
   t.false(pidAlive(child.pid!));
   t.false(listNetns().includes(a));
   await t.throwsAsync(() => waitForPort(a, 8080, 'tcp', { timeoutMs: 300 }));
+});
+
+test.serial('ipBatch runs many ip commands in one process; setSysctls sets several at once', async (t) => {
+  const ns = nsName('t-batch');
+  await createNetns(ns);
+  try {
+    await ipBatch(ns, [
+      ['link', 'add', 'd0', 'type', 'bridge'], // (no dummy module on this kernel)
+      addrAddArgs('d0', '198.51.100.7/24'),
+      addrAddArgs('d0', '2001:db8:7::7/64'),
+      ['link', 'set', 'd0', 'up'],
+      routeAddArgs('203.0.113.0/24', [], 'unreachable'),
+      routeAddArgs('::/0', ['via', '2001:db8:7::1']),
+    ]);
+    const addrs = (await nsExec(ns, ['ip', '-br', 'addr', 'show', 'd0'])).stdout;
+    t.regex(addrs, /198\.51\.100\.7\/24/);
+    t.regex(addrs, /2001:db8:7::7\/64/);
+    t.regex((await nsExec(ns, ['ip', 'route', 'show', '203.0.113.0/24'])).stdout, /unreachable 203\.0\.113\.0\/24/);
+    t.regex((await nsExec(ns, ['ip', '-6', 'route', 'show', 'default'])).stdout, /via 2001:db8:7::1/);
+    // A failing line stops the batch with the line number in the error.
+    await t.throwsAsync(() => ipBatch(ns, [['link', 'set', 'nosuchdev', 'up']]), { message: /Command failed -:1|Cannot find device/ });
+    await t.throwsAsync(() => ipBatch(ns, [['link', 'set', 'a b', 'up']]), { message: /needs quoting/ });
+    await setSysctls(ns, [['net.ipv4.ip_forward', '1'], ['net.ipv4.conf.all.rp_filter', '2']]);
+    t.is(await getSysctl(ns, 'net.ipv4.ip_forward'), '1');
+    t.is(await getSysctl(ns, 'net.ipv4.conf.all.rp_filter'), '2');
+    await t.throwsAsync(() => setSysctls(ns, [['net.ipv4.ip_forward', '1; reboot']]), { message: /bad sysctl value/ });
+  } finally {
+    await deleteNetns(ns);
+  }
 });
 
 test.serial('nsExec enters the network namespace only: the host bpffs stays visible for pinning', async (t) => {

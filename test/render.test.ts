@@ -17,7 +17,7 @@ function sampleModel() {
     cluster: cluster({ tableSize: 1021, seed: SEED }),
     nodes: [
       node('lb-1', { role: 'lb', allowedVips: ['192.0.2.0/25', '2001:db8:1::/64'], addresses: ['192.0.2.201'] }),
-      node('lb-2', { role: 'lb', allowedVips: ['192.0.2.0/24'], snatAddress: '192.0.2.250' }),
+      node('lb-2', { role: 'lb', allowedVips: ['192.0.2.0/24'], snatAddress: '192.0.2.250', snatPorts: { min: 40000, max: 50000 } }),
       node('be-1', { role: 'backend', addresses: ['198.51.100.11'] }),
       node('be-4', { role: 'backend', addresses: ['198.51.100.14'] }),
       node('be-6', { role: 'backend', addresses: ['2001:db8:2::6'] }),
@@ -82,6 +82,8 @@ test('lb node: services whose VIP lies in allowedVips, listeners sorted, forward
   const dns = s.services.find((x) => x.name === 'dns')!;
   t.true(s.vips.filter((v) => v.vip === '192.0.2.53').every((v) => v.serviceId === dns.id && v.hashSourcePort === false));
   t.deepEqual(s.localVips, []);
+  t.deepEqual(s.addresses, ['192.0.2.201']);
+  t.is(renderDesiredState(sampleModel(), 'lb-2').addresses, undefined);
   t.is(s.hashSeed, Buffer.from(SEED, 'base64').readUInt32BE(4));
   t.is(s.conntrackMaxEntries, 65536);
   t.deepEqual(s.services.map((x) => x.id), [...s.services.map((x) => x.id)].sort((a, b) => a - b));
@@ -137,6 +139,8 @@ test('digest is SHA-256 of the ring as little-endian u32; every node agrees on a
   t.true(b.services.some((x) => x.name === 'far'));
   t.false(a.services.some((x) => x.name === 'far'));
   t.is(b.snatAddress, '192.0.2.250');
+  t.deepEqual(b.snatPorts, { min: 40000, max: 50000 });
+  t.is(a.snatPorts, undefined);
 });
 
 test('ids and tables are stable across revisions: reordering, adding a service, changing another', (t) => {

@@ -64,7 +64,9 @@ function link(ns: string, dev: string, brPort: string, addrs: string[]): void {
 
 /** A tiny HTTP server answering with the backend's name, in `ns`, on `port`. */
 function server(ns: string, name: string, port: number): Promise<void> {
-  const code = `require('http').createServer((q,s)=>{s.setHeader('connection','close');s.end(${JSON.stringify(name)})})` +
+  // GET answers the backend's name; POST answers name:bytes received (for the path-MTU test)
+  const code = `require('http').createServer((q,s)=>{let n=0;q.on('data',(d)=>{n+=d.length});q.on('end',()=>{` +
+    `s.setHeader('connection','close');s.end(q.method==='POST'?${JSON.stringify(name)}+':'+n:${JSON.stringify(name)})})})` +
     `.listen(${port},'::',()=>console.log('ready'))`;
   const c = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', code], { stdio: ['ignore', 'pipe', 'inherit'] });
   children.push(c);
@@ -87,7 +89,8 @@ test.before(async () => {
   // the client reaches the VIPs through the LB; backends reach the client directly on the shared segment
   sh(NS.client, ['ip', 'route', 'add', '203.0.113.0/24', 'via', ADDR.lbClientSide]);
   sh(NS.client, ['ip', '-6', 'route', 'add', '2001:db8:f::/64', 'via', ADDR6.lbClientSide]);
-  sh(NS.client, ['ethtool', '-K', 'eth0', 'tx', 'off']);
+  // full checksums and no segmentation offload: veth would otherwise hand generic XDP 64 KB GSO packets
+  sh(NS.client, ['ethtool', '-K', 'eth0', 'tx', 'off', 'gso', 'off', 'tso', 'off']);
   for (const b of [NS.b1, NS.b2]) {
     sh(b, ['ip', 'route', 'add', '192.0.2.0/24', 'dev', 'eth0']);
     sh(b, ['ip', '-6', 'route', 'add', '2001:db8:c::/64', 'dev', 'eth0']);
@@ -152,3 +155,17 @@ for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6'] as const) {
     t.log(`dsr-${mode}: answers ${got.join(',')}; LB tx +${after.tx - before.tx}, ct_hit +${after.ct_hit - before.ct_hit}`);
   });
 }
+
+test.serial('path MTU: a client sending full-size segments to an ipip VIP learns MTU-20 from our ICMP and completes', async (t) => {
+  const before = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
+  const body = Buffer.alloc(20_000, 0x61);
+  const sport = 46000;
+  const out = execFileSync('ip', ['netns', 'exec', NS.client, 'curl', '-s', '--max-time', '15', '--local-port', String(sport),
+    '--data-binary', '@-', `http://${VIP.ipip}/`], { input: body, timeout: 30_000 }).toString().trim();
+  const after = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
+  t.is(out, `${expectedBackend(VIP.ipip, sport)}:${body.length}`, 'the whole body arrived at the backend');
+  t.true(after.icmp_sent > before.icmp_sent, 'the LB answered with ICMP fragmentation-needed');
+  const route = sh(NS.client, ['ip', 'route', 'get', VIP.ipip]);
+  t.regex(route, /mtu 1480/, `client's route cache: ${route}`);
+  t.log(`icmp_sent +${after.icmp_sent - before.icmp_sent}; client route: ${route.trim().split('\n').join(' ')}`);
+});

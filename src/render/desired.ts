@@ -96,6 +96,9 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
     interface: node.spec.interface,
     mtu: node.spec.mtu,
     ...(node.spec.snatAddress !== undefined && { snatAddress: node.spec.snatAddress }),
+    ...(node.spec.snatPorts !== undefined && { snatPorts: { ...node.spec.snatPorts } }),
+    // The node's own addresses (outer source of dsr-ipip on lb nodes), sorted so YAML order does not matter.
+    ...(node.spec.addresses.length > 0 && { addresses: [...node.spec.addresses].sort(compareIps) }),
     hashSeed: hashSeedFromBase64(cluster.maglev.seed),
     conntrackMaxEntries: cluster.conntrack.maxEntries,
     reals: [...reals.values()].sort((a, b) => a.id - b.id),

@@ -12,7 +12,8 @@ import { murmur3x64_128, u64Mod } from './murmur3.js';
 export interface MaglevBackend {
   /** Identity string hashed for the permutation and used for ordering (see maglevBackendId). Unique per table. */
   id: string;
-  /** Relative share. 0 means "no entries" (the backend is left out). Integer in [0, 2^32). */
+  /** Relative share. 0 means "no entries" (the backend is left out). Integer in [0, 2^32); the sum of all weights
+   * times the table size must stay below 2^52 so the weight counters are exact (config limits keep it below 2^46). */
   weight: number;
   /** The value written into the table for this backend; >= 1, since 0 marks an empty table. */
   realId: number;
@@ -88,7 +89,9 @@ function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed
   }
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`maglev: seed ${seed} is not a u32`);
   const seen = new Set<string>();
+  let weightSum = 0;
   for (const b of backends) {
+    weightSum += b.weight;
     if (seen.has(b.id)) throw new Error(`maglev: duplicate backend identity '${b.id}'`);
     seen.add(b.id);
     if (!Number.isInteger(b.weight) || b.weight < 0 || b.weight > 0xffffffff) {
@@ -97,6 +100,9 @@ function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed
     if (!Number.isInteger(b.realId) || b.realId < 1 || b.realId > 0xffffffff) {
       throw new Error(`maglev: backend '${b.id}' has invalid realId ${b.realId} (must be a u32 >= 1)`);
     }
+  }
+  if (weightSum * tableSize >= 2 ** 52) {
+    throw new Error(`maglev: total weight ${weightSum} is too large for table size ${tableSize} (weight sum x M must be < 2^52)`);
   }
 }
 

@@ -35,6 +35,8 @@ export interface NodeSpec {
   interface: string;
   allowedVips: string[]; // CIDRs
   snatAddress?: string;
+  /** SNAT source ports, inclusive, min >= 1024, min <= max. Absent: 32768..60999 (the data plane's default). */
+  snatPorts?: { min: number; max: number };
   /** The node's own unicast addresses (canonical). A backend node serves the services that list one of
    * them as a real; an lb node uses them as the outer source of ipip. Optional; defaults to []. */
   addresses: string[];

@@ -53,6 +53,8 @@ export interface DesiredState {
   interface: string;
   mtu: number;
   snatAddress?: string;
+  /** SNAT source ports (Node.spec.snatPorts, inclusive); the data plane defaults to 32768..60999 when absent. */
+  snatPorts?: { min: number; max: number };
   /** The node's own addresses (Node.spec.addresses, canonical). An lb node uses them as the outer source of
    * dsr-ipip (see docs/datapath.md); when absent the kernel's source choice for the route is used. */
   addresses?: string[];

@@ -12,6 +12,7 @@ import {
   encodeService, encodeU32, encodeVipKey, encodeVipValue, familyOf, type ServiceValue,
 } from './codec.js';
 import { RingSpace } from './ring-space.js';
+import { SNAT_MAPS, applySnatConfig, checkSnatLayouts, snatCounters, snatMapSizes } from './snat.js';
 
 export interface ApplyReport { mapWrites: number; mapDeletes: number; ringSwitches: number; changedRingEntries: number }
 export interface LiveState {
@@ -36,6 +37,10 @@ export interface LbDataPlaneOptions {
 export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
+/** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
+const MAX_REALS = 65536;
+const MAX_SERVICES = 1024;
+const MAX_VIP_ENTRIES = 4096;
 /** Entries of lb_ring at first load unless the desired rings need more (2 regions per service, 2x headroom). */
 export const DEFAULT_RING_CAPACITY = 1 << 21;
 
@@ -80,6 +85,10 @@ export function validateDesired(d: DesiredState): void {
     if (!(v.forwarding in MODE)) fail(`${where}.forwarding: unknown '${v.forwarding}'`);
   }
   if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) fail(`mtu: ${d.mtu} out of range`);
+  if (d.role !== 'lb') fail(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
+  for (const [what, n, max] of [['reals', d.reals.length, MAX_REALS], ['services', d.services.length, MAX_SERVICES],
+    ['vips', 2 * d.vips.length, MAX_VIP_ENTRIES]] as const)
+    if (n > max) fail(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
 }
 
@@ -128,7 +137,7 @@ class LbDataPlane implements DataPlane {
   async load(desired?: DesiredState): Promise<void> {
     const pinned = (name: string) => join(this.opts.pinRoot, name);
     const mapMaxEntries: Record<string, number> = {};
-    for (const name of ['lb_ring', 'lb_conntrack']) {
+    for (const name of ['lb_ring', 'lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev]) {
       if (existsSync(pinned(name))) {
         const m = BpfMap.open(pinned(name));
         mapMaxEntries[name] = m.maxEntries;
@@ -138,6 +147,7 @@ class LbDataPlane implements DataPlane {
     if (desired) {
       mapMaxEntries.lb_ring ??= ringCapacityFor(desired);
       mapMaxEntries.lb_conntrack ??= desired.conntrackMaxEntries;
+      for (const [name, n] of Object.entries(snatMapSizes(desired))) mapMaxEntries[name] ??= n;
     }
     const obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries });
     try {
@@ -149,6 +159,7 @@ class LbDataPlane implements DataPlane {
           if (!m || m.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${m?.offset}, codec expects ${off}`);
         }
       }
+      checkSnatLayouts(obj);
       this.maps = {
         vips: obj.map('lb_vips'), services: obj.map('lb_services'), ring: obj.map('lb_ring'), reals: obj.map('lb_reals'),
         conntrack: obj.map('lb_conntrack'), config: obj.map('lb_config'), counters: obj.map('lb_counters'),
@@ -193,6 +204,8 @@ class LbDataPlane implements DataPlane {
 
   async apply(desired: DesiredState): Promise<ApplyReport> {
     validateDesired(desired);
+    if (this.opts.interface && desired.interface !== this.opts.interface)
+      fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${this.opts.interface}'`);
     if (!this.obj) await this.load(desired);
     const m = this.maps;
     const report: ApplyReport = { mapWrites: 0, mapDeletes: 0, ringSwitches: 0, changedRingEntries: 0 };
@@ -263,6 +276,7 @@ class LbDataPlane implements DataPlane {
       const cfg = configOf(desired);
       if (!this.config || !this.config.equals(cfg))
         put(m.config, encodeU32(0), cfg, { get: () => this.config ?? undefined, set: (v) => { this.config = v ?? null; } });
+      report.mapWrites += applySnatConfig(this.obj!, desired, undo); // SNAT address, ports, timeouts (snat.ts)
 
       // 2. reals before any ring refers to them
       for (const r of desired.reals) {
@@ -371,6 +385,7 @@ class LbDataPlane implements DataPlane {
     };
     traffic(m.serviceStats, 'service');
     traffic(m.realStats, 'real');
+    Object.assign(out, snatCounters(this.obj));
     return out;
   }
 

@@ -151,7 +151,8 @@ Napi::Value LinkInfo(const Napi::CallbackInfo& info) {
   std::string self = "/proc/self/fd/" + std::to_string(fd);
   ssize_t n = readlink(self.c_str(), target, sizeof target - 1);
   if (n < 0) ThrowErrno(env, errno, "link info");
-  if (std::string(target) != "anon_inode:bpf_link")
+  // The kernel names the inode "bpf_link" for new links and "bpf-link" for fds from BPF_OBJ_GET.
+  if (std::string(target) != "anon_inode:bpf_link" && std::string(target) != "anon_inode:bpf-link")
     ThrowErrno(env, EINVAL, std::string("link info: fd is ") + target + ", not a BPF link");
   bpf_link_info li = {};
   uint32_t len = sizeof li;

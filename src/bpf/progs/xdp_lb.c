@@ -16,6 +16,7 @@
 #include "lb_hashing.h"
 #include "lb_encap.h"
 #include "lb_icmp.h"
+#include "lb_snat.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -65,11 +66,11 @@ static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_
 	k->family = p->family;
 }
 
-/* SNAT forwarding is not done in XDP yet: the kernel (nftables) handles it. This is the place
- * where an XDP SNAT path plugs in. */
-static __always_inline int lb_forward_snat(void)
+/* SNAT forwarding (address + port translation, NAT table): lb_snat.h */
+static __always_inline int lb_forward_snat(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
+					   __be16 target_port, int use_sport)
 {
-	return lb_pass(LB_CNT_PASS_SNAT);
+	return lb_snat_forward(ctx, p, service_id, target_port, use_sport);
 }
 
 /* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
@@ -105,6 +106,13 @@ int xdp_lb(struct xdp_md *ctx)
 
 	/* 1. parse */
 	verdict = lb_parse(ctx, &p, &reason);
+	/* replies of SNAT flows (and ICMP errors about them) come back to the SNAT address: lb_snat.h */
+	{
+		int snat = lb_snat_reverse(ctx, &p, verdict);
+
+		if (snat >= 0)
+			return snat;
+	}
 	if (verdict == LB_PARSE_PASS)
 		return lb_pass(reason);
 	if (verdict == LB_PARSE_BAD_IF_VIP)
@@ -125,7 +133,7 @@ int xdp_lb(struct xdp_md *ctx)
 
 	if (mode == LB_MODE_SNAT) {
 		lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
-		return lb_forward_snat();
+		return lb_forward_snat(ctx, &p, service_id, target_port, use_sport);
 	}
 	struct lb_config *cfg = bpf_map_lookup_elem(&lb_config, &zero);
 

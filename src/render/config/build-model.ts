@@ -53,6 +53,7 @@ export function buildNode(l: Located<RawNode>): NodeDoc {
         return canon;
       }),
       ...(s.snatAddress !== undefined ? { snatAddress: ip(s.snatAddress) } : {}),
+      ...(s.snatPorts !== undefined ? { snatPorts: { min: s.snatPorts.min, max: s.snatPorts.max } } : {}),
       addresses: s.addresses.map(ip),
       mtu: s.mtu,
     },

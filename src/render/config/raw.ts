@@ -23,7 +23,7 @@ export type RawCluster = RawDocument<
 
 export type RawNode = RawDocument<
   'Node',
-  { role: NodeRole; interface: string; allowedVips: string[]; snatAddress?: string; addresses: string[]; mtu: number }
+  { role: NodeRole; interface: string; allowedVips: string[]; snatAddress?: string; snatPorts?: { min: number; max: number }; addresses: string[]; mtu: number }
 >;
 
 export type RawService = RawDocument<

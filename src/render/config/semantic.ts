@@ -149,6 +149,8 @@ function checkNode(
     snat = checkAddress(emit, doc, ['spec', 'snatAddress'], spec.snatAddress);
     if (spec.role !== 'lb') emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: only lb nodes use a SNAT address (this node's role is ${spec.role})`, 'key');
   }
+  if (spec.snatPorts !== undefined && spec.snatPorts.min > spec.snatPorts.max)
+    emit('error', doc, ['spec', 'snatPorts'], `spec.snatPorts: min ${spec.snatPorts.min} is above max ${spec.snatPorts.max}`);
   if (spec.role === 'lb') {
     if (spec.allowedVips.length === 0) emit('warning', doc, ['spec', 'role'], `lb node '${name}' has no spec.allowedVips, so it serves no VIP`);
     lbNodes.push({ name, allowed, snat });

@@ -1,0 +1,277 @@
+// Attaching programs to interfaces: XDP and TC through BPF links (pinned so they outlive the
+// process), TC through clsact filters where tcx is missing, and queries of what is attached.
+// Never replaces a program that is not ours: that is an EEXIST error naming what is there.
+import { existsSync, unlinkSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { native } from './addon.js';
+import { ensurePinDir } from './bpffs.js';
+import { bpfError, named, type BpfError } from './errors.js';
+
+/** What attaching needs from a loaded program. */
+export interface ProgramRef { readonly name: string; readonly fd: number }
+
+const XDP_FLAGS = { generic: 1 << 1, native: 1 << 2 } as const;
+const LINK_TYPE_XDP = 6;
+const LINK_TYPE_TCX = 11;
+const XDP_ATTACH_MODES = ['none', 'native', 'generic', 'offload', 'multi'] as const;
+
+export interface XdpAttachment {
+  mode: 'native' | 'generic';
+  ifindex: number;
+  linkId: number;
+  pinPath?: string;
+  /** True when an existing pinned link of ours was switched to this program (no detach gap). */
+  replaced: boolean;
+  /** Detaches the program and removes the pin. */
+  detach(): void;
+  /** Closes our fd only; a pinned link stays attached. */
+  close(): void;
+}
+
+export interface TcAttachOptions {
+  /** 'tcx' links (kernel >= 6.6), 'clsact' qdisc + cls_bpf filter, or 'auto' (tcx, else clsact). */
+  api?: 'tcx' | 'clsact' | 'auto';
+  /** clsact filter identity (ours is the filter at this handle/priority); defaults 1 / 0xc0de. */
+  handle?: number;
+  priority?: number;
+}
+
+export interface TcAttachment {
+  api: 'tcx' | 'clsact';
+  direction: 'ingress' | 'egress';
+  ifindex: number;
+  linkId: number;
+  pinPath?: string;
+  replaced: boolean;
+  detach(): void;
+  close(): void;
+}
+
+function linkAttachment(fd: number, pinPath: string | undefined) {
+  let open = true;
+  return {
+    detach(): void {
+      if (!open) return;
+      try {
+        native().linkDetach(fd);
+      } finally {
+        open = false;
+        native().closeFd(fd);
+        if (pinPath && existsSync(pinPath)) unlinkSync(pinPath);
+      }
+    },
+    close(): void {
+      if (!open) return;
+      open = false;
+      native().closeFd(fd);
+    },
+  };
+}
+
+/** Opens a pinned link if `pinPath` holds one of the expected kind on `ifindex`; throws EEXIST if it is something else. */
+function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifindex: number, attachType?: number): number | null {
+  if (!pinPath || !existsSync(pinPath)) return null;
+  const fd = native().objGet(pinPath);
+  try {
+    let li;
+    try {
+      li = native().linkInfo(fd);
+    } catch (e) {
+      throw bpfError('EEXIST', `pin ${pinPath} is not a BPF link (${(e as Error).message}); refusing to overwrite it`);
+    }
+    if (li.type === linkType && li.ifindex === 0) {
+      // Our link outlived its interface (device deleted/recreated): the pin is stale.
+      native().closeFd(fd);
+      unlinkSync(pinPath);
+      return null;
+    }
+    if (li.type !== linkType || li.ifindex !== ifindex || (attachType !== undefined && li.attachType !== attachType))
+      throw bpfError('EEXIST', `pin ${pinPath} holds link ${li.id} (type ${li.type}, ifindex ${li.ifindex}), not ours for ifindex ${ifindex}`);
+    return fd;
+  } catch (e) {
+    native().closeFd(fd);
+    throw e;
+  }
+}
+
+/**
+ * Attaches to `ifname` through a BPF link. With `pinPath`, the link is pinned (it survives this
+ * process) and an existing pinned link of ours there is switched to this program atomically.
+ * Any other XDP program on the interface is refused with EEXIST, never replaced.
+ * 'auto' tries native then generic and reports the mode it got.
+ */
+export function attachXdp(prog: ProgramRef, ifname: string, mode: 'native' | 'generic' | 'auto' = 'auto', pinPath?: string): XdpAttachment {
+  const n = native();
+  const ifindex = named(`program '${prog.name}'`, () => n.ifNameToIndex(ifname));
+  const own = openOwnPinnedLink(pinPath, LINK_TYPE_XDP, ifindex);
+  if (own !== null) {
+    try {
+      named(`program '${prog.name}': update XDP link on ${ifname}`, () => n.linkUpdate(own, prog.fd));
+    } catch (e) {
+      n.closeFd(own);
+      throw e;
+    }
+    const q = n.xdpQuery(ifindex);
+    return { mode: q.attachMode === 2 ? 'generic' : 'native', ifindex, linkId: n.linkInfo(own).id, pinPath,
+      replaced: true, ...linkAttachment(own, pinPath) };
+  }
+  const current = queryXdp(ifname);
+  if (current)
+    throw bpfError('EEXIST', `program '${prog.name}': ${ifname} already runs XDP program ${current.progId}` +
+      `${current.name ? ` '${current.name}'` : ''} (${current.mode}); refusing to replace it`, { attached: current });
+  const tries: Array<'native' | 'generic'> = mode === 'auto' ? ['native', 'generic'] : [mode];
+  let lastErr: unknown;
+  for (const m of tries) {
+    let fd: number;
+    try {
+      fd = named(`program '${prog.name}': attach XDP (${m}) to ${ifname}`, () =>
+        n.linkCreate(prog.fd, ifindex, n.attachXdp, XDP_FLAGS[m]));
+    } catch (e) {
+      lastErr = e;
+      continue;
+    }
+    try {
+      if (pinPath) {
+        ensurePinDir(dirname(pinPath));
+        named(`program '${prog.name}': pin XDP link`, () => n.objPin(fd, pinPath));
+      }
+    } catch (e) {
+      n.linkDetach(fd);
+      n.closeFd(fd);
+      throw e;
+    }
+    return { mode: m, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
+  }
+  throw lastErr;
+}
+
+/**
+ * Attaches as TC on ingress or egress. Default api 'auto': a tcx link (kernel >= 6.6, no qdisc
+ * needed; pinned at `pinPath` so it survives the process, an existing pinned link of ours is
+ * switched atomically), falling back to a clsact filter on older kernels (see attachClsact).
+ * tcx: programs of others on the hook keep running; a program with our name that is not behind
+ * our pin is refused with EEXIST (a leftover instance would process packets twice).
+ */
+export function attachTc(prog: ProgramRef, ifname: string, direction: 'ingress' | 'egress', pinPath?: string, opts: TcAttachOptions = {}): TcAttachment {
+  const n = native();
+  const ifindex = named(`program '${prog.name}'`, () => n.ifNameToIndex(ifname));
+  const api = opts.api ?? 'auto';
+  if (api === 'clsact') return attachClsact(prog, ifname, ifindex, direction, opts);
+  try {
+    return attachTcx(prog, ifname, ifindex, direction, pinPath);
+  } catch (e) {
+    // kernels before 6.6 reject the tcx attach type with EINVAL
+    if (api === 'auto' && (e as BpfError).code === 'EINVAL' && !(e as { attached?: unknown }).attached)
+      return attachClsact(prog, ifname, ifindex, direction, opts);
+    throw e;
+  }
+}
+
+/**
+ * clsact + direct-action cls_bpf filter at (handle, priority). The filter lives in the kernel
+ * without a pin; close() keeps it, detach() removes it. A filter of ours (same program name)
+ * at that slot is replaced; anything else there is refused with EEXIST.
+ */
+function attachClsact(prog: ProgramRef, ifname: string, ifindex: number, direction: 'ingress' | 'egress', opts: TcAttachOptions): TcAttachment {
+  const n = native();
+  const handle = opts.handle ?? 1;
+  const priority = opts.priority ?? 0xc0de;
+  const ingress = direction === 'ingress';
+  const existing = named(`program '${prog.name}': query clsact ${direction} on ${ifname}`, () =>
+    n.tcClsactQuery(ifindex, ingress, handle, priority));
+  let replaced = false;
+  if (existing !== null) {
+    const info = n.progInfoById(existing);
+    if (info?.name !== prog.name.slice(0, 15))
+      throw bpfError('EEXIST', `program '${prog.name}': ${ifname} ${direction} filter ${handle}/${priority} runs program ` +
+        `${existing} '${info?.name ?? '?'}'; refusing to replace it`, { attached: { progId: existing, name: info?.name } });
+    replaced = true;
+  }
+  named(`program '${prog.name}': attach clsact ${direction} to ${ifname}`, () =>
+    n.tcClsactAttach(prog.fd, ifindex, ingress, handle, priority, replaced));
+  let attached = true;
+  return {
+    api: 'clsact', direction, ifindex, linkId: 0, replaced,
+    detach(): void {
+      if (!attached) return;
+      attached = false;
+      named(`clsact ${direction} filter on ${ifname}`, () => n.tcClsactDetach(ifindex, ingress, handle, priority));
+    },
+    close(): void {},
+  };
+}
+
+function attachTcx(prog: ProgramRef, ifname: string, ifindex: number, direction: 'ingress' | 'egress', pinPath?: string): TcAttachment {
+  const n = native();
+  const attachType = direction === 'ingress' ? n.attachTcxIngress : n.attachTcxEgress;
+  const own = openOwnPinnedLink(pinPath, LINK_TYPE_TCX, ifindex, attachType);
+  if (own !== null) {
+    try {
+      named(`program '${prog.name}': update TC link on ${ifname}`, () => n.linkUpdate(own, prog.fd));
+    } catch (e) {
+      n.closeFd(own);
+      throw e;
+    }
+    return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
+  }
+  const same = queryTc(ifname, direction).find((p) => p.name === prog.name.slice(0, 15));
+  if (same)
+    throw bpfError('EEXIST', `program '${prog.name}': ${ifname} ${direction} already runs program ${same.progId} ` +
+      `'${same.name}' not pinned at ${pinPath ?? '(no pin)'}; refusing to attach a second copy`, { attached: same });
+  const fd = named(`program '${prog.name}': attach TC ${direction} to ${ifname}`, () =>
+    n.linkCreate(prog.fd, ifindex, attachType, 0));
+  try {
+    if (pinPath) {
+      ensurePinDir(dirname(pinPath));
+      named(`program '${prog.name}': pin TC link`, () => n.objPin(fd, pinPath));
+    }
+  } catch (e) {
+    n.linkDetach(fd);
+    n.closeFd(fd);
+    throw e;
+  }
+  return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
+}
+
+const tcxAttachType = (direction: 'ingress' | 'egress') =>
+  direction === 'ingress' ? native().attachTcxIngress : native().attachTcxEgress;
+
+/** The XDP program on `ifname`, or null. Foreign programs are reported too (name from the kernel). */
+export function queryXdp(ifname: string): { progId: number; mode: string; name?: string } | null {
+  const n = native();
+  const ifindex = n.ifNameToIndex(ifname);
+  const q = n.xdpQuery(ifindex);
+  const progId = q.progId || q.drvProgId || q.skbProgId || q.hwProgId;
+  if (!progId) return null;
+  const info = n.progInfoById(progId);
+  return { progId, mode: XDP_ATTACH_MODES[q.attachMode] ?? String(q.attachMode), name: info?.name };
+}
+
+/** Programs on the tcx ingress/egress hook of `ifname`, in run order. */
+export function queryTc(ifname: string, direction: 'ingress' | 'egress'): Array<{ progId: number; name?: string }> {
+  const n = native();
+  const ifindex = n.ifNameToIndex(ifname);
+  return n.progQuery(ifindex, tcxAttachType(direction)).map((progId) => ({ progId, name: n.progInfoById(progId)?.name }));
+}
+
+/** The program of a clsact filter at (handle, priority) on `ifname`, or null. */
+export function queryTcClsact(ifname: string, direction: 'ingress' | 'egress', handle = 1, priority = 0xc0de):
+  { progId: number; name?: string } | null {
+  const n = native();
+  const progId = n.tcClsactQuery(n.ifNameToIndex(ifname), direction === 'ingress', handle, priority);
+  return progId === null ? null : { progId, name: n.progInfoById(progId)?.name };
+}
+
+/** Detaches and unpins a link pinned at `pinPath` (e.g. `gitlb down`); false when nothing is pinned there. */
+export function detachPinnedLink(pinPath: string): boolean {
+  if (!existsSync(pinPath)) return false;
+  const n = native();
+  const fd = n.objGet(pinPath);
+  try {
+    n.linkDetach(fd);
+  } finally {
+    n.closeFd(fd);
+    unlinkSync(pinPath);
+  }
+  return true;
+}

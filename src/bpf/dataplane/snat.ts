@@ -1,0 +1,247 @@
+// SNAT maps of the LB program (src/bpf/include/lb_snat.h): byte layouts, the node's SNAT settings
+// (lb_snat_config), the per-reason counters, reading the NAT table and sweeping expired translations.
+// apply() in ./index.ts calls applySnatConfig(); layouts are checked against BTF at load (checkSnatLayouts).
+import type { BpfMap, BpfObject } from '../libbpf.js';
+import type { DesiredState } from '../../render/state.js';
+import { addr16, addrText, encodeFlowKey, familyOf, type FlowKey } from './codec.js';
+
+/** Node.spec.snatPorts default: Linux's default ephemeral range. */
+export const DEFAULT_SNAT_PORTS = { min: 32768, max: 60999 } as const;
+/** Idle timeouts of a translation (ns): TCP established, TCP after FIN/RST, UDP. */
+export const DEFAULT_SNAT_TIMEOUTS = {
+  tcpEstablishedNs: 7_440n * 1_000_000_000n, // RFC 5382 REQ-5: at least 2 h 4 min
+  tcpClosingNs: 10n * 1_000_000_000n,
+  udpNs: 120n * 1_000_000_000n, // RFC 4787 REQ-5: at least 2 min
+};
+export type SnatTimeouts = typeof DEFAULT_SNAT_TIMEOUTS;
+
+export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'lb_snat_rev', stats: 'lb_snat_stats' } as const;
+
+/** lb_snat_stats indexes, in enum lb_snat_counter order (lb_snat.h). */
+export const SNAT_COUNTER_NAMES = [
+  'snat_new', 'snat_hit', 'snat_reply', 'snat_icmp', 'snat_pass_local', 'snat_pass_expired', 'snat_reclaimed',
+  'snat_drop_ports_exhausted', 'snat_drop_table_full', 'snat_drop_family',
+] as const;
+
+export const SNAT_LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
+  lb_snat_config: { size: 56, members: { addr6: 0, addr4: 16, has4: 20, has6: 21, port_min: 22, port_max: 24,
+    pad16: 26, pad32: 28, tcp_established_ns: 32, tcp_closing_ns: 40, udp_ns: 48 } },
+  lb_snat_fwd: { size: 8, members: { real_id: 0, snat_port: 4, real_port: 6 } },
+  lb_snat_rev_key: { size: 24, members: { real: 0, real_port: 16, snat_port: 18, proto: 20, family: 21, pad: 22 } },
+  lb_snat_rev: { size: 64, members: { client: 0, vip: 16, client_port: 32, vip_port: 34, real_id: 36, state: 40,
+    pad: 41, created_ns: 48, last_seen_ns: 56 } },
+};
+
+function fail(message: string, code = 'EINVAL'): never {
+  throw Object.assign(new Error(message), { code });
+}
+
+/** Throws (EPROTO) when the object's BTF layouts differ from SNAT_LAYOUTS. */
+export function checkSnatLayouts(obj: Pick<BpfObject, 'btfStruct'>): void {
+  for (const [name, want] of Object.entries(SNAT_LAYOUTS)) {
+    const got = obj.btfStruct(name);
+    if (!got || got.size !== want.size) fail(`xdp_lb.o: struct ${name} is ${got?.size} bytes, snat.ts expects ${want.size}`, 'EPROTO');
+    for (const [member, off] of Object.entries(want.members)) {
+      const m = got.members.find((x) => x.name === member);
+      if (!m || m.offset !== off) fail(`xdp_lb.o: ${name}.${member} at ${m?.offset}, snat.ts expects ${off}`, 'EPROTO');
+    }
+  }
+}
+
+// ------------------------------------------------------------------ config
+
+export interface SnatConfig {
+  addr4?: string;
+  addr6?: string;
+  portMin: number;
+  portMax: number;
+  timeouts: SnatTimeouts;
+}
+
+export function validateSnatPorts(p: { min: number; max: number }, where = 'snatPorts'): void {
+  for (const k of ['min', 'max'] as const)
+    if (!Number.isInteger(p[k]) || p[k] < 1024 || p[k] > 65535) fail(`${where}.${k}: ${p[k]} must be an integer in 1024..65535`);
+  if (p.min > p.max) fail(`${where}: min ${p.min} is above max ${p.max}`);
+}
+
+export function snatConfigOf(d: DesiredState, timeouts: SnatTimeouts = DEFAULT_SNAT_TIMEOUTS): SnatConfig {
+  const ports = d.snatPorts ?? DEFAULT_SNAT_PORTS;
+  validateSnatPorts(ports);
+  const cfg: SnatConfig = { portMin: ports.min, portMax: ports.max, timeouts };
+  if (d.snatAddress !== undefined) {
+    if (familyOf(d.snatAddress) === 4) cfg.addr4 = d.snatAddress;
+    else cfg.addr6 = d.snatAddress;
+  }
+  return cfg;
+}
+
+export function encodeSnatConfig(c: SnatConfig): Buffer {
+  const b = Buffer.alloc(56);
+  if (c.addr6) addr16(c.addr6).copy(b, 0);
+  if (c.addr4) addr16(c.addr4).copy(b, 16, 0, 4);
+  b[20] = c.addr4 ? 1 : 0;
+  b[21] = c.addr6 ? 1 : 0;
+  b.writeUInt16LE(c.portMin, 22);
+  b.writeUInt16LE(c.portMax, 24);
+  b.writeBigUInt64LE(c.timeouts.tcpEstablishedNs, 32);
+  b.writeBigUInt64LE(c.timeouts.tcpClosingNs, 40);
+  b.writeBigUInt64LE(c.timeouts.udpNs, 48);
+  return b;
+}
+
+export function decodeSnatConfig(b: Buffer): SnatConfig {
+  return {
+    ...(b[20] ? { addr4: addrText(b.subarray(16, 20), 4) } : {}),
+    ...(b[21] ? { addr6: addrText(b.subarray(0, 16), 6) } : {}),
+    portMin: b.readUInt16LE(22), portMax: b.readUInt16LE(24),
+    timeouts: { tcpEstablishedNs: b.readBigUInt64LE(32), tcpClosingNs: b.readBigUInt64LE(40), udpNs: b.readBigUInt64LE(48) },
+  };
+}
+
+/** Sizes of the NAT maps at first load: as many translations as the connection table has entries. */
+export function snatMapSizes(d: DesiredState): Record<string, number> {
+  return { [SNAT_MAPS.fwd]: d.conntrackMaxEntries, [SNAT_MAPS.rev]: d.conntrackMaxEntries };
+}
+
+/**
+ * Writes lb_snat_config when it differs from `desired`; registers the restore in `undo` (apply()'s
+ * rollback list). Returns the number of map writes (0 or 1).
+ */
+export function applySnatConfig(obj: BpfObject, desired: DesiredState, undo: Array<() => void>): number {
+  const map = obj.map(SNAT_MAPS.config);
+  const key = Buffer.alloc(4);
+  const want = encodeSnatConfig(snatConfigOf(desired));
+  const prev = map.lookup(key);
+  if (prev && Buffer.from(prev).equals(want)) return 0;
+  map.update(key, want);
+  if (prev) {
+    const old = Buffer.from(prev);
+    undo.push(() => map.update(key, old));
+  }
+  return 1;
+}
+
+// ------------------------------------------------------------------ NAT table
+
+export const SNAT_STATE = { open: 0, closing: 1 } as const;
+
+export interface SnatRevKey { real: string; realPort: number; snatPort: number; proto: number; family: 4 | 6 }
+export interface SnatRev {
+  client: string; vip: string; clientPort: number; vipPort: number; realId: number;
+  state: number; createdNs: bigint; lastSeenNs: bigint;
+}
+export interface SnatFwd { realId: number; snatPort: number; realPort: number }
+
+export function encodeSnatRevKey(k: SnatRevKey): Buffer {
+  const b = Buffer.alloc(24);
+  addr16(k.real).copy(b, 0);
+  b.writeUInt16BE(k.realPort, 16);
+  b.writeUInt16BE(k.snatPort, 18);
+  b[20] = k.proto;
+  b[21] = k.family;
+  return b;
+}
+
+export function decodeSnatRevKey(b: Buffer): SnatRevKey {
+  const family = b[21] === 6 ? 6 : 4;
+  return { real: addrText(b.subarray(0, 16), family), realPort: b.readUInt16BE(16), snatPort: b.readUInt16BE(18), proto: b[20]!, family };
+}
+
+export function encodeSnatRev(v: SnatRev): Buffer {
+  const b = Buffer.alloc(64);
+  addr16(v.client).copy(b, 0);
+  addr16(v.vip).copy(b, 16);
+  b.writeUInt16BE(v.clientPort, 32);
+  b.writeUInt16BE(v.vipPort, 34);
+  b.writeUInt32LE(v.realId, 36);
+  b[40] = v.state;
+  b.writeBigUInt64LE(v.createdNs, 48);
+  b.writeBigUInt64LE(v.lastSeenNs, 56);
+  return b;
+}
+
+export function decodeSnatRev(b: Buffer, family: 4 | 6): SnatRev {
+  return { client: addrText(b.subarray(0, 16), family), vip: addrText(b.subarray(16, 32), family),
+    clientPort: b.readUInt16BE(32), vipPort: b.readUInt16BE(34), realId: b.readUInt32LE(36), state: b[40]!,
+    createdNs: b.readBigUInt64LE(48), lastSeenNs: b.readBigUInt64LE(56) };
+}
+
+export function encodeSnatFwd(v: SnatFwd): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeUInt32LE(v.realId, 0);
+  b.writeUInt16BE(v.snatPort, 4);
+  b.writeUInt16BE(v.realPort, 6);
+  return b;
+}
+
+export function decodeSnatFwd(b: Buffer): SnatFwd {
+  return { realId: b.readUInt32LE(0), snatPort: b.readUInt16BE(4), realPort: b.readUInt16BE(6) };
+}
+
+/** The forward key of a translation: the client's flow as it arrives (dst = VIP). */
+export function snatFwdKey(k: SnatRevKey, v: SnatRev): Buffer {
+  const fk: FlowKey = { src: v.client, dst: v.vip, sport: v.clientPort, dport: v.vipPort, proto: k.proto, family: k.family };
+  return encodeFlowKey(fk);
+}
+
+export interface SnatTranslation { key: SnatRevKey; rev: SnatRev }
+
+/** Every translation in the reverse map (the owner of each SNAT port). */
+export function listSnat(obj: BpfObject): SnatTranslation[] {
+  return obj.map(SNAT_MAPS.rev).entries().map(([k, v]) => {
+    const key = decodeSnatRevKey(k);
+    return { key, rev: decodeSnatRev(v, key.family) };
+  });
+}
+
+/** Now on bpf_ktime_get_ns()'s clock (CLOCK_MONOTONIC; libuv's hrtime reads the same clock on Linux). */
+export function monotonicNs(): bigint {
+  return process.hrtime.bigint();
+}
+
+export function snatExpired(key: SnatRevKey, rev: SnatRev, cfg: SnatConfig, nowNs: bigint): boolean {
+  const t = key.proto === 17 ? cfg.timeouts.udpNs
+    : rev.state === SNAT_STATE.closing ? cfg.timeouts.tcpClosingNs : cfg.timeouts.tcpEstablishedNs;
+  return nowNs > rev.lastSeenNs && nowNs - rev.lastSeenNs > t;
+}
+
+/**
+ * Deletes expired translations: the reverse entry, and the forward entry when it still points at it. The
+ * data path reclaims expired ports on its own when it probes them; this keeps the tables from filling with
+ * flows nobody revisits. Forward entries are only deleted through their reverse entry, so a translation
+ * being created while the sweep runs (reverse entry first, then forward) is never cut in half.
+ * Returns the number of entries deleted.
+ */
+export function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs()): number {
+  const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
+  if (!cfgBuf) return 0;
+  const cfg = decodeSnatConfig(Buffer.from(cfgBuf));
+  const rev: BpfMap = obj.map(SNAT_MAPS.rev);
+  const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
+  let deleted = 0;
+  for (const [k, v] of rev.entries()) {
+    const key = decodeSnatRevKey(k);
+    const r = decodeSnatRev(v, key.family);
+    if (!snatExpired(key, r, cfg, nowNs)) continue;
+    if (rev.delete(k)) deleted++;
+    const fk = snatFwdKey(key, r);
+    const f = fwd.lookup(fk);
+    if (!f) continue;
+    const fv = decodeSnatFwd(Buffer.from(f));
+    if (fv.realId === r.realId && fv.snatPort === key.snatPort && fv.realPort === key.realPort && fwd.delete(fk)) deleted++;
+  }
+  return deleted;
+}
+
+/** lb_snat_stats summed over CPUs, by name. */
+export function snatCounters(obj: BpfObject | null): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (!obj) return out;
+  const stats = obj.map(SNAT_MAPS.stats);
+  SNAT_COUNTER_NAMES.forEach((name, i) => {
+    const key = Buffer.alloc(4);
+    key.writeUInt32LE(i);
+    out[name] = Number(stats.lookupPerCpuSum(key)?.[0] ?? 0n);
+  });
+  return out;
+}

@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* SNAT (full NAT) on the LB node, for `snat` listeners and the UDP side of `hybrid`.
+ *
+ *   forward  client:cport -> VIP:vport        becomes  snatAddress:sport -> real:targetPort
+ *   reverse  real:targetPort -> snatAddress:sport  becomes  VIP:vport -> client:cport
+ *   ICMP     an error from the real (or a router) about a NATed flow, sent to snatAddress, goes back to
+ *            the client with the quoted (inner) header translated too
+ *
+ * Two maps hold a translation: lb_snat_fwd (the client's 5-tuple -> real and SNAT port) and lb_snat_rev
+ * ((real, real port, SNAT port, proto) -> client, VIP and the flow's timestamps). The reverse entry is the
+ * owner of a SNAT port: it is allocated with BPF_NOEXIST, so two flows can never share a port towards the
+ * same real endpoint; a forward entry is only trusted when its reverse entry still names the same client
+ * flow. Entries expire per protocol (TCP established / TCP closing after FIN or RST / UDP) against
+ * bpf_ktime_get_ns(); an expired port is reclaimed by the next allocation that probes it, and
+ * src/bpf/dataplane/snat.ts sweeps the rest. When no port or no table slot is left the packet is dropped
+ * and counted by reason: never a wrong translation. Spec: docs/datapath.md, section SNAT. */
+#ifndef LB_SNAT_H
+#define LB_SNAT_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "lb_consts.h"
+#include "lb_structs.h"
+#include "lb_maps.h"
+#include "lb_stats.h"
+#include "lb_parsing.h"
+#include "lb_csum.h"
+#include "lb_hashing.h"
+#include "lb_encap.h"
+#include "lb_icmp.h"
+
+#define LB_SNAT_EEXIST 17
+/* ports tried per new flow, from a start derived from the flow hash */
+#define LB_SNAT_PROBES 8
+#define LB_SNAT_DEFAULT_ENTRIES 65536
+
+/* lb_snat_rev.state */
+#define LB_SNAT_ST_OPEN 0
+#define LB_SNAT_ST_CLOSING 1 /* FIN or RST seen in either direction: the short timeout applies */
+
+/* ICMP error types translated back to the client */
+#define LB_ICMP_TIME_EXCEEDED 11
+#define LB_ICMP_PARAMETERPROB 12
+#define LB_ICMPV6_DEST_UNREACH 1
+#define LB_ICMPV6_TIME_EXCEED 3
+#define LB_ICMPV6_PARAMPROB 4
+
+/* lb_snat_config[0], written by src/bpf/dataplane/snat.ts */
+struct lb_snat_config {
+	__u8 addr6[16];
+	__be32 addr4;
+	__u8 has4;
+	__u8 has6;
+	__u16 port_min; /* host order, inclusive */
+	__u16 port_max;
+	__u16 pad16;
+	__u32 pad32;
+	__u64 tcp_established_ns;
+	__u64 tcp_closing_ns;
+	__u64 udp_ns;
+};
+
+/* lb_snat_fwd value; the key is the client's struct lb_flow_key (dst = VIP) */
+struct lb_snat_fwd {
+	__u32 real_id;
+	__be16 snat_port;
+	__be16 real_port;
+};
+
+/* lb_snat_rev key: what a reply from the real carries (its source, and our SNAT port as destination) */
+struct lb_snat_rev_key {
+	__u8 real[16];
+	__be16 real_port;
+	__be16 snat_port;
+	__u8 proto;
+	__u8 family;
+	__u16 pad;
+};
+
+struct lb_snat_rev {
+	__u8 client[16];
+	__u8 vip[16];
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 real_id;
+	__u8 state;
+	__u8 pad[7];
+	__u64 created_ns;
+	__u64 last_seen_ns;
+};
+
+/* per-reason SNAT counters (lb_snat_stats); names in src/bpf/dataplane/snat.ts SNAT_COUNTER_NAMES */
+enum lb_snat_counter {
+	LB_SNAT_CNT_NEW = 0,             /* new translation created */
+	LB_SNAT_CNT_HIT,                 /* forward packet of a known translation */
+	LB_SNAT_CNT_REPLY,               /* reply from a real translated back to the client */
+	LB_SNAT_CNT_ICMP,                /* ICMP error about a NATed flow translated back to the client */
+	LB_SNAT_CNT_PASS_LOCAL,          /* to the SNAT address but no translation: the node's own traffic */
+	LB_SNAT_CNT_PASS_EXPIRED,        /* reply to an expired translation: not translated, passed */
+	LB_SNAT_CNT_RECLAIMED,           /* an expired translation's port given to a new flow */
+	LB_SNAT_CNT_DROP_PORTS,          /* no free SNAT port within the probes: dropped */
+	LB_SNAT_CNT_DROP_TABLE_FULL,     /* NAT table full: dropped */
+	LB_SNAT_CNT_DROP_FAMILY,         /* real of the other address family (no NAT46/64): dropped */
+	LB_SNAT_CNT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_snat_config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_config SEC(".maps");
+
+/* Plain (not LRU) hash maps: eviction must never silently break a live flow; a full table drops new flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_SNAT_DEFAULT_ENTRIES);
+	__type(key, struct lb_flow_key);
+	__type(value, struct lb_snat_fwd);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_SNAT_DEFAULT_ENTRIES);
+	__type(key, struct lb_snat_rev_key);
+	__type(value, struct lb_snat_rev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_SNAT_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_stats SEC(".maps");
+
+static __always_inline void lb_snat_count(__u32 reason)
+{
+	__u64 *c = bpf_map_lookup_elem(&lb_snat_stats, &reason);
+
+	if (c)
+		*c += 1;
+}
+
+static __always_inline int lb_snat_drop(__u32 snat_reason)
+{
+	lb_snat_count(snat_reason);
+	return XDP_DROP;
+}
+
+static __always_inline int lb_snat_drop_lb(__u32 lb_reason)
+{
+	lb_count(lb_reason);
+	return XDP_DROP;
+}
+
+static __always_inline int lb_snat_addr_eq(const void *a, const void *b, __u8 family)
+{
+	const __u32 *x = a, *y = b;
+
+	if (family == 4)
+		return x[0] == y[0];
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
+}
+
+/* The node's SNAT address of `family` as 4 words (IPv4 in the first), or 0 when none is configured. */
+static __always_inline int lb_snat_addr_of(const struct lb_snat_config *cfg, __u8 family, __u32 *out)
+{
+	if (family == 4) {
+		if (!cfg->has4)
+			return 0;
+		out[0] = cfg->addr4;
+		return 1;
+	}
+	if (!cfg->has6)
+		return 0;
+	__builtin_memcpy(out, cfg->addr6, 16);
+	return 1;
+}
+
+static __always_inline int lb_snat_expired(const struct lb_snat_rev *rv, __u8 proto,
+					   const struct lb_snat_config *cfg, __u64 now)
+{
+	__u64 timeout = proto == IPPROTO_UDP ? cfg->udp_ns
+			: rv->state == LB_SNAT_ST_CLOSING ? cfg->tcp_closing_ns : cfg->tcp_established_ns;
+
+	return now > rv->last_seen_ns && now - rv->last_seen_ns > timeout;
+}
+
+/* A packet of the flow was seen: refresh, and enter the closing state on FIN/RST (a new SYN reopens). */
+static __always_inline void lb_snat_touch(struct lb_snat_rev *rv, const struct lb_packet *p, __u64 now)
+{
+	rv->last_seen_ns = now;
+	if (p->proto != IPPROTO_TCP)
+		return;
+	if (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST))
+		rv->state = LB_SNAT_ST_CLOSING;
+	else if ((p->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN)
+		rv->state = LB_SNAT_ST_OPEN;
+}
+
+static __always_inline void lb_snat_fwd_key_of(struct lb_flow_key *k, const void *client, const void *vip,
+					       __be16 cport, __be16 vport, __u8 proto, __u8 family)
+{
+	__builtin_memcpy(k->src, client, 16);
+	__builtin_memcpy(k->dst, vip, 16);
+	k->sport = cport;
+	k->dport = vport;
+	k->proto = proto;
+	k->family = family;
+	k->pad = 0;
+}
+
+/* Delete the forward entry of the flow a reverse entry belonged to, if it still points at that entry
+ * (the client may since have been given a new translation, which must stay). */
+static __always_inline void lb_snat_forget(const struct lb_snat_rev_key *rk, const struct lb_snat_rev *rv)
+{
+	struct lb_flow_key fk = {};
+
+	lb_snat_fwd_key_of(&fk, rv->client, rv->vip, rv->client_port, rv->vip_port, rk->proto, rk->family);
+	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, &fk);
+
+	if (fv && fv->snat_port == rk->snat_port && fv->real_port == rk->real_port && fv->real_id == rv->real_id)
+		bpf_map_delete_elem(&lb_snat_fwd, &fk);
+}
+
+/* Claims a SNAT port for rk (real, real port, proto, family filled in): up to LB_SNAT_PROBES consecutive
+ * ports of the range from a hash-derived start. A port is free when no reverse entry holds it towards
+ * this real endpoint, or when the entry holding it has expired. Returns 0 (rk->snat_port set) or the
+ * LB_SNAT_CNT_DROP_* reason. */
+static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struct lb_snat_rev *nv,
+					 const struct lb_snat_config *cfg, __u32 hash, __u64 now)
+{
+	__u32 min = cfg->port_min, max = cfg->port_max;
+	int full = 0;
+
+	if (min == 0 || max < min)
+		return LB_SNAT_CNT_DROP_PORTS;
+	__u32 range = max - min + 1;
+	__u32 start = hash % range;
+
+	for (__u32 i = 0; i < LB_SNAT_PROBES; i++) {
+		if (i >= range)
+			break;
+		__u32 off = start + i;
+
+		if (off >= range)
+			off -= range;
+		rk->snat_port = bpf_htons((__u16)(min + off));
+		long rc = bpf_map_update_elem(&lb_snat_rev, rk, nv, BPF_NOEXIST);
+
+		if (rc == 0)
+			return 0;
+		if (rc != -LB_SNAT_EEXIST)
+			full = 1; /* no room for a new key; an expired one can still be taken over */
+		struct lb_snat_rev *old = bpf_map_lookup_elem(&lb_snat_rev, rk);
+
+		if (old && lb_snat_expired(old, rk->proto, cfg, now)) {
+			lb_snat_forget(rk, old);
+			if (bpf_map_update_elem(&lb_snat_rev, rk, nv, BPF_EXIST) == 0) {
+				lb_snat_count(LB_SNAT_CNT_RECLAIMED);
+				return 0;
+			}
+		}
+	}
+	return full ? LB_SNAT_CNT_DROP_TABLE_FULL : LB_SNAT_CNT_DROP_PORTS;
+}
+
+/* Rewrite source and destination (address and port) of a TCP/UDP packet in place, with incremental
+ * updates of the IPv4 header checksum and the L4 checksum (pseudo-header + ports). */
+static __always_inline int lb_snat_rewrite(struct xdp_md *ctx, const struct lb_packet *p, const __u32 *src,
+					   __be16 sport, const __u32 *dst, __be16 dport)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3_off = p->l3_off;
+	__u32 l4_off = p->l4_off;
+	__u16 *csum = 0;
+	__be16 *ports;
+
+	if (l3_off > 18 || l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
+		return -1;
+	ports = data + l4_off;
+	if ((void *)(ports + 4) > data_end)
+		return -1;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = (void *)ports;
+
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		csum = &th->check;
+	} else if (ports[3] || p->family == 6) {
+		csum = &ports[3]; /* UDP: 0 means "no checksum" (IPv4 only) */
+	}
+
+	if (p->family == 4) {
+		struct iphdr *iph = data + l3_off;
+
+		if ((void *)(iph + 1) > data_end)
+			return -1;
+		lb_csum_replace4(&iph->check, iph->saddr, src[0]);
+		lb_csum_replace4(&iph->check, iph->daddr, dst[0]);
+		if (csum) {
+			lb_csum_replace4(csum, iph->saddr, src[0]);
+			lb_csum_replace4(csum, iph->daddr, dst[0]);
+		}
+		iph->saddr = src[0];
+		iph->daddr = dst[0];
+	} else {
+		struct ipv6hdr *ip6 = data + l3_off;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return -1;
+		lb_word_t *s = (void *)&ip6->saddr;
+		lb_word_t *d = (void *)&ip6->daddr;
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if (csum) {
+				lb_csum_replace4(csum, s[i], src[i]);
+				lb_csum_replace4(csum, d[i], dst[i]);
+			}
+			s[i] = src[i];
+			d[i] = dst[i];
+		}
+	}
+	if (csum) {
+		lb_csum_replace2(csum, ports[0], sport);
+		lb_csum_replace2(csum, ports[1], dport);
+		if (p->proto == IPPROTO_UDP && *csum == 0)
+			*csum = 0xffff;
+	}
+	ports[0] = sport;
+	ports[1] = dport;
+	return 0;
+}
+
+/* Next hop towards a client (no per-real cache: clients are many). Returns 0 or the LB_CNT_DROP_* reason. */
+static __always_inline int lb_snat_fib(struct xdp_md *ctx, __u8 family, const __u32 *dst, struct lb_next_hop *nh)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	if (family == 4) {
+		fib.family = AF_INET;
+		fib.ipv4_dst = dst[0];
+	} else {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return LB_CNT_DROP_FIB_NO_NEIGH;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return LB_CNT_DROP_FIB;
+	__builtin_memcpy(nh->dmac, fib.dmac, 6);
+	__builtin_memcpy(nh->smac, fib.smac, 6);
+	nh->ifindex = fib.ifindex;
+	return 0;
+}
+
+static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next_hop *nh, const struct lb_packet *p)
+{
+	__u32 reason = 0;
+	int rc = lb_send(ctx, nh, p->l3_off, p->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
+			 &reason);
+
+	if (rc < 0)
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	lb_count(reason);
+	return rc;
+}
+
+/* Forward path of a snat listener (xdp_lb.c, lb_forward_snat). Service traffic is already counted. */
+static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
+					   __be16 target_port, int use_sport)
+{
+	__u32 zero = 0;
+	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
+	__u32 snat_addr[4] = {};
+
+	/* no SNAT address of this family on the node: the kernel gets the packet, as before XDP SNAT */
+	if (!cfg || !lb_snat_addr_of(cfg, p->family, snat_addr)) {
+		lb_count(LB_CNT_PASS_SNAT);
+		return XDP_PASS;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	struct lb_flow_key fk = {};
+	struct lb_snat_rev_key rk = {};
+	struct lb_real *real = 0;
+	__u32 real_id = 0;
+	int new_flow = 0;
+
+	lb_snat_fwd_key_of(&fk, p->src, p->dst, p->sport, p->dport, p->proto, p->family);
+	rk.proto = p->proto;
+	rk.family = p->family;
+
+	/* 1. a known translation, trusted only while its reverse entry still names this client flow */
+	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, &fk);
+
+	if (fv) {
+		real_id = fv->real_id;
+		real = bpf_map_lookup_elem(&lb_reals, &real_id);
+		if (real) {
+			__builtin_memcpy(rk.real, real->addr, 16);
+			rk.real_port = fv->real_port;
+			rk.snat_port = fv->snat_port;
+			struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+
+			if (rv && rv->real_id == real_id && rv->client_port == p->sport && rv->vip_port == p->dport &&
+			    lb_snat_addr_eq(rv->client, p->src, p->family) && lb_snat_addr_eq(rv->vip, p->dst, p->family)) {
+				if (lb_snat_expired(rv, p->proto, cfg, now)) {
+					bpf_map_delete_elem(&lb_snat_rev, &rk);
+					real = 0;
+				} else {
+					lb_snat_touch(rv, p, now);
+				}
+			} else {
+				real = 0;
+			}
+		}
+		if (!real)
+			bpf_map_delete_elem(&lb_snat_fwd, &fk);
+	}
+
+	if (real) {
+		lb_snat_count(LB_SNAT_CNT_HIT);
+	} else {
+		/* 2. new translation: the service's Maglev ring picks the real, then a port is claimed */
+		struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
+		struct lb_service *svc = bpf_map_lookup_elem(&lb_services, &service_id);
+
+		if (!lcfg || !svc || svc->table_size == 0)
+			return lb_snat_drop_lb(LB_CNT_DROP_NO_SERVICE);
+		__u32 slot = svc->ring_base + lb_flow_hash(p, use_sport, lcfg->hash_seed) % svc->table_size;
+		__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
+
+		if (!entry || *entry == 0)
+			return lb_snat_drop_lb(LB_CNT_DROP_NO_REAL);
+		real_id = *entry;
+		real = bpf_map_lookup_elem(&lb_reals, &real_id);
+		if (!real)
+			return lb_snat_drop_lb(LB_CNT_DROP_REAL_MISSING);
+		if (real->family != p->family)
+			return lb_snat_drop(LB_SNAT_CNT_DROP_FAMILY);
+
+		struct lb_snat_rev nv = {
+			.client_port = p->sport,
+			.vip_port = p->dport,
+			.real_id = real_id,
+			.created_ns = now,
+			.last_seen_ns = now,
+		};
+		__builtin_memcpy(nv.client, p->src, 16);
+		__builtin_memcpy(nv.vip, p->dst, 16);
+		if (p->proto == IPPROTO_TCP && (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST)))
+			nv.state = LB_SNAT_ST_CLOSING;
+		__builtin_memcpy(rk.real, real->addr, 16);
+		rk.real_port = target_port;
+
+		int rc = lb_snat_alloc(&rk, &nv, cfg, lb_flow_hash(p, 1, lcfg->hash_seed), now);
+
+		if (rc)
+			return lb_snat_drop(rc);
+		struct lb_snat_fwd nf = { .real_id = real_id, .snat_port = rk.snat_port, .real_port = target_port };
+
+		if (bpf_map_update_elem(&lb_snat_fwd, &fk, &nf, BPF_ANY)) {
+			bpf_map_delete_elem(&lb_snat_rev, &rk);
+			return lb_snat_drop(LB_SNAT_CNT_DROP_TABLE_FULL);
+		}
+		lb_snat_count(LB_SNAT_CNT_NEW);
+		new_flow = 1;
+	}
+	lb_traffic_add(&lb_real_stats, real_id, p->frame_len, new_flow);
+
+	struct lb_next_hop nh = {};
+	int rc = lb_next_hop(ctx, real, real_id, 0, &nh);
+
+	if (rc)
+		return lb_snat_drop_lb(rc);
+	__u32 real_addr[4];
+
+	__builtin_memcpy(real_addr, real->addr, 16);
+	if (lb_snat_rewrite(ctx, p, snat_addr, rk.snat_port, real_addr, rk.real_port))
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	return lb_snat_send(ctx, &nh, p);
+}
+
+/* A reply from a real to snatAddress:port. */
+static __always_inline int lb_snat_reply(struct xdp_md *ctx, const struct lb_packet *p,
+					 const struct lb_snat_config *cfg)
+{
+	struct lb_snat_rev_key rk = { .real_port = p->sport, .snat_port = p->dport, .proto = p->proto,
+				      .family = p->family };
+
+	__builtin_memcpy(rk.real, p->src, 16);
+	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+
+	if (!rv) {
+		lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
+		return XDP_PASS;
+	}
+	__u64 now = bpf_ktime_get_ns();
+
+	if (lb_snat_expired(rv, p->proto, cfg, now)) {
+		lb_snat_forget(&rk, rv);
+		bpf_map_delete_elem(&lb_snat_rev, &rk);
+		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
+		return XDP_PASS;
+	}
+	lb_snat_touch(rv, p, now);
+	__u32 client[4], vip[4];
+	__be16 cport = rv->client_port, vport = rv->vip_port;
+
+	__builtin_memcpy(client, rv->client, 16);
+	__builtin_memcpy(vip, rv->vip, 16);
+
+	struct lb_next_hop nh = {};
+	int rc = lb_snat_fib(ctx, p->family, client, &nh);
+
+	if (rc)
+		return lb_snat_drop_lb(rc);
+	if (lb_snat_rewrite(ctx, p, vip, vport, client, cport))
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	lb_snat_count(LB_SNAT_CNT_REPLY);
+	return lb_snat_send(ctx, &nh, p);
+}
+
+/* An ICMP / ICMPv6 error sent to snatAddress. The quoted packet is one we sent:
+ * snatAddress:snat_port -> real:real_port. Translated back: the outer destination becomes the client (the
+ * outer source, when it is the real itself, the VIP), and the quote becomes client:cport -> VIP:vport, with
+ * the quoted IPv4 and L4 checksums, the ICMP checksum and the outer IPv4 checksum updated incrementally. */
+static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_packet *p,
+					const struct lb_snat_config *cfg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3_off = p->l3_off;
+	__u32 l4_off = p->l4_off;
+	__u32 inner_l4;
+	__u8 inner_proto;
+
+	if (l3_off > 18 || l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
+		return XDP_PASS;
+	__u8 *icmp = data + l4_off;
+
+	if ((void *)(icmp + 8) > data_end)
+		return XDP_PASS;
+	__u8 type = icmp[0];
+
+	if (p->family == 4) {
+		if (type != LB_ICMP_DEST_UNREACH && type != LB_ICMP_TIME_EXCEEDED && type != LB_ICMP_PARAMETERPROB)
+			return XDP_PASS;
+		struct iphdr *in4 = (void *)(icmp + 8);
+
+		if ((void *)(in4 + 1) > data_end || in4->version != 4 || in4->ihl < 5)
+			return XDP_PASS;
+		inner_proto = in4->protocol;
+		inner_l4 = l4_off + 8 + in4->ihl * 4;
+	} else {
+		if (type != LB_ICMPV6_DEST_UNREACH && type != LB_ICMPV6_PKT_TOOBIG && type != LB_ICMPV6_TIME_EXCEED &&
+		    type != LB_ICMPV6_PARAMPROB)
+			return XDP_PASS;
+		struct ipv6hdr *in6 = (void *)(icmp + 8);
+
+		if ((void *)(in6 + 1) > data_end)
+			return XDP_PASS;
+		inner_proto = in6->nexthdr;
+		inner_l4 = l4_off + 8 + LB_IPV6_HDR_LEN;
+	}
+	if (inner_proto != IPPROTO_TCP && inner_proto != IPPROTO_UDP)
+		return XDP_PASS;
+	if (inner_l4 > 18 + LB_IPV4_MAX_HDR_LEN + 8 + LB_IPV4_MAX_HDR_LEN)
+		return XDP_PASS;
+	__be16 *iports = data + inner_l4;
+
+	if ((void *)(iports + 4) > data_end)
+		return XDP_PASS;
+
+	/* the quoted packet: src = snat address:snat port, dst = real:real port */
+	__u32 isrc[4] = {}, idst[4] = {};
+	__u32 snat_addr[4] = {};
+
+	lb_snat_addr_of(cfg, p->family, snat_addr);
+	if (p->family == 4) {
+		struct iphdr *in4 = (void *)(icmp + 8);
+
+		if ((void *)(in4 + 1) > data_end)
+			return XDP_PASS;
+		isrc[0] = in4->saddr;
+		idst[0] = in4->daddr;
+	} else {
+		struct ipv6hdr *in6 = (void *)(icmp + 8);
+
+		if ((void *)(in6 + 1) > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(isrc, &in6->saddr, 16);
+		__builtin_memcpy(idst, &in6->daddr, 16);
+	}
+	if (!lb_snat_addr_eq(isrc, snat_addr, p->family))
+		return XDP_PASS;
+	struct lb_snat_rev_key rk = { .real_port = iports[1], .snat_port = iports[0], .proto = inner_proto,
+				      .family = p->family };
+
+	__builtin_memcpy(rk.real, idst, 16);
+	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+
+	if (!rv) {
+		lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
+		return XDP_PASS;
+	}
+	if (lb_snat_expired(rv, inner_proto, cfg, bpf_ktime_get_ns())) {
+		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
+		return XDP_PASS;
+	}
+	__u32 client[4], vip[4], osrc[4], odst[4];
+	__be16 cport = rv->client_port, vport = rv->vip_port;
+
+	__builtin_memcpy(client, rv->client, 16);
+	__builtin_memcpy(vip, rv->vip, 16);
+	__builtin_memcpy(osrc, p->src, 16);
+	__builtin_memcpy(odst, client, 16);
+	if (lb_snat_addr_eq(osrc, idst, p->family)) /* sent by the real itself: the client must see the VIP */
+		__builtin_memcpy(osrc, vip, 16);
+
+	struct lb_next_hop nh = {};
+	int rc = lb_snat_fib(ctx, p->family, client, &nh);
+
+	if (rc)
+		return lb_snat_drop_lb(rc);
+
+	/* re-derive pointers for the verifier after the helper call */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	icmp = data + (l4_off & 0x7f);
+	iports = data + (inner_l4 & 0xff);
+	if ((void *)(icmp + 8) > data_end || (void *)(iports + 4) > data_end)
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	__u16 *icsum = (__u16 *)(icmp + 2);
+	__u16 old_ports[2] = { iports[0], iports[1] };
+
+	/* quoted L4 checksum: UDP's is in the 8 quoted bytes; TCP's only when the quote is long enough */
+	__u16 *l4csum = 0;
+
+	if (inner_proto == IPPROTO_UDP) {
+		if (iports[3] || p->family == 6)
+			l4csum = &iports[3];
+	} else if ((void *)(iports + 9) <= data_end) {
+		l4csum = &iports[8];
+	}
+	if (l4csum) {
+		__u16 before = *l4csum;
+
+		for (int i = 0; i < 4; i++) {
+			if (p->family == 4 && i > 0)
+				break;
+			lb_csum_replace4(l4csum, isrc[i], client[i]);
+			lb_csum_replace4(l4csum, idst[i], vip[i]);
+		}
+		lb_csum_replace2(l4csum, old_ports[0], cport);
+		lb_csum_replace2(l4csum, old_ports[1], vport);
+		if (inner_proto == IPPROTO_UDP && *l4csum == 0)
+			*l4csum = 0xffff;
+		lb_csum_replace2(icsum, before, *l4csum);
+	}
+	lb_csum_replace2(icsum, old_ports[0], cport);
+	lb_csum_replace2(icsum, old_ports[1], vport);
+	iports[0] = cport;
+	iports[1] = vport;
+
+	if (p->family == 4) {
+		struct iphdr *in4 = (void *)(icmp + 8);
+		struct iphdr *oh = data + l3_off;
+
+		if ((void *)(in4 + 1) > data_end || (void *)(oh + 1) > data_end)
+			return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+		__u16 before = in4->check;
+
+		lb_csum_replace4(&in4->check, in4->saddr, client[0]);
+		lb_csum_replace4(&in4->check, in4->daddr, vip[0]);
+		lb_csum_replace2(icsum, before, in4->check);
+		lb_csum_replace4(icsum, in4->saddr, client[0]);
+		lb_csum_replace4(icsum, in4->daddr, vip[0]);
+		in4->saddr = client[0];
+		in4->daddr = vip[0];
+		lb_csum_replace4(&oh->check, oh->saddr, osrc[0]);
+		lb_csum_replace4(&oh->check, oh->daddr, odst[0]);
+		oh->saddr = osrc[0];
+		oh->daddr = odst[0];
+	} else {
+		struct ipv6hdr *in6 = (void *)(icmp + 8);
+		struct ipv6hdr *oh = data + l3_off;
+
+		if ((void *)(in6 + 1) > data_end || (void *)(oh + 1) > data_end)
+			return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+		lb_word_t *is = (void *)&in6->saddr, *id = (void *)&in6->daddr;
+		lb_word_t *os = (void *)&oh->saddr, *od = (void *)&oh->daddr;
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			/* ICMPv6's checksum covers the outer pseudo-header too */
+			lb_csum_replace4(icsum, is[i], client[i]);
+			lb_csum_replace4(icsum, id[i], vip[i]);
+			lb_csum_replace4(icsum, os[i], osrc[i]);
+			lb_csum_replace4(icsum, od[i], odst[i]);
+			is[i] = client[i];
+			id[i] = vip[i];
+			os[i] = osrc[i];
+			od[i] = odst[i];
+		}
+	}
+	lb_snat_count(LB_SNAT_CNT_ICMP);
+	return lb_snat_send(ctx, &nh, p);
+}
+
+/* Early hook (xdp_lb.c, right after parsing): packets to a configured SNAT address are replies of NATed
+ * flows, ICMP errors about them, or the node's own traffic (passed). Returns an XDP action, or -1 when
+ * the packet is not addressed to a SNAT address (the LB path continues). */
+static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet *p, int verdict)
+{
+	__u32 zero = 0;
+	__u32 snat_addr[4] = {};
+
+	if (p->family != 4 && p->family != 6)
+		return -1;
+	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
+
+	if (!cfg || !lb_snat_addr_of(cfg, p->family, snat_addr) || !lb_snat_addr_eq(p->dst, snat_addr, p->family))
+		return -1;
+	if (verdict == LB_PARSE_OK)
+		return lb_snat_reply(ctx, p, cfg);
+	if (verdict == LB_PARSE_PASS &&
+	    ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6)))
+		return lb_snat_icmp(ctx, p, cfg);
+	lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
+	return XDP_PASS;
+}
+
+#endif

@@ -1,0 +1,105 @@
+// Runs inside a test network namespace (like xdp-harness.ts, which it follows) for the SNAT tests: loads the
+// LB data plane through openLbDataPlane, then executes steps read as JSON from stdin and prints one JSON
+// result per step. Beyond apply/run it can age a NAT entry (rewrite its last-seen time on the
+// bpf_ktime_get_ns clock), list the NAT table, clear it and sweep it, so timeouts are tested without waiting.
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import {
+  SNAT_MAPS, decodeSnatRev, encodeSnatRev, encodeSnatRevKey, listSnat, monotonicNs, sweepSnat, type SnatRevKey,
+} from '../../src/bpf/dataplane/snat.js';
+import type { DesiredState } from '../../src/render/state.js';
+
+export type SnatStep =
+  | { op: 'apply'; state: unknown }
+  | { op: 'run'; data: string; ifname: string }
+  | { op: 'age'; key: SnatRevKey; ageMs: number }
+  | { op: 'list' }
+  | { op: 'clear' }
+  | { op: 'sweep' };
+
+function stateFromJson(j: any): DesiredState {
+  return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
+}
+
+function ifindexOf(name: string): number {
+  const [link] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', name]).toString()) as Array<{ ifindex: number }>;
+  return link!.ifindex;
+}
+
+function xdpMd(len: number, ifindex: number): Buffer {
+  const b = Buffer.alloc(24);
+  b.writeUInt32LE(len, 4);
+  b.writeUInt32LE(ifindex, 12);
+  return b;
+}
+
+async function main(): Promise<void> {
+  const input = JSON.parse(readFileSync(0, 'utf8')) as { pinRoot: string; steps: SnatStep[] };
+  const dp = await openLbDataPlane({ pinRoot: input.pinRoot });
+  const out: unknown[] = [];
+  try {
+    for (const step of input.steps) {
+      try {
+        const obj = dp.object();
+        if (step.op === 'apply') out.push({ report: await dp.apply(stateFromJson(step.state)) });
+        else if (step.op === 'run') {
+          const data = Buffer.from(step.data, 'hex');
+          const before = await dp.counters();
+          const r = obj!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindexOf(step.ifname)) });
+          const after = await dp.counters();
+          const delta: Record<string, number> = {};
+          for (const [k, v] of Object.entries(after))
+            if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
+          out.push({ retval: r.retval, data: r.data.toString('hex'), counters: delta });
+        } else if (step.op === 'age') {
+          const rev = obj!.map(SNAT_MAPS.rev);
+          const k = encodeSnatRevKey(step.key);
+          const v = rev.lookup(k);
+          if (!v) throw new Error(`no NAT entry ${JSON.stringify(step.key)}`);
+          const r = decodeSnatRev(Buffer.from(v), step.key.family);
+          r.lastSeenNs = monotonicNs() - BigInt(step.ageMs) * 1_000_000n;
+          rev.update(k, encodeSnatRev(r), 'exist');
+          out.push({});
+        } else if (step.op === 'list') {
+          out.push({ nat: listSnat(obj!).map((t) => ({ ...t, rev: { ...t.rev, createdNs: String(t.rev.createdNs), lastSeenNs: String(t.rev.lastSeenNs) } })),
+            fwd: obj!.map(SNAT_MAPS.fwd).keys().length });
+        } else if (step.op === 'clear') {
+          for (const name of [SNAT_MAPS.rev, SNAT_MAPS.fwd]) {
+            const m = obj!.map(name);
+            for (const k of m.keys()) m.delete(k);
+          }
+          out.push({});
+        } else if (step.op === 'sweep') {
+          out.push({ deleted: sweepSnat(obj!) });
+        }
+      } catch (e) {
+        out.push({ error: String((e as Error).stack ?? e) });
+      }
+    }
+  } finally {
+    dp.close();
+  }
+  process.stdout.write(JSON.stringify(out));
+}
+
+/** Runs this harness in namespace `ns` with `input` on stdin (nsenter keeps the host's /sys/fs/bpf). */
+export function runSnatHarness(ns: string, input: { pinRoot: string; steps: SnatStep[] }, timeoutMs = 90_000): Promise<any[]> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx',
+      new URL(import.meta.url).pathname], { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`snat harness timed out; stderr: ${err}`)); }, timeoutMs);
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      if (code !== 0) return reject(new Error(`snat harness exited ${code}: ${err}`));
+      try { resolve(JSON.parse(out)); } catch { reject(new Error(`snat harness output not JSON: ${out.slice(0, 500)} ${err}`)); }
+    });
+    child.stdin.end(JSON.stringify(input));
+  });
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) await main();
