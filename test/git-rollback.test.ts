@@ -2,10 +2,14 @@
 // revert is what `git revert` would make; reverts, old history and force-pushed history are left alone.
 import test from 'ava';
 import { rmSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
 import { ancestry } from '../src/reconciler/source/git-objects.js';
 import { pushAutoRevert, isRevertMessage } from '../src/reconciler/rollback.js';
 import { git, servedRepo, commitFiles, tempDir } from './reconcile-helpers.js';
+
+const execFileP = promisify(execFile);
 
 test('five nodes race to revert a bad tip commit: exactly one revert is pushed, equal to git revert', async (t) => {
   const repo = await servedRepo();
@@ -94,7 +98,11 @@ test('ancestry deepens a shallow cache until it can tell', async (t) => {
   const cache = await tempDir('deep');
   try {
     const first = await commitFiles(repo.work, { 'a.yaml': 'n: 0\n' }, 'c0');
-    for (let i = 1; i <= 40; i++) await commitFiles(repo.work, { 'a.yaml': `n: ${i}\n` }, `c${i}`);
+    // 30 more commits in one shell: beyond the first deepening step (16), within the second.
+    await execFileP('bash', ['-c', 'for i in $(seq 1 30); do echo "n: $i" > a.yaml; git commit -qam "c$i"; done'], {
+      cwd: repo.work,
+      env: { ...process.env, GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@example.com', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@example.com' },
+    });
     await git(repo.work, 'push', '-q', 'origin', 'main');
     const head = await git(repo.work, 'rev-parse', 'HEAD');
     const remote = new HttpRemote(repo.url, cache);

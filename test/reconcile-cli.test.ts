@@ -5,6 +5,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { runCli } from '../src/cli/main.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml } from './reconcile-helpers.js';
 
 const execFileP = promisify(execFile);
@@ -75,8 +76,18 @@ test('gitlb run --once on a local repository path; usage errors exit 2', async (
     t.regex(r.stdout, new RegExp(`applied ${c1}`));
     t.regex(await git(dir, 'show', 'gitlb-status:status/lb-1.yaml'), new RegExp(`appliedRevision: ${c1}`));
     t.is(await git(dir, 'status', '--porcelain'), '', 'working tree untouched');
-    t.is((await gitlb('run', '--node', 'x')).code, 2);
-    t.is((await gitlb('run', '--repo', dir, '--node', 'x', '--poll', 'sometimes')).code, 2);
+    // Usage errors, in process (same dispatcher, no extra node start-up).
+    const stderr = process.stderr.write;
+    let err = '';
+    process.stderr.write = ((s: string) => ((err += s), true)) as typeof process.stderr.write;
+    try {
+      t.is(await runCli(['run', '--node', 'x']), 2);
+      t.is(await runCli(['run', '--repo', dir, '--node', 'x', '--poll', 'sometimes']), 2);
+    } finally {
+      process.stderr.write = stderr;
+    }
+    t.regex(err, /--repo is required/);
+    t.regex(err, /schedule 'sometimes'/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
     rmSync(cache, { recursive: true, force: true });

@@ -1,6 +1,9 @@
 // The reconciler end to end: real git http-backend, commits/force-pushes by the git CLI, and the real LB data
 // plane (real BPF maps, pinned under a per-run bpffs directory, not attached to any interface).
 import test from 'ava';
+import { readFileSync } from 'node:fs';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openLbDataPlane, type DataPlane } from '../src/bpf/dataplane/index.js';
@@ -72,6 +75,9 @@ function expectedDigest(files: Record<string, string>, node: string): string {
 }
 
 const REALS = ['198.51.100.10', '198.51.100.11'];
+const ajv = new Ajv2020({ allErrors: true });
+(addFormats as unknown as (a: Ajv2020) => void)(ajv);
+const validStatus = ajv.compile(JSON.parse(readFileSync(new URL('../schemas/status.schema.json', import.meta.url), 'utf8')));
 
 test.serial('new commit applied; invalid commit refused with status; force-push applied with a warning', async (t) => {
   const files1 = configFiles(['lb-1'], REALS);
@@ -115,6 +121,7 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   t.is(s3.lastAttempt?.result, 'failed');
   t.is(s3.lastAttempt?.stage, 'validate');
   t.regex(s3.lastFailure?.reason ?? '', /web\.yaml/);
+  t.true(validStatus(s3), JSON.stringify(validStatus.errors));
   // Not retried: a validation failure is deterministic.
   const failures = r.counters.failures;
   t.is((await r.reconcile('again')).kind, 'failed');
@@ -132,6 +139,7 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   t.is(s5.appliedRevision, c5);
   t.regex(s5.warnings.join(), /force-push/);
   t.is(s5.counters.forcePushes, 1);
+  t.true(validStatus(s5), JSON.stringify(validStatus.errors));
   t.is(s5.services[0]?.digest, expectedDigest(files5, 'lb-1'));
 });
 
@@ -299,4 +307,57 @@ test.serial('webhook: a signed push triggers an apply, a bad signature does not;
   } finally {
     await d.stop();
   }
+});
+
+test.serial('local repository: a commit is picked up by the ref watch; the node\'s own status writes trigger nothing', async (t) => {
+  const dir = await cache('local-repo');
+  await git(dir, 'init', '-q', '-b', 'main');
+  const c1 = await commitFiles(dir, configFiles(['lb-1'], REALS), 'initial');
+  const dp = await dataPlane('local');
+  cleanups.push(() => dp.close());
+  const d = await startDaemon({ repo: dir, branch: 'main', node: 'lb-1', dataPlane: dp, cacheDir: await cache('local-cache'), log: quiet });
+  try {
+    await d.idle();
+    t.is(d.reconciler.appliedRevision, c1);
+    t.regex(await git(dir, 'show', 'gitlb-status:status/lb-1.yaml'), new RegExp(`appliedRevision: ${c1}`));
+    // The status write above moved refs/heads/gitlb-status; give the watcher time to (not) react.
+    await new Promise((r) => setTimeout(r, 1500));
+    await d.idle();
+    t.is(d.reconciler.counters.reconciles, 1, 'status branch writes do not start a reconcile');
+
+    const c2 = await commitFiles(dir, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.10']) }, 'one real');
+    const deadline = Date.now() + 20_000;
+    while (d.reconciler.appliedRevision !== c2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    t.is(d.reconciler.appliedRevision, c2);
+    t.is((await dp.readLive()).reals.length, 1);
+  } finally {
+    await d.stop();
+  }
+});
+
+test.serial('a health change re-renders the applied revision and applies only the difference', async (t) => {
+  const files = configFiles(['lb-1'], REALS);
+  const { repo } = await repoWith(files);
+  const dp = await dataPlane('health');
+  cleanups.push(() => dp.close());
+  const down = new Set<string>();
+  const r = new Reconciler({
+    node: 'lb-1',
+    branch: 'main',
+    remote: new HttpRemote(repo.url, join(await cache('health'), 'git')),
+    dataPlane: dp,
+    health: () => ({ isHealthy: (_svc: string, address: string) => !down.has(address) }),
+    log: quiet,
+  });
+  t.is((await r.reconcile('test')).kind, 'applied');
+  t.is(await r.refreshHealth('nothing changed'), null);
+  down.add(REALS[0]!);
+  const report = await r.refreshHealth('real down');
+  t.truthy(report);
+  t.true(report!.changedRingEntries > 0);
+  const ring = (await dp.readLive()).services[0]!.ring;
+  const downId = r.desired!.reals.find((x) => x.address === REALS[0])!.id;
+  t.false(ring.includes(downId), 'the unhealthy real left the ring');
+  t.is(r.snapshot().services[0]?.reals.find((x) => x.address === REALS[0])?.healthy, false);
+  t.is(r.snapshot().services[0]?.digest, (await dp.readLive()).services[0]!.digest);
 });

@@ -43,6 +43,8 @@ export interface Daemon {
   remote: GitRemote;
   webhook?: WebhookServer;
   trigger(why: string): void;
+  /** Re-render the applied revision with the current health view and apply any difference (health engineer). */
+  refreshHealth(why: string): void;
   /** Resolves when no reconcile or drift check is running or queued. */
   idle(): Promise<void>;
   stop(): Promise<void>;
@@ -131,6 +133,9 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
         const at = reconciler.nextRetryAt;
         if (at) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
       },
+      refresh: async (why) => {
+        await reconciler.refreshHealth(why);
+      },
       drift: async () => {
         await reconciler.checkDrift();
       },
@@ -174,6 +179,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     remote,
     webhook,
     trigger: (why) => runner.trigger('reconcile', why),
+    refreshHealth: (why) => runner.trigger('refresh', why),
     idle: async () => {
       await runner.idle();
       await reconciler.flushStatus();

@@ -14,6 +14,8 @@ export interface GitHttpServerOptions {
   /** Accept pushes on every repository (sets http.receivepack=true for the CGI). Default true; when false the
    * repository's own `http.receivepack` setting decides. */
   receivePack?: boolean;
+  /** Require HTTP Basic authentication with these credentials (tests of credential handling). */
+  auth?: { username: string; password: string };
 }
 
 export interface GitHttpServer {
@@ -25,7 +27,7 @@ export interface GitHttpServer {
 /** Request headers that CGI passes as HTTP_* variables and http-backend reads. */
 const FORWARDED_HEADERS = ['content-encoding', 'git-protocol', 'accept', 'user-agent'];
 
-function cgiEnvironment(req: IncomingMessage, opts: Required<GitHttpServerOptions>): NodeJS.ProcessEnv {
+function cgiEnvironment(req: IncomingMessage, opts: { projectRoot: string; receivePack: boolean }): NodeJS.ProcessEnv {
   const url = new URL(req.url ?? '/', 'http://localhost');
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -98,7 +100,7 @@ function relayCgiOutput(child: ChildProcess, res: ServerResponse): void {
 }
 
 export async function startGitHttpServer(options: GitHttpServerOptions): Promise<GitHttpServer> {
-  const opts: Required<GitHttpServerOptions> = {
+  const opts: Required<Omit<GitHttpServerOptions, 'auth'>> & Pick<GitHttpServerOptions, 'auth'> = {
     host: '127.0.0.1',
     port: 0,
     receivePack: true,
@@ -107,7 +109,16 @@ export async function startGitHttpServer(options: GitHttpServerOptions): Promise
   };
   const children = new Set<ChildProcess>();
 
+  const expectedAuth = opts.auth
+    ? `Basic ${Buffer.from(`${opts.auth.username}:${opts.auth.password}`).toString('base64')}`
+    : null;
   const server = createServer((req, res) => {
+    if (expectedAuth && req.headers.authorization !== expectedAuth) {
+      res.writeHead(401, { 'www-authenticate': 'Basic realm="gitlb-test"', 'content-type': 'text/plain' });
+      res.end('authentication required\n');
+      req.resume();
+      return;
+    }
     const child = spawn('git', ['http-backend'], { env: cgiEnvironment(req, opts), stdio: ['pipe', 'pipe', 'pipe'] });
     children.add(child);
     let stderr = '';

@@ -14,7 +14,7 @@ import { parseConfig, formatDiagnostic } from '../render/config/index.js';
 import { renderDesiredState, type HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
 import type { DesiredState } from '../render/state.js';
-import type { ApplyReport, DataPlane } from '../bpf/dataplane/index.js';
+import type { ApplyReport, DataPlane, LiveState } from '../bpf/dataplane/index.js';
 import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
 import { diffLive, type LiveDiff } from './live-diff.js';
@@ -78,6 +78,7 @@ interface FailedRevision {
   retryAt: number; // epoch ms; Infinity when not retryable
 }
 
+const NO_PLAN: LiveDiff = { differences: [], servicesChanged: 0, realsChanged: 0, vipsChanged: 0 };
 const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
 const quietLog: Logger = { info: () => {}, warn: () => {} };
 
@@ -307,7 +308,7 @@ export class Reconciler {
     let plan: LiveDiff;
     let report: ApplyReport;
     try {
-      plan = diffLive(await dataPlane.readLive(), desired);
+      plan = desired.role === 'backend' ? NO_PLAN : diffLive(await dataPlane.readLive(), desired);
       mark('plan');
       report = await dataPlane.apply(desired);
       mark('apply');
@@ -317,8 +318,7 @@ export class Reconciler {
     }
 
     // Read back: the kernel must now hold exactly what was rendered.
-    const liveAfter = await dataPlane.readLive();
-    const after = diffLive(liveAfter, desired);
+    const after = await this.compareLive(desired);
     mark('readback');
     if (after.differences.length) {
       await this.restoreLastGood();
@@ -347,7 +347,7 @@ export class Reconciler {
     this.appliedDesired = desired;
     this.warnings = warnings;
     if (changed) this.counters.applies++;
-    this.servicesFrom(liveAfter, desired);
+    this.servicesFrom(after.live, desired);
     const result: AttemptResult = changed ? 'applied' : 'unchanged';
     this.lastAttempt = this.attempt(head, result);
     for (const w of warnings) this.log.warn(w);
@@ -377,6 +377,23 @@ export class Reconciler {
     } catch (err) {
       this.log.warn(`cannot adopt ${revision.slice(0, 12)} (${errorText(err)}); its state is unknown until the next apply`);
     }
+  }
+
+  /**
+   * What differs between the kernel and `desired`. An lb data plane is read back (readLive) and diffed. A backend
+   * data plane holds no rings or reals to read back, and its apply() diffs against the kernel map itself, so for it
+   * a re-apply is the comparison: any write or delete it makes was a difference, and is already repaired.
+   */
+  private async compareLive(desired: DesiredState): Promise<{ differences: string[]; live: LiveState; repair?: ApplyReport }> {
+    if (desired.role === 'backend') {
+      const r = await this.dp.apply(desired);
+      const live = await this.dp.readLive();
+      if (r.mapWrites + r.mapDeletes === 0) return { differences: [], live };
+      this.countReport(r);
+      return { differences: [`backend maps: ${r.mapWrites} entries rewritten, ${r.mapDeletes} removed`], live, repair: r };
+    }
+    const live = await this.dp.readLive();
+    return { differences: diffLive(live, desired).differences, live };
   }
 
   /** Re-applies the last good desired state after a post-apply problem (read-back mismatch, health gate). */
@@ -442,20 +459,55 @@ export class Reconciler {
     return outcome;
   }
 
+  /**
+   * Re-renders the applied revision with the current health view (the health checker calls this through the
+   * daemon when a real changes state) and applies the result if it differs. Returns the apply report, or null
+   * when there was nothing to do.
+   */
+  async refreshHealth(why = 'health change'): Promise<ApplyReport | null> {
+    if (!this.appliedModel || !this.appliedDesired) return null;
+    const desired = renderDesiredState(this.appliedModel, this.o.node, this.o.health?.());
+    const cmp = await this.compareLive(desired);
+    if (!cmp.differences.length) {
+      this.appliedDesired = desired; // real health flags may change without any ring change
+      this.servicesFrom(cmp.live, desired);
+      return null;
+    }
+    if (cmp.repair) {
+      this.appliedDesired = desired;
+      this.servicesFrom(cmp.live, desired);
+      this.publish(why);
+      return cmp.repair;
+    }
+    const report = await this.dp.apply(desired);
+    this.countReport(report);
+    this.appliedDesired = desired;
+    await this.refreshServices(desired);
+    this.log.info(`re-rendered ${this.applied?.slice(0, 12)} (${why}): ${report.mapWrites} map writes`);
+    this.publish(why);
+    return report;
+  }
+
   /** Drift check: compare the kernel with the applied revision's desired state; repair and count differences. */
   async checkDrift(): Promise<{ differences: string[]; report?: ApplyReport }> {
     const desired = this.appliedDesired;
     if (!desired) return { differences: [] };
     this.counters.driftChecks++;
-    const drift = diffLive(await this.dp.readLive(), desired);
+    const drift = await this.compareLive(desired);
     if (!drift.differences.length) return { differences: [] };
+    if (drift.repair) {
+      this.counters.driftRepairs++;
+      this.log.warn(`drift repaired: ${drift.differences.join('; ')}`);
+      this.publish(`drift repaired: ${drift.differences.length} differences`);
+      return { differences: drift.differences, report: drift.repair };
+    }
     if (this.o.reopenDataPlane) {
       this.dp.close();
       this.dp = await this.o.reopenDataPlane();
     }
     const report = await this.dp.apply(desired);
     this.countReport(report);
-    const left = diffLive(await this.dp.readLive(), desired).differences;
+    const left = (await this.compareLive(desired)).differences;
     if (left.length) {
       this.log.warn(`drift not repaired (${left.length} differences left): ${left.slice(0, 3).join('; ')}`);
       this.publish(`drift not repaired: ${left.length} differences`);

@@ -23,7 +23,9 @@ const hex32 = (n: number) => '0x' + n.toString(16).padStart(8, '0');
 
 export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean } = {}): string {
   const out: string[] = [];
-  out.push(`node ${s.node} (${s.role})  interface ${s.interface}  mtu ${s.mtu}${s.snatAddress ? `  snat ${s.snatAddress}` : ''}`);
+  const snat = s.snatAddress ? `  snat ${s.snatAddress}${s.snatPorts ? ` ports ${s.snatPorts.min}-${s.snatPorts.max}` : ''}` : '';
+  out.push(`node ${s.node} (${s.role})  interface ${s.interface}  mtu ${s.mtu}${snat}`);
+  if (s.addresses?.length) out.push(`addresses ${s.addresses.join(' ')}`);
   out.push(`hashSeed ${hex32(s.hashSeed)}  conntrack ${s.conntrackMaxEntries} entries`);
   out.push('');
   out.push(`listeners (${s.vips.length}):`);

@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import {
-  SNAT_MAPS, decodeSnatRev, encodeSnatRev, encodeSnatRevKey, listSnat, monotonicNs, sweepSnat, type SnatRevKey,
+  SNAT_MAPS, decodeSnatConfig, decodeSnatRev, encodeSnatConfig, encodeSnatRev, encodeSnatRevKey, listSnat, monotonicNs, sweepSnat, type SnatRevKey,
 } from '../../src/bpf/dataplane/snat.js';
 import type { DesiredState } from '../../src/render/state.js';
 
@@ -16,7 +16,8 @@ export type SnatStep =
   | { op: 'age'; key: SnatRevKey; ageMs: number }
   | { op: 'list' }
   | { op: 'clear' }
-  | { op: 'sweep' };
+  | { op: 'sweep' }
+  | { op: 'timeouts'; tcpEstablishedMs: number; tcpClosingMs: number; udpMs: number };
 
 function stateFromJson(j: any): DesiredState {
   return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
@@ -58,7 +59,10 @@ async function main(): Promise<void> {
           const v = rev.lookup(k);
           if (!v) throw new Error(`no NAT entry ${JSON.stringify(step.key)}`);
           const r = decodeSnatRev(Buffer.from(v), step.key.family);
-          r.lastSeenNs = monotonicNs() - BigInt(step.ageMs) * 1_000_000n;
+          const now = monotonicNs();
+          const ago = BigInt(step.ageMs) * 1_000_000n;
+          if (ago >= now) throw new Error(`cannot age by ${step.ageMs} ms: the monotonic clock is only at ${now} ns`);
+          r.lastSeenNs = now - ago;
           rev.update(k, encodeSnatRev(r), 'exist');
           out.push({});
         } else if (step.op === 'list') {
@@ -69,6 +73,14 @@ async function main(): Promise<void> {
             const m = obj!.map(name);
             for (const k of m.keys()) m.delete(k);
           }
+          out.push({});
+        } else if (step.op === 'timeouts') {
+          // shorter timeouts than the defaults, so ages stay below the machine's uptime (bpf_ktime_get_ns)
+          const cfgMap = obj!.map(SNAT_MAPS.config);
+          const cfg = decodeSnatConfig(Buffer.from(cfgMap.lookup(Buffer.alloc(4))!));
+          const ms = (n: number) => BigInt(n) * 1_000_000n;
+          cfg.timeouts = { tcpEstablishedNs: ms(step.tcpEstablishedMs), tcpClosingNs: ms(step.tcpClosingMs), udpNs: ms(step.udpMs) };
+          cfgMap.update(Buffer.alloc(4), encodeSnatConfig(cfg));
           out.push({});
         } else if (step.op === 'sweep') {
           out.push({ deleted: sweepSnat(obj!) });

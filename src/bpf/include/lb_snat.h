@@ -158,6 +158,13 @@ static __always_inline int lb_snat_drop(__u32 snat_reason)
 	return XDP_DROP;
 }
 
+/* to the SNAT address but not a translated flow: the node's own traffic, for the kernel */
+static __always_inline int lb_snat_pass_local(void)
+{
+	lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
+	return XDP_PASS;
+}
+
 static __always_inline int lb_snat_drop_lb(__u32 lb_reason)
 {
 	lb_count(lb_reason);
@@ -234,8 +241,8 @@ static __always_inline void lb_snat_forget(const struct lb_snat_rev_key *rk, con
 		bpf_map_delete_elem(&lb_snat_fwd, &fk);
 }
 
-/* Claims a SNAT port for rk (real, real port, proto, family filled in): up to LB_SNAT_PROBES consecutive
- * ports of the range from a hash-derived start. A port is free when no reverse entry holds it towards
+/* Claims a SNAT port for rk (real, real port, proto, family filled in): up to LB_SNAT_PROBES ports of the
+ * range from a hash-derived start. A port is free when no reverse entry holds it towards
  * this real endpoint, or when the entry holding it has expired. Returns 0 (rk->snat_port set) or the
  * LB_SNAT_CNT_DROP_* reason. */
 static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struct lb_snat_rev *nv,
@@ -249,13 +256,15 @@ static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struc
 	__u32 range = max - min + 1;
 	__u32 start = hash % range;
 
+	/* small ranges are probed one port after the other (all of them); larger ones at triangular offsets
+	 * (0, 1, 3, 6, ...), which keeps runs of taken ports from growing into long clusters */
+	int linear = range <= LB_SNAT_PROBES;
+
 	for (__u32 i = 0; i < LB_SNAT_PROBES; i++) {
 		if (i >= range)
 			break;
-		__u32 off = start + i;
+		__u32 off = (start + (linear ? i : i * (i + 1) / 2)) % range;
 
-		if (off >= range)
-			off -= range;
 		rk->snat_port = bpf_htons((__u16)(min + off));
 		long rc = bpf_map_update_elem(&lb_snat_rev, rk, nv, BPF_NOEXIST);
 
@@ -507,10 +516,8 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, const struct lb_pac
 	__builtin_memcpy(rk.real, p->src, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
-	if (!rv) {
-		lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
-		return XDP_PASS;
-	}
+	if (!rv)
+		return lb_snat_pass_local();
 	__u64 now = bpf_ktime_get_ns();
 
 	if (lb_snat_expired(rv, p->proto, cfg, now)) {
@@ -552,41 +559,41 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 	__u8 inner_proto;
 
 	if (l3_off > 18 || l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
-		return XDP_PASS;
+		return lb_snat_pass_local();
 	__u8 *icmp = data + l4_off;
 
 	if ((void *)(icmp + 8) > data_end)
-		return XDP_PASS;
+		return lb_snat_pass_local();
 	__u8 type = icmp[0];
 
 	if (p->family == 4) {
 		if (type != LB_ICMP_DEST_UNREACH && type != LB_ICMP_TIME_EXCEEDED && type != LB_ICMP_PARAMETERPROB)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		struct iphdr *in4 = (void *)(icmp + 8);
 
 		if ((void *)(in4 + 1) > data_end || in4->version != 4 || in4->ihl < 5)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		inner_proto = in4->protocol;
 		inner_l4 = l4_off + 8 + in4->ihl * 4;
 	} else {
 		if (type != LB_ICMPV6_DEST_UNREACH && type != LB_ICMPV6_PKT_TOOBIG && type != LB_ICMPV6_TIME_EXCEED &&
 		    type != LB_ICMPV6_PARAMPROB)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		struct ipv6hdr *in6 = (void *)(icmp + 8);
 
 		if ((void *)(in6 + 1) > data_end)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		inner_proto = in6->nexthdr;
 		inner_l4 = l4_off + 8 + LB_IPV6_HDR_LEN;
 	}
 	if (inner_proto != IPPROTO_TCP && inner_proto != IPPROTO_UDP)
-		return XDP_PASS;
+		return lb_snat_pass_local();
 	if (inner_l4 > 18 + LB_IPV4_MAX_HDR_LEN + 8 + LB_IPV4_MAX_HDR_LEN)
-		return XDP_PASS;
+		return lb_snat_pass_local();
 	__be16 *iports = data + inner_l4;
 
 	if ((void *)(iports + 4) > data_end)
-		return XDP_PASS;
+		return lb_snat_pass_local();
 
 	/* the quoted packet: src = snat address:snat port, dst = real:real port */
 	__u32 isrc[4] = {}, idst[4] = {};
@@ -597,29 +604,27 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 		struct iphdr *in4 = (void *)(icmp + 8);
 
 		if ((void *)(in4 + 1) > data_end)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		isrc[0] = in4->saddr;
 		idst[0] = in4->daddr;
 	} else {
 		struct ipv6hdr *in6 = (void *)(icmp + 8);
 
 		if ((void *)(in6 + 1) > data_end)
-			return XDP_PASS;
+			return lb_snat_pass_local();
 		__builtin_memcpy(isrc, &in6->saddr, 16);
 		__builtin_memcpy(idst, &in6->daddr, 16);
 	}
 	if (!lb_snat_addr_eq(isrc, snat_addr, p->family))
-		return XDP_PASS;
+		return lb_snat_pass_local();
 	struct lb_snat_rev_key rk = { .real_port = iports[1], .snat_port = iports[0], .proto = inner_proto,
 				      .family = p->family };
 
 	__builtin_memcpy(rk.real, idst, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
-	if (!rv) {
-		lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
-		return XDP_PASS;
-	}
+	if (!rv)
+		return lb_snat_pass_local();
 	if (lb_snat_expired(rv, inner_proto, cfg, bpf_ktime_get_ns())) {
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
@@ -743,8 +748,7 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 	if (verdict == LB_PARSE_PASS &&
 	    ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6)))
 		return lb_snat_icmp(ctx, p, cfg);
-	lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
-	return XDP_PASS;
+	return lb_snat_pass_local();
 }
 
 #endif

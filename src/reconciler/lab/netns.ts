@@ -254,7 +254,8 @@ export async function createBridge(ns: string, name: string, addrs: string[] = [
   await linkUp(ns, name);
 }
 
-/** Creates a dummy interface in `ns` (e.g. to hold VIPs) with addresses, and brings it up. */
+/** Creates a dummy interface in `ns` with addresses, and brings it up. Needs the kernel's dummy driver (not built
+ * into every kernel: the CI machine has none; use `lo` or a bridge there). */
 export async function createDummy(ns: string, name: string, addrs: string[] = []): Promise<void> {
   checkIfName(name);
   await ipIn(ns, ['link', 'add', name, 'type', 'dummy']);

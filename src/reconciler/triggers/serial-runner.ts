@@ -1,6 +1,6 @@
 // Runs jobs one at a time. A trigger that arrives while a job of the same kind is running or queued is
 // folded into one follow-up run, so a burst of webhooks, polls and ref events costs at most one extra pass.
-export type JobKind = 'reconcile' | 'drift';
+export type JobKind = 'reconcile' | 'refresh' | 'drift';
 
 export class SerialRunner {
   private running = false;
@@ -10,7 +10,7 @@ export class SerialRunner {
   readonly stats = { runs: 0, coalesced: 0 };
 
   constructor(
-    private readonly jobs: Record<JobKind, (why: string) => Promise<unknown>>,
+    private readonly jobs: Partial<Record<JobKind, (why: string) => Promise<unknown>>>,
     private readonly onError: (kind: JobKind, err: unknown) => void = () => {},
   ) {}
 
@@ -30,13 +30,13 @@ export class SerialRunner {
     try {
       // Reconciles first: a drift check against a revision about to be replaced is wasted work.
       for (;;) {
-        const kind: JobKind | undefined = this.queued.has('reconcile') ? 'reconcile' : this.queued.has('drift') ? 'drift' : undefined;
+        const kind = (['reconcile', 'refresh', 'drift'] as const).find((k) => this.queued.has(k));
         if (!kind || this.stopped) break;
         const why = this.queued.get(kind)!;
         this.queued.delete(kind);
         this.stats.runs++;
         try {
-          await this.jobs[kind](why.join(', '));
+          await this.jobs[kind]?.(why.join(', '));
         } catch (err) {
           this.onError(kind, err);
         }

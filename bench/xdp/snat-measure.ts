@@ -1,0 +1,113 @@
+// Runs inside the SNAT bench namespace (see snat-bench.ts). Method as bench/xdp/measure.ts: BPF_PROG_TEST_RUN
+// with `repeat`, kernel-measured average ns per run, median of several runs; paths that rewrite the packet go
+// through a harness that restores it before every iteration (bench/xdp/restore.c), new translations through
+// one that also gives every iteration a new client flow (bench/xdp/snat_vary.c). Each path is checked: the
+// action of the measured iterations and a counter that must move by exactly `repeat`.
+import { execFileSync } from 'node:child_process';
+import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { SNAT_MAPS, listSnat } from '../../src/bpf/dataplane/snat.js';
+import { LAB } from '../../test/lib/xdp-lab.js';
+import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
+import { BENCH_CLIENT, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
+
+const pinRoot = process.argv[2]!;
+const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
+const NEW_REPEAT = Number(process.env.XDP_BENCH_NEW_REPEAT ?? 20_000);
+const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
+
+const dp = await openLbDataPlane({ pinRoot });
+await dp.apply(benchState());
+const obj = dp.object()!;
+const lb = obj.program('xdp_lb');
+const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
+const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
+const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
+const [lbA] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', LAB.lbA.name]).toString()) as Array<{ ifindex: number }>;
+const ctxFor = (len: number) => {
+  const b = Buffer.alloc(24);
+  b.writeUInt32LE(len, 4);
+  b.writeUInt32LE(lbA!.ifindex, 12);
+  return b;
+};
+const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
+const fromClient = (dst: string, flags: number, sport = 40000) =>
+  frame({ dst: LAB.lbA.mac, src: LAB.clientMac }, ipPacket({ src: BENCH_CLIENT, dst, l4: { tcp: { sport, dport: 80, flags } } }));
+
+const counter = async (name: string) => ((await dp.counters())[name] as number | undefined) ?? 0;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+function clearNat(): void {
+  for (const name of [SNAT_MAPS.rev, SNAT_MAPS.fwd]) {
+    const m = obj.map(name);
+    for (const k of m.keys()) m.delete(k);
+  }
+}
+
+async function measure(prog: BpfProgram, data: Buffer, action: number, repeat: number, counterName?: string,
+  beforeRun?: () => void): Promise<{ ns: number; runs: number[] }> {
+  const runs: number[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    beforeRun?.();
+    const before = counterName ? await counter(counterName) : 0;
+    const res = prog.testRun({ data, repeat, ctxIn: ctxFor(data.length) });
+    if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
+    if (counterName) {
+      const moved = (await counter(counterName)) - before;
+      if (moved !== repeat) throw new Error(`${counterName} moved by ${moved}, expected ${repeat}: iterations took another path`);
+    }
+    runs.push(res.durationNs);
+  }
+  return { ns: median(runs), runs };
+}
+
+function harness(o: BpfObject, data: Buffer, target: BpfProgram): void {
+  if (data.length !== 54) throw new Error('the harnesses are built for 54-byte packets');
+  o.map('original').update(u32(0), data);
+  o.map('target').update(u32(0), u32(target.fd));
+}
+
+// prime one translation; its reply is the reverse-path packet
+const ack = fromClient(BENCH_VIP, TCP_FLAGS.ACK);
+const primed = lb.testRun({ data: ack, ctxIn: ctxFor(ack.length) });
+if (primed.retval !== 3) throw new Error(`priming returned ${primed.retval}`);
+const t = listSnat(obj).find((x) => x.rev.clientPort === 40000)!;
+const realIdx = BENCH_REALS.indexOf(t.key.real);
+const reply = frame({ dst: LAB.lbA.mac, src: benchRealMac(realIdx) },
+  ipPacket({ src: t.key.real, dst: LAB.lbA.v4, l4: { tcp: { sport: t.key.realPort, dport: t.key.snatPort, flags: TCP_FLAGS.ACK } } }));
+const notVip = fromClient('203.0.113.99', TCP_FLAGS.ACK);
+
+harness(restoreObj, notVip, empty.program('xdp_empty'));
+const floor = await measure(restoreObj.program('xdp_restore'), notVip, 2, REPEAT);
+harness(varyObj, notVip, empty.program('xdp_empty'));
+const varyFloor = await measure(varyObj.program('xdp_snat_vary'), notVip, 2, NEW_REPEAT);
+
+console.log(`XDP LB SNAT, kernel-measured ns/packet: BPF_PROG_TEST_RUN, median of ${RUNS} runs, on CPU 1`);
+console.log(`harness floors: restore ${floor.ns} ns (runs ${floor.runs.join(' ')}); restore + new flow ${varyFloor.ns} ns (runs ${varyFloor.runs.join(' ')})`);
+console.log(`${'path'.padEnd(52)} ${'repeat'.padStart(8)} ${'ns/pkt'.padStart(7)} ${'minus floor'.padStart(12)}   runs (ns)`);
+let failed = false;
+const paths: Array<{ name: string; run: () => Promise<{ ns: number; runs: number[] }>; floor: number; repeat: number }> = [
+  { name: 'non-VIP pass with SNAT configured (direct)', floor: 0, repeat: REPEAT,
+    run: () => measure(lb, notVip, 2, REPEAT, 'pass_not_vip') },
+  { name: 'snat forward, translation hit', floor: floor.ns, repeat: REPEAT,
+    run: () => { harness(restoreObj, ack, lb); return measure(restoreObj.program('xdp_restore'), ack, 3, REPEAT, 'snat_hit'); } },
+  { name: 'snat reverse, reply translated to the client', floor: floor.ns, repeat: REPEAT,
+    run: () => { harness(restoreObj, reply, lb); return measure(restoreObj.program('xdp_restore'), reply, 3, REPEAT, 'snat_reply'); } },
+  { name: 'snat forward, new translation (port + 2 inserts)', floor: varyFloor.ns, repeat: NEW_REPEAT,
+    run: () => { harness(varyObj, fromClient(BENCH_VIP, TCP_FLAGS.SYN), lb);
+      return measure(varyObj.program('xdp_snat_vary'), fromClient(BENCH_VIP, TCP_FLAGS.SYN), 3, NEW_REPEAT, 'snat_new', clearNat); } },
+];
+for (const p of paths) {
+  try {
+    const r = await p.run();
+    console.log(`${p.name.padEnd(52)} ${String(p.repeat).padStart(8)} ${String(r.ns).padStart(7)} ${(p.floor ? String(r.ns - p.floor) : '-').padStart(12)}   ${r.runs.join(' ')}`);
+  } catch (e) {
+    failed = true;
+    console.log(`${p.name.padEnd(52)} FAILED: ${(e as Error).message}`);
+  }
+}
+console.log('The reverse path does a bpf_fib_lookup per packet (clients are not cached like reals); see docs/datapath.md, SNAT.');
+restoreObj.close();
+varyObj.close();
+empty.close();
+dp.close();
+if (failed) process.exitCode = 1;
