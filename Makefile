@@ -46,7 +46,7 @@ test: build
 	node_modules/.bin/ava $(AVA_FLAGS)
 
 demo: build
-	bin/gitlb lab demo
+	bin/gitlb demo
 
 bench: build
 	@for b in bench/*/run; do echo "== $$b"; $$b || exit 1; done

@@ -1,7 +1,7 @@
 // The commands as a user runs them: `gitlb run --once` against a real Git server and the real LB data plane,
 // then `gitlb status` and `gitlb history` reading the status branch; a local repository path works too.
 import test from 'ava';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -92,5 +92,40 @@ test('gitlb run --once on a local repository path; usage errors exit 2', async (
     rmSync(dir, { recursive: true, force: true });
     rmSync(cache, { recursive: true, force: true });
     rmSync(PIN_BASE + '-local', { recursive: true, force: true });
+  }
+});
+
+test('gitlb run as a daemon: polls, applies a new commit, stops cleanly on SIGTERM', async (t) => {
+  const repo = await servedRepo();
+  const cache = await tempDir('cli-daemon');
+  const pinRoot = `${PIN_BASE}-daemon`;
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'run', '--repo', repo.url, '--node', 'lb-1', '--pin-root', pinRoot, '--cache-dir', cache, '--poll', '1'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  const until = async (re: RegExp, ms: number) => {
+    const end = Date.now() + ms;
+    while (!re.test(out) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+    return re.test(out);
+  };
+  try {
+    const c1 = await commitFiles(repo.work, configFiles(['lb-1'], ['198.51.100.10', '198.51.100.11']), 'initial');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    t.true(await until(new RegExp(`applied ${c1.slice(0, 12)}`), 60_000), out);
+    const c2 = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.10']) }, 'one real');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    t.true(await until(new RegExp(`applied ${c2.slice(0, 12)} \\(poll`), 60_000), out);
+    child.kill('SIGTERM');
+    t.is(await exited, 0, out);
+    await git(repo.work, 'fetch', '-q', 'origin', 'gitlb-status');
+    t.regex(await git(repo.work, 'show', 'FETCH_HEAD:status/lb-1.yaml'), new RegExp(`appliedRevision: ${c2}`));
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+    await repo.cleanup();
+    rmSync(cache, { recursive: true, force: true });
+    rmSync(pinRoot, { recursive: true, force: true });
   }
 });

@@ -20,7 +20,7 @@ import { githubSignature } from '../src/reconciler/triggers/webhook.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-test-${process.pid}-reconcile`;
-const quiet = process.env.GITLB_TEST_LOG ? { info: (m: string) => console.log(m), warn: (m: string) => console.log('WARN', m) } : { info: () => {}, warn: () => {} };
+const quiet = process.env.GITLB_TEST_LOG ? { info: (m: string) => console.log(new Date().toISOString().slice(14, 23), m), warn: (m: string) => console.log(new Date().toISOString().slice(14, 23), 'WARN', m) } : { info: () => {}, warn: () => {} };
 const cleanups: (() => Promise<void> | void)[] = [];
 
 test.after.always(async () => {
@@ -237,8 +237,10 @@ test.serial('auto-rollback: with two reconcilers running, exactly one revert is 
     await Promise.all(daemons.map((d) => d.idle()));
     for (const d of daemons) t.is(d.reconciler.appliedRevision, good);
 
+    quiet.info('both idle');
     const bad = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
     await git(repo.work, 'push', '-q', 'origin', 'main');
+    quiet.info('bad pushed');
     for (const d of daemons) d.trigger('test'); // both at once
 
     // Wait until both nodes applied something newer than `bad` (the revert).

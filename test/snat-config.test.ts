@@ -81,3 +81,12 @@ test('snatPorts with an unknown key is refused', (t) => {
   const r = parse('  snatPorts: {min: 40000, max: 50000, step: 2}\n');
   t.is(r.model, null);
 });
+
+test('a snatPorts change shows in the plan as a node field change', async (t) => {
+  const { planChanges } = await import('../src/render/plan.js');
+  const a = parse('  snatPorts: {min: 20000, max: 20999}\n').model!;
+  const b = parse('  snatPorts: {min: 20000, max: 21999}\n').model!;
+  const plan = planChanges(a, b);
+  const node = plan.nodes.find((n) => n.name === 'lb-1');
+  t.deepEqual(node?.fields, [{ field: 'snatPorts', before: '{"min":20000,"max":20999}', after: '{"min":20000,"max":21999}' }]);
+});

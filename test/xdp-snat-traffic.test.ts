@@ -215,9 +215,20 @@ test.serial('hybrid: TCP by DSR (answers bypass the LB) and UDP by SNAT (answers
 
 test.serial('snat IPv6: TCP and UDP through the VIP with an IPv6 snatAddress', async (t) => {
   applyLb(lbState(ADDR6.lb));
+  // neighbour entries the LB's bpf_fib_lookup needs, refreshed (earlier tests may have let them age)
+  for (const a of [ADDR6.b1, ADDR6.b2, ADDR6.client]) sh(NS.lb, ['ping', '-6', '-c', '1', '-W', '2', a]);
+  const before = counters();
   try {
     const tcpPorts = portsForBoth(VIP.snat6, 80, 6, 30600, 1);
-    const tcpRun = await capture(`src host ${VIP.snat6} and tcp`, () => tcpPorts.map((p) => tcpAsk(VIP.snat6, p)));
+    const tcpRun = await capture(`src host ${VIP.snat6} and tcp`, () => tcpPorts.map((p) => {
+      try {
+        return tcpAsk(VIP.snat6, p);
+      } catch (e) {
+        const c = counters();
+        const moved = Object.fromEntries(Object.entries(c).filter(([k, v]) => typeof v === 'number' && v !== before[k]).map(([k, v]) => [k, (v as number) - (before[k] ?? 0)]));
+        throw new Error(`curl from port ${p} failed; LB counters moved: ${JSON.stringify(moved)}; LB neighbours: ${sh(NS.lb, ['ip', '-6', 'neigh'])}`);
+      }
+    }));
     t.deepEqual(tcpRun.result, tcpPorts.map((p) => `${expected(VIP.snat6, p, 80, 6)}|${ADDR6.lb}`));
     t.true(tcpRun.packets > 0);
     const udpPorts = portsForBoth(VIP.snat6, 53, 17, 30700, 1);

@@ -15,6 +15,7 @@ import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
 import { SerialRunner } from './triggers/serial-runner.js';
 import type { HealthView } from '../render/desired.js';
+import type { ConfigModel } from '../render/model.js';
 
 export interface DaemonOptions {
   repo: string; // URL or local path
@@ -33,6 +34,8 @@ export interface DaemonOptions {
   writeStatus?: boolean; // default true
   health?: () => HealthView | undefined;
   postApplyGate?: PostApplyGate;
+  onApplied?: (model: ConfigModel) => void;
+  statusHealth?: () => unknown;
   retry?: { baseMs: number; maxMs: number };
   log?: Logger;
 }
@@ -107,6 +110,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     adoptedRevision: await adoptedRevision(remote, o.statusBranch ?? DEFAULT_STATUS_BRANCH, o, stateFile),
     health: o.health,
     postApplyGate: o.postApplyGate,
+    onApplied: o.onApplied,
+    statusHealth: o.statusHealth,
     retry: o.retry,
     log,
     statusSink:

@@ -59,6 +59,10 @@ export interface ReconcilerOptions {
   adoptedRevision?: string | null;
   health?: () => HealthView | undefined;
   postApplyGate?: PostApplyGate;
+  /** Called with the model the data plane now serves (after an apply, or when adopting after a restart). */
+  onApplied?: (model: ConfigModel) => void;
+  /** The `health` mapping of the status file (from the health checker), or null to leave it out. */
+  statusHealth?: () => unknown;
   retry?: { baseMs: number; maxMs: number };
   clock?: () => Date;
   log?: Logger;
@@ -162,7 +166,26 @@ export class Reconciler {
       counters: { ...this.counters },
       startedAt: this.startedAt,
       updatedAt: now,
+      ...this.healthField(),
     };
+  }
+
+  private healthField(): { health?: unknown } {
+    try {
+      const h = this.o.statusHealth?.();
+      return h === null || h === undefined ? {} : { health: h };
+    } catch (err) {
+      this.log.warn(`health status unavailable: ${errorText(err)}`);
+      return {};
+    }
+  }
+
+  private notifyApplied(model: ConfigModel): void {
+    try {
+      this.o.onApplied?.(model);
+    } catch (err) {
+      this.log.warn(`onApplied hook failed: ${errorText(err)}`);
+    }
   }
 
   /**
@@ -346,6 +369,7 @@ export class Reconciler {
     this.appliedModel = model;
     this.appliedDesired = desired;
     this.warnings = warnings;
+    this.notifyApplied(model);
     if (changed) this.counters.applies++;
     this.servicesFrom(after.live, desired);
     const result: AttemptResult = changed ? 'applied' : 'unchanged';
@@ -374,6 +398,7 @@ export class Reconciler {
       this.appliedModel = parsed.model;
       this.appliedDesired = desired;
       await this.refreshServices(desired);
+      this.notifyApplied(parsed.model);
     } catch (err) {
       this.log.warn(`cannot adopt ${revision.slice(0, 12)} (${errorText(err)}); its state is unknown until the next apply`);
     }

@@ -139,41 +139,38 @@ function nextSetBit(bits: Int32Array, start: number): number {
  * at a turn computed exactly (firstEligibleTurn). Eligible backends sit in a bitset, the others in per-turn buckets;
  * "the next backend in order that is eligible" is a next-set-bit query. The result is the specification's turn order.
  */
-function turnOwners(weight: Float64Array, m: number): Int32Array {
+function weightedTurnOwners(weight: Float64Array, m: number): Int32Array {
   const n = weight.length;
   const owners = new Int32Array(m);
-  let equal = true;
-  for (let i = 1; i < n; i++) if (weight[i] !== weight[0]) equal = false;
-  if (equal) {
-    // With equal weights no turn is ever passed on (proof in docs/maglev.md): plain round robin.
-    for (let t = 0, i = 0; t < m; t++, i = i + 1 === n ? 0 : i + 1) owners[t] = i;
-    return owners;
-  }
   let weightSum = 0;
   for (let i = 0; i < n; i++) weightSum += weight[i]!;
   const counter = new Float64Array(n);
   const eligible = new Int32Array((n + 31) >>> 5);
   const bucketHead = new Int32Array(m).fill(-1); // backends that become eligible at turn t
   const bucketNext = new Int32Array(n);
-  const schedule = (i: number, turn: number, now: number): void => {
-    if (turn <= now) eligible[i >>> 5]! |= 1 << (i & 31);
+  // A backend whose next eligible turn is `turn` goes into the bitset when that turn has come, else into its bucket.
+  for (let i = 0; i < n; i++) {
+    counter[i] = weight[i]! / n;
+    const turn = firstEligibleTurn(Math.floor(counter[i]!), weight[i]!);
+    if (turn <= 0) eligible[i >>> 5]! |= 1 << (i & 31);
     else if (turn < m) {
       bucketNext[i] = bucketHead[turn]!;
       bucketHead[turn] = i;
     }
-  };
-  for (let i = 0; i < n; i++) {
-    counter[i] = weight[i]! / n;
-    schedule(i, firstEligibleTurn(Math.floor(counter[i]!), weight[i]!), 0);
   }
   for (let t = 0; t < m; t++) {
-    for (let i = bucketHead[t]!; i !== -1; i = bucketNext[i]!) eligible[i >>> 5]! |= 1 << (i & 31);
+    for (let b = bucketHead[t]!; b !== -1; b = bucketNext[b]!) eligible[b >>> 5]! |= 1 << (b & 31);
     const i = nextSetBit(eligible, t % n);
     if (i < 0) throw new Error('internal: maglev weight counter left no backend eligible');
     owners[t] = i;
     eligible[i >>> 5]! &= ~(1 << (i & 31));
     counter[i] = counter[i]! + weightSum;
-    schedule(i, firstEligibleTurn(Math.floor(counter[i]!), weight[i]!), t + 1);
+    const turn = firstEligibleTurn(Math.floor(counter[i]!), weight[i]!);
+    if (turn <= t + 1) eligible[i >>> 5]! |= 1 << (i & 31);
+    else if (turn < m) {
+      bucketNext[i] = bucketHead[turn]!;
+      bucketHead[turn] = i;
+    }
   }
   return owners;
 }
@@ -204,19 +201,27 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
     realId[i] = b.realId;
   }
 
-  // Each turn, its owner takes the first still-empty slot of its permutation (offset + j·skip mod M). Most of the
-  // time goes into probing taken slots (about M·ln M probes), so "taken" is a bitset: M/8 bytes stay in L1 cache.
-  const owners = turnOwners(weight, m);
-  const taken = new Int32Array((m + 31) >>> 5);
+  // With equal weights no turn is ever passed on (proof in docs/maglev.md §5): the turn order is round robin.
+  let equal = true;
+  for (let k = 1; k < n; k++) if (weight[k] !== weight[0]) equal = false;
+  const owners = equal ? null : weightedTurnOwners(weight, m);
+
+  // Each turn, its owner takes the first still-empty slot of its permutation (offset + j·skip mod M).
+  let roundRobin = n - 1;
   for (let t = 0; t < m; t++) {
-    const i = owners[t]!;
+    let i: number;
+    if (owners === null) {
+      roundRobin = roundRobin + 1 === n ? 0 : roundRobin + 1;
+      i = roundRobin;
+    } else {
+      i = owners[t]!;
+    }
     const step = skip[i]!;
     let slot = position[i]!;
-    while ((taken[slot >>> 5]! & (1 << (slot & 31))) !== 0) {
+    while (table[slot] !== 0) {
       slot += step;
       if (slot >= m) slot -= m;
     }
-    taken[slot >>> 5]! |= 1 << (slot & 31);
     table[slot] = realId[i]!;
     slot += step;
     if (slot >= m) slot -= m;

@@ -204,7 +204,7 @@ function planNodes(base: NodeDoc[], head: NodeDoc[]): NodePlan[] {
       continue;
     }
     const fields = diffFields(
-      (['role', 'interface', 'allowedVips', 'addresses', 'snatAddress', 'mtu'] as const).map((k) => [k, x.spec[k], y.spec[k]]),
+      (['role', 'interface', 'allowedVips', 'addresses', 'snatAddress', 'snatPorts', 'mtu'] as const).map((k) => [k, x.spec[k], y.spec[k]]),
     );
     if (fields.length > 0) out.push({ name, change: 'changed', fields });
   }

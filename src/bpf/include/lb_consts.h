@@ -53,7 +53,7 @@ enum lb_counter {
 	LB_CNT_PASS_NOT_IP = 0,      /* not IPv4/IPv6 */
 	LB_CNT_PASS_SHORT_HEADER,    /* L2/L3 header too short to know the destination */
 	LB_CNT_PASS_NOT_VIP,         /* destination is not a VIP:port:protocol */
-	LB_CNT_PASS_SNAT,            /* snat forwarding: handed to the kernel (SNAT not yet in XDP) */
+	LB_CNT_PASS_SNAT,            /* snat listener, no SNAT address of its family on the node: to the kernel */
 	LB_CNT_DROP_MALFORMED_L3,    /* bad version/IHL/total length to a VIP address */
 	LB_CNT_DROP_TRUNCATED_L3,    /* IP header or payload shorter than announced, to a VIP address */
 	LB_CNT_DROP_TRUNCATED_L4,    /* TCP/UDP header cut short, to a VIP address */

@@ -8,6 +8,7 @@ import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { detectRole } from '../../reconciler/node-role.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import type { DataPlane } from '../../bpf/dataplane/index.js';
+import { HealthService } from '../../reconciler/health/service.js';
 
 const help = `usage: gitlb run --repo URL|DIR --node NAME [options]
 
@@ -30,6 +31,7 @@ options:
   --drift SPEC              drift check schedule (default 60 seconds)
   --status-branch NAME      override Cluster.spec.status.branch
   --no-status               do not write status to Git
+  --no-health               lb nodes: do not run health checks (every real counts as healthy)
   --once                    reconcile once, print the outcome and exit (exit 1 if the revision failed)
 `;
 
@@ -72,6 +74,7 @@ export const command: CliCommand = {
         'status-branch': { type: 'string' },
         'no-status': { type: 'boolean', default: false },
         once: { type: 'boolean', default: false },
+        'no-health': { type: 'boolean', default: false },
       },
     });
     if (!values.repo) throw new UsageError('--repo is required');
@@ -93,6 +96,9 @@ export const command: CliCommand = {
     const role = (values.role as 'lb' | 'backend' | undefined) ?? (await detectRole(values.repo, values.branch!, node, join(cacheDir, 'git'), loadCredentials({ file: values['credentials-file'] })));
     const open = () => openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!, cacheDir);
     const dataPlane = await open();
+    // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate can
+    // fail a revision that costs too much healthy capacity (docs/health.md).
+    const health = role === 'lb' && !values['no-health'] && !values.once ? new HealthService({ node, log: console }) : null;
     const daemon = await startDaemon({
       repo: values.repo,
       branch: values.branch!,
@@ -106,7 +112,14 @@ export const command: CliCommand = {
       drift: values.drift,
       statusBranch: values['status-branch'],
       writeStatus: !values['no-status'],
+      ...(health && {
+        health: () => health.view(),
+        postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
+        onApplied: (model) => health.update(model),
+        statusHealth: () => health.status(),
+      }),
     });
+    health?.onChange(() => daemon.refreshHealth('health change'));
     if (values.once) {
       await daemon.idle();
       await daemon.stop();
@@ -121,6 +134,7 @@ export const command: CliCommand = {
       process.once('SIGTERM', stop);
     });
     await daemon.stop();
+    await health?.checker.stop();
     daemon.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     return 0;
   },

@@ -27,7 +27,7 @@ const SHALLOW_DEPTH = 1;
 
 // Node 20's global agent gives sockets a 5 s idle timeout, and isomorphic-git's client turns that into
 // "Request timed out" while a busy server is still indexing a pushed pack. Use agents with a generous one.
-const IDLE_TIMEOUT_MS = 120_000;
+const IDLE_TIMEOUT_MS = 60_000;
 const httpAgent = new HttpAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
 const httpsAgent = new HttpsAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
 const http: typeof isoHttp = {
@@ -194,6 +194,9 @@ export class HttpRemote implements GitRemote {
     } catch (err) {
       const code = (err as { code?: string }).code;
       if (code === 'PushRejectedError' || code === 'GitPushError') return false;
+      // A push that lost a race can also end in a report-status isomorphic-git cannot parse (the ref
+      // failed to lock on the server). Treat it as "not pushed"; the caller re-fetches and decides.
+      if (err instanceof TypeError) return false;
       throw this.clean(err);
     } finally {
       void expectedOld; // the advertised value plays the role of expectedOld over HTTP

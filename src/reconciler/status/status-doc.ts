@@ -58,6 +58,8 @@ export interface NodeStatus {
   counters: StatusCounters;
   startedAt: string;
   updatedAt: string;
+  /** Health checker observations and decisions (src/reconciler/health/status.ts), lb nodes only. */
+  health?: unknown;
 }
 
 export function emptyCounters(): StatusCounters {

@@ -65,37 +65,46 @@ export class StatusWriter {
     return done;
   }
 
+  /** One fetch-rebuild-push round; null when the push lost a race. */
+  private async attempt(status: NodeStatus, why: string, path: string, content: Uint8Array, attempt: number): Promise<StatusWriteResult | null> {
+    const { remote, branch, node } = this.o;
+    const tip = await remote.fetch(branch, { depth: 1 });
+    const base = tip ? await readCommitInfo(remote.gitdir, tip) : null;
+    if (tip) {
+      const current = await readFileAt(remote.gitdir, tip, path);
+      if (current && Buffer.from(current).equals(Buffer.from(content))) return { commit: null, attempts: attempt };
+    }
+    const tree = await treeWithFile(remote.gitdir, base?.tree ?? null, path, content);
+    const now = this.clock();
+    const commit = await writeCommitObject(remote.gitdir, {
+      tree,
+      parents: tip ? [tip] : [],
+      message: statusCommitMessage(status, why),
+      author: { name: node, email: `${node}@gitlb.invalid`, timestamp: Math.floor(now.getTime() / 1000), timezoneOffset: 0 },
+    });
+    return (await remote.push(branch, commit, tip)) ? { commit, attempts: attempt } : null;
+  }
+
   private async writeNow(status: NodeStatus, why: string): Promise<StatusWriteResult> {
     const { remote, branch, node } = this.o;
     const path = statusPath(node);
     const content = new TextEncoder().encode(serialiseStatus(status));
     let lastError = '';
+    let transientErrors = 0;
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
-      const tip = await remote.fetch(branch, { depth: 1 });
-      const base = tip ? await readCommitInfo(remote.gitdir, tip) : null;
-      if (tip) {
-        const current = await readFileAt(remote.gitdir, tip, path);
-        if (current && Buffer.from(current).equals(Buffer.from(content))) return { commit: null, attempts: attempt };
+      try {
+        const r = await this.attempt(status, why, path, content, attempt);
+        if (r) return r;
+        lastError = 'the status branch moved';
+      } catch (err) {
+        // A network error or timeout is retried like a lost race, at most five times per write.
+        lastError = err instanceof Error ? err.message : String(err);
+        if (++transientErrors >= 5) break;
       }
-      const tree = await treeWithFile(remote.gitdir, base?.tree ?? null, path, content);
-      const now = this.clock();
-      const commit = await writeCommitObject(remote.gitdir, {
-        tree,
-        parents: tip ? [tip] : [],
-        message: statusCommitMessage(status, why),
-        author: {
-          name: node,
-          email: `${node}@gitlb.invalid`,
-          timestamp: Math.floor(now.getTime() / 1000),
-          timezoneOffset: 0,
-        },
-      });
-      if (await remote.push(branch, commit, tip)) return { commit, attempts: attempt };
-      lastError = `the status branch moved (tip was ${tip?.slice(0, 12) ?? 'none'})`;
       // Full jitter: writers that collided spread out instead of colliding again in lock step.
       const cap = Math.min(this.backoff.max, this.backoff.base * 2 ** Math.min(attempt, 10));
       await sleep(Math.floor(this.random() * cap));
     }
-    throw new Error(`status push for ${node} to ${branch} failed after ${this.maxAttempts} attempts: ${lastError}`);
+    throw new Error(`status push for ${node} to ${branch} failed: ${lastError}`);
   }
 }

@@ -1,0 +1,192 @@
+// End-to-end: the whole system in the lab (client, ECMP router, lb-1/lb-2 running XDP, three backends, a Git
+// server), driven by `gitlb run` daemons that follow the sample config over HTTP. One lab for the file (its
+// namespaces carry the anchor pid prefix `glb<pid>-`), removed in teardown.
+import test from 'ava';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  captureAtLbPorts,
+  cloneModel,
+  commitAndPush,
+  predictor,
+  render,
+  routeVipsVia,
+  startE2eLab,
+  waitApplied,
+  type E2eLab,
+} from './e2e-lab.js';
+import { runTraffic, tally, type FlowRecord } from '../src/reconciler/demo/traffic.js';
+import { readNodeStatus } from '../src/reconciler/demo/status-watch.js';
+
+let lab: E2eLab | null = null;
+let labError: Error | null = null;
+
+test.before(async (t) => {
+  t.timeout(240_000);
+  try {
+    lab = await startE2eLab((line) => t.log(`lab: ${line}`));
+  } catch (err) {
+    labError = err as Error;
+  }
+});
+
+test.after.always(async () => {
+  await lab?.close();
+});
+
+function need(): E2eLab {
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  return lab;
+}
+
+const FLOWS_PER_LISTENER = 24;
+
+test.serial('every dispatch mode carries TCP and UDP through the VIP to the backend the Maglev table names', async (t) => {
+  t.timeout(150_000);
+  const l = need();
+  const desired = render(await cloneModel(l), 'lb-1');
+  const predict = predictor(desired, l.view);
+  t.true(desired.vips.length >= 9, 'the sample config has listeners for every mode');
+  const seen = new Set<string>();
+  for (const v of desired.vips) {
+    const sources = v.family === 6 ? l.view.clientsV6 : l.view.clientsV4;
+    const job =
+      v.protocol === 'TCP'
+        ? ({ kind: 'burst', host: v.vip, port: v.port, count: FLOWS_PER_LISTENER, concurrency: 12, sources, timeoutMs: 6000 } as const)
+        : ({ kind: 'udp', host: v.vip, port: v.port, count: FLOWS_PER_LISTENER, sources, timeoutMs: 3000 } as const);
+    const r = await runTraffic(l.view.clientNs, job);
+    const label = `${v.vip}:${v.port}/${v.protocol} (${v.forwarding})`;
+    const answered = r.records.filter((x) => x.backend);
+    const wrong = answered.filter((x) => x.backend !== predict(v.vip, v.port, v.protocol, x));
+    t.log(`${label}: ${answered.length}/${r.records.length} answered, spread ${JSON.stringify(tally(r.records).byBackend)}, ${wrong.length} on an unexpected backend`);
+    t.is(answered.length, r.records.length, `${label}: every flow answered (${JSON.stringify(tally(r.records).errors)})`);
+    t.is(wrong.length, 0, `${label}: every flow reaches the backend its ring slot names`);
+    seen.add(`${v.forwarding}/${v.protocol}`);
+  }
+  t.deepEqual([...seen].sort(), ['dsr-ipip/TCP', 'dsr-ipopt/TCP', 'dsr-l2/TCP', 'snat/TCP', 'snat/UDP']);
+});
+
+test.serial('DSR replies bypass the lb nodes (capture on their switch ports); SNAT replies pass them', async (t) => {
+  t.timeout(120_000);
+  const l = need();
+  for (const [vip, port, mode] of [
+    ['203.0.113.10', 80, 'dsr-l2'],
+    ['203.0.113.20', 8080, 'dsr-ipip'],
+    ['203.0.113.30', 80, 'dsr-ipopt'],
+    ['203.0.113.40', 53, 'snat'],
+  ] as const) {
+    const c = await captureAtLbPorts(l, vip, () =>
+      runTraffic(l.view.clientNs, { kind: 'burst', host: vip, port, count: 12, concurrency: 6, sources: l.view.clientsV4, timeoutMs: 6000 }),
+    );
+    const ok = c.result.records.filter((x) => x.backend).length;
+    t.log(`${mode} ${vip}:${port}: ${ok}/12 answered; at the lb switch ports ${c.toVip} frames to the VIP, ${c.fromVip} from it`);
+    t.is(ok, 12, `${mode}: all answered`);
+    t.true(c.toVip > 0, `${mode}: the capture saw the requests at the lb nodes`);
+    if (mode === 'snat') t.true(c.fromVip > 0, 'snat: replies leave through an lb node (the capture can see replies)');
+    else t.is(c.fromVip, 0, `${mode}: no reply passed an lb node`);
+  }
+});
+
+test.serial('both lb nodes apply the same digests, and a flow gets the same backend whichever lb node carries it', async (t) => {
+  t.timeout(150_000);
+  const l = need();
+  const [s1, s2] = await Promise.all(['lb-1', 'lb-2'].map((n) => readNodeStatus(l.state.git!.bare, n)));
+  t.truthy(s1 && s2, 'both lb nodes wrote status');
+  t.is(s1!.appliedRevision, s2!.appliedRevision);
+  const digests = (s: typeof s1) => Object.fromEntries(s!.services.map((x) => [x.name, x.digest]));
+  t.deepEqual(digests(s1), digests(s2));
+  const model = await cloneModel(l);
+  const rendered = Object.fromEntries(render(model, 'lb-2').services.map((x) => [x.name, x.digest]));
+  t.deepEqual(digests(s1), rendered, 'the applied digests are the rendered ones');
+  t.is(Object.keys(rendered).length, 6);
+
+  const count = 60;
+  const ports = Array.from({ length: count }, (_, i) => 31000 + i);
+  const via = async (lb: string): Promise<FlowRecord[]> => {
+    await routeVipsVia(l, [lb]);
+    const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: '203.0.113.10', port: 80, count, concurrency: 12, sources: l.view.clientsV4, ports, timeoutMs: 6000 });
+    return r.records;
+  };
+  try {
+    const a = await via('lb-1');
+    const b = await via('lb-2');
+    const same = a.filter((x, i) => x.backend !== null && x.backend === b[i]!.backend && x.sport === b[i]!.sport).length;
+    t.log(`${count} flows (fixed source address and port) via lb-1, then via lb-2: ${same} got the same backend`);
+    t.is(a.filter((x) => x.backend).length, count, 'all answered via lb-1');
+    t.is(b.filter((x) => x.backend).length, count, 'all answered via lb-2');
+    t.is(same, count);
+    t.true(new Set(a.map((x) => x.backend)).size >= 2, 'the flows spread over several backends');
+  } finally {
+    await routeVipsVia(l, ['lb-1', 'lb-2']);
+  }
+});
+
+test.serial('an lb node taken away under load: its flows move to the other node and keep their backend', async (t) => {
+  t.timeout(120_000);
+  const l = need();
+  const flows = 40;
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 14_000, intervalMs: 250, sources: l.view.clientsV4, timeoutMs: 5000 });
+  try {
+    await new Promise((r) => setTimeout(r, 5000));
+    await routeVipsVia(l, ['lb-2']); // lb-1's next hop leaves the ECMP route
+    const r = await running;
+    const survived = r.flows.filter((f) => f.survived);
+    const switched = r.flows.filter((f) => f.backends.length > 1);
+    const share = survived.length / flows;
+    t.log(`lb-1 removed from the ECMP route after 5 s of ${flows} keep-alive connections (a request every 250 ms):`);
+    t.log(`  ${survived.length}/${flows} connections survived (${(share * 100).toFixed(1)}%), ${switched.length} saw a different backend`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.true(r.flows.every((f) => f.requests >= 10), 'every connection was carrying requests');
+    t.is(switched.length, 0, 'no connection changed backend');
+    t.true(share >= 0.95, `at least 95% of the connections survive (got ${(share * 100).toFixed(1)}%)`);
+  } finally {
+    await routeVipsVia(l, ['lb-1', 'lb-2']);
+  }
+});
+
+test.serial('a backend removed by git commit under load: flows on the other backends see zero failures; only its flows move', async (t) => {
+  t.timeout(200_000);
+  const l = need();
+  const before = render(await cloneModel(l), 'lb-1');
+  const count = 80;
+  const ports = Array.from({ length: count }, (_, i) => 41000 + i);
+  const burst = async () =>
+    (await runTraffic(l.view.clientNs, { kind: 'burst', host: '203.0.113.10', port: 80, count, concurrency: 16, sources: l.view.clientsV4, ports, timeoutMs: 6000 })).records;
+  const a = await burst();
+  const predictBefore = predictor(before, l.view);
+  t.is(a.filter((x) => x.backend && x.backend === predictBefore('203.0.113.10', 80, 'TCP', x)).length, count, 'before: every flow on its predicted backend');
+
+  const stopFile = join(l.scratch, 'stop-flows');
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows: 40, durationMs: 100_000, intervalMs: 300, sources: l.view.clientsV4, timeoutMs: 5000, stopFile });
+  let rev = '';
+  try {
+    await new Promise((r) => setTimeout(r, 2000));
+    rev = await commitAndPush(l, 'services/web.yaml', (text) => text.replace(/\n {4}- address: 198\.51\.100\.23\n(?: {6}.*\n)*/, '\n'), 'web: remove be-3');
+    await waitApplied(l, rev, ['lb-1', 'lb-2']);
+    await new Promise((r) => setTimeout(r, 2000)); // the flows keep running across the switch for a moment
+  } finally {
+    writeFileSync(stopFile, '');
+  }
+  const r = await running;
+  const after = render(await cloneModel(l), 'lb-1');
+  t.false(after.services.find((s) => s.name === 'web')!.reals.some((x) => x.address === '198.51.100.23'), 'the commit removed be-3 from web');
+  const b = await burst();
+
+  const staying = r.flows.filter((f) => f.backends[0] !== 'be-3');
+  const onRemoved = r.flows.filter((f) => f.backends[0] === 'be-3');
+  const failedStaying = staying.filter((f) => f.failures > 0 || f.backends.length !== 1);
+  t.log(`keep-alive connections across the commit: ${staying.length} on be-1/be-2 (${failedStaying.length} with a failure), ${onRemoved.length} on be-3 (${onRemoved.filter((f) => f.survived).length} survived)`);
+  t.true(staying.every((f) => f.requests >= 5), 'the connections carried requests across the change');
+  t.is(failedStaying.length, 0, 'zero failed requests for connections whose backend stays');
+
+  const predictAfter = predictor(after, l.view);
+  const moved = a.filter((x, i) => x.backend !== b[i]!.backend);
+  const movedFromOthers = moved.filter((x) => x.backend !== 'be-3');
+  const wasOnBe3 = a.filter((x) => x.backend === 'be-3').length;
+  t.log(`new connections (same ${count} flows before and after): ${moved.length} moved, ${wasOnBe3} were on be-3, ${movedFromOthers.length} moved from be-1/be-2 (Maglev predicts ${a.filter((x, i) => x.backend !== 'be-3' && predictAfter('203.0.113.10', 80, 'TCP', b[i]!) !== x.backend).length})`);
+  t.is(b.filter((x) => x.backend).length, count, 'after: every flow answered');
+  t.is(b.filter((x) => x.backend === predictAfter('203.0.113.10', 80, 'TCP', x)).length, count, 'after: every flow on its predicted backend');
+  t.false(b.some((x) => x.backend === 'be-3'), 'no new flow reaches the removed backend');
+  t.true(wasOnBe3 > 0, 'some flows were on be-3 before');
+  t.true(movedFromOthers.length <= Math.ceil(count * 0.02), 'flows on the other backends stay (Maglev moves ~0.1% of their slots)');
+});
