@@ -45,6 +45,7 @@ function oneRequest(host: string, port: number, src: string, sport: number | und
   return new Promise((resolve) => {
     let data = '';
     let done = false;
+    let boundPort = sport ?? 0;
     const sock = connect({ host, port, localAddress: src, ...(sport ? { localPort: sport } : {}) });
     const finish = (error?: string) => {
       if (done) return;
@@ -52,11 +53,14 @@ function oneRequest(host: string, port: number, src: string, sport: number | und
       clearTimeout(timer);
       sock.destroy();
       const m = BACKEND_RE.exec(data);
-      resolve({ src, sport: sock.localPort ?? sport ?? 0, backend: m ? m[1]! : null, ...(error && !m ? { error } : {}) });
+      resolve({ src, sport: boundPort, backend: m ? m[1]! : null, ...(error && !m ? { error } : {}) });
     };
     const timer = setTimeout(() => finish('timeout'), timeoutMs);
     sock.setEncoding('latin1');
-    sock.on('connect', () => sock.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`));
+    sock.on('connect', () => {
+      boundPort = sock.localPort ?? boundPort; // read now: a destroyed socket no longer knows it
+      sock.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    });
     sock.on('data', (d: string) => (data += d));
     sock.on('end', () => finish(data ? undefined : 'closed without reply'));
     sock.on('error', (e: NodeJS.ErrnoException) => finish(e.code ?? e.message));
