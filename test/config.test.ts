@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type ConfigFile, LIMITS, formatDiagnostic, parseConfig } from '../src/render/config/index.js';
-import { canonicalCidr, canonicalIp, cidrContains, parseCidr, parseIp } from '../src/render/config/ip.js';
+import { canonicalCidr, canonicalIp, cidrContains, parseCidr, parseIp } from '../src/render/ip.js';
 import { firstInvalidUtf8Offset } from '../src/render/config/decode.js';
 import { readConfigDir } from '../src/reconciler/source/read-dir.js';
 

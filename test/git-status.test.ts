@@ -90,7 +90,8 @@ test('history lists each node\'s applied revisions in order; digests that differ
     await w2.write(sampleStatus('lb-2', r1), 't');
     await w1.write(sampleStatus('lb-1', r1), 't'); // same revision again: not a new history entry
     await w1.write(sampleStatus('lb-1', r2, 'b'.repeat(64)), 't');
-    const h = await readHistory(new HttpRemote(repo.url, await tempDir('hist2')), 'gitlb-status');
+    const cache2 = await tempDir('hist2');
+    const h = await readHistory(new HttpRemote(repo.url, cache2), 'gitlb-status').finally(() => rmSync(cache2, { recursive: true, force: true }));
     t.deepEqual(
       h.map((e) => [e.node, e.revision]),
       [['lb-1', r1], ['lb-2', r1], ['lb-1', r2]],

@@ -5,12 +5,12 @@
 // of the measured iterations is checked through the LB's own counters: every iteration must have taken the
 // path being measured. For paths that leave the packet re-runnable as is (non-VIP, dsr-l2) the direct
 // figure without the harness is printed too.
-import { execFileSync } from 'node:child_process';
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { makeState } from '../../test/lib/lb-state.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
+import { loadHarness, measurer, xdpContextFor } from './measure-lib.js';
 
 const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
@@ -31,14 +31,7 @@ const lb = dp.object()!.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
 const harness = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
 const restore = harness.program('xdp_restore');
-const [lbA] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', 'lbA']).toString()) as Array<{ ifindex: number }>;
-const ctxFor = (len: number) => {
-  const b = Buffer.alloc(24);
-  b.writeUInt32LE(len, 4);
-  b.writeUInt32LE(lbA!.ifindex, 12);
-  return b;
-};
-const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
+const ctxFor = xdpContextFor(LAB.lbA.name);
 const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
 const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
 
@@ -53,29 +46,10 @@ const paths: Path[] = [
 ];
 
 const counter = async (name: string) => (await dp.counters())[name] as number;
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-/** Median ns/run of `prog` on `data`; throws unless every iteration returned `action` and moved `counterName`. */
-async function measure(prog: BpfProgram, data: Buffer, action: number, counterName?: string): Promise<{ ns: number; runs: number[] }> {
-  const runs: number[] = [];
-  for (let r = 0; r < RUNS; r++) {
-    const before = counterName ? await counter(counterName) : 0;
-    const res = prog.testRun({ data, repeat: REPEAT, ctxIn: ctxFor(data.length) });
-    if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
-    if (counterName) {
-      const moved = (await counter(counterName)) - before;
-      if (moved !== REPEAT) throw new Error(`${counterName} moved by ${moved}, expected ${REPEAT}: iterations took another path`);
-    }
-    runs.push(res.durationNs);
-  }
-  return { ns: median(runs), runs };
-}
-
-function harnessFor(data: Buffer, target: BpfProgram): void {
-  if (data.length !== 54) throw new Error('restore harness is built for 54-byte packets');
-  harness.map('original').update(u32(0), data);
-  harness.map('target').update(u32(0), u32(target.fd));
-}
+const bench = measurer({ runs: RUNS, ctxFor, counter });
+const measure = (prog: BpfProgram, data: Buffer, action: number, counterName?: string) =>
+  bench.measure(prog, data, action, REPEAT, counterName);
+const harnessFor = (data: Buffer, target: BpfProgram) => loadHarness(harness, data, target);
 
 // prime the connection table for the hit paths
 for (const p of paths) lb.testRun({ data: p.data, ctxIn: ctxFor(p.data.length) });

@@ -12,6 +12,7 @@ import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { DataPlane } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
+import { canonicalIp } from '../render/ip.js';
 
 export const VIP_DEVICE = 'gitlb0';
 
@@ -129,12 +130,28 @@ function prefixLen(addr: string): number {
   return addr.includes(':') ? 128 : 32;
 }
 
+/** Linux interface names (IFNAMSIZ 16): the same rule as the node schema. They end up in `ip` argv and in sysctl
+ * key paths (net/ipv4/conf/<dev>/...), so a name with '/' or a leading '.' could name a different sysctl. */
+const IFNAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$/;
+
+function assertIfname(name: string, what: string): void {
+  if (!IFNAME.test(name)) throw new Error(`${what} '${name}' is not a valid interface name`);
+}
+
+/** VIPs must be canonical addresses (DesiredState.localVips): nothing else reaches `ip addr`. */
+function assertCanonicalAddress(addr: string): void {
+  if (canonicalIp(addr) !== addr) throw new Error(`backend VIP '${addr}' is not a canonical IP address`);
+}
+
 /**
  * Makes the VIPs on the device equal `localVips` (canonical addresses, as in DesiredState.localVips), within
  * what this module owns. Idempotent; safe to call on every apply. `reconcileBackendVips([], opts)` undoes
  * everything it ever did (device, addresses, sysctls).
  */
 export async function reconcileBackendVips(localVips: string[], opts: BackendVipsOptions): Promise<BackendVipsReport> {
+  assertIfname(opts.nodeInterface, 'node interface');
+  if (opts.device !== undefined && opts.device !== 'auto') assertIfname(opts.device, 'backend VIP device');
+  localVips.forEach(assertCanonicalAddress);
   const host = new Host(opts.netns);
   const state = await loadState(opts.stateFile);
   const want = [...new Set(localVips)].sort();

@@ -3,7 +3,7 @@
 import type { ConfigModel, NodeDoc, Protocol, ServiceDoc } from './model.js';
 import type { DesiredReal, DesiredService, DesiredState, DesiredVip, Forwarding } from './state.js';
 import { assignStableIds } from './ids.js';
-import { cidrContains, compareIps, ipFamily } from './ip.js';
+import { cidrTextContains, compareIps, ipFamily } from './ip.js';
 import { decodeBase64Strict } from './maglev.js';
 import { buildServiceTable, type HealthView } from './service-table.js';
 
@@ -34,7 +34,7 @@ export function modelIds(model: ConfigModel): { serviceIds: Map<string, number>;
 
 function servicesForNode(model: ConfigModel, node: NodeDoc): ServiceDoc[] {
   if (node.spec.role === 'lb') {
-    return model.services.filter((s) => node.spec.allowedVips.some((cidr) => cidrContains(cidr, s.spec.vip)));
+    return model.services.filter((s) => node.spec.allowedVips.some((cidr) => cidrTextContains(cidr, s.spec.vip)));
   }
   const own = new Set(node.spec.addresses);
   return model.services.filter((s) => s.spec.reals.some((r) => r.state !== 'disabled' && own.has(r.address)));

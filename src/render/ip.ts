@@ -1,92 +1,207 @@
-// Minimal IP address and prefix arithmetic for render (which VIPs an LB node may serve). Pure; addresses in the
-// model are already validated and canonical, so parse errors here are internal errors with a clear message.
+// IP addresses and prefixes: strict parsing into bytes, canonical text (IPv4 dotted quad; IPv6 per RFC 5952:
+// lower case, longest zero run compressed), prefix containment and ordering. The single implementation for the
+// whole project (config validation, render, the BPF codecs, the lab). Pure; no dependency on the host's resolver
+// or the `net` module, so every node gets the same answer.
 
-export interface ParsedIp {
-  family: 4 | 6;
+export type Family = 4 | 6;
+
+export interface IpAddress {
+  family: Family;
   bytes: Uint8Array; // 4 or 16 bytes, network order
 }
 
-function parseIpv4(text: string): Uint8Array | null {
-  const parts = text.split('.');
-  if (parts.length !== 4) return null;
-  const bytes = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    const p = parts[i]!;
-    if (!/^\d{1,3}$/.test(p) || Number(p) > 255) return null;
-    bytes[i] = Number(p);
-  }
-  return bytes;
+export interface IpCidr {
+  family: Family;
+  bytes: Uint8Array; // network address (host bits cleared)
+  prefix: number;
 }
 
-function parseIpv6(text: string): Uint8Array | null {
+const IPV4_OCTET = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+
+function parseIpv4Bytes(text: string): Uint8Array | null {
+  const parts = text.split('.');
+  if (parts.length !== 4) return null;
+  const out = new Uint8Array(4);
+  for (let i = 0; i < 4; i++) {
+    if (!IPV4_OCTET.test(parts[i]!)) return null;
+    out[i] = Number(parts[i]);
+  }
+  return out;
+}
+
+function parseIpv6Bytes(text: string): Uint8Array | null {
+  if (text.length > 45 || text.length < 2) return null;
   const halves = text.split('::');
   if (halves.length > 2) return null;
-  const groupsOf = (s: string): number[] | null => {
-    if (s === '') return [];
+  const parseGroups = (part: string, allowTrailingV4: boolean): number[] | null => {
+    if (part === '') return [];
+    const groups = part.split(':');
     const out: number[] = [];
-    const parts = s.split(':');
-    for (let i = 0; i < parts.length; i++) {
-      const p = parts[i]!;
-      if (i === parts.length - 1 && p.includes('.')) {
-        const v4 = parseIpv4(p);
+    for (let i = 0; i < groups.length; i++) {
+      const g = groups[i]!;
+      if (allowTrailingV4 && i === groups.length - 1 && g.includes('.')) {
+        const v4 = parseIpv4Bytes(g);
         if (!v4) return null;
         out.push((v4[0]! << 8) | v4[1]!, (v4[2]! << 8) | v4[3]!);
-      } else if (/^[0-9a-fA-F]{1,4}$/.test(p)) {
-        out.push(parseInt(p, 16));
+      } else if (/^[0-9a-fA-F]{1,4}$/.test(g)) {
+        out.push(parseInt(g, 16));
       } else {
         return null;
       }
     }
     return out;
   };
-  const head = groupsOf(halves[0]!);
-  const tail = halves.length === 2 ? groupsOf(halves[1]!) : [];
-  if (!head || !tail) return null;
-  const missing = 8 - head.length - tail.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return null;
-  const groups = [...head, ...new Array<number>(halves.length === 2 ? missing : 0).fill(0), ...tail];
-  const bytes = new Uint8Array(16);
+  let groups: number[];
+  if (halves.length === 2) {
+    const head = parseGroups(halves[0]!, false);
+    const tail = parseGroups(halves[1]!, true);
+    if (!head || !tail || head.length + tail.length > 7) return null;
+    groups = [...head, ...new Array<number>(8 - head.length - tail.length).fill(0), ...tail];
+  } else {
+    const all = parseGroups(text, true);
+    if (!all || all.length !== 8) return null;
+    groups = all;
+  }
+  const out = new Uint8Array(16);
   groups.forEach((g, i) => {
-    bytes[2 * i] = g >> 8;
-    bytes[2 * i + 1] = g & 0xff;
+    out[2 * i] = g >> 8;
+    out[2 * i + 1] = g & 0xff;
   });
-  return bytes;
+  return out;
 }
 
-export function parseIp(text: string): ParsedIp {
-  const v4 = parseIpv4(text);
-  if (v4) return { family: 4, bytes: v4 };
-  const v6 = text.includes(':') ? parseIpv6(text) : null;
-  if (v6) return { family: 6, bytes: v6 };
-  throw new Error(`'${text}' is not an IP address`);
+/** Parses an IPv4 or IPv6 address (no prefix, no zone). Returns null when it is not one. */
+export function parseIp(text: string): IpAddress | null {
+  if (text.includes(':')) {
+    const bytes = parseIpv6Bytes(text);
+    return bytes ? { family: 6, bytes } : null;
+  }
+  const bytes = parseIpv4Bytes(text);
+  return bytes ? { family: 4, bytes } : null;
 }
 
-export function ipFamily(text: string): 4 | 6 {
-  return parseIp(text).family;
+export function formatIp(addr: { family: Family; bytes: Uint8Array }): string {
+  const b = addr.bytes;
+  if (addr.family === 4) return `${b[0]}.${b[1]}.${b[2]}.${b[3]}`;
+  const groups: number[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push((b[i]! << 8) | b[i + 1]!);
+  // RFC 5952 4.2: compress the longest run of two or more zero groups (the first one on a tie).
+  let bestStart = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) {
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLen) {
+      bestStart = i;
+      bestLen = j - i;
+    }
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (bestStart < 0) return hex.join(':');
+  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLen).join(':')}`;
+}
+
+/** Canonical text of an address, or null when `text` is not an address. */
+export function canonicalIp(text: string): string | null {
+  const a = parseIp(text);
+  return a ? formatIp(a) : null;
+}
+
+export function parseCidr(text: string): IpCidr | null {
+  const slash = text.indexOf('/');
+  if (slash < 0) return null;
+  const addr = parseIp(text.slice(0, slash));
+  const prefixText = text.slice(slash + 1);
+  if (!addr || !/^(0|[1-9]\d{0,2})$/.test(prefixText)) return null;
+  const prefix = Number(prefixText);
+  if (prefix > addr.bytes.length * 8) return null;
+  return { family: addr.family, bytes: maskBytes(addr.bytes, prefix), prefix };
+}
+
+/** True when the address has bits set beyond the prefix (e.g. 203.0.113.5/24): usually a typo. */
+export function cidrHasHostBits(text: string): boolean {
+  const c = parseCidr(text);
+  const a = c ? parseIp(text.slice(0, text.indexOf('/'))) : null;
+  return !!c && !!a && !equalBytes(c.bytes, a.bytes);
+}
+
+export function formatCidr(c: IpCidr): string {
+  return `${formatIp(c)}/${c.prefix}`;
+}
+
+export function canonicalCidr(text: string): string | null {
+  const c = parseCidr(text);
+  return c ? formatCidr(c) : null;
+}
+
+function maskBytes(bytes: Uint8Array, prefix: number): Uint8Array {
+  const out = new Uint8Array(bytes.length);
+  for (let i = 0; i < bytes.length; i++) {
+    const bits = Math.max(0, Math.min(8, prefix - i * 8));
+    out[i] = bytes[i]! & ((0xff << (8 - bits)) & 0xff);
+  }
+  return out;
+}
+
+function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}
+
+export function cidrContains(c: IpCidr, a: IpAddress): boolean {
+  return c.family === a.family && equalBytes(maskBytes(a.bytes, c.prefix), c.bytes);
+}
+
+/** Why an address cannot be a VIP, real, node or SNAT address; null when it can. */
+export function unusableAddressReason(a: IpAddress): string | null {
+  const b = a.bytes;
+  if (b.every((v) => v === 0)) return 'is the unspecified address';
+  if (a.family === 4) {
+    if (b[0] === 127) return 'is a loopback address';
+    if (b[0]! >= 224 && b[0]! <= 239) return 'is a multicast address';
+    if (b[0]! >= 240) return 'is a reserved or broadcast address';
+    return null;
+  }
+  if (b.slice(0, 15).every((v) => v === 0) && b[15] === 1) return 'is the loopback address';
+  if (b[0] === 0xff) return 'is a multicast address';
+  if (b.slice(0, 10).every((v) => v === 0) && b[10] === 0xff && b[11] === 0xff)
+    return 'is an IPv4-mapped address (write the IPv4 address instead)';
+  return null;
+}
+
+// ---------------------------------------------------------------- helpers for already-validated addresses
+// Addresses in the model are validated and canonical, so a parse failure past the config stage is an internal
+// error: these throw with a message naming the text instead of returning null.
+
+/** Parses an address that must be valid; throws otherwise. */
+export function requireIp(text: string): IpAddress {
+  const a = parseIp(text);
+  if (!a) throw new Error(`'${text}' is not an IP address`);
+  return a;
+}
+
+export function ipFamily(text: string): Family {
+  return requireIp(text).family;
 }
 
 /** Whether `address` lies in `cidr` ("a.b.c.d/len", "x::/len"; a bare address means a host prefix). */
-export function cidrContains(cidr: string, address: string): boolean {
-  const slash = cidr.indexOf('/');
-  const net = parseIp(slash < 0 ? cidr : cidr.slice(0, slash));
-  const ip = parseIp(address);
-  if (net.family !== ip.family) return false;
-  const bits = net.bytes.length * 8;
-  const len = slash < 0 ? bits : Number(cidr.slice(slash + 1));
-  if (!Number.isInteger(len) || len < 0 || len > bits) throw new Error(`'${cidr}' has an invalid prefix length`);
-  for (let bit = 0; bit < len; bit += 8) {
-    const take = Math.min(8, len - bit);
-    const mask = (0xff << (8 - take)) & 0xff;
-    const k = bit >> 3;
-    if ((net.bytes[k]! & mask) !== (ip.bytes[k]! & mask)) return false;
-  }
-  return true;
+export function cidrTextContains(cidr: string, address: string): boolean {
+  const c = cidr.includes('/') ? parseCidr(cidr) : (() => {
+    const a = requireIp(cidr);
+    return { family: a.family, bytes: a.bytes, prefix: a.bytes.length * 8 };
+  })();
+  if (!c) throw new Error(`'${cidr}' is not an address prefix`);
+  return cidrContains(c, requireIp(address));
 }
 
 /** Orders addresses by family, then numerically. */
 export function compareIps(a: string, b: string): number {
-  const pa = parseIp(a);
-  const pb = parseIp(b);
+  const pa = requireIp(a);
+  const pb = requireIp(b);
   if (pa.family !== pb.family) return pa.family - pb.family;
   for (let i = 0; i < pa.bytes.length; i++) {
     if (pa.bytes[i] !== pb.bytes[i]) return pa.bytes[i]! - pb.bytes[i]!;

@@ -2,13 +2,13 @@
 // LB data plane through openLbDataPlane, then executes steps read as JSON from stdin and prints one JSON
 // result per step. Beyond apply/run it can age a NAT entry (rewrite its last-seen time on the
 // bpf_ktime_get_ns clock), list the NAT table, clear it and sweep it, so timeouts are tested without waiting.
-import { execFileSync, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import {
   SNAT_MAPS, decodeSnatConfig, decodeSnatRev, encodeSnatConfig, encodeSnatRev, encodeSnatRevKey, listSnat, monotonicNs, sweepSnat, type SnatRevKey,
 } from '../../src/bpf/dataplane/snat.js';
-import type { DesiredState } from '../../src/render/state.js';
+import { runPacket, stateFromJson } from './xdp-harness.js';
+import { runHarnessScript } from './xdp-lab.js';
 
 export type SnatStep =
   | { op: 'apply'; state: unknown }
@@ -19,22 +19,6 @@ export type SnatStep =
   | { op: 'sweep' }
   | { op: 'timeouts'; tcpEstablishedMs: number; tcpClosingMs: number; udpMs: number };
 
-function stateFromJson(j: any): DesiredState {
-  return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
-}
-
-function ifindexOf(name: string): number {
-  const [link] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', name]).toString()) as Array<{ ifindex: number }>;
-  return link!.ifindex;
-}
-
-function xdpMd(len: number, ifindex: number): Buffer {
-  const b = Buffer.alloc(24);
-  b.writeUInt32LE(len, 4);
-  b.writeUInt32LE(ifindex, 12);
-  return b;
-}
-
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as { pinRoot: string; steps: SnatStep[] };
   const dp = await openLbDataPlane({ pinRoot: input.pinRoot });
@@ -44,16 +28,8 @@ async function main(): Promise<void> {
       try {
         const obj = dp.object();
         if (step.op === 'apply') out.push({ report: await dp.apply(stateFromJson(step.state)) });
-        else if (step.op === 'run') {
-          const data = Buffer.from(step.data, 'hex');
-          const before = await dp.counters();
-          const r = obj!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindexOf(step.ifname)) });
-          const after = await dp.counters();
-          const delta: Record<string, number> = {};
-          for (const [k, v] of Object.entries(after))
-            if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
-          out.push({ retval: r.retval, data: r.data.toString('hex'), counters: delta });
-        } else if (step.op === 'age') {
+        else if (step.op === 'run') out.push(await runPacket(dp, step.data, step.ifname));
+        else if (step.op === 'age') {
           const rev = obj!.map(SNAT_MAPS.rev);
           const k = encodeSnatRevKey(step.key);
           const v = rev.lookup(k);
@@ -95,23 +71,9 @@ async function main(): Promise<void> {
   process.stdout.write(JSON.stringify(out));
 }
 
-/** Runs this harness in namespace `ns` with `input` on stdin (nsenter keeps the host's /sys/fs/bpf). */
+/** Runs this harness in namespace `ns` with `input` on stdin. */
 export function runSnatHarness(ns: string, input: { pinRoot: string; steps: SnatStep[] }, timeoutMs = 90_000): Promise<any[]> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx',
-      new URL(import.meta.url).pathname], { stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`snat harness timed out; stderr: ${err}`)); }, timeoutMs);
-    child.stdout.on('data', (d) => { out += d; });
-    child.stderr.on('data', (d) => { err += d; });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      if (code !== 0) return reject(new Error(`snat harness exited ${code}: ${err}`));
-      try { resolve(JSON.parse(out)); } catch { reject(new Error(`snat harness output not JSON: ${out.slice(0, 500)} ${err}`)); }
-    });
-    child.stdin.end(JSON.stringify(input));
-  });
+  return runHarnessScript(new URL(import.meta.url).pathname, ns, input, timeoutMs);
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) await main();

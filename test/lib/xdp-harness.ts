@@ -8,6 +8,8 @@ import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 
+type LbDataPlane = Awaited<ReturnType<typeof openLbDataPlane>>;
+
 export type HarnessStep =
   | { op: 'apply'; state: unknown }
   | { op: 'ctClear' }
@@ -19,7 +21,7 @@ export function stateToJson(s: DesiredState): unknown {
   return { ...s, services: s.services.map((x) => ({ ...x, ring: [...x.ring] })) };
 }
 
-function stateFromJson(j: any): DesiredState {
+export function stateFromJson(j: any): DesiredState {
   return { ...j, services: j.services.map((x: any) => ({ ...x, ring: Uint32Array.from(x.ring) })) };
 }
 
@@ -35,6 +37,20 @@ function xdpMd(len: number, ifindex: number): Buffer {
   b.writeUInt32LE(len, 4);
   b.writeUInt32LE(ifindex, 12);
   return b;
+}
+
+/** BPF_PROG_TEST_RUN of xdp_lb on one packet (hex) as if received on `ifname`; the counters that changed. */
+export async function runPacket(dp: LbDataPlane, hex: string, ifname: string)
+  : Promise<{ retval: number; data: string; counters: Record<string, number> }> {
+  const data = Buffer.from(hex, 'hex');
+  const ifindex = ifindexOf(ifname);
+  const before = await dp.counters();
+  const r = dp.object()!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindex) });
+  const after = await dp.counters();
+  const delta: Record<string, number> = {};
+  for (const [k, v] of Object.entries(after))
+    if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
+  return { retval: r.retval, data: r.data.toString('hex'), counters: delta };
 }
 
 async function main(): Promise<void> {
@@ -53,17 +69,7 @@ async function main(): Promise<void> {
         else if (step.op === 'live') {
           const l = await dp.readLive();
           out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring] })) } });
-        } else if (step.op === 'run') {
-          const data = Buffer.from(step.data, 'hex');
-          const ifindex = ifindexOf(step.ifname);
-          const before = await dp.counters();
-          const r = dp.object()!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindex) });
-          const after = await dp.counters();
-          const delta: Record<string, number> = {};
-          for (const [k, v] of Object.entries(after))
-            if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
-          out.push({ retval: r.retval, data: r.data.toString('hex'), counters: delta });
-        }
+        } else if (step.op === 'run') out.push(await runPacket(dp, step.data, step.ifname));
       } catch (e) {
         out.push({ error: String((e as Error).stack ?? e) });
       }

@@ -62,19 +62,25 @@ export function teardownLab(tag: string): void {
 
 /** Runs test/lib/xdp-harness.ts in the network namespace `ns` with `input` on stdin; resolves with its parsed output. */
 export function runHarness(ns: string, input: unknown, timeoutMs = 90_000): Promise<any[]> {
+  return runHarnessScript(new URL('./xdp-harness.ts', import.meta.url).pathname, ns, input, timeoutMs);
+}
+
+/** Runs a harness script (tsx) in namespace `ns`, JSON `input` on stdin, JSON array expected on stdout. */
+export function runHarnessScript(script: string, ns: string, input: unknown, timeoutMs: number): Promise<any[]> {
+  const name = script.split('/').pop();
   return new Promise((resolve, reject) => {
     // nsenter --net (not `ip netns exec`): keeps the host's /sys/fs/bpf mount, so pins outlive the process
-    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx',
-      new URL('./xdp-harness.ts', import.meta.url).pathname], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', script],
+      { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`harness timed out; stderr: ${err}`)); }, timeoutMs);
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`${name} timed out; stderr: ${err}`)); }, timeoutMs);
     child.stdout.on('data', (d) => { out += d; });
     child.stderr.on('data', (d) => { err += d; });
     child.on('close', (code) => {
       clearTimeout(timer);
-      if (code !== 0) return reject(new Error(`harness exited ${code}: ${err}`));
-      try { resolve(JSON.parse(out)); } catch (e) { reject(new Error(`harness output not JSON: ${out.slice(0, 500)} ${err}`)); }
+      if (code !== 0) return reject(new Error(`${name} exited ${code}: ${err}`));
+      try { resolve(JSON.parse(out)); } catch { reject(new Error(`${name} output not JSON: ${out.slice(0, 500)} ${err}`)); }
     });
     child.stdin.end(JSON.stringify(input));
   });

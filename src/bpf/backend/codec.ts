@@ -3,7 +3,7 @@
 // object's BTF at load (see BTF_LAYOUTS), so a change on one side without the other fails loudly.
 import type { DesiredState, DesiredVip, Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
-import { parseIp } from '../../render/ip.js';
+import { formatIp, requireIp } from '../../render/ip.js';
 
 export const IPPROTO_TCP = 6;
 export const IPPROTO_UDP = 17;
@@ -88,34 +88,14 @@ function protoName(n: number): Protocol | null {
 
 /** Writes an address into a 16-byte field (IPv4 in the first 4 bytes, rest zero). */
 function writeAddr(buf: Buffer, offset: number, address: string, family: 4 | 6): void {
-  const ip = parseIp(address);
+  const ip = requireIp(address);
   if (ip.family !== family) throw new Error(`address ${address} is not IPv${family}`);
   buf.set(ip.bytes, offset);
 }
 
-/** Canonical text of an address (RFC 5952 for IPv6: lower case, longest zero run compressed). */
+/** Canonical text of an address (RFC 5952 for IPv6), the same text render uses. */
 export function formatAddr(bytes: Uint8Array, family: 4 | 6): string {
-  if (family === 4) return Array.from(bytes.subarray(0, 4)).join('.');
-  const groups: number[] = [];
-  for (let i = 0; i < 8; i++) groups.push((bytes[2 * i]! << 8) | bytes[2 * i + 1]!);
-  let bestStart = -1;
-  let bestLen = 0;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen && j - i >= 2) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = (gs: number[]) => gs.map((g) => g.toString(16)).join(':');
-  if (bestStart < 0) return hex(groups);
-  return `${hex(groups.slice(0, bestStart))}::${hex(groups.slice(bestStart + bestLen))}`;
+  return formatIp({ family, bytes: bytes.subarray(0, family === 4 ? 4 : 16) });
 }
 
 function readFamily(n: number, what: string): 4 | 6 {

@@ -1,6 +1,6 @@
 // Byte layouts of the LB program's map keys and values (src/bpf/include/lb_structs.h), and the
 // numbers of lb_consts.h. The only TS file that knows these layouts; checked against BTF at load.
-import { isIPv4, isIPv6 } from 'node:net';
+import { formatIp, ipFamily, requireIp } from '../../render/ip.js';
 import type { Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
 
@@ -35,51 +35,24 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
 
 // ------------------------------------------------------------------ addresses
 
+// Parsing and canonical formatting live in src/render/ip.ts (one implementation for the whole project); these
+// adapt it to the 16-byte address fields of the BPF structs.
+
 /** Address text -> 16 bytes (IPv4 in the first 4). */
 export function addr16(addr: string): Buffer {
   const out = Buffer.alloc(16);
-  if (isIPv4(addr)) {
-    Buffer.from(addr.split('.').map(Number)).copy(out, 0);
-    return out;
-  }
-  if (!isIPv6(addr)) throw new Error(`not an IP address: '${addr}'`);
-  const [head, tail] = addr.includes('::') ? (addr.split('::') as [string, string]) : [addr, undefined];
-  const h = head ? head.split(':') : [];
-  const t = tail ? tail.split(':') : [];
-  if (t.length && t[t.length - 1]!.includes('.')) {
-    const v4 = t.pop()!.split('.').map(Number);
-    t.push(((v4[0]! << 8) | v4[1]!).toString(16), ((v4[2]! << 8) | v4[3]!).toString(16));
-  }
-  if (!tail && h.length && h[h.length - 1]!.includes('.')) {
-    const v4 = h.pop()!.split('.').map(Number);
-    h.push(((v4[0]! << 8) | v4[1]!).toString(16), ((v4[2]! << 8) | v4[3]!).toString(16));
-  }
-  const groups = tail === undefined ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
-  groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
+  out.set(requireIp(addr).bytes, 0);
   return out;
 }
 
 /** 16 bytes + family -> canonical text (IPv6 compressed, RFC 5952). */
 export function addrText(b: Buffer, family: number): string {
-  if (family === 4) return [...b.subarray(0, 4)].join('.');
-  const g = Array.from({ length: 8 }, (_, i) => b.readUInt16BE(i * 2));
-  let best = -1, bestLen = 1;
-  for (let i = 0; i < 8;) {
-    if (g[i] !== 0) { i++; continue; }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) { best = i; bestLen = j - i; }
-    i = j;
-  }
-  const hex = g.map((x) => x.toString(16));
-  if (best < 0) return hex.join(':');
-  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+  if (family !== 4 && family !== 6) throw new Error(`bad address family ${family}`);
+  return formatIp({ family, bytes: b.subarray(0, family === 4 ? 4 : 16) });
 }
 
 export function familyOf(addr: string): 4 | 6 {
-  if (isIPv4(addr)) return 4;
-  if (isIPv6(addr)) return 6;
-  throw new Error(`not an IP address: '${addr}'`);
+  return ipFamily(addr);
 }
 
 // ------------------------------------------------------------------ keys and values

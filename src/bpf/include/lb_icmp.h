@@ -97,14 +97,15 @@ static __always_inline int lb_csum_packet(void *start, void *data_end, __u32 len
 	return 0;
 }
 
-static __always_inline int lb_icmp4_frag_needed(struct xdp_md *ctx, const struct lb_packet *p, __u16 mtu)
+/* Turn the client's frame into the frame of a reply in place: grow the front by `grow` bytes (the reply's
+ * IP + ICMP headers), cut the tail so `keep` bytes of the client's packet remain after them (the quote),
+ * and write the reply's L2 header. The caller re-reads ctx->data / data_end and fills in L3 and ICMP. */
+static __always_inline int lb_icmp_reply_frame(struct xdp_md *ctx, __u32 l3_off, __u32 grow, __u32 keep,
+					       __be16 l3_proto)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct lb_l2_saved l2;
-	__u32 l3_off = p->l3_off;
-	__u32 quote = p->ihl_bytes + LB_ICMP_QUOTE_L4;
-	__u32 grow = sizeof(struct iphdr) + sizeof(struct lb_icmphdr);
 
 	if (lb_save_l2(data, data_end, l3_off, &l2))
 		return -1;
@@ -112,14 +113,26 @@ static __always_inline int lb_icmp4_frag_needed(struct xdp_md *ctx, const struct
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	int cut = (int)(l3_off + grow + quote) - (int)(data_end - data);
+	int cut = (int)(l3_off + grow + keep) - (int)(data_end - data);
 
 	if (cut < 0 && bpf_xdp_adjust_tail(ctx, cut))
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if (lb_write_reply_l2(data, data_end, l3_off, &l2, bpf_htons(LB_ETH_P_IP)))
+	return lb_write_reply_l2(data, data_end, l3_off, &l2, l3_proto);
+}
+
+static __always_inline int lb_icmp4_frag_needed(struct xdp_md *ctx, const struct lb_packet *p, __u16 mtu)
+{
+	__u32 l3_off = p->l3_off;
+	__u32 quote = p->ihl_bytes + LB_ICMP_QUOTE_L4;
+	__u32 grow = sizeof(struct iphdr) + sizeof(struct lb_icmphdr);
+
+	if (lb_icmp_reply_frame(ctx, l3_off, grow, quote, bpf_htons(LB_ETH_P_IP)))
 		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
 	if (l3_off > 18)
 		return -1;
 
@@ -158,27 +171,15 @@ static __always_inline int lb_icmp4_frag_needed(struct xdp_md *ctx, const struct
 
 static __always_inline int lb_icmp6_too_big(struct xdp_md *ctx, const struct lb_packet *p, __u32 mtu)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	struct lb_l2_saved l2;
 	__u32 l3_off = p->l3_off;
 	__u32 grow = sizeof(struct ipv6hdr) + sizeof(struct lb_icmp6hdr);
 	__u32 body = sizeof(struct lb_icmp6hdr) + LB_ICMP6_QUOTE;
 
-	if (lb_save_l2(data, data_end, l3_off, &l2))
+	if (lb_icmp_reply_frame(ctx, l3_off, grow, LB_ICMP6_QUOTE, bpf_htons(LB_ETH_P_IPV6)))
 		return -1;
-	if (bpf_xdp_adjust_head(ctx, -(int)grow))
-		return -1;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	int cut = (int)(l3_off + grow + LB_ICMP6_QUOTE) - (int)(data_end - data);
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 
-	if (cut < 0 && bpf_xdp_adjust_tail(ctx, cut))
-		return -1;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (lb_write_reply_l2(data, data_end, l3_off, &l2, bpf_htons(LB_ETH_P_IPV6)))
-		return -1;
 	if (l3_off > 18)
 		return -1;
 

@@ -15,7 +15,7 @@ drained by health checks. Every command shown runs for real. The lab is removed 
 Ctrl-C. Exit status 0 when every check passed, 1 otherwise.
 
   --config DIR      config directory served by the lab Git server (default sample-config-repo/)
-  --requests N      HTTP requests per spread measurement (default 120)
+  --requests N      HTTP requests per spread measurement (default 200)
   --state-dir DIR   lab state directory (default ${DEFAULT_DEMO_STATE_DIR})
 `,
   async run(argv) {

@@ -87,7 +87,7 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
       bare,
       stateDir: state.stateDir,
       repoUrl: state.git!.repoUrl,
-      requests: o.requests ?? 120,
+      requests: o.requests ?? 200,
       failures,
     };
     await chapterConfig(ctx);

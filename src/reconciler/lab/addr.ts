@@ -1,5 +1,7 @@
 // Small, pure address helpers for the lab: parsing, prefix arithmetic, and the test-network allow-list.
-// (The lab only needs what it uses; the config stage owns canonical address validation.)
+// (Parsing and canonical formatting are src/render/ip.ts's; this adds the lab's arithmetic and allow-list.)
+
+import { formatIp, parseIp } from '../../render/ip.js';
 
 /** The only ranges traffic in tests, demos and benchmarks may use (design.md, "Test network rules"). */
 export const ALLOWED_RANGES = ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32'] as const;
@@ -19,57 +21,17 @@ export function splitCidr(cidr: string): { addr: string; len: number } {
   return { addr, len };
 }
 
-function ipv4Bytes(addr: string): number[] {
-  const parts = addr.split('.');
-  if (parts.length !== 4 || parts.some((p) => !/^\d{1,3}$/.test(p) || Number(p) > 255)) throw new Error(`bad IPv4 address '${addr}'`);
-  return parts.map(Number);
-}
-
-function ipv6Hextets(addr: string): number[] {
-  const halves = addr.split('::');
-  if (halves.length > 2) throw new Error(`bad IPv6 address '${addr}'`);
-  const parse = (s: string) => (s === '' ? [] : s.split(':'));
-  const head = parse(halves[0]!);
-  const tail = halves.length === 2 ? parse(halves[1]!) : [];
-  const missing = 8 - head.length - tail.length;
-  if ((halves.length === 1 && missing !== 0) || missing < 0 || (halves.length === 2 && missing < 1)) {
-    throw new Error(`bad IPv6 address '${addr}'`);
-  }
-  const all = [...head, ...Array<string>(halves.length === 2 ? missing : 0).fill('0'), ...tail];
-  if (all.some((h) => !/^[0-9a-f]{1,4}$/i.test(h))) throw new Error(`bad IPv6 address '${addr}'`);
-  return all.map((h) => parseInt(h, 16));
-}
-
-/** Network-order bytes of an IPv4 (4) or IPv6 (16) address. */
+/** Network-order bytes of an IPv4 (4) or IPv6 (16) address (parsing lives in src/render/ip.ts). */
 export function addrToBytes(addr: string): number[] {
-  if (!isIpv6(addr)) return ipv4Bytes(addr);
-  return ipv6Hextets(addr).flatMap((h) => [h >> 8, h & 0xff]);
+  const a = parseIp(addr);
+  if (!a) throw new Error(`bad ${isIpv6(addr) ? 'IPv6' : 'IPv4'} address '${addr}'`);
+  return [...a.bytes];
 }
 
 /** Formats bytes back to text; IPv6 in the compressed lower-case form (RFC 5952). */
 export function bytesToAddr(bytes: number[]): string {
-  if (bytes.length === 4) return bytes.join('.');
-  const hextets: number[] = [];
-  for (let i = 0; i < 16; i += 2) hextets.push((bytes[i]! << 8) | bytes[i + 1]!);
-  // Longest run (>= 2) of zero hextets becomes '::'.
-  let bestStart = -1;
-  let bestLen = 0;
-  for (let i = 0; i < 8; ) {
-    if (hextets[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && hextets[j] === 0) j++;
-    if (j - i > bestLen && j - i >= 2) {
-      bestStart = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = hextets.map((h) => h.toString(16));
-  if (bestStart < 0) return hex.join(':');
-  return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLen).join(':')}`;
+  if (bytes.length !== 4 && bytes.length !== 16) throw new Error(`an address has 4 or 16 bytes, not ${bytes.length}`);
+  return formatIp({ family: bytes.length === 4 ? 4 : 6, bytes: Uint8Array.from(bytes) });
 }
 
 /** Is `addr` (or every address of CIDR `addr`) inside `cidr`? */

@@ -1,7 +1,7 @@
 // Schema-valid, semantically checked documents -> the ConfigModel render consumes: canonical
 // addresses, durations in milliseconds, health-check port filled in, lists sorted by name.
 import type { ClusterDoc, ConfigModel, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
-import { canonicalCidr, canonicalIp } from './ip.js';
+import { canonicalCidr, canonicalIp } from '../ip.js';
 import { DEFAULTS } from './limits.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 

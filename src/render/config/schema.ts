@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 import Ajv2020Module from 'ajv/dist/2020.js';
 import type { ErrorObject, ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
-import { parseCidr } from './ip.js';
+import { parseCidr } from '../ip.js';
 import type { PathSegment } from './yaml-source.js';
 
 // ajv and ajv-formats are CommonJS; imported from ESM, the class and the plugin sit on `.default`.

@@ -1,7 +1,7 @@
 // Rules that span fields or documents and that JSON Schema cannot express. Each rule reports at the
 // YAML node a person has to change. Runs only on documents that passed their schema.
 import { LIMITS } from './limits.js';
-import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from './ip.js';
+import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
 

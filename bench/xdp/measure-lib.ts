@@ -1,0 +1,57 @@
+// What the XDP benches share: the xdp_md context for BPF_PROG_TEST_RUN, the median-of-runs measurement that
+// checks every measured iteration took the intended path, and loading a restore harness (restore.c, snat_vary.c:
+// both have an `original` packet map and a `target` program array).
+import { execFileSync } from 'node:child_process';
+import type { BpfObject, BpfProgram } from '../../src/bpf/libbpf.js';
+
+/** The packet length the restore harnesses are compiled for (BENCH_PKT_LEN in restore_harness.h). */
+export const HARNESS_PKT_LEN = 54;
+
+export const u32 = (n: number): Buffer => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
+export const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** An xdp_md for BPF_PROG_TEST_RUN: packet length and ingress ifindex of `ifname` (looked up in our namespace). */
+export function xdpContextFor(ifname: string): (len: number) => Buffer {
+  const [link] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', ifname]).toString()) as Array<{ ifindex: number }>;
+  return (len) => {
+    const b = Buffer.alloc(24);
+    b.writeUInt32LE(len, 4);
+    b.writeUInt32LE(link!.ifindex, 12);
+    return b;
+  };
+}
+
+export interface Measurer {
+  /** Median ns/run of `prog` on `data` over `runs` runs of `repeat`; throws unless every run returned `action`
+   * and, with `counterName`, that LB counter moved by exactly `repeat` (every iteration took the measured path). */
+  measure(prog: BpfProgram, data: Buffer, action: number, repeat: number, counterName?: string,
+    beforeRun?: () => void): Promise<{ ns: number; runs: number[] }>;
+}
+
+export function measurer(opts: { runs: number; ctxFor: (len: number) => Buffer;
+  counter: (name: string) => Promise<number> }): Measurer {
+  return {
+    async measure(prog, data, action, repeat, counterName, beforeRun) {
+      const runs: number[] = [];
+      for (let r = 0; r < opts.runs; r++) {
+        beforeRun?.();
+        const before = counterName ? await opts.counter(counterName) : 0;
+        const res = prog.testRun({ data, repeat, ctxIn: opts.ctxFor(data.length) });
+        if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
+        if (counterName) {
+          const moved = (await opts.counter(counterName)) - before;
+          if (moved !== repeat) throw new Error(`${counterName} moved by ${moved}, expected ${repeat}: iterations took another path`);
+        }
+        runs.push(res.durationNs);
+      }
+      return { ns: median(runs), runs };
+    },
+  };
+}
+
+/** Points a restore harness at `target`, restoring `data` before every iteration. */
+export function loadHarness(o: BpfObject, data: Buffer, target: BpfProgram): void {
+  if (data.length !== HARNESS_PKT_LEN) throw new Error(`the harnesses are built for ${HARNESS_PKT_LEN}-byte packets`);
+  o.map('original').update(u32(0), data);
+  o.map('target').update(u32(0), u32(target.fd));
+}
