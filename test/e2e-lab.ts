@@ -118,9 +118,14 @@ export async function routeVipsVia(lab: E2eLab, lbNodes: string[]): Promise<void
  * Counts, on the switch ports of the lb nodes, frames whose source is a VIP (replies) and whose destination is a
  * VIP (requests) while `during` runs: DSR replies must never reach an lb node.
  */
-export async function captureAtLbPorts<T>(lab: E2eLab, vip: string, during: () => Promise<T>): Promise<{ result: T; toVip: number; fromVip: number }> {
+export async function captureAtLbPorts<T>(
+  lab: E2eLab,
+  vip: string,
+  during: () => Promise<T>,
+  lbNodes?: string[],
+): Promise<{ result: T; toVip: number; fromVip: number }> {
   const sw = labNs(lab.state, 'sw');
-  const ports = lab.state.plan.nodes.filter((n) => n.role === 'lb').map((n) => n.switchPort);
+  const ports = lab.state.plan.nodes.filter((n) => n.role === 'lb' && (!lbNodes || lbNodes.includes(n.name))).map((n) => n.switchPort);
   const { spawn } = await import('node:child_process');
   const procs = ports.map((p) => {
     const argv = nsArgv(sw, ['tcpdump', '-l', '-n', '-i', p, `host ${vip}`]);

@@ -125,18 +125,27 @@ test.serial('an lb node taken away under load: its flows move to the other node 
   t.timeout(120_000);
   const l = need();
   const flows = 40;
-  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 14_000, intervalMs: 250, sources: l.view.clientsV4, timeoutMs: 5000 });
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 16_000, intervalMs: 250, sources: l.view.clientsV4, timeoutMs: 5000 });
   try {
-    await new Promise((r) => setTimeout(r, 5000));
+    // While both lb nodes are in the ECMP route, lb-1 carries some of the connections ...
+    const before = await captureAtLbPorts(l, '203.0.113.10', () => new Promise((r) => setTimeout(r, 4000)), ['lb-1']);
     await routeVipsVia(l, ['lb-2']); // lb-1's next hop leaves the ECMP route
+    await new Promise((r) => setTimeout(r, 1000));
+    // ... and after its route is gone, none.
+    const after = await captureAtLbPorts(l, '203.0.113.10', () => new Promise((r) => setTimeout(r, 4000)), ['lb-1']);
+    t.log(`frames to the VIP at lb-1's switch port: ${before.toVip} in 4 s before its route was deleted, ${after.toVip} in 4 s after`);
+    t.true(before.toVip > 0, 'lb-1 carried flows before');
+    t.is(after.toVip, 0, 'lb-1 carries nothing after its route is gone');
     const r = await running;
     const survived = r.flows.filter((f) => f.survived);
     const switched = r.flows.filter((f) => f.backends.length > 1);
     const share = survived.length / flows;
-    t.log(`lb-1 removed from the ECMP route after 5 s of ${flows} keep-alive connections (a request every 250 ms):`);
+    t.log(`lb-1 removed from the ECMP route after ~5 s of ${flows} keep-alive connections (a request every 250 ms):`);
     t.log(`  ${survived.length}/${flows} connections survived (${(share * 100).toFixed(1)}%), ${switched.length} saw a different backend`);
     for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
-    t.true(r.flows.every((f) => f.requests >= 10), 'every connection was carrying requests');
+    // A surviving connection ran to the 16 s deadline with every request answered (each within 5 s), so it
+    // carried requests after the switch at ~5 s.
+    t.true(r.flows.every((f) => f.requests >= 3), 'every connection was carrying requests');
     t.is(switched.length, 0, 'no connection changed backend');
     t.true(share >= 0.95, `at least 95% of the connections survive (got ${(share * 100).toFixed(1)}%)`);
   } finally {

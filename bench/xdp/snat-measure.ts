@@ -3,12 +3,12 @@
 // through a harness that restores it before every iteration (bench/xdp/restore.c), new translations through
 // one that also gives every iteration a new client flow (bench/xdp/snat_vary.c). Each path is checked: the
 // action of the measured iterations and a counter that must move by exactly `repeat`.
-import { execFileSync } from 'node:child_process';
-import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { SNAT_MAPS, listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
+import { loadHarness, measurer, xdpContextFor } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 
 const pinRoot = process.argv[2]!;
@@ -23,19 +23,11 @@ const lb = obj.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
 const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
 const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
-const [lbA] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', LAB.lbA.name]).toString()) as Array<{ ifindex: number }>;
-const ctxFor = (len: number) => {
-  const b = Buffer.alloc(24);
-  b.writeUInt32LE(len, 4);
-  b.writeUInt32LE(lbA!.ifindex, 12);
-  return b;
-};
-const u32 = (n: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
+const ctxFor = xdpContextFor(LAB.lbA.name);
 const fromClient = (dst: string, flags: number, sport = 40000) =>
   frame({ dst: LAB.lbA.mac, src: LAB.clientMac }, ipPacket({ src: BENCH_CLIENT, dst, l4: { tcp: { sport, dport: 80, flags } } }));
 
 const counter = async (name: string) => ((await dp.counters())[name] as number | undefined) ?? 0;
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 function clearNat(): void {
   for (const name of [SNAT_MAPS.rev, SNAT_MAPS.fwd]) {
     const m = obj.map(name);
@@ -43,28 +35,8 @@ function clearNat(): void {
   }
 }
 
-async function measure(prog: BpfProgram, data: Buffer, action: number, repeat: number, counterName?: string,
-  beforeRun?: () => void): Promise<{ ns: number; runs: number[] }> {
-  const runs: number[] = [];
-  for (let r = 0; r < RUNS; r++) {
-    beforeRun?.();
-    const before = counterName ? await counter(counterName) : 0;
-    const res = prog.testRun({ data, repeat, ctxIn: ctxFor(data.length) });
-    if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
-    if (counterName) {
-      const moved = (await counter(counterName)) - before;
-      if (moved !== repeat) throw new Error(`${counterName} moved by ${moved}, expected ${repeat}: iterations took another path`);
-    }
-    runs.push(res.durationNs);
-  }
-  return { ns: median(runs), runs };
-}
-
-function harness(o: BpfObject, data: Buffer, target: BpfProgram): void {
-  if (data.length !== 54) throw new Error('the harnesses are built for 54-byte packets');
-  o.map('original').update(u32(0), data);
-  o.map('target').update(u32(0), u32(target.fd));
-}
+const { measure } = measurer({ runs: RUNS, ctxFor, counter });
+const harness = loadHarness;
 
 // prime one translation; its reply is the reverse-path packet
 const ack = fromClient(BENCH_VIP, TCP_FLAGS.ACK);

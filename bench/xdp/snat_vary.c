@@ -4,28 +4,12 @@
  * (source port and the low byte of the source address from a per-CPU counter), so each run of the LB
  * program allocates a SNAT port and inserts both NAT entries. The checksums are left stale: the LB does not
  * verify them and only measures the path. */
-#include <linux/bpf.h>
-#include <bpf/bpf_helpers.h>
+#include "restore_harness.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define BENCH_PKT_LEN 54 /* Ethernet + IPv4 + TCP without options or payload */
 #define SRC_LOW_OFF (14 + 15) /* last byte of the IPv4 source address */
 #define SPORT_OFF (14 + 20)
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u8[BENCH_PKT_LEN]);
-} original SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} target SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -38,15 +22,9 @@ SEC("xdp")
 int xdp_snat_vary(struct xdp_md *ctx)
 {
 	__u32 zero = 0;
-	__u8 *orig = bpf_map_lookup_elem(&original, &zero);
 	__u32 *n = bpf_map_lookup_elem(&flow_counter, &zero);
-	int grown = (int)(ctx->data_end - ctx->data) - BENCH_PKT_LEN;
 
-	if (!orig || !n)
-		return XDP_ABORTED;
-	if (grown && bpf_xdp_adjust_head(ctx, grown))
-		return XDP_ABORTED;
-	if (bpf_xdp_store_bytes(ctx, 0, orig, BENCH_PKT_LEN))
+	if (!n || bench_restore_packet(ctx))
 		return XDP_ABORTED;
 
 	void *data = (void *)(long)ctx->data;

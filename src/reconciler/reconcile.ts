@@ -496,6 +496,8 @@ export class Reconciler {
     if (!cmp.differences.length) {
       this.appliedDesired = desired; // real health flags may change without any ring change
       this.servicesFrom(cmp.live, desired);
+      // Publish even without a ring change: in consensus mode peers vote with what this node observes.
+      this.publish(why);
       return null;
     }
     if (cmp.repair) {

@@ -4,10 +4,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type CliCommand, UsageError } from '../command.js';
 import { startDaemon } from '../../reconciler/daemon.js';
-import { validateSchedule } from '../../reconciler/triggers/schedule.js';
+import { startSchedule, validateSchedule } from '../../reconciler/triggers/schedule.js';
+import { readAllStatuses } from '../../reconciler/status/status-report.js';
+import { PeerObservationFeed } from '../../reconciler/health/peer-feed.js';
 import { detectRole } from '../../reconciler/node-role.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
-import type { DataPlane } from '../../bpf/dataplane/index.js';
+import type { DataPlane, LbDataPlaneHandle } from '../../bpf/dataplane/index.js';
+import { sweepSnat } from '../../bpf/dataplane/snat.js';
 import { HealthService } from '../../reconciler/health/service.js';
 
 const help = `usage: gitlb run --repo URL|DIR --node NAME [options]
@@ -32,6 +35,8 @@ options:
   --status-branch NAME      override Cluster.spec.status.branch
   --no-status               do not write status to Git
   --no-health               lb nodes: do not run health checks (every real counts as healthy)
+  --peer-poll SPEC          lb nodes: how often to read peers' health observations from the status branch
+                            (consensus mode; seconds or cron, default 2)
   --once                    reconcile once, print the outcome and exit (exit 1 if the revision failed)
 `;
 
@@ -47,6 +52,24 @@ async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: str
   }
   const { openLbDataPlane } = await import('../../bpf/dataplane/index.js');
   return openLbDataPlane({ pinRoot, interface: iface, xdpMode: xdpMode as 'native' | 'generic' | 'auto' });
+}
+
+/** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
+function startSnatSweep(current: () => DataPlane): { stop(): void } {
+  return startSchedule({
+    spec: '10',
+    onTick: () => {
+      const dp = current() as Partial<LbDataPlaneHandle>;
+      const obj = dp.object?.();
+      if (!obj) return;
+      try {
+        const n = sweepSnat(obj);
+        if (n > 0) console.log(`snat: swept ${n} expired translations`);
+      } catch (err) {
+        console.warn(`snat: sweep failed: ${(err as Error).message}`);
+      }
+    },
+  });
 }
 
 export const command: CliCommand = {
@@ -75,6 +98,7 @@ export const command: CliCommand = {
         'no-status': { type: 'boolean', default: false },
         once: { type: 'boolean', default: false },
         'no-health': { type: 'boolean', default: false },
+        'peer-poll': { type: 'string', default: '2' },
       },
     });
     if (!values.repo) throw new UsageError('--repo is required');
@@ -83,6 +107,7 @@ export const command: CliCommand = {
     if (!['native', 'generic', 'auto'].includes(values['xdp-mode']!)) throw new UsageError('--xdp-mode must be native, generic or auto');
     if (values.poll) validateSchedule(values.poll);
     if (values.drift) validateSchedule(values.drift);
+    validateSchedule(values['peer-poll']!);
     let webhook;
     if (values.webhook) {
       const secret = values['webhook-secret-file']
@@ -98,7 +123,10 @@ export const command: CliCommand = {
     const dataPlane = await open();
     // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate can
     // fail a revision that costs too much healthy capacity (docs/health.md).
-    const health = role === 'lb' && !values['no-health'] && !values.once ? new HealthService({ node, log: console }) : null;
+    const runHealth = role === 'lb' && !values['no-health'] && !values.once;
+    // Peers' observations (consensus mode) come from their status files; the feed is started below.
+    let peerFeed: PeerObservationFeed | null = null;
+    const health = runHealth ? new HealthService({ node, log: console, peers: () => peerFeed?.current() ?? [] }) : null;
     const daemon = await startDaemon({
       repo: values.repo,
       branch: values.branch!,
@@ -120,6 +148,27 @@ export const command: CliCommand = {
       }),
     });
     health?.onChange(() => daemon.refreshHealth('health change'));
+    // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
+    const snatSweep = role === 'lb' && !values.once ? startSnatSweep(() => daemon.reconciler.dataPlane) : null;
+    let peerSchedule: { stop(): void } | null = null;
+    if (health) {
+      const feed = new PeerObservationFeed({
+        node,
+        readStatuses: () => readAllStatuses(daemon.remote, values['status-branch'] ?? daemon.reconciler.statusBranch),
+        onChange: () => daemon.refreshHealth('peer observations changed'),
+        log: console,
+      });
+      peerFeed = feed;
+      let reading = false;
+      peerSchedule = startSchedule({
+        spec: values['peer-poll']!,
+        onTick: () => {
+          if (reading) return; // a slow Git server must not pile up reads
+          reading = true;
+          void feed.refresh().finally(() => (reading = false));
+        },
+      });
+    }
     if (values.once) {
       await daemon.idle();
       await daemon.stop();
@@ -134,6 +183,8 @@ export const command: CliCommand = {
       process.once('SIGTERM', stop);
     });
     await daemon.stop();
+    peerSchedule?.stop();
+    snatSweep?.stop();
     await health?.checker.stop();
     daemon.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     return 0;

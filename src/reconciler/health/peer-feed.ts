@@ -1,0 +1,57 @@
+// Consensus mode needs what the other lb nodes observe. They publish it in status/<node>.yaml on the status
+// branch; this feed re-reads that branch on a schedule, keeps the peers' observations, and reports when they
+// change so the daemon re-renders (a real leaves the tables once a quorum of lb nodes sees it down).
+import type { NodeObservations } from '../../render/health-quorum.js';
+import { peerObservations } from './status.js';
+
+export interface PeerFeedOptions {
+  /** This node's name: its own status file is not a peer's vote. */
+  node: string;
+  /** Reads every node's status document from the status branch (parsed YAML objects with a `node` field). */
+  readStatuses: () => Promise<{ node: string }[]>;
+  /** Called when any peer's observations changed since the last refresh. */
+  onChange: () => void;
+  log?: { warn(msg: string): void };
+}
+
+export class PeerObservationFeed {
+  private peers: NodeObservations[] = [];
+  private fingerprint = '';
+  private readonly reported = new Set<string>();
+
+  constructor(private readonly o: PeerFeedOptions) {}
+
+  /** The latest observations of every other node that published some. */
+  current(): NodeObservations[] {
+    return this.peers;
+  }
+
+  async refresh(): Promise<void> {
+    let docs: { node: string }[];
+    try {
+      docs = await this.o.readStatuses();
+    } catch (err) {
+      // Keep the last known votes; the staleness bound in the quorum takes care of peers that went quiet.
+      this.o.log?.warn(`health: cannot read peers' status: ${(err as Error).message}`);
+      return;
+    }
+    const peers: NodeObservations[] = [];
+    for (const doc of docs) {
+      if (doc.node === this.o.node || !('health' in doc)) continue;
+      const r = peerObservations(doc.node, doc);
+      if ('obs' in r) peers.push(r.obs);
+      else if (!this.reported.has(r.error)) {
+        this.reported.add(r.error); // one warning per distinct problem, not one per poll
+        this.o.log?.warn(`health: ignoring a peer's vote: ${r.error}`);
+      }
+    }
+    peers.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+    // publishedAt moves on every status write; only the observations themselves change the decision.
+    const fingerprint = JSON.stringify(peers.map((p) => [p.node, p.observations]));
+    this.peers = peers;
+    if (fingerprint !== this.fingerprint) {
+      this.fingerprint = fingerprint;
+      this.o.onChange();
+    }
+  }
+}
