@@ -5,19 +5,18 @@
 // dsr-l2 (the answer bypasses the LB), UDP by SNAT (the answer crosses it), one VIP. Every request uses a
 // fixed client port, so the answering backend is predicted from the documented flow hash.
 import test from 'ava';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { ADDR, ADDR6, bridgeLab, sh } from './lib/bridge-lab.js';
 import { makeState } from './lib/lb-state.js';
 import { stateToJson } from './lib/xdp-harness.js';
 import { flowHash } from '../src/bpf/dataplane/flow-hash.js';
 import type { DesiredState } from '../src/render/state.js';
 
-const P = `glb${process.pid}-`;
-const NS = { br: `${P}sbr`, client: `${P}scl`, lb: `${P}slb`, b1: `${P}sb1`, b2: `${P}sb2` };
-const PIN = `/sys/fs/bpf/${P}slb`;
+const lab = bridgeLab('s');
+const NS = lab.ns;
+const children = lab.children;
+const PIN = `/sys/fs/bpf/${NS.lb}`;
 const SEED = 0x5a7;
-const ADDR = { client: '192.0.2.2', lbClientSide: '192.0.2.1', lb: '198.51.100.1', b1: '198.51.100.11', b2: '198.51.100.12' };
-const ADDR6 = { client: '2001:db8:c::2', lbClientSide: '2001:db8:c::1', lb: '2001:db8:1::1', b1: '2001:db8:1::11', b2: '2001:db8:1::12' };
 const VIP = { snat: '203.0.113.20', hybrid: '203.0.113.21', snat6: '2001:db8:f::20' };
 const RING = [1, 2, 2, 1, 2, 1, 1];
 const REAL_NAME: Record<number, string> = { 1: 'b1', 2: 'b2', 3: 'b1', 4: 'b2' };
@@ -40,10 +39,6 @@ function lbState(snatAddress: string): DesiredState {
   return { ...s, snatAddress, snatPorts: SNAT_PORTS };
 }
 
-const children: ChildProcess[] = [];
-const sh = (ns: string | null, argv: string[], input?: string) =>
-  execFileSync(ns ? 'ip' : argv[0]!, ns ? ['netns', 'exec', ns, ...argv] : argv.slice(1),
-    { stdio: ['pipe', 'pipe', 'pipe'], timeout: 30_000, input: input ?? '' }).toString();
 function runner(args: string[], stdin?: string): any {
   try {
     return JSON.parse(execFileSync('nsenter', [`--net=/run/netns/${NS.lb}`, process.execPath, '--import', 'tsx',
@@ -55,19 +50,7 @@ function runner(args: string[], stdin?: string): any {
 const counters = () => runner(['lb-counters', PIN]);
 const applyLb = (s: DesiredState) => runner(['lb', PIN, 'eth0', 'generic'], JSON.stringify(stateToJson(s)));
 
-function teardown(): void {
-  for (const c of children) if (c.pid && c.exitCode === null) c.kill('SIGKILL');
-  for (const ns of Object.values(NS)) try { execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' }); } catch { /* gone */ }
-  rmSync(PIN, { recursive: true, force: true });
-}
-
-function link(ns: string, dev: string, brPort: string, addrs: string[]): void {
-  sh(null, ['ip', 'link', 'add', dev, 'netns', ns, 'type', 'veth', 'peer', 'name', brPort, 'netns', NS.br]);
-  sh(NS.br, ['ip', 'link', 'set', brPort, 'master', 'br0', 'up']);
-  for (const a of addrs) sh(ns, ['ip', 'addr', 'add', a, 'dev', dev, ...(a.includes(':') ? ['nodad'] : [])]);
-  sh(ns, ['ip', 'link', 'set', dev, 'up']);
-  sh(ns, ['ip', 'link', 'set', 'lo', 'up']);
-}
+const teardown = () => lab.teardown([PIN]);
 
 /** HTTP on 80 and 8080 and UDP echo on 5353, each answering "<backend>|<peer address it saw>". */
 function servers(ns: string, name: string): Promise<void> {
@@ -129,15 +112,7 @@ async function capture<T>(filter: string, fn: () => T): Promise<{ result: T; pac
 
 test.before(async () => {
   teardown();
-  for (const ns of Object.values(NS)) sh(null, ['ip', 'netns', 'add', ns]);
-  sh(NS.br, ['ip', 'link', 'add', 'br0', 'type', 'bridge']);
-  sh(NS.br, ['ip', 'link', 'set', 'br0', 'up']);
-  link(NS.client, 'eth0', 'pcl', [`${ADDR.client}/24`, `${ADDR6.client}/64`]);
-  link(NS.lb, 'eth0', 'plb', [`${ADDR.lb}/24`, `${ADDR.lbClientSide}/24`, `${ADDR6.lb}/64`, `${ADDR6.lbClientSide}/64`]);
-  link(NS.b1, 'eth0', 'pb1', [`${ADDR.b1}/24`, `${ADDR6.b1}/64`]);
-  link(NS.b2, 'eth0', 'pb2', [`${ADDR.b2}/24`, `${ADDR6.b2}/64`]);
-  sh(NS.client, ['ip', 'route', 'add', '203.0.113.0/24', 'via', ADDR.lbClientSide]);
-  sh(NS.client, ['ip', '-6', 'route', 'add', '2001:db8:f::/64', 'via', ADDR6.lbClientSide]);
+  lab.setup(); // namespaces, bridge, addresses, the client's routes via the LB (test/lib/bridge-lab.ts)
   // full checksums, no segmentation offload: the LB rewrites checksums incrementally, which needs complete ones
   for (const ns of [NS.client, NS.b1, NS.b2]) sh(ns, ['ethtool', '-K', 'eth0', 'tx', 'off', 'gso', 'off', 'tso', 'off']);
   for (const b of [NS.b1, NS.b2]) {

@@ -6,18 +6,17 @@
 // Each request uses a fixed client port so the answering backend is predicted from the documented hash;
 // a capture on the LB proves that no reply crosses it.
 import test from 'ava';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { ADDR, ADDR6, bridgeLab, sh } from './lib/bridge-lab.js';
 import { makeState } from './lib/lb-state.js';
 import { stateToJson } from './lib/xdp-harness.js';
 import { flowHash } from '../src/bpf/dataplane/flow-hash.js';
 
-const P = `glb${process.pid}-`;
-const NS = { br: `${P}tbr`, client: `${P}tcl`, lb: `${P}tlb`, b1: `${P}tb1`, b2: `${P}tb2` };
-const PIN = { lb: `/sys/fs/bpf/${P}tlb`, b1: `/sys/fs/bpf/${P}tb1`, b2: `/sys/fs/bpf/${P}tb2` };
+const lab = bridgeLab('t');
+const NS = lab.ns;
+const children = lab.children;
+const PIN = { lb: `/sys/fs/bpf/${NS.lb}`, b1: `/sys/fs/bpf/${NS.b1}`, b2: `/sys/fs/bpf/${NS.b2}` };
 const SEED = 0x5eed;
-const ADDR = { client: '192.0.2.2', lbClientSide: '192.0.2.1', lb: '198.51.100.1', b1: '198.51.100.11', b2: '198.51.100.12' };
-const ADDR6 = { client: '2001:db8:c::2', lbClientSide: '2001:db8:c::1', lb: '2001:db8:1::1', b1: '2001:db8:1::11', b2: '2001:db8:1::12' };
 const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11' };
 type Mode = keyof typeof VIP;
 const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5 };
@@ -35,9 +34,6 @@ const STATE = makeState({
   ],
 });
 
-const children: ChildProcess[] = [];
-const sh = (ns: string | null, argv: string[]) =>
-  execFileSync(ns ? 'ip' : argv[0]!, ns ? ['netns', 'exec', ns, ...argv] : argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], timeout: 30_000 }).toString();
 function runner(ns: string, args: string[], stdin?: string): string {
   try {
     // nsenter --net keeps the host's /sys/fs/bpf (ip netns exec remounts /sys), so the pins outlive the runner
@@ -48,19 +44,7 @@ function runner(ns: string, args: string[], stdin?: string): string {
   }
 }
 
-function teardown(): void {
-  for (const c of children) if (c.pid && c.exitCode === null) c.kill('SIGKILL');
-  for (const ns of Object.values(NS)) try { execFileSync('ip', ['netns', 'del', ns], { stdio: 'ignore' }); } catch { /* gone */ }
-  for (const p of Object.values(PIN)) rmSync(p, { recursive: true, force: true });
-}
-
-function link(ns: string, dev: string, brPort: string, addrs: string[]): void {
-  sh(null, ['ip', 'link', 'add', dev, 'netns', ns, 'type', 'veth', 'peer', 'name', brPort, 'netns', NS.br]);
-  sh(NS.br, ['ip', 'link', 'set', brPort, 'master', 'br0', 'up']);
-  for (const a of addrs) sh(ns, ['ip', 'addr', 'add', a, 'dev', dev, ...(a.includes(':') ? ['nodad'] : [])]);
-  sh(ns, ['ip', 'link', 'set', dev, 'up']);
-  sh(ns, ['ip', 'link', 'set', 'lo', 'up']);
-}
+const teardown = () => lab.teardown(Object.values(PIN));
 
 /** A tiny HTTP server answering with the backend's name, in `ns`, on `port`. */
 function server(ns: string, name: string, port: number): Promise<void> {
@@ -79,16 +63,7 @@ function server(ns: string, name: string, port: number): Promise<void> {
 
 test.before(async () => {
   teardown();
-  for (const ns of Object.values(NS)) sh(null, ['ip', 'netns', 'add', ns]);
-  sh(NS.br, ['ip', 'link', 'add', 'br0', 'type', 'bridge']);
-  sh(NS.br, ['ip', 'link', 'set', 'br0', 'up']);
-  link(NS.client, 'eth0', 'pcl', [`${ADDR.client}/24`, `${ADDR6.client}/64`]);
-  link(NS.lb, 'eth0', 'plb', [`${ADDR.lb}/24`, `${ADDR.lbClientSide}/24`, `${ADDR6.lb}/64`, `${ADDR6.lbClientSide}/64`]);
-  link(NS.b1, 'eth0', 'pb1', [`${ADDR.b1}/24`, `${ADDR6.b1}/64`]);
-  link(NS.b2, 'eth0', 'pb2', [`${ADDR.b2}/24`, `${ADDR6.b2}/64`]);
-  // the client reaches the VIPs through the LB; backends reach the client directly on the shared segment
-  sh(NS.client, ['ip', 'route', 'add', '203.0.113.0/24', 'via', ADDR.lbClientSide]);
-  sh(NS.client, ['ip', '-6', 'route', 'add', '2001:db8:f::/64', 'via', ADDR6.lbClientSide]);
+  lab.setup(); // namespaces, bridge, addresses, the client's routes via the LB (test/lib/bridge-lab.ts)
   // full checksums and no segmentation offload: veth would otherwise hand generic XDP 64 KB GSO packets
   sh(NS.client, ['ethtool', '-K', 'eth0', 'tx', 'off', 'gso', 'off', 'tso', 'off']);
   for (const b of [NS.b1, NS.b2]) {

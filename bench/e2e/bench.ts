@@ -6,13 +6,17 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { labDown, labUp, labNs } from '../../src/reconciler/lab/lab.js';
+import { labDown, labUp, labNs, startDaemons } from '../../src/reconciler/lab/lab.js';
 import { nsArgv, run, waitForPort } from '../../src/reconciler/lab/netns.js';
-import { appliedRevision, waitForStatuses } from '../../src/reconciler/demo/status-watch.js';
+import { waitForLocalApplied } from '../../src/reconciler/demo/status-watch.js';
 import { runTraffic } from '../../src/reconciler/demo/traffic.js';
 import { wrk, type WrkResult } from './wrk.js';
 
-const { values } = parseArgs({ options: { duration: { type: 'string', default: '5' }, connections: { type: 'string', default: '16' } } });
+const { values } = parseArgs({
+  options: { duration: { type: 'string', default: '5' }, connections: { type: 'string', default: '16' }, 'xdp-mode': { type: 'string' } },
+});
+const xdpMode = values['xdp-mode'];
+if (xdpMode && !['native', 'generic', 'auto'].includes(xdpMode)) throw new Error('--xdp-mode must be native, generic or auto');
 const seconds = Math.min(30, Math.max(1, Number(values.duration)));
 const connections = Math.min(256, Math.max(1, Number(values.connections)));
 
@@ -62,17 +66,31 @@ async function main(): Promise<void> {
   process.once('SIGINT', () => void cleanup().finally(() => process.exit(130)));
   try {
     process.stderr.write('bench/e2e: building the lab ...\n');
-    const state = await labUp({ stateDir });
+    // With --xdp-mode the daemons are started here, so that the mode can be passed to `gitlb run`.
+    const state = await labUp({ stateDir, ...(xdpMode ? { daemons: false, vipsOnLo: false } : {}) });
+    if (xdpMode) {
+      const reports = await startDaemons(state, { extraArgs: ['--xdp-mode', xdpMode] });
+      const bad = reports.filter((r) => !r.started);
+      if (bad.length) throw new Error(`daemons not running: ${bad.map((r) => `${r.node}: ${r.reason}`).join('; ')}`);
+    }
     const main = (await run(['git', '--git-dir', state.git!.bare, 'rev-parse', 'main'])).stdout.trim();
-    const w = await waitForStatuses(state.git!.bare, state.plan.nodes.map((n) => n.name), appliedRevision(main), 120_000);
-    if (!w.ok) throw new Error('the daemons did not all apply the config within 120 s');
+    const w = await waitForLocalApplied(state.stateDir, state.plan.nodes.map((n) => n.name), main, 120_000);
+    if (!w.ok) throw new Error(`the daemons of ${w.missing.join(', ')} did not apply the config within 120 s`);
     const client = labNs(state, 'client');
     const router = labNs(state, 'router');
     // Every VIP answers before measuring (a first request through each path also warms neighbour entries).
     for (const t of [...MODES, DIRECT]) {
       const u = new URL(t.url);
-      const r = await runTraffic(client, { kind: 'burst', host: u.hostname, port: Number(u.port), count: 10, sources: state.plan.client.v4, timeoutMs: 5000 });
-      if (r.records.some((x) => !x.backend)) throw new Error(`${t.name}: not every warm-up request was answered`);
+      let lastErrors = '';
+      for (let attempt = 1; ; attempt++) {
+        const r = await runTraffic(client, { kind: 'burst', host: u.hostname, port: Number(u.port || 80), count: 10, sources: state.plan.client.v4, timeoutMs: 5000 });
+        const failed = r.records.filter((x) => !x.backend);
+        if (failed.length === 0) break;
+        lastErrors = failed.map((x) => x.error).join(', ');
+        if (attempt === 5) throw new Error(`${t.name}: warm-up requests still failing after 5 rounds: ${lastErrors}`);
+        process.stderr.write(`bench/e2e: ${t.name}: ${failed.length}/10 warm-up requests failed (${lastErrors}); retrying\n`);
+        await new Promise((res) => setTimeout(res, 2000));
+      }
     }
     const cfg = join(scratch, 'haproxy.cfg');
     const backends = state.plan.nodes.filter((n) => n.role === 'backend').map((n) => n.addresses.find((a) => !a.includes(':'))!);
@@ -92,7 +110,7 @@ async function main(): Promise<void> {
     const h = results.get(HAPROXY.name)!;
     const fmt = (x: number) => x.toFixed(0).padStart(8);
     const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : '-').padStart(6);
-    console.log(`\ne2e throughput in the lab: wrk -t1 -c${connections}, ${seconds} s per measurement, from the client namespace`);
+    console.log(`\ne2e throughput in the lab: wrk -t1 -c${connections}, ${seconds} s per measurement, from the client namespace; lb XDP mode ${xdpMode ?? 'auto (the lab default)'}`);
     console.log('requests/s: keep-alive HTTP/1.1; connections/s: one request per new TCP connection (Connection: close)');
     console.log('ratios: this target / direct-to-backend, this target / haproxy (tcp mode, in the router namespace)\n');
     console.log(`${'target'.padEnd(18)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  errors  latency(ka)`);

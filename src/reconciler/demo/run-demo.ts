@@ -3,8 +3,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { labDown, labUp, labNs, readLabState, type LabState } from '../lab/lab.js';
+import { labDown, labUp, labNs, readLabState, startDaemons, type LabState } from '../lab/lab.js';
 import { isAlive } from '../lab/processes.js';
+import { sleep } from '../lab/netns.js';
 import { createNarrator, type Narrator } from './narrator.js';
 import { Shell } from './shell.js';
 import { labView } from './lab-view.js';
@@ -28,6 +29,12 @@ export interface DemoOptions {
   /** HTTP requests per spread measurement. */
   requests?: number;
   write?: (s: string) => void;
+  /**
+   * XDP attach mode of the lb daemons. Default generic: on this lab's veth links native XDP_TX frames wait for
+   * the peer's NAPI poll, which on a busy 2-core machine adds 100-150 ms per packet (bench/e2e/run: ~200 req/s
+   * native vs ~10k req/s generic, same run conditions). Generic runs the same program, in the skb path.
+   */
+  xdpMode?: 'native' | 'generic' | 'auto';
 }
 
 export async function runDemo(o: DemoOptions = {}): Promise<number> {
@@ -42,6 +49,9 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
       n.chapter('Tear down');
       if (failures.length) keepLogs();
       const r = await labDown(stateDir).catch((e: Error) => (write(`   teardown error: ${e.message}\n`), null));
+      // Interrupted during `lab up`, the build may have recorded more after the first pass: remove that too.
+      await sleep(300);
+      if (readLabState(stateDir)) await labDown(stateDir).catch(() => {});
       rmSync(scratch, { recursive: true, force: true });
       if (r) n.ok(`lab removed: ${r.stopped} processes stopped, ${r.namespaces.length} namespaces deleted`);
     })());
@@ -68,11 +78,17 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
     n.say('Network namespaces: clients, a router with an ECMP route to the VIPs over lb-1 and lb-2, three backends\n' +
       'running an HTTP server that names itself, and a Git server with a copy of sample-config-repo/.\n' +
       'A `gitlb run` daemon starts on every lb and backend node. (Same as `gitlb lab up`.)');
+    const xdpMode = o.xdpMode ?? 'generic';
+    // The daemons are started here rather than by labUp, to pass the XDP mode (see DemoOptions.xdpMode).
     const state = await labUp({
       stateDir,
       ...(o.configDir ? { configDir: o.configDir } : {}),
+      daemons: false,
+      vipsOnLo: false, // the backend daemons put the VIPs on lo themselves
       log: (line) => n.say(`  lab: ${line}`),
     });
+    n.say(`  starting \`gitlb run ... --xdp-mode ${xdpMode}\` on every lb and backend node`);
+    await startDaemons(state, { extraArgs: ['--xdp-mode', xdpMode], log: (line) => n.say(`  lab: ${line}`) });
     const notRunning = state.daemons.filter((d) => !d.started);
     if (notRunning.length) throw new Error(`daemons not running: ${notRunning.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);
     const view = labView(state);
