@@ -46,7 +46,7 @@ test('gitlb run --once, then gitlb status and gitlb history over HTTP', async (t
     t.regex(r3.stdout, new RegExp(`applied ${c1}; last attempt failed: services/web.yaml:\\d+:\\d+`));
 
     const st = await gitlb('status', '--repo', repo.url);
-    t.is(st.code, 1, 'status exits 1 while a node reports a failure');
+    t.is(st.code, 1, `status exits 1 while a node reports a failure: ${st.stderr}${st.stdout}`);
     t.regex(st.stdout, /NODE\s+APPLIED\s+DIGESTS\s+LAST ERROR/);
     t.regex(st.stdout, new RegExp(`lb-1\\s+${c1.slice(0, 12)}\\s+agree\\s+${bad.slice(0, 12)} validate: services/web.yaml`));
     t.regex(st.stdout, new RegExp(`lb-2\\s+${c1.slice(0, 12)}\\s+agree\\s*\\n`));

@@ -103,6 +103,8 @@ export const command: CliCommand = {
     });
     if (!values.repo) throw new UsageError('--repo is required');
     if (!values.node) throw new UsageError('--node is required');
+    // The node name becomes part of paths (pin root, cache dir, status/<node>.yaml): only the schema's DNS label.
+    if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(values.node)) throw new UsageError(`--node '${values.node}' is not a node name (lower-case DNS label)`);
     if (values.role && values.role !== 'lb' && values.role !== 'backend') throw new UsageError('--role must be lb or backend');
     if (!['native', 'generic', 'auto'].includes(values['xdp-mode']!)) throw new UsageError('--xdp-mode must be native, generic or auto');
     if (values.poll) validateSchedule(values.poll);
@@ -154,7 +156,10 @@ export const command: CliCommand = {
     if (health) {
       const feed = new PeerObservationFeed({
         node,
-        readStatuses: () => readAllStatuses(daemon.remote, values['status-branch'] ?? daemon.reconciler.statusBranch),
+        readStatuses: () =>
+          readAllStatuses(daemon.remote, values['status-branch'] ?? daemon.reconciler.statusBranch, (problem) =>
+            console.warn(`health: peer status ignored: ${problem}`),
+          ),
         onChange: () => daemon.refreshHealth('peer observations changed'),
         log: console,
       });

@@ -24,7 +24,9 @@ NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree w
       },
     });
     if (!values.repo) throw new UsageError('--repo is required');
-    const statuses = await withStatusRemote(values.repo, values['credentials-file'], (r) => readAllStatuses(r, values['status-branch']!));
+    const statuses = await withStatusRemote(values.repo, values['credentials-file'], (r) =>
+      readAllStatuses(r, values['status-branch']!, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+    );
     process.stdout.write(values.json ? JSON.stringify(statuses, null, 2) + '\n' : formatStatusTable(statuses));
     return statuses.some((s) => s.lastAttempt?.result === 'failed') ? 1 : 0;
   },

@@ -55,9 +55,17 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
       rmSync(scratch, { recursive: true, force: true });
       if (r) n.ok(`lab removed: ${r.stopped} processes stopped, ${r.namespaces.length} namespaces deleted`);
     })());
+  // Set while `lab up` runs: an interrupted build must finish (or fail and clean up after itself) before the
+  // teardown, or processes it starts afterwards would outlive the demo. labUp's own steps are time-bounded.
+  let building: Promise<unknown> | null = null;
+  let interrupted = false;
   const onSignal = (sig: NodeJS.Signals) => {
+    interrupted = true;
     write(`\n   ${sig}: stopping the demo and removing the lab ...\n`);
-    void teardown().finally(() => process.exit(130));
+    void (async () => {
+      if (building) await Promise.race([building.catch(() => {}), sleep(90_000)]);
+      await teardown();
+    })().finally(() => process.exit(130));
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -80,15 +88,23 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
       'A `gitlb run` daemon starts on every lb and backend node. (Same as `gitlb lab up`.)');
     const xdpMode = o.xdpMode ?? 'generic';
     // The daemons are started here rather than by labUp, to pass the XDP mode (see DemoOptions.xdpMode).
-    const state = await labUp({
-      stateDir,
-      ...(o.configDir ? { configDir: o.configDir } : {}),
-      daemons: false,
-      vipsOnLo: false, // the backend daemons put the VIPs on lo themselves
-      log: (line) => n.say(`  lab: ${line}`),
-    });
-    n.say(`  starting \`gitlb run ... --xdp-mode ${xdpMode}\` on every lb and backend node`);
-    await startDaemons(state, { extraArgs: ['--xdp-mode', xdpMode], log: (line) => n.say(`  lab: ${line}`) });
+    // The whole build (lab up, then the daemons) is one promise, so an interrupt can wait for it to settle.
+    const build = (async () => {
+      const built = await labUp({
+        stateDir,
+        ...(o.configDir ? { configDir: o.configDir } : {}),
+        daemons: false,
+        vipsOnLo: false, // the backend daemons put the VIPs on lo themselves
+        log: (line) => n.say(`  lab: ${line}`),
+      });
+      if (interrupted) throw new Error('interrupted');
+      n.say(`  starting \`gitlb run ... --xdp-mode ${xdpMode}\` on every lb and backend node`);
+      await startDaemons(built, { extraArgs: ['--xdp-mode', xdpMode], log: (line) => n.say(`  lab: ${line}`) });
+      return built;
+    })();
+    building = build;
+    const state = await build;
+    building = null;
     const notRunning = state.daemons.filter((d) => !d.started);
     if (notRunning.length) throw new Error(`daemons not running: ${notRunning.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);
     const view = labView(state);

@@ -5,6 +5,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import git, { type TreeEntry } from 'isomorphic-git';
 import type { GitRemote } from './git-remote.js';
+import { isConfigPath } from '../../render/config/index.js';
+import { LIMITS } from '../../render/config/limits.js';
 
 export interface RevisionFile {
   path: string; // repo-relative, '/' separators
@@ -19,29 +21,38 @@ export interface CommitInfo {
   author: { name: string; email: string; timestamp: number };
 }
 
-const YAML_FILE = /\.ya?ml$/i;
-/** Top-level directories that never hold config: the status written back by nodes, and Git's own. */
-const SKIPPED_TOP = new Set(['status', '.git']);
+/** Directory nesting followed in a revision's tree; deeper trees are not config and are not walked. */
+const MAX_TREE_DEPTH = 16;
 
-/** The YAML files of a revision (same selection as readConfigDir: no status/, no non-YAML files), sorted by path. */
+/**
+ * The config files of a revision: the same selection as readConfigDir (isConfigPath: YAML, no status/, no hidden
+ * parts), sorted by path. A hostile revision costs bounded work: the walk stops one file past the file-count cap
+ * and once the total passes the size cap, and each file is cut one byte past the per-file cap, so parseConfig
+ * still sees — and reports — every limit that was exceeded.
+ */
 export async function readRevisionFiles(gitdir: string, oid: string): Promise<RevisionFile[]> {
   const out: RevisionFile[] = [];
   const cache = {};
-  async function walkTree(treeOid: string, prefix: string): Promise<void> {
+  let totalBytes = 0;
+  const full = () => out.length > LIMITS.maxFiles || totalBytes > LIMITS.maxTotalBytes;
+  async function walkTree(treeOid: string, prefix: string, depth: number): Promise<void> {
     const { tree } = await git.readTree({ fs, gitdir, oid: treeOid, cache });
     for (const entry of tree) {
+      if (full()) return;
       const path = prefix ? `${prefix}/${entry.path}` : entry.path;
       if (entry.type === 'tree') {
-        if (!prefix && SKIPPED_TOP.has(entry.path)) continue;
-        await walkTree(entry.oid, path);
-      } else if (entry.type === 'blob' && YAML_FILE.test(entry.path)) {
+        if (entry.path.startsWith('.') || (!prefix && entry.path === 'status') || depth >= MAX_TREE_DEPTH) continue;
+        await walkTree(entry.oid, path, depth + 1);
+      } else if (entry.type === 'blob' && isConfigPath(path)) {
         const { blob } = await git.readBlob({ fs, gitdir, oid: entry.oid, cache });
-        out.push({ path, content: blob });
+        const content = blob.length > LIMITS.maxFileBytes + 1 ? blob.subarray(0, LIMITS.maxFileBytes + 1) : blob;
+        totalBytes += content.length;
+        out.push({ path, content });
       }
     }
   }
   const { commit } = await git.readCommit({ fs, gitdir, oid, cache });
-  await walkTree(commit.tree, '');
+  await walkTree(commit.tree, '', 0);
   return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
 

@@ -83,11 +83,36 @@ export function statusPath(node: string): string {
 }
 
 export function serialiseStatus(s: NodeStatus): string {
-  return `# gitlb node status, written by the node itself; schema: schemas/status.schema.json\n${stringify(s, { lineWidth: 0 })}`;
+  return `# gitlb node status, written by the node itself; schema: schemas/status.schema.json\n${stringify(s, { lineWidth: 0, aliasDuplicateObjects: false })}`;
 }
 
+/** Status files are small; anything bigger is not ours and is refused before parsing. */
+export const MAX_STATUS_BYTES = 1024 * 1024;
+
+/**
+ * Parses a status file written by some node. Other nodes' files are input like any other: size-capped, no YAML
+ * aliases, and checked for the fields readers rely on, so one broken or hostile file cannot break `gitlb status`,
+ * history or the health consensus. Throws an Error naming the problem.
+ */
 export function parseStatus(text: string): NodeStatus {
-  return parse(text) as NodeStatus;
+  if (text.length > MAX_STATUS_BYTES) throw new Error(`status file is larger than ${MAX_STATUS_BYTES} bytes`);
+  // Aliases are bounded (an alias bomb expands exponentially); our own writer emits none.
+  const doc = parse(text, { maxAliasCount: 100, uniqueKeys: true }) as unknown;
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new Error('status file is not a mapping');
+  const d = doc as Record<string, unknown>;
+  if (typeof d['node'] !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(d['node'])) throw new Error('status.node is not a node name');
+  if (d['services'] !== undefined && !Array.isArray(d['services'])) throw new Error('status.services is not a list');
+  if (d['appliedRevision'] !== undefined && d['appliedRevision'] !== null && typeof d['appliedRevision'] !== 'string')
+    throw new Error('status.appliedRevision is not a string');
+  return { ...d, services: (d['services'] as NodeStatus['services'] | undefined) ?? [] } as NodeStatus;
+}
+
+/** Parses `status/<file>`: the node a file speaks for is its file name, and the content must agree. */
+export function parseStatusFile(fileName: string, text: string): NodeStatus {
+  const s = parseStatus(text);
+  const expected = fileName.replace(/\.yaml$/, '');
+  if (s.node !== expected) throw new Error(`status/${fileName} claims to be node '${s.node}'`);
+  return s;
 }
 
 /**

@@ -4,15 +4,15 @@ import * as fs from 'node:fs';
 import git from 'isomorphic-git';
 import { firstParentLog, readFileAt } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
-import { parseStatus, type NodeStatus } from './status-doc.js';
+import { parseStatusFile, type NodeStatus } from './status-doc.js';
 
-export async function readAllStatuses(remote: GitRemote, branch: string): Promise<NodeStatus[]> {
+export async function readAllStatuses(remote: GitRemote, branch: string, onBadFile?: (problem: string) => void): Promise<NodeStatus[]> {
   const tip = await remote.fetch(branch, { depth: 1 });
   if (!tip) return [];
-  return readStatusesAt(remote.gitdir, tip);
+  return readStatusesAt(remote.gitdir, tip, onBadFile);
 }
 
-async function readStatusesAt(gitdir: string, commit: string): Promise<NodeStatus[]> {
+async function readStatusesAt(gitdir: string, commit: string, onBadFile?: (problem: string) => void): Promise<NodeStatus[]> {
   let entries;
   try {
     entries = (await git.readTree({ fs, gitdir, oid: commit, filepath: 'status' })).tree;
@@ -23,7 +23,12 @@ async function readStatusesAt(gitdir: string, commit: string): Promise<NodeStatu
   for (const e of entries) {
     if (e.type !== 'blob' || !e.path.endsWith('.yaml')) continue;
     const { blob } = await git.readBlob({ fs, gitdir, oid: e.oid });
-    out.push(parseStatus(Buffer.from(blob).toString('utf8')));
+    try {
+      out.push(parseStatusFile(e.path, Buffer.from(blob).toString('utf8')));
+    } catch (err) {
+      // One node's broken file must not hide every other node's status.
+      onBadFile?.(`status/${e.path}: ${(err as Error).message}`);
+    }
   }
   return out.sort((a, b) => a.node.localeCompare(b.node));
 }
@@ -100,7 +105,12 @@ export async function readHistory(remote: GitRemote, branch: string, maxCommits 
     const node = c.author.name;
     const blob = await readFileAt(remote.gitdir, c.oid, `status/${node}.yaml`);
     if (!blob) continue;
-    const s = parseStatus(Buffer.from(blob).toString('utf8'));
+    let s;
+    try {
+      s = parseStatusFile(`${node}.yaml`, Buffer.from(blob).toString('utf8'));
+    } catch {
+      continue; // a broken status commit is not part of the audit trail
+    }
     if (!s.appliedRevision || lastApplied.get(node) === s.appliedRevision) continue;
     lastApplied.set(node, s.appliedRevision);
     out.push({ node, revision: s.appliedRevision, at: s.appliedAt ?? s.updatedAt, statusCommit: c.oid });
