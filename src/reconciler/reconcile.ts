@@ -145,6 +145,11 @@ export class Reconciler {
   }
 
   /** The status branch named by the applied config (Cluster.spec.status.branch). */
+  /** The validated config of the applied revision (null before the first apply). */
+  get appliedConfig(): ConfigModel | null {
+    return this.appliedModel;
+  }
+
   get statusBranch(): string {
     return this.appliedModel?.cluster.spec.status.branch ?? DEFAULT_STATUS_BRANCH;
   }

@@ -7,6 +7,7 @@ import { startDaemon } from '../../reconciler/daemon.js';
 import { startSchedule, validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
 import { PeerObservationFeed } from '../../reconciler/health/peer-feed.js';
+import { agreementMode } from '../../reconciler/health/agreement.js';
 import { detectRole } from '../../reconciler/node-role.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import type { DataPlane, LbDataPlaneHandle } from '../../bpf/dataplane/index.js';
@@ -168,6 +169,9 @@ export const command: CliCommand = {
       peerSchedule = startSchedule({
         spec: values['peer-poll']!,
         onTick: () => {
+          const model = daemon.reconciler.appliedConfig;
+          // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
+          if (!model || agreementMode(model).mode !== 'consensus') return;
           if (reading) return; // a slow Git server must not pile up reads
           reading = true;
           void feed.refresh().finally(() => (reading = false));

@@ -368,6 +368,9 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     if (supports('--pin-root')) args.push('--pin-root', pinRoot);
     if (supports('--cache-dir')) args.push('--cache-dir', join(state.stateDir, 'cache', node.name));
     if (supports('--poll')) args.push('--poll', opts.poll ?? '2');
+    // Generic XDP unless told otherwise: on this lab's veth links native XDP_TX frames wait 100+ ms for the peer's
+    // NAPI poll on a busy machine (docs/demo.md); generic runs the same program in the skb path.
+    if (supports('--xdp-mode') && !(opts.extraArgs ?? []).includes('--xdp-mode')) args.push('--xdp-mode', 'generic');
     args.push(...(opts.extraArgs ?? []));
     const logFile = join(state.stateDir, 'logs', `daemon-${node.name}.log`);
     const proc = spawnDetached('daemon', fullNs(state, node.ns), [...gitlb, ...args], logFile, { node: node.name, cwd: PROJECT_ROOT });

@@ -40,27 +40,36 @@ export interface StatusRow {
   lastError: string;
 }
 
-/** Fingerprint of a node's tables: name -> digest of every service, for agreement across nodes. */
-function tablesFingerprint(s: NodeStatus): string {
-  return s.services.map((x) => `${x.name}=${x.digest}`).sort().join(',');
+/**
+ * Table digests of the lb nodes, per service. Only lb nodes forward by the Maglev ring, so only they must agree;
+ * a backend's status lists the services it serves but its digests are not part of the agreement.
+ */
+function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<string>> {
+  const byService = new Map<string, Set<string>>();
+  for (const s of statuses) {
+    if (s.role === 'backend') continue;
+    for (const svc of s.services) {
+      if (!byService.has(svc.name)) byService.set(svc.name, new Set());
+      byService.get(svc.name)!.add(svc.digest);
+    }
+  }
+  return byService;
+}
+
+/** True when every service is rendered with one digest by every lb node that serves it. */
+export function lbDigestsAgree(statuses: NodeStatus[]): boolean {
+  return [...lbDigestsByService(statuses).values()].every((d) => d.size <= 1);
 }
 
 export function statusRows(statuses: NodeStatus[]): StatusRow[] {
-  // Nodes agree when nodes that applied the same revision and serve the same service report the same digest.
-  const byService = new Map<string, Set<string>>();
-  for (const s of statuses)
-    for (const svc of s.services) {
-      const key = svc.name;
-      if (!byService.has(key)) byService.set(key, new Set());
-      byService.get(key)!.add(svc.digest);
-    }
+  const byService = lbDigestsByService(statuses);
   return statuses.map((s) => {
     const differs = s.services.some((svc) => (byService.get(svc.name)?.size ?? 1) > 1);
     const err = s.lastAttempt?.result === 'failed' ? s.lastAttempt : null;
     return {
       node: s.node,
       applied: s.appliedRevision ? s.appliedRevision.slice(0, 12) : '(none)',
-      digests: s.services.length === 0 ? '-' : differs ? 'differ' : 'agree',
+      digests: s.role === 'backend' || s.services.length === 0 ? '-' : differs ? 'differ' : 'agree',
       lastError: err ? `${err.revision.slice(0, 12)} ${err.stage ?? ''}: ${err.reason ?? ''}`.replace(/\s+/g, ' ') : '',
     };
   });
@@ -74,11 +83,10 @@ export function formatTable(header: string[], rows: string[][]): string {
 
 export function formatStatusTable(statuses: NodeStatus[]): string {
   const rows = statusRows(statuses);
-  const fps = new Set(statuses.filter((s) => s.services.length).map(tablesFingerprint));
   const summary =
     statuses.length === 0
       ? 'no node has written status yet\n'
-      : `${statuses.length} node(s); table digests ${fps.size <= 1 ? 'agree across nodes' : 'DIFFER across nodes'}\n`;
+      : `${statuses.length} node(s); table digests ${lbDigestsAgree(statuses) ? 'agree across nodes' : 'DIFFER across nodes'}\n`;
   return (
     formatTable(
       ['NODE', 'APPLIED', 'DIGESTS', 'LAST ERROR'],
