@@ -191,6 +191,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     },
     stop: async () => {
       runner.stop();
+      reconciler.stopStatusRetries();
       clearTimeout(retryTimer);
       for (const s of schedules) s.stop();
       await webhook?.close();

@@ -90,11 +90,17 @@ function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** Delay before a failed status write is tried again (the writer already retried races and timeouts). */
+const STATUS_RETRY_MS = 5000;
+
 export class Reconciler {
   readonly counters: StatusCounters = emptyCounters();
   private applied: string | null;
   private appliedAt: string | null = null;
   private appliedModel: ConfigModel | null = null;
+  private statusGeneration = 0;
+  private statusRetry: NodeJS.Timeout | undefined;
+  private stopped = false;
   private appliedDesired: DesiredState | null = null;
   private adopting: boolean;
   private lastAttempt: StatusAttempt | null = null;
@@ -199,10 +205,26 @@ export class Reconciler {
    */
   private publish(why: string): void {
     if (!this.o.statusSink) return;
-    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).catch((err) =>
-      this.log.warn(`status write failed: ${errorText(err)}`),
-    );
+    clearTimeout(this.statusRetry);
+    const generation = ++this.statusGeneration;
+    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).catch((err) => {
+      this.log.warn(`status write failed: ${errorText(err)}`);
+      // The branch must not keep an old status until the next change: try again later, unless a newer
+      // status was handed over meanwhile (it carries everything this one did).
+      if (generation === this.statusGeneration && !this.stopped) {
+        this.statusRetry = setTimeout(() => {
+          if (generation === this.statusGeneration) this.publish(`retry: ${why}`);
+        }, STATUS_RETRY_MS);
+        this.statusRetry.unref();
+      }
+    });
     this.pendingStatus = Promise.all([this.pendingStatus, write]).then(() => undefined);
+  }
+
+  /** Stops retrying failed status writes (daemon shutdown). */
+  stopStatusRetries(): void {
+    this.stopped = true;
+    clearTimeout(this.statusRetry);
   }
 
   /** Resolves when every status handed to the sink so far has been written (or has failed and been logged). */
