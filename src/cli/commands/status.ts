@@ -1,15 +1,16 @@
 // `gitlb status`: per node, the applied revision, agreement of table digests across nodes, the last error.
 import { parseArgs } from 'node:util';
 import { type CliCommand, UsageError } from '../command.js';
-import { withStatusRemote } from '../../reconciler/status/open-status-remote.js';
+import { resolveStatusBranch, withStatusRemote } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses, formatStatusTable } from '../../reconciler/status/status-report.js';
 
 export const command: CliCommand = {
   name: 'status',
   summary: 'show every node\'s applied revision, digest agreement and last error (from the status branch)',
-  help: `usage: gitlb status --repo URL|DIR [--status-branch NAME] [--credentials-file FILE] [--json]
+  help: `usage: gitlb status --repo URL|DIR [--status-branch NAME] [--branch CONFIG-BRANCH] [--credentials-file FILE] [--json]
 
-Reads status/<node>.yaml of every node from the status branch (default gitlb-status) and prints a table:
+Reads status/<node>.yaml of every node from the status branch (--status-branch, else the config
+branch's Cluster.spec.status.branch, else gitlb-status) and prints a table:
 NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree with the other nodes'), LAST ERROR.
 `,
   async run(argv) {
@@ -18,14 +19,15 @@ NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree w
       strict: true,
       options: {
         repo: { type: 'string' },
-        'status-branch': { type: 'string', default: 'gitlb-status' },
+        'status-branch': { type: 'string' },
+        branch: { type: 'string', default: 'main' },
         'credentials-file': { type: 'string' },
         json: { type: 'boolean', default: false },
       },
     });
     if (!values.repo) throw new UsageError('--repo is required');
-    const statuses = await withStatusRemote(values.repo, values['credentials-file'], (r) =>
-      readAllStatuses(r, values['status-branch']!, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+    const statuses = await withStatusRemote(values.repo, values['credentials-file'], async (r) =>
+      readAllStatuses(r, await resolveStatusBranch(r, values.branch!, values['status-branch']), (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
     );
     process.stdout.write(values.json ? JSON.stringify(statuses, null, 2) + '\n' : formatStatusTable(statuses));
     return statuses.some((s) => s.lastAttempt?.result === 'failed') ? 1 : 0;
