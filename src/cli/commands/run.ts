@@ -12,6 +12,8 @@ import { detectRole } from '../../reconciler/node-role.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import type { DataPlane, LbDataPlaneHandle } from '../../bpf/dataplane/index.js';
 import { sweepSnat } from '../../bpf/dataplane/snat.js';
+import { refreshNeighbours } from '../../reconciler/neighbours.js';
+import type { DesiredState } from '../../render/state.js';
 import { HealthService } from '../../reconciler/health/service.js';
 
 const help = `usage: gitlb run --repo URL|DIR --node NAME [options]
@@ -53,6 +55,24 @@ async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: str
   }
   const { openLbDataPlane } = await import('../../bpf/dataplane/index.js');
   return openLbDataPlane({ pinRoot, interface: iface, xdpMode: xdpMode as 'native' | 'generic' | 'auto' });
+}
+
+/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
+function startNeighbourRefresh(desired: () => DesiredState | null): { stop(): void } {
+  let running = false;
+  const round = () => {
+    const reals = desired()?.reals.map((r) => r.address) ?? [];
+    if (running || reals.length === 0) return;
+    running = true;
+    refreshNeighbours(reals)
+      .then((nudged) => {
+        if (nudged.length) console.log(`neighbours: resolving ${nudged.join(', ')}`);
+      })
+      .catch((err) => console.warn(`neighbours: ${(err as Error).message}`))
+      .finally(() => (running = false));
+  };
+  setTimeout(round, 500).unref();
+  return startSchedule({ spec: '5', onTick: round });
 }
 
 /** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
@@ -151,6 +171,8 @@ export const command: CliCommand = {
       }),
     });
     health?.onChange(() => daemon.refreshHealth('health change'));
+    // XDP cannot resolve next hops: keep the reals' neighbour entries usable (src/reconciler/neighbours.ts).
+    const neighbourRounds = role === 'lb' && !values.once ? startNeighbourRefresh(() => daemon.reconciler.desired) : null;
     // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
     const snatSweep = role === 'lb' && !values.once ? startSnatSweep(() => daemon.reconciler.dataPlane) : null;
     let peerSchedule: { stop(): void } | null = null;
@@ -194,6 +216,7 @@ export const command: CliCommand = {
     await daemon.stop();
     peerSchedule?.stop();
     snatSweep?.stop();
+    neighbourRounds?.stop();
     await health?.checker.stop();
     daemon.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     return 0;
