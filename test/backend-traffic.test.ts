@@ -43,7 +43,7 @@ const VIP_PORT = 80;
 const TARGET_PORT = 8080;
 
 const work = mkdtempSync(join(tmpdir(), `${runPrefix()}backend-`));
-const pinBase = `/sys/fs/bpf/gitlb-test/${runPrefix()}backend-traffic`;
+const pinBase = `/sys/fs/bpf/gitlb-test-${runPrefix()}backend-traffic`;
 const pins = { backend: join(pinBase, 'backend'), client: join(pinBase, 'client') };
 
 function vip(v: string, family: 4 | 6, protocol: 'TCP' | 'UDP', forwarding: DesiredVip['forwarding']): DesiredVip {

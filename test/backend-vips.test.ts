@@ -94,7 +94,7 @@ test.serial('an explicit device that does not exist is a clear error', async (t)
 
 test.serial('withBackendVips: when the map apply fails, the VIPs it added for that revision are released again', async (t) => {
   // A real backend data plane (loaded, never attached: the apply fails on its interface check before any attach).
-  const pinRoot = `/sys/fs/bpf/gitlb-test/${runPrefix()}bvips`;
+  const pinRoot = `/sys/fs/bpf/gitlb-test-${runPrefix()}bvips`;
   const dp = await openBackendDataPlane({ pinRoot, interface: 'n0' });
   try {
     const wrapped = withBackendVips(dp, opts);

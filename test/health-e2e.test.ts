@@ -39,7 +39,7 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
   const t0 = Date.now();
   const state = await labUp({ configDir, stateDir: join(work, 'lab'), daemons: false, vipsOnLo: true, clientCount: 1 });
   t.log(`lab up in ${Date.now() - t0} ms`);
-  const pinRoot = `/sys/fs/bpf/gitlb/${state.prefix}health-e2e`;
+  const pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}health-e2e`;
   const lb = nsSpawn(labNs(state, 'lb-1'), [process.execPath, '--import', 'tsx', join(here, 'health-lb-runner.ts'), configDir, 'lb-1', 'eth0', pinRoot],
     { stdio: ['pipe', 'pipe', 'inherit'] });
   const lbOut = new LineTap(lb);

@@ -32,6 +32,35 @@ struct lb_next_hop {
 	__u32 src6[4];
 };
 
+/* One bpf_fib_lookup from the ingress interface to dst (4 or 16 bytes by family); fills nh.
+ * Returns 0 or the LB_CNT_DROP_* reason. Shared by the real path (below) and the SNAT client path (lb_snat.h). */
+static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, const void *dst, __u32 flags,
+					   struct lb_next_hop *nh)
+{
+	struct bpf_fib_lookup fib = {};
+	int rc;
+
+	fib.ifindex = ctx->ingress_ifindex;
+	if (family == 4) {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
+	} else {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	}
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), flags);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return LB_CNT_DROP_FIB_NO_NEIGH;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+		return LB_CNT_DROP_FIB;
+	__builtin_memcpy(nh->dmac, fib.dmac, 6);
+	__builtin_memcpy(nh->smac, fib.smac, 6);
+	nh->ifindex = fib.ifindex;
+	nh->src4 = fib.ipv4_src;
+	__builtin_memcpy(nh->src6, fib.ipv6_src, 16);
+	return 0;
+}
+
 /* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address.
  * Results are kept per CPU for LB_NH_CACHE_NS (bpf_fib_lookup is the most expensive step of a packet). */
 static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, __u32 real_id, int want_src,
@@ -51,28 +80,10 @@ static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real 
 		return 0;
 	}
 
-	struct bpf_fib_lookup fib = {};
-	__u32 flags = want_src ? BPF_FIB_LOOKUP_SRC : 0;
-	int rc;
+	int rc = lb_fib_next_hop(ctx, real->family, real->addr, want_src ? BPF_FIB_LOOKUP_SRC : 0, nh);
 
-	fib.ifindex = ctx->ingress_ifindex;
-	if (real->family == 4) {
-		fib.family = AF_INET;
-		__builtin_memcpy(&fib.ipv4_dst, real->addr, 4);
-	} else {
-		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_dst, real->addr, 16);
-	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), flags);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return LB_CNT_DROP_FIB_NO_NEIGH;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return LB_CNT_DROP_FIB;
-	__builtin_memcpy(nh->dmac, fib.dmac, 6);
-	__builtin_memcpy(nh->smac, fib.smac, 6);
-	nh->ifindex = fib.ifindex;
-	nh->src4 = fib.ipv4_src;
-	__builtin_memcpy(nh->src6, fib.ipv6_src, 16);
+	if (rc)
+		return rc;
 	if (c) {
 		c->real_id = real_id;
 		c->in_ifindex = ctx->ingress_ifindex;

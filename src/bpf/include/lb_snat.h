@@ -357,26 +357,7 @@ static __always_inline int lb_snat_rewrite(struct xdp_md *ctx, const struct lb_p
 /* Next hop towards a client (no per-real cache: clients are many). Returns 0 or the LB_CNT_DROP_* reason. */
 static __always_inline int lb_snat_fib(struct xdp_md *ctx, __u8 family, const __u32 *dst, struct lb_next_hop *nh)
 {
-	struct bpf_fib_lookup fib = {};
-	int rc;
-
-	fib.ifindex = ctx->ingress_ifindex;
-	if (family == 4) {
-		fib.family = AF_INET;
-		fib.ipv4_dst = dst[0];
-	} else {
-		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_dst, dst, 16);
-	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
-		return LB_CNT_DROP_FIB_NO_NEIGH;
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
-		return LB_CNT_DROP_FIB;
-	__builtin_memcpy(nh->dmac, fib.dmac, 6);
-	__builtin_memcpy(nh->smac, fib.smac, 6);
-	nh->ifindex = fib.ifindex;
-	return 0;
+	return lb_fib_next_hop(ctx, family, dst, 0, nh);
 }
 
 static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next_hop *nh, const struct lb_packet *p)

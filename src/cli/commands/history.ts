@@ -1,7 +1,7 @@
 // `gitlb history`: the audit trail — which revision each node applied and when, from the status branch's log.
 import { parseArgs } from 'node:util';
 import { type CliCommand, UsageError } from '../command.js';
-import { resolveStatusBranch, withStatusRemote } from '../../reconciler/status/open-status-remote.js';
+import { STATUS_READ_OPTIONS, withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readHistory, formatHistory } from '../../reconciler/status/status-report.js';
 
 export const command: CliCommand = {
@@ -17,17 +17,13 @@ applied revision: time applied, node, revision, and the status commit that recor
     const { values } = parseArgs({
       args: argv,
       strict: true,
-      options: {
-        repo: { type: 'string' },
-        'status-branch': { type: 'string' },
-        branch: { type: 'string', default: 'main' },
-        node: { type: 'string' },
-        'credentials-file': { type: 'string' },
-        json: { type: 'boolean', default: false },
-      },
+      options: { ...STATUS_READ_OPTIONS, node: { type: 'string' } },
     });
     if (!values.repo) throw new UsageError('--repo is required');
-    let entries = await withStatusRemote(values.repo, values['credentials-file'], async (r) => readHistory(r, await resolveStatusBranch(r, values.branch!, values['status-branch'])));
+    let entries = await withStatusBranch(
+      { repo: values.repo, credentialsFile: values['credentials-file'], configBranch: values.branch, statusBranch: values['status-branch'] },
+      (r, statusBranch) => readHistory(r, statusBranch),
+    );
     if (values.node) entries = entries.filter((e) => e.node === values.node);
     process.stdout.write(values.json ? JSON.stringify(entries, null, 2) + '\n' : formatHistory(entries));
     return 0;

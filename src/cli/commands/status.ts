@@ -1,7 +1,7 @@
 // `gitlb status`: per node, the applied revision, agreement of table digests across nodes, the last error.
 import { parseArgs } from 'node:util';
 import { type CliCommand, UsageError } from '../command.js';
-import { resolveStatusBranch, withStatusRemote } from '../../reconciler/status/open-status-remote.js';
+import { STATUS_READ_OPTIONS, withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses, formatStatusTable } from '../../reconciler/status/status-report.js';
 
 export const command: CliCommand = {
@@ -17,17 +17,12 @@ NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree w
     const { values } = parseArgs({
       args: argv,
       strict: true,
-      options: {
-        repo: { type: 'string' },
-        'status-branch': { type: 'string' },
-        branch: { type: 'string', default: 'main' },
-        'credentials-file': { type: 'string' },
-        json: { type: 'boolean', default: false },
-      },
+      options: STATUS_READ_OPTIONS,
     });
     if (!values.repo) throw new UsageError('--repo is required');
-    const statuses = await withStatusRemote(values.repo, values['credentials-file'], async (r) =>
-      readAllStatuses(r, await resolveStatusBranch(r, values.branch!, values['status-branch']), (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+    const statuses = await withStatusBranch(
+      { repo: values.repo, credentialsFile: values['credentials-file'], configBranch: values.branch, statusBranch: values['status-branch'] },
+      (r, statusBranch) => readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
     );
     process.stdout.write(values.json ? JSON.stringify(statuses, null, 2) + '\n' : formatStatusTable(statuses));
     return statuses.some((s) => s.lastAttempt?.result === 'failed') ? 1 : 0;

@@ -29,6 +29,8 @@ import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } 
 
 export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
 export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
+/** Lab daemons pin under `<this>/<lab prefix>`; the same bpffs directory `gitlb run` uses by default. */
+const LAB_PIN_PARENT = '/sys/fs/bpf/gitlb';
 export const DEFAULT_CONFIG_DIR = join(PROJECT_ROOT, 'sample-config-repo');
 
 export interface DaemonReport {
@@ -360,7 +362,7 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     return state.plan.nodes.map((n) => ({ node: n.name, started: false, reason }));
   }
   const supports = (flag: string) => help.stdout.includes(flag);
-  const pinRoot = `/sys/fs/bpf/gitlb/${state.prefix.replace(/-$/, '')}`;
+  const pinRoot = `${LAB_PIN_PARENT}/${state.prefix.replace(/-$/, '')}`;
   if (supports('--pin-root') && !state.pinRoots.includes(pinRoot)) state.pinRoots.push(pinRoot);
   const started: { node: string; proc: LabProcess }[] = [];
   for (const node of state.plan.nodes) {
@@ -425,7 +427,13 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
       removed.push(ns);
     }
   }
-  for (const pin of state.pinRoots) if (pin.startsWith('/sys/fs/bpf/gitlb/glb')) rmSync(pin, { recursive: true, force: true });
+  for (const pin of state.pinRoots) if (pin.startsWith(`${LAB_PIN_PARENT}/glb`)) rmSync(pin, { recursive: true, force: true });
+  // The parent is the daemons' default pin root: removed only when the lab left it empty (no real node's pins).
+  try {
+    if (state.pinRoots.length && readdirSync(LAB_PIN_PARENT).length === 0) rmdirSync(LAB_PIN_PARENT);
+  } catch {
+    /* absent, or holds pins that are not the lab's */
+  }
   for (const sub of ['git', 'work', 'logs', 'cache']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
   try {
