@@ -57,22 +57,30 @@ async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: str
   return openLbDataPlane({ pinRoot, interface: iface, xdpMode: xdpMode as 'native' | 'generic' | 'auto' });
 }
 
-/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
-function startNeighbourRefresh(desired: () => DesiredState | null): { stop(): void } {
+/**
+ * Runs `task` on a schedule, skipping a tick while the previous run is still going, so a slow dependency (the
+ * Git server, `ip`) never piles up work. Errors are logged with `what`; they never stop the schedule.
+ */
+function everyExclusive(spec: string, what: string, task: () => Promise<void>): { stop(): void; now(): void } {
   let running = false;
-  const round = () => {
-    const reals = desired()?.reals.map((r) => r.address) ?? [];
-    if (running || reals.length === 0) return;
+  const tick = () => {
+    if (running) return;
     running = true;
-    refreshNeighbours(reals)
-      .then((nudged) => {
-        if (nudged.length) console.log(`neighbours: resolving ${nudged.join(', ')}`);
-      })
-      .catch((err) => console.warn(`neighbours: ${(err as Error).message}`))
+    task()
+      .catch((err) => console.warn(`${what}: ${(err as Error).message}`))
       .finally(() => (running = false));
   };
-  setTimeout(round, 500).unref();
-  return startSchedule({ spec: '5', onTick: round });
+  return { ...startSchedule({ spec, onTick: tick }), now: tick };
+}
+
+/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
+function startNeighbourRefresh(desired: () => DesiredState | null): { stop(): void } {
+  const rounds = everyExclusive('5', 'neighbours', async () => {
+    const nudged = await refreshNeighbours(desired()?.reals.map((r) => r.address) ?? []);
+    if (nudged.length) console.log(`neighbours: resolving ${nudged.join(', ')}`);
+  });
+  setTimeout(rounds.now, 500).unref();
+  return rounds;
 }
 
 /** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
@@ -187,17 +195,10 @@ export const command: CliCommand = {
         log: console,
       });
       peerFeed = feed;
-      let reading = false;
-      peerSchedule = startSchedule({
-        spec: values['peer-poll']!,
-        onTick: () => {
-          const model = daemon.reconciler.appliedConfig;
-          // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
-          if (!model || agreementMode(model).mode !== 'consensus') return;
-          if (reading) return; // a slow Git server must not pile up reads
-          reading = true;
-          void feed.refresh().finally(() => (reading = false));
-        },
+      peerSchedule = everyExclusive(values['peer-poll']!, 'health: peer feed', async () => {
+        const model = daemon.reconciler.appliedConfig;
+        // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
+        if (model && agreementMode(model).mode === 'consensus') await feed.refresh();
       });
     }
     if (values.once) {
