@@ -15,8 +15,8 @@ const LINK_TYPE_XDP = 6;
 const LINK_TYPE_TCX = 11;
 const XDP_ATTACH_MODES = ['none', 'native', 'generic', 'offload', 'multi'] as const;
 
-export interface XdpAttachment {
-  mode: 'native' | 'generic';
+/** What every attachment (XDP or TC) reports and can do. */
+interface LinkAttachment {
   ifindex: number;
   linkId: number;
   pinPath?: string;
@@ -28,6 +28,10 @@ export interface XdpAttachment {
   close(): void;
 }
 
+export interface XdpAttachment extends LinkAttachment {
+  mode: 'native' | 'generic';
+}
+
 export interface TcAttachOptions {
   /** 'tcx' links (kernel >= 6.6), 'clsact' qdisc + cls_bpf filter, or 'auto' (tcx, else clsact). */
   api?: 'tcx' | 'clsact' | 'auto';
@@ -36,15 +40,9 @@ export interface TcAttachOptions {
   priority?: number;
 }
 
-export interface TcAttachment {
+export interface TcAttachment extends LinkAttachment {
   api: 'tcx' | 'clsact';
   direction: 'ingress' | 'egress';
-  ifindex: number;
-  linkId: number;
-  pinPath?: string;
-  replaced: boolean;
-  detach(): void;
-  close(): void;
 }
 
 function linkAttachment(fd: number, pinPath: string | undefined) {

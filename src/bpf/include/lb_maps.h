@@ -94,4 +94,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_real_stats SEC(".maps");
 
+/* The real a service's Maglev ring gives a flow hash (svc checked non-empty by the caller).
+ * Returns the real, or 0 with *reason = LB_CNT_DROP_NO_REAL / LB_CNT_DROP_REAL_MISSING. */
+static __always_inline struct lb_real *lb_ring_pick(const struct lb_service *svc, __u32 hash, __u32 *real_id,
+						    __u32 *reason)
+{
+	__u32 slot = svc->ring_base + hash % svc->table_size;
+	__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
+
+	if (!entry || *entry == 0) {
+		*reason = LB_CNT_DROP_NO_REAL;
+		return 0;
+	}
+	*real_id = *entry;
+	*reason = LB_CNT_DROP_REAL_MISSING;
+	return bpf_map_lookup_elem(&lb_reals, real_id);
+}
+
 #endif

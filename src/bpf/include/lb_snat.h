@@ -433,15 +433,11 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 
 		if (!lcfg || !svc || svc->table_size == 0)
 			return lb_snat_drop_lb(LB_CNT_DROP_NO_SERVICE);
-		__u32 slot = svc->ring_base + lb_flow_hash(p, use_sport, lcfg->hash_seed) % svc->table_size;
-		__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
+		__u32 reason = 0;
 
-		if (!entry || *entry == 0)
-			return lb_snat_drop_lb(LB_CNT_DROP_NO_REAL);
-		real_id = *entry;
-		real = bpf_map_lookup_elem(&lb_reals, &real_id);
+		real = lb_ring_pick(svc, lb_flow_hash(p, use_sport, lcfg->hash_seed), &real_id, &reason);
 		if (!real)
-			return lb_snat_drop_lb(LB_CNT_DROP_REAL_MISSING);
+			return lb_snat_drop_lb(reason);
 		if (real->family != p->family)
 			return lb_snat_drop(LB_SNAT_CNT_DROP_FAMILY);
 

@@ -30,6 +30,8 @@ void SetLogSink(std::string* sink);
 // Argument helpers that throw TypeError with a clear message.
 int ArgInt(const Napi::CallbackInfo& info, size_t i, const char* what);
 uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* what);
+// A file descriptor argument (default: the first); negative ones throw EBADF.
+int ArgFd(const Napi::CallbackInfo& info, size_t i = 0);
 Napi::Buffer<uint8_t> ArgBuffer(const Napi::CallbackInfo& info, size_t i, const char* what);
 std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what);
 

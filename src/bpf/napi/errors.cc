@@ -66,6 +66,12 @@ uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* what) {
   return info[i].As<Napi::Number>().Uint32Value();
 }
 
+int ArgFd(const Napi::CallbackInfo& info, size_t i) {
+  int fd = ArgInt(info, i, "fd");
+  if (fd < 0) ThrowErrno(info.Env(), EBADF, "invalid fd " + std::to_string(fd));
+  return fd;
+}
+
 Napi::Buffer<uint8_t> ArgBuffer(const Napi::CallbackInfo& info, size_t i, const char* what) {
   if (i >= info.Length() || !info[i].IsBuffer())
     throw Napi::TypeError::New(info.Env(), std::string(what) + " must be a Buffer");

@@ -11,12 +11,6 @@ namespace gitlb {
 
 namespace {
 
-int ArgFd(const Napi::CallbackInfo& info, size_t i = 0) {
-  int fd = ArgInt(info, i, "fd");
-  if (fd < 0) ThrowErrno(info.Env(), EBADF, "invalid fd " + std::to_string(fd));
-  return fd;
-}
-
 // mapLookup(fd, key, valueSize, flags) -> Buffer | null
 Napi::Value MapLookup(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();

@@ -12,12 +12,6 @@ namespace gitlb {
 
 namespace {
 
-int ArgFd(const Napi::CallbackInfo& info, size_t i = 0) {
-  int fd = ArgInt(info, i, "fd");
-  if (fd < 0) ThrowErrno(info.Env(), EBADF, "invalid fd " + std::to_string(fd));
-  return fd;
-}
-
 uint32_t OptU32(Napi::Object o, const char* k, uint32_t dflt) {
   Napi::Value v = o.Get(k);
   return v.IsNumber() ? v.As<Napi::Number>().Uint32Value() : dflt;

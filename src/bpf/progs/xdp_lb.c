@@ -168,17 +168,12 @@ int xdp_lb(struct xdp_md *ctx)
 		if (!svc || svc->table_size == 0)
 			return lb_drop(LB_CNT_DROP_NO_SERVICE);
 		hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
-		__u32 slot = svc->ring_base + hash % svc->table_size;
-		__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
-
-		if (!entry || *entry == 0) {
-			lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
-			return lb_drop(LB_CNT_DROP_NO_REAL);
+		real = lb_ring_pick(svc, hash, &real_id, &reason);
+		if (!real) {
+			if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
+				lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
+			return lb_drop(reason);
 		}
-		real_id = *entry;
-		real = bpf_map_lookup_elem(&lb_reals, &real_id);
-		if (!real)
-			return lb_drop(LB_CNT_DROP_REAL_MISSING);
 		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id };
 
 		bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
