@@ -208,6 +208,7 @@ test('a service with no usable real has an all-zero ring (new flows dropped)', (
   const m = sampleModel();
   m.services.find((s) => s.metadata.name === 'far')!.spec.reals = [real('198.51.100.31', 1, 'drain')];
   const far = renderDesiredState(m, 'lb-2').services.find((s) => s.name === 'far')!;
+  t.is(far.ring.length, 1021, 'a full-size ring, so the all-zero check below is not vacuous');
   t.true(far.ring.every((v) => v === 0));
   t.is(far.reals[0]!.entries, 0);
 });

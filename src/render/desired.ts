@@ -108,8 +108,8 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
   };
 }
 
-/** JSON value with object keys sorted at every level; typed arrays become number arrays. */
-function sortedJsonValue(value: unknown): unknown {
+/** JSON value with object keys sorted at every level, undefined members dropped; typed arrays become number arrays. */
+export function sortedJsonValue(value: unknown): unknown {
   if (value instanceof Uint32Array) return Array.from(value);
   if (Array.isArray(value)) return value.map(sortedJsonValue);
   if (value !== null && typeof value === 'object') {

@@ -3,6 +3,7 @@
 // which is the point: nodes that see the same published observations render the same Maglev digests.
 // See docs/health.md for the two modes (local, consensus) and their timing.
 import type { ConfigModel, HealthFailMode } from './model.js';
+import type { HealthView } from './service-table.js';
 
 /** One node's opinion about one real of one service. `since` is when the opinion last flipped (ISO 8601). */
 export interface RealObservation {
@@ -109,10 +110,8 @@ export function localDownSet(obs: Observations): DownSet {
   return down;
 }
 
-/** Same shape as src/render/desired.ts's HealthView (declared here too so this module stands alone). */
-export interface HealthView {
-  isHealthy(serviceName: string, address: string): boolean;
-}
+// The one HealthView render consumes (a type-only import: no runtime dependency on the table builder).
+export type { HealthView } from './service-table.js';
 
 export interface ResolvedHealth {
   view: HealthView;

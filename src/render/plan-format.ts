@@ -1,5 +1,6 @@
 // Presentation of a Plan: plain text for terminals, Markdown for pull-request comments, stable JSON for tools.
 import type { Plan, PlanDiagnostic, RealPlan, ServicePlan } from './plan.js';
+import { sortedJsonValue } from './desired.js';
 
 const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const signedPoints = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(2)}`;
@@ -28,7 +29,8 @@ export function shareMovers(s: ServicePlan): { gaining: RealPlan[]; losing: Real
   const delta = (r: RealPlan) => r.shareAfter - r.shareBefore;
   const order = (a: RealPlan, b: RealPlan) => Math.abs(delta(b)) - Math.abs(delta(a)) || (a.address < b.address ? -1 : 1);
   return {
-    gaining: s.reals.filter((r) => r.entriesAfter > r.entriesBefore || (s.change === 'added' && r.entriesAfter > 0)).sort(order),
+    // An added service has no base table, so entriesBefore is 0 and its reals with entries count as gaining here.
+    gaining: s.reals.filter((r) => r.entriesAfter > r.entriesBefore).sort(order),
     losing: s.reals.filter((r) => r.entriesAfter < r.entriesBefore).sort(order),
   };
 }
@@ -127,19 +129,6 @@ export function formatPlanMarkdown(plan: Plan): string {
   return out.join('\n').replace(/\n+$/, '') + '\n';
 }
 
-function sortKeys(v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(sortKeys);
-  if (v && typeof v === 'object') {
-    return Object.fromEntries(
-      Object.keys(v)
-        .sort()
-        .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-        .map((k) => [k, sortKeys((v as Record<string, unknown>)[k])]),
-    );
-  }
-  return v;
-}
-
 export function planToJson(plan: Plan): string {
-  return JSON.stringify(sortKeys(plan), null, 2) + '\n';
+  return JSON.stringify(sortedJsonValue(plan), null, 2) + '\n';
 }

@@ -3,7 +3,7 @@
 // backend changes is the share of new connections that will land on a different real.
 import type { ConfigModel, ServiceDoc, NodeDoc } from './model.js';
 import { modelIds } from './desired.js';
-import { buildServiceTable, identityPort, type ServiceTable } from './service-table.js';
+import { buildServiceTable, identityPort, serviceTableSize, type ServiceTable } from './service-table.js';
 
 /** Same shape as src/render/config's Diagnostic (kept structural so plan does not depend on the parser). */
 export interface PlanDiagnostic {
@@ -101,7 +101,7 @@ function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigMode
     ['dispatch.encap', b.dispatch.encap, h.dispatch.encap],
     ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
     ['healthCheck', b.healthCheck, h.healthCheck],
-    ['maglev.tableSize', b.maglev?.tableSize ?? baseModel.cluster.spec.maglev.tableSize, h.maglev?.tableSize ?? headModel.cluster.spec.maglev.tableSize],
+    ['maglev.tableSize', serviceTableSize(baseModel.cluster.spec, base), serviceTableSize(headModel.cluster.spec, head)],
     ['maglev identity port', idPort(base), idPort(head)],
   ]);
 }
