@@ -1,8 +1,9 @@
 // Text for `gitlb status`: one line per real with its state, since when, and the last check result. Pure.
 import type { HealthStatus } from './status.js';
+import { formatTable } from '../text-table.js';
 
 export function formatHealthStatus(node: string, h: HealthStatus, now: number): string {
-  const rows: string[][] = [['SERVICE', 'REAL', 'STATE', 'SINCE', 'LAST CHECK']];
+  const rows: string[][] = [];
   for (const service of Object.keys(h.services).sort()) {
     const reals = h.services[service]!.reals;
     for (const address of Object.keys(reals).sort()) {
@@ -13,10 +14,9 @@ export function formatHealthStatus(node: string, h: HealthStatus, now: number): 
       rows.push([service, address, r.state, `${r.since} (${ago(now, r.since)} ago)`, last]);
     }
   }
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
   const lines = [`health on ${node} (mode ${h.mode}, published ${h.publishedAt})`];
-  for (const row of rows) lines.push(row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join('  '));
-  if (rows.length === 1) lines.push('(no health checks configured)');
+  lines.push(formatTable(['SERVICE', 'REAL', 'STATE', 'SINCE', 'LAST CHECK'], rows).slice(0, -1)); // drop the final newline: lines are joined below
+  if (rows.length === 0) lines.push('(no health checks configured)');
   for (const s of h.failOpen) lines.push(`WARNING: ${s}: every active real is down; failing OPEN (all kept in the table)`);
   for (const s of h.failClosed) lines.push(`WARNING: ${s}: every active real is down; failing CLOSED (new flows dropped)`);
   return lines.join('\n') + '\n';

@@ -5,6 +5,7 @@ import git from 'isomorphic-git';
 import { firstParentLog, readFileAt } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { parseStatusFile, type NodeStatus } from './status-doc.js';
+import { formatTable } from '../text-table.js';
 
 export async function readAllStatuses(remote: GitRemote, branch: string, onBadFile?: (problem: string) => void): Promise<NodeStatus[]> {
   const tip = await remote.fetch(branch, { depth: 1 });
@@ -75,11 +76,7 @@ export function statusRows(statuses: NodeStatus[]): StatusRow[] {
   });
 }
 
-export function formatTable(header: string[], rows: string[][]): string {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ');
-  return [line(header), ...rows.map(line)].join('\n') + '\n';
-}
+export { formatTable };
 
 export function formatStatusTable(statuses: NodeStatus[]): string {
   const rows = statusRows(statuses);
