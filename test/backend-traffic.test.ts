@@ -32,7 +32,7 @@ import {
   setSysctl,
   vethPair,
   waitForPort,
-} from '../src/reconciler/lab/netns.js';
+} from '../src/lab/netns.js';
 import type { ClientArgs, LabTarget } from './lib/backend-lab-node.js';
 
 const ROOT = packageRoot();

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { reconcileBackendVips, withBackendVips, VIP_DEVICE } from '../src/reconciler/backend-vips.js';
 import { openBackendDataPlane } from '../src/bpf/backend/index.js';
 import type { DesiredState } from '../src/render/state.js';
-import { cleanupRun, createBridge, createNetns, exec, getSysctl, nsExec, nsName, runPrefix, setSysctl } from '../src/reconciler/lab/netns.js';
+import { cleanupRun, createBridge, createNetns, exec, getSysctl, nsExec, nsName, runPrefix, setSysctl } from '../src/lab/netns.js';
 
 const NS = nsName('bvips');
 const PROBE = nsName('bvips-probe');

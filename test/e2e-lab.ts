@@ -3,16 +3,16 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { labDown, labUp, labNs, type LabState } from '../src/reconciler/lab/lab.js';
-import { nsArgv, nsExec, run, sleep } from '../src/reconciler/lab/netns.js';
-import { execGroup } from '../src/reconciler/demo/shell.js';
-import { labView, loadModel, type LabView } from '../src/reconciler/demo/lab-view.js';
-import { appliedRevision, waitForLocalApplied, waitForStatuses } from '../src/reconciler/demo/status-watch.js';
+import { labDown, labUp, labNs, type LabState } from '../src/lab/lab.js';
+import { nsArgv, nsExec, run, sleep } from '../src/lab/netns.js';
+import { execGroup } from '../src/demo/shell.js';
+import { labView, loadModel, type LabView } from '../src/demo/lab-view.js';
+import { appliedRevision, waitForLocalApplied, waitForStatuses } from '../src/demo/status-watch.js';
 import { renderDesiredState } from '../src/render/desired.js';
 import { ringSlot } from '../src/bpf/dataplane/flow-hash.js';
 import type { ConfigModel } from '../src/render/model.js';
 import type { DesiredState } from '../src/render/state.js';
-import type { FlowRecord } from '../src/reconciler/demo/traffic.js';
+import type { FlowRecord } from '../src/demo/traffic.js';
 
 export interface E2eLab {
   state: LabState;

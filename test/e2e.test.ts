@@ -15,8 +15,8 @@ import {
   waitApplied,
   type E2eLab,
 } from './e2e-lab.js';
-import { runTraffic, tally, type FlowRecord } from '../src/reconciler/demo/traffic.js';
-import { readNodeStatus } from '../src/reconciler/demo/status-watch.js';
+import { runTraffic, tally, type FlowRecord } from '../src/demo/traffic.js';
+import { readNodeStatus } from '../src/demo/status-watch.js';
 
 let lab: E2eLab | null = null;
 let labError: Error | null = null;

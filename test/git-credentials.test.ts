@@ -4,7 +4,7 @@ import { writeFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadCredentials, redactUrl, redactText } from '../src/reconciler/source/credentials.js';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
-import { startGitHttpServer } from '../src/reconciler/git-http-server.js';
+import { startGitHttpServer } from '../src/lab/git-http-server.js';
 import { git, commitFiles, tempDir } from './reconcile-helpers.js';
 
 test('credentials come from a file or the environment; the environment wins', async (t) => {

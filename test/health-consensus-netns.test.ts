@@ -3,7 +3,7 @@
 // observations then feed consensusHealth on every node: the down sets, and so the Maglev digests, must be equal.
 // Then B's server really dies: all three observe it and all three agree it is down.
 import test from 'ava';
-import { createNetns, createBridge, vethPair, cleanupRun, nsName, run, waitForTcp } from '../src/reconciler/lab/netns.js';
+import { createNetns, createBridge, vethPair, cleanupRun, nsName, run, waitForTcp } from '../src/lab/netns.js';
 import { consensusHealth, decideHealth, type NodeObservations, type Observations } from '../src/reconciler/health/index.js';
 import { Backend, Runner, model, service } from './health-lab.js';
 

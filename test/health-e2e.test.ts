@@ -7,8 +7,8 @@ import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { labUp, labDown, labNs } from '../src/reconciler/lab/lab.js';
-import { nsSpawn, stopChild, waitForPort } from '../src/reconciler/lab/netns.js';
+import { labUp, labDown, labNs } from '../src/lab/lab.js';
+import { nsSpawn, stopChild, waitForPort } from '../src/lab/netns.js';
 import type { ChildProcess } from 'node:child_process';
 import { LineTap } from './health-lab.js';
 

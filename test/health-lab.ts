@@ -4,7 +4,7 @@ import type { ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { nsSpawn, stopChild } from '../src/reconciler/lab/netns.js';
+import { nsSpawn, stopChild } from '../src/lab/netns.js';
 import type { ConfigModel, HealthCheckSpec, RealSpec, ServiceDoc } from '../src/render/model.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

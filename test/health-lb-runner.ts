@@ -3,7 +3,7 @@
 // Loads the config, opens the real XDP data plane, checks the reals with a HealthService, and re-renders and
 // applies on every health flip (what the daemon does, without Git). JSON lines out: change, applied.
 import { rmSync } from 'node:fs';
-import { loadConfigModel } from '../src/reconciler/lab/load-config.js';
+import { loadConfigModel } from '../src/lab/load-config.js';
 import { openLbDataPlane } from '../src/bpf/dataplane/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
 import { HealthService } from '../src/reconciler/health/index.js';

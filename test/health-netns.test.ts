@@ -1,7 +1,7 @@
 // Health checks against real servers: an lb namespace running a real HealthChecker (test/health-runner.ts) and a
 // backend namespace running real TCP/HTTP servers (test/health-backend.ts), joined by a veth pair.
 import test from 'ava';
-import { createNetns, vethPair, addAddrs, cleanupRun, nsName, waitForTcp } from '../src/reconciler/lab/netns.js';
+import { createNetns, vethPair, addAddrs, cleanupRun, nsName, waitForTcp } from '../src/lab/netns.js';
 import { Backend, Runner, model, service } from './health-lab.js';
 
 const LB = nsName('hlb');

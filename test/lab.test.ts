@@ -3,12 +3,12 @@ import test from 'ava';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { bytesToAddr, addrToBytes, inCidr, isAllowedTestAddress } from '../src/reconciler/lab/addr.js';
-import { labAlive, labClean, labDown, labNs, labStatus, labUp, readLabState, startDaemons, PROJECT_ROOT } from '../src/reconciler/lab/lab.js';
-import { listNetns, nsExec } from '../src/reconciler/lab/netns.js';
-import { loadConfigModel } from '../src/reconciler/lab/load-config.js';
-import { isAlive, stopLabProcess } from '../src/reconciler/lab/processes.js';
-import { labSpecFromModel, planAddresses, planLab, type LabNode, type LabSpec } from '../src/reconciler/lab/topology.js';
+import { bytesToAddr, addrToBytes, inCidr, isAllowedTestAddress } from '../src/lab/addr.js';
+import { labAlive, labClean, labDown, labNs, labStatus, labUp, readLabState, startDaemons, PROJECT_ROOT } from '../src/lab/lab.js';
+import { listNetns, nsExec } from '../src/lab/netns.js';
+import { loadConfigModel } from '../src/lab/load-config.js';
+import { isAlive, stopLabProcess } from '../src/lab/processes.js';
+import { labSpecFromModel, planAddresses, planLab, type LabNode, type LabSpec } from '../src/lab/topology.js';
 
 const VIP4 = '203.0.113.10';
 const VIP6 = '2001:db8:113::10';

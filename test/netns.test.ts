@@ -32,7 +32,7 @@ import {
   vethPair,
   waitForPort,
   waitForTcp,
-} from '../src/reconciler/lab/netns.js';
+} from '../src/lab/netns.js';
 
 test.after.always(async () => {
   await cleanupRun();

@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import { mkdtemp, mkdir, writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
-import { startGitHttpServer, type GitHttpServer } from '../src/reconciler/git-http-server.js';
+import { startGitHttpServer, type GitHttpServer } from '../src/lab/git-http-server.js';
 
 const execFileP = promisify(execFile);
 

@@ -6,10 +6,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { labDown, labUp, labNs, startDaemons } from '../../src/reconciler/lab/lab.js';
-import { nsArgv, run, waitForPort } from '../../src/reconciler/lab/netns.js';
-import { waitForLocalApplied } from '../../src/reconciler/demo/status-watch.js';
-import { runTraffic } from '../../src/reconciler/demo/traffic.js';
+import { labDown, labUp, labNs, startDaemons } from '../../src/lab/lab.js';
+import { nsArgv, run, waitForPort } from '../../src/lab/netns.js';
+import { waitForLocalApplied } from '../../src/demo/status-watch.js';
+import { runTraffic } from '../../src/demo/traffic.js';
 import { wrk, type WrkResult } from './wrk.js';
 
 const { values } = parseArgs({

@@ -1,5 +1,5 @@
 // Runs wrk inside a namespace for a bounded time and reads its summary.
-import { exec, nsArgv } from '../../src/reconciler/lab/netns.js';
+import { exec, nsArgv } from '../../src/lab/netns.js';
 
 export interface WrkResult {
   requestsPerSec: number;

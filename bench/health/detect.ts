@@ -2,7 +2,7 @@
 // `down` flip; restart it and time the `up` flip. Prints medians over several rounds for tcp and http checks.
 // Usage: bench/health/run [rounds]   (root; creates and removes glb<pid>-* namespaces)
 import { readFileSync } from 'node:fs';
-import { createNetns, vethPair, cleanupRun, nsName, run, waitForTcp } from '../../src/reconciler/lab/netns.js';
+import { createNetns, vethPair, cleanupRun, nsName, run, waitForTcp } from '../../src/lab/netns.js';
 import { Backend, Runner, model, service } from '../../test/health-lab.js';
 
 const rounds = Number(process.argv[2] ?? 5);

@@ -1,7 +1,7 @@
 // `gitlb demo`: the guided tour behind `make demo` (see docs/demo.md).
 import { parseArgs } from 'node:util';
 import { type CliCommand, UsageError } from '../command.js';
-import { DEFAULT_DEMO_STATE_DIR, runDemo } from '../../reconciler/demo/run-demo.js';
+import { DEFAULT_DEMO_STATE_DIR, runDemo } from '../../demo/run-demo.js';
 
 export const command: CliCommand = {
   name: 'demo',

@@ -9,8 +9,8 @@ import {
   labDown,
   labStatus,
   labUp,
-} from '../../reconciler/lab/lab.js';
-import { labSpecFromModel, planLab } from '../../reconciler/lab/topology.js';
+} from '../../lab/lab.js';
+import { labSpecFromModel, planLab } from '../../lab/topology.js';
 
 const help = `usage: gitlb lab up [--config DIR] [--no-daemons] [--vips-on-lo] [--clients N] [--dry-run]
        gitlb lab down
@@ -66,7 +66,7 @@ export const command: CliCommand = {
           throw new UsageError(`--clients must be an integer 1..200, got '${values.clients}'`);
         }
         if (values['dry-run']) {
-          const { loadConfigModel } = await import('../../reconciler/lab/load-config.js');
+          const { loadConfigModel } = await import('../../lab/load-config.js');
           const model = await loadConfigModel(values.config ?? DEFAULT_CONFIG_DIR);
           process.stdout.write(JSON.stringify(planLab(labSpecFromModel(model, clientCount)), null, 2) + '\n');
           return 0;

@@ -3,7 +3,7 @@
 //
 //   node git-server.js --root /run/gitlb-lab/git --host 198.51.100.2 --port 8080
 import { parseArgs } from 'node:util';
-import { startGitHttpServer } from '../../git-http-server.js';
+import { startGitHttpServer } from '../git-http-server.js';
 
 const { values } = parseArgs({
   options: {

@@ -28,7 +28,7 @@ import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess
 import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
 
 export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
-export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../../', import.meta.url)));
+export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../', import.meta.url)));
 /** Lab daemons pin under `<this>/<lab prefix>`; the same bpffs directory `gitlb run` uses by default. */
 const LAB_PIN_PARENT = '/sys/fs/bpf/gitlb';
 export const DEFAULT_CONFIG_DIR = join(PROJECT_ROOT, 'sample-config-repo');

@@ -1,10 +1,10 @@
 // What the demo and the end-to-end tests need to know about a running lab, in one place: namespaces, the
 // client addresses, backend names by address, and the expected share of each backend per service (from render).
-import { readConfigDir } from '../source/read-dir.js';
-import { parseConfig, formatDiagnostic } from '../../render/config/index.js';
-import { renderDesiredState } from '../../render/desired.js';
-import type { ConfigModel } from '../../render/model.js';
-import type { DesiredState } from '../../render/state.js';
+import { readConfigDir } from '../reconciler/source/read-dir.js';
+import { parseConfig, formatDiagnostic } from '../render/config/index.js';
+import { renderDesiredState } from '../render/desired.js';
+import type { ConfigModel } from '../render/model.js';
+import type { DesiredState } from '../render/state.js';
 import { labNs, type LabState } from '../lab/lab.js';
 
 export interface LabView {

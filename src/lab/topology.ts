@@ -10,7 +10,7 @@
 // on the one bridged segment, because L2 DSR with XDP_TX sends frames back out of the interface they came in on
 // and needs the backends reachable at L2. Backends route 192.0.2.0/24 via the router, so DSR replies go straight
 // to the client without passing an lb node.
-import type { ConfigModel } from '../../render/model.js';
+import type { ConfigModel } from '../render/model.js';
 import { assertAllowed, hostInNetwork, inCidr, isIpv6, networkOf, splitCidr } from './addr.js';
 import { ECMP_FIVE_TUPLE_FIELDS } from './netns.js';
 

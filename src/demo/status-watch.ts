@@ -1,7 +1,7 @@
 // Reads the nodes' status files (status/<node>.yaml on the status branch) straight from the lab Git server's
 // repository, and waits until every node reports a given revision.
 import { exec } from '../lab/netns.js';
-import { parseStatus, statusPath, type NodeStatus } from '../status/status-doc.js';
+import { parseStatus, statusPath, type NodeStatus } from '../reconciler/status/status-doc.js';
 import { sleep } from '../lab/netns.js';
 
 export const STATUS_BRANCH = 'gitlb-status';

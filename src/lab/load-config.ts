@@ -1,7 +1,7 @@
 // Reads and validates a config directory for the lab; errors are the config stage's own diagnostics.
-import { parseConfig, formatDiagnostic } from '../../render/config/index.js';
-import type { ConfigModel } from '../../render/model.js';
-import { readConfigDir } from '../source/read-dir.js';
+import { parseConfig, formatDiagnostic } from '../render/config/index.js';
+import type { ConfigModel } from '../render/model.js';
+import { readConfigDir } from '../reconciler/source/read-dir.js';
 
 export async function loadConfigModel(dir: string): Promise<ConfigModel> {
   const files = await readConfigDir(dir);

@@ -1,7 +1,7 @@
 // Small, pure address helpers for the lab: parsing, prefix arithmetic, and the test-network allow-list.
 // (Parsing and canonical formatting are src/render/ip.ts's; this adds the lab's arithmetic and allow-list.)
 
-import { formatIp, parseIp } from '../../render/ip.js';
+import { formatIp, parseIp } from '../render/ip.js';
 
 /** The only ranges traffic in tests, demos and benchmarks may use (design.md, "Test network rules"). */
 export const ALLOWED_RANGES = ['192.0.2.0/24', '198.51.100.0/24', '203.0.113.0/24', '2001:db8::/32'] as const;
