@@ -5,7 +5,7 @@ import { formatPlanMarkdown, formatPlanText, planToJson } from '../src/render/pl
 import { renderDesiredState } from '../src/render/desired.js';
 import { cluster, model, node, real, service } from './helpers/model-builder.js';
 import { commitTree, configFiles, git, gitlb, tempDir, writeTree } from './helpers/cli-repo.js';
-import { runPlan } from '../src/cli/commands/plan.js';
+import { EXIT_CHANGES, runPlan } from '../src/cli/commands/plan.js';
 import { readConfigAtRevision } from '../src/reconciler/source/git-tree.js';
 import { UsageError } from '../src/cli/command.js';
 
@@ -147,7 +147,7 @@ test('gitlb plan --base/--head reads revisions from Git objects: no change, chan
     t.regex(same.stdout, /no changes \(2 services unchanged\)/);
 
     const text = await runPlan(['--repo', repo.path, '--base', 'v1', '--head', 'HEAD^']);
-    t.is(text.code, 1);
+    t.is(text.code, 0, 'changes are a success without --exit-code');
     t.regex(text.stdout, /service web \(192\.0\.2\.10\): changed/);
     t.regex(text.stdout, /real 198\.51\.100\.10: weight 100 -> 300/);
     t.regex(text.stdout, /real 198\.51\.100\.11 added \(weight 100, active\)/);
@@ -156,18 +156,18 @@ test('gitlb plan --base/--head reads revisions from Git objects: no change, chan
 
     const sha = await git(repo.path, 'rev-parse', '--short=10', 'HEAD~1');
     const md = await gitlb(['plan', '--repo', repo.path, '--base', 'v1', '--head', sha, '--format', 'markdown']);
-    t.is(md.code, 1, md.stderr);
+    t.is(md.code, 0, md.stderr);
     t.regex(md.stdout, /^### gitlb plan: services 1 changed, 0 added, 0 removed, 1 unchanged/);
     t.regex(md.stdout, /\| `web` \| `192\.0\.2\.10` \| changed \| \d+\.\d\d% \|/);
 
-    const json = await runPlan(['--repo', repo.path, '--base', 'v1', '--head', 'HEAD~1', '--format', 'json']);
-    t.is(json.code, 1);
+    const json = await runPlan(['--repo', repo.path, '--base', 'v1', '--head', 'HEAD~1', '--format', 'json', '--exit-code']);
+    t.is(json.code, EXIT_CHANGES);
     const plan = JSON.parse(json.stdout);
     const web = plan.services.find((s: { name: string }) => s.name === 'web');
     t.true(web.movedShare > 0 && web.movedShare < 0.5);
 
     const bad = await runPlan(['--repo', repo.path, '--base', 'v1', '--head', 'HEAD']);
-    t.is(bad.code, 2);
+    t.is(bad.code, 1, 'an invalid head is a failure, not a usage error');
     t.regex(bad.stdout, /does not validate/);
     t.regex(bad.stdout, /services\/web\.yaml:\d+:\d+: error: .*weight/);
 
@@ -190,8 +190,8 @@ test('gitlb plan --base-dir/--head-dir compares directories; usage errors', asyn
   try {
     await writeTree(a.path, configFiles({ webReals: tenReals }));
     await writeTree(b.path, configFiles({ webReals: tenReals.slice(1) }));
-    const r = await runPlan(['--base-dir', a.path, '--head-dir', b.path]);
-    t.is(r.code, 1);
+    const r = await runPlan(['--base-dir', a.path, '--head-dir', b.path, '--exit-code']);
+    t.is(r.code, EXIT_CHANGES);
     t.regex(r.stdout, /real 198\.51\.100\.1 removed/);
     await t.throwsAsync(runPlan(['--base-dir', a.path, '--head', 'HEAD']), { instanceOf: UsageError });
     await t.throwsAsync(runPlan(['--base-dir', a.path, '--head-dir', b.path, '--format', 'yaml']), { instanceOf: UsageError });

@@ -86,7 +86,7 @@ test('gitlb run --once on a local repository path; usage errors exit 2', async (
     } finally {
       process.stderr.write = stderr;
     }
-    t.regex(err, /--repo is required/);
+    t.regex(err, /gitlb run: required option '--repo/);
     t.regex(err, /schedule 'sometimes'/);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -79,5 +79,6 @@ test('usage errors exit 2; --help exits 0', async (t) => {
   }
   const h = await gitlb(['validate', '--help']);
   t.is(h.code, 0);
-  t.regex(h.stdout, /^usage: gitlb validate \[DIR\]/);
+  t.regex(h.stdout, /^Usage: gitlb validate \[options\] \[DIR\]/);
+  t.regex(h.stdout, /Exit status: 0 valid .*1 invalid.*2 usage error/);
 });

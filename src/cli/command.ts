@@ -1,16 +1,108 @@
-// The contract every `gitlb` subcommand implements. One file per command under ./commands/.
-export interface CliCommand {
-  /** Subcommand name as typed by the user, e.g. `validate`. */
-  name: string;
-  /** One line for `gitlb --help`. */
-  summary: string;
-  /** Full `gitlb <name> --help` text. */
-  help: string;
-  /** Runs the command; resolves to the process exit code. */
-  run(argv: string[]): Promise<number>;
-}
+// The contract every `gitlb` subcommand implements: one commander definition per file under ./commands/, so usage,
+// defaults, help and shell completion all come from the same place.
+import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+
+export { Argument, Command, Option, InvalidArgumentError };
+
+/** Exit statuses shared by every command (documented in each `--help`). */
+export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 
 /** Thrown for bad command-line usage; the CLI prints it with the command's help hint and exits 2. */
 export class UsageError extends Error {
   override name = 'UsageError';
+}
+
+export interface CommandSpec<O> {
+  /** Subcommand name as typed by the user, e.g. `validate`. */
+  name: string;
+  /** One line for `gitlb --help`. */
+  summary: string;
+  /** Paragraphs shown below the usage line of `gitlb <name> --help`. */
+  description?: string;
+  /** What exit statuses 0 and 1 mean for this command (2 is always a usage error). */
+  exitStatus?: string;
+  /** Declares arguments, options and nested subcommands on `cmd`. */
+  define(cmd: Command): void;
+  /** Runs the command with the parsed options and positional arguments; resolves to the exit status. Commands
+   * with nested subcommands (`lab up`) register their own actions in `define` and leave this out. */
+  run?(opts: O, args: string[], cmd: Command): Promise<number>;
+}
+
+export interface CliCommand {
+  name: string;
+  summary: string;
+  /** A fresh commander command; its action stores the exit status in `result`. */
+  build(result: { code: number }): Command;
+  /** Parses `argv` (no action runs); usage errors throw UsageError. For in-process callers and tests. */
+  parse(argv: string[]): { opts: Record<string, unknown>; args: string[] };
+}
+
+const DEFAULT_EXIT = 'Exit status: 0 success, 1 runtime failure, 2 usage error (bad option or argument).';
+
+/** Joins the lines of each paragraph so commander wraps it to the terminal; indented lines stay as written. */
+function reflow(text: string): string {
+  return text.trim().replace(/([^\n])\n(?=\S)/g, '$1 ');
+}
+
+/** Builds a CliCommand from one definition. */
+export function defineCommand<O extends object>(spec: CommandSpec<O>): CliCommand {
+  const base = (): Command => {
+    const cmd = new Command(spec.name).summary(spec.summary).description(reflow(spec.description ?? spec.summary));
+    spec.define(cmd);
+    cmd.addHelpText('after', `\n${spec.exitStatus?.trim() ?? DEFAULT_EXIT}\n`);
+    return cmd;
+  };
+  return {
+    name: spec.name,
+    summary: spec.summary,
+    build(result) {
+      const cmd = base();
+      if (spec.run) {
+        const run = spec.run;
+        cmd.action(async (...a: unknown[]) => {
+          const self = a[a.length - 1] as Command;
+          result.code = await run(self.opts() as O, self.args, self);
+        });
+      }
+      return cmd;
+    },
+    parse(argv) {
+      let parsed: { opts: Record<string, unknown>; args: string[] } | null = null;
+      const cmd = base();
+      cmd.action((...a: unknown[]) => {
+        const self = a[a.length - 1] as Command;
+        parsed = { opts: self.opts(), args: self.args };
+      });
+      quietAndThrowing(cmd);
+      try {
+        cmd.parse(argv, { from: 'user' });
+      } catch (err) {
+        if (err instanceof CommanderError) throw new UsageError(err.message.replace(/^error: /, ''));
+        throw err;
+      }
+      if (!parsed) throw new UsageError('nothing parsed');
+      return parsed;
+    },
+  };
+}
+
+/** Commander writes errors and exits by default: make it throw and keep quiet (the caller reports). */
+function quietAndThrowing(cmd: Command): void {
+  cmd.exitOverride();
+  cmd.configureOutput({ writeOut: () => {}, writeErr: () => {}, outputError: () => {} });
+  for (const sub of cmd.commands) quietAndThrowing(sub);
+}
+
+/** An option argument parser for integers in [min, max]. */
+export function intIn(min: number, max: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (!/^-?\d+$/.test(value.trim()) || n < min || n > max) throw new InvalidArgumentError(`expected an integer ${min}..${max}`);
+    return n;
+  };
+}
+
+/** `--format` with its choices and default, one definition for parsing, help and completion. */
+export function formatOption(choices: readonly string[], def: string, what = ''): Option {
+  return new Option('--format <format>', `output format${what ? `: ${what}` : ''}`).choices(choices).default(def);
 }

@@ -1,31 +1,23 @@
 // `gitlb history`: the audit trail — which revision each node applied and when, from the status branch's log.
-import { parseArgs } from 'node:util';
-import { type CliCommand, UsageError } from '../command.js';
-import { STATUS_READ_OPTIONS, withStatusBranch } from '../../reconciler/status/open-status-remote.js';
+import { defineCommand } from '../command.js';
+import { addStatusReadOptions, type StatusReadOptions } from '../status-options.js';
+import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readHistory, formatHistory } from '../../reconciler/status/status-report.js';
 
-export const command: CliCommand = {
+export const command = defineCommand<StatusReadOptions & { node?: string }>({
   name: 'history',
   summary: 'audit trail: which config revision each node applied, and when (git log of the status branch)',
-  help: `usage: gitlb history --repo URL|DIR [--status-branch NAME] [--branch CONFIG-BRANCH] [--node NAME] [--credentials-file FILE] [--json]
-
-Walks the status branch (--status-branch, else the config branch's Cluster.spec.status.branch, else
-gitlb-status) from its first commit and prints every change of a node's
-applied revision: time applied, node, revision, and the status commit that recorded it.
-`,
-  async run(argv) {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      options: { ...STATUS_READ_OPTIONS, node: { type: 'string' } },
-    });
-    if (!values.repo) throw new UsageError('--repo is required');
+  description: `Walks the status branch (--status-branch, else the config branch's Cluster.spec.status.branch, else
+gitlb-status) from its first commit and prints every change of a node's applied revision: time applied, node,
+revision, and the status commit that recorded it.`,
+  define: (cmd) => addStatusReadOptions(cmd).option('--node <name>', "only this node's entries"),
+  async run(opts) {
     let entries = await withStatusBranch(
-      { repo: values.repo, credentialsFile: values['credentials-file'], configBranch: values.branch, statusBranch: values['status-branch'] },
+      { repo: opts.repo, credentialsFile: opts.credentialsFile, configBranch: opts.branch, statusBranch: opts.statusBranch },
       (r, statusBranch) => readHistory(r, statusBranch),
     );
-    if (values.node) entries = entries.filter((e) => e.node === values.node);
-    process.stdout.write(values.json ? JSON.stringify(entries, null, 2) + '\n' : formatHistory(entries));
+    if (opts.node) entries = entries.filter((e) => e.node === opts.node);
+    process.stdout.write(opts.json ? JSON.stringify(entries, null, 2) + '\n' : formatHistory(entries));
     return 0;
   },
-};
+});

@@ -1,8 +1,7 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md).
-import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type CliCommand, UsageError } from '../command.js';
+import { type Command, defineCommand, InvalidArgumentError, Option, UsageError } from '../command.js';
 import { startDaemon } from '../../reconciler/daemon.js';
 import { startSchedule, validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
@@ -16,32 +15,64 @@ import { refreshNeighbours } from '../../reconciler/neighbours.js';
 import type { DesiredState } from '../../render/state.js';
 import { HealthService } from '../../reconciler/health/service.js';
 
-const help = `usage: gitlb run --repo URL|DIR --node NAME [options]
+interface RunOptions {
+  repo: string;
+  branch: string;
+  node: string;
+  role?: 'lb' | 'backend';
+  interface?: string;
+  xdpMode: 'native' | 'generic' | 'auto';
+  pinRoot: string;
+  cacheDir?: string;
+  credentialsFile?: string;
+  webhook?: string;
+  webhookSecretFile?: string;
+  poll?: string;
+  drift?: string;
+  statusBranch?: string;
+  status: boolean;
+  health: boolean;
+  peerPoll: string;
+  once: boolean;
+}
 
-Follows one branch of the config repository and keeps this node's data plane equal to it.
-Writes status/<node>.yaml to the status branch after every change.
+/** Schedules are checked while parsing, so a typo is a usage error before anything starts. */
+function schedule(spec: string): string {
+  try {
+    validateSchedule(spec);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  return spec;
+}
 
-options:
-  --repo URL|DIR            http(s) URL of the config repository, or a local repository path (development)
-  --branch NAME             config branch (default main)
-  --node NAME               this node's name (a Node document in the config)
-  --role lb|backend         data plane to drive (default: the Node document's role at the branch head)
-  --interface IF            interface to attach to (lb: optional; backend: required)
-  --xdp-mode MODE           native | generic | auto (default auto)
-  --pin-root DIR            bpffs root of pinned programs and maps (default /sys/fs/bpf/gitlb); node dir below it
-  --cache-dir DIR           per-node Git cache and state (default /var/lib/gitlb/<node>)
-  --credentials-file FILE   token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)
-  --webhook ADDR:PORT       listen for push webhooks (secret: env GITLB_WEBHOOK_SECRET or --webhook-secret-file)
-  --webhook-secret-file F   file holding the webhook shared secret
-  --poll SPEC               poll the remote: seconds ("30") or cron ("*/30 * * * * *"); jittered
-  --drift SPEC              drift check schedule (default 60 seconds)
-  --status-branch NAME      override Cluster.spec.status.branch
-  --no-status               do not write status to Git
-  --no-health               lb nodes: do not run health checks (every real counts as healthy)
-  --peer-poll SPEC          lb nodes: how often to read peers' health observations from the status branch
-                            (consensus mode; seconds or cron, default 2)
-  --once                    reconcile once, print the outcome and exit (exit 1 if the revision failed)
-`;
+function nodeName(name: string): string {
+  // The node name becomes part of paths (pin root, cache dir, status/<node>.yaml): only the schema's DNS label.
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new InvalidArgumentError(`'${name}' is not a node name (lower-case DNS label)`);
+  return name;
+}
+
+function defineRun(cmd: Command): void {
+  cmd
+    .requiredOption('--repo <url|dir>', 'http(s) URL of the config repository, or a local repository path (development)')
+    .option('--branch <name>', 'config branch', 'main')
+    .requiredOption('--node <name>', "this node's name (a Node document in the config)", nodeName)
+    .addOption(new Option('--role <role>', "data plane to drive (default: the Node document's role at the branch head)").choices(['lb', 'backend']))
+    .option('--interface <if>', 'interface to attach to (lb: optional; backend: required)')
+    .addOption(new Option('--xdp-mode <mode>', 'XDP attach mode').choices(['native', 'generic', 'auto']).default('auto'))
+    .option('--pin-root <dir>', 'bpffs root of pinned programs and maps; node dir below it', '/sys/fs/bpf/gitlb')
+    .option('--cache-dir <dir>', 'per-node Git cache and state (default /var/lib/gitlb/<node>)')
+    .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
+    .option('--webhook <addr:port>', 'listen for push webhooks (secret: env GITLB_WEBHOOK_SECRET or --webhook-secret-file)')
+    .option('--webhook-secret-file <file>', 'file holding the webhook shared secret')
+    .option('--poll <spec>', 'poll the remote: seconds ("30") or cron ("*/30 * * * * *"); jittered', schedule)
+    .option('--drift <spec>', 'drift check schedule (default 60 seconds)', schedule)
+    .option('--status-branch <name>', 'override Cluster.spec.status.branch')
+    .option('--no-status', 'do not write status to Git')
+    .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
+    .option('--peer-poll <spec>', "lb nodes: how often to read peers' health observations from the status branch (consensus mode)", schedule, '2')
+    .option('--once', 'reconcile once, print the outcome and exit (exit 1 if the revision failed)', false);
+}
 
 async function openDataPlane(role: 'lb' | 'backend', pinRoot: string, iface: string | undefined, xdpMode: string, stateDir?: string): Promise<DataPlane> {
   if (role === 'backend') {
@@ -101,76 +132,45 @@ function startSnatSweep(current: () => DataPlane): { stop(): void } {
   });
 }
 
-export const command: CliCommand = {
+export const command = defineCommand<RunOptions>({
   name: 'run',
   summary: 'run the GitOps reconciler of one node (fetch, validate, apply, status to Git)',
-  help,
-  async run(argv) {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      options: {
-        repo: { type: 'string' },
-        branch: { type: 'string', default: 'main' },
-        node: { type: 'string' },
-        role: { type: 'string' },
-        interface: { type: 'string' },
-        'xdp-mode': { type: 'string', default: 'auto' },
-        'pin-root': { type: 'string', default: '/sys/fs/bpf/gitlb' },
-        'cache-dir': { type: 'string' },
-        'credentials-file': { type: 'string' },
-        webhook: { type: 'string' },
-        'webhook-secret-file': { type: 'string' },
-        poll: { type: 'string' },
-        drift: { type: 'string' },
-        'status-branch': { type: 'string' },
-        'no-status': { type: 'boolean', default: false },
-        once: { type: 'boolean', default: false },
-        'no-health': { type: 'boolean', default: false },
-        'peer-poll': { type: 'string', default: '2' },
-      },
-    });
-    if (!values.repo) throw new UsageError('--repo is required');
-    if (!values.node) throw new UsageError('--node is required');
-    // The node name becomes part of paths (pin root, cache dir, status/<node>.yaml): only the schema's DNS label.
-    if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(values.node)) throw new UsageError(`--node '${values.node}' is not a node name (lower-case DNS label)`);
-    if (values.role && values.role !== 'lb' && values.role !== 'backend') throw new UsageError('--role must be lb or backend');
-    if (!['native', 'generic', 'auto'].includes(values['xdp-mode']!)) throw new UsageError('--xdp-mode must be native, generic or auto');
-    if (values.poll) validateSchedule(values.poll);
-    if (values.drift) validateSchedule(values.drift);
-    validateSchedule(values['peer-poll']!);
+  description: `Follows one branch of the config repository and keeps this node's data plane equal to it.
+Writes status/<node>.yaml to the status branch after every change.`,
+  exitStatus: `Exit status: 0 stopped by SIGINT/SIGTERM (the data plane stays pinned and forwarding) or, with --once, the
+revision applied; 1 runtime failure (with --once: the revision failed); 2 usage error.`,
+  define: defineRun,
+  async run(values) {
     let webhook;
     if (values.webhook) {
-      const secret = values['webhook-secret-file']
-        ? readFileSync(values['webhook-secret-file'], 'utf8').trim()
-        : process.env.GITLB_WEBHOOK_SECRET;
+      const secret = values.webhookSecretFile ? readFileSync(values.webhookSecretFile, 'utf8').trim() : process.env.GITLB_WEBHOOK_SECRET;
       if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
       webhook = { listen: values.webhook, secret };
     }
     const node = values.node;
-    const cacheDir = values['cache-dir'] ?? join('/var/lib/gitlb', node);
-    const role = (values.role as 'lb' | 'backend' | undefined) ?? (await detectRole(values.repo, values.branch!, node, join(cacheDir, 'git'), loadCredentials({ file: values['credentials-file'] })));
-    const open = () => openDataPlane(role, join(values['pin-root']!, node), values.interface, values['xdp-mode']!, cacheDir);
+    const cacheDir = values.cacheDir ?? join('/var/lib/gitlb', node);
+    const role = values.role ?? (await detectRole(values.repo, values.branch, node, join(cacheDir, 'git'), loadCredentials({ file: values.credentialsFile })));
+    const open = () => openDataPlane(role, join(values.pinRoot, node), values.interface, values.xdpMode, cacheDir);
     const dataPlane = await open();
     // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate can
     // fail a revision that costs too much healthy capacity (docs/health.md).
-    const runHealth = role === 'lb' && !values['no-health'] && !values.once;
+    const runHealth = role === 'lb' && values.health && !values.once;
     // Peers' observations (consensus mode) come from their status files; the feed is started below.
     let peerFeed: PeerObservationFeed | null = null;
     const health = runHealth ? new HealthService({ node, log: console, peers: () => peerFeed?.current() ?? [] }) : null;
     const daemon = await startDaemon({
       repo: values.repo,
-      branch: values.branch!,
+      branch: values.branch,
       node,
       dataPlane,
       reopenDataPlane: open,
       cacheDir,
-      credentialsFile: values['credentials-file'],
+      credentialsFile: values.credentialsFile,
       webhook,
       poll: values.poll,
       drift: values.drift,
-      statusBranch: values['status-branch'],
-      writeStatus: !values['no-status'],
+      statusBranch: values.statusBranch,
+      writeStatus: values.status,
       ...(health && {
         health: () => health.view(),
         postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
@@ -188,14 +188,14 @@ export const command: CliCommand = {
       const feed = new PeerObservationFeed({
         node,
         readStatuses: () =>
-          readAllStatuses(daemon.remote, values['status-branch'] ?? daemon.reconciler.statusBranch, (problem) =>
+          readAllStatuses(daemon.remote, values.statusBranch ?? daemon.reconciler.statusBranch, (problem) =>
             console.warn(`health: peer status ignored: ${problem}`),
           ),
         onChange: () => daemon.refreshHealth('peer observations changed'),
         log: console,
       });
       peerFeed = feed;
-      peerSchedule = everyExclusive(values['peer-poll']!, 'health: peer feed', async () => {
+      peerSchedule = everyExclusive(values.peerPoll, 'health: peer feed', async () => {
         const model = daemon.reconciler.appliedConfig;
         // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
         if (model && agreementMode(model).mode === 'consensus') await feed.refresh();
@@ -222,4 +222,4 @@ export const command: CliCommand = {
     daemon.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     return 0;
   },
-};
+});

@@ -1,41 +1,25 @@
 // `gitlb validate [DIR]`: checks a config directory the way a node checks a revision, without applying it.
-import { parseArgs } from 'node:util';
 import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
-import { type CliCommand, UsageError } from '../command.js';
+import { defineCommand, formatOption, UsageError } from '../command.js';
 import { formatDiagnostic, parseConfig } from '../../render/config/index.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
-
-const help = `usage: gitlb validate [DIR] [--format text|json]
-
-Validates the gitlb config in DIR (default: the current directory): every YAML file outside
-.git/, status/ and hidden paths, against the schemas in schemas/ and the semantic rules of
-docs/config.md. Prints every problem as  FILE:LINE:COL: error|warning: MESSAGE  and a count.
-
-options:
-  --format text|json   text (default) or one JSON object {valid, errors, warnings, diagnostics}
-  -h, --help           this help
-
-exit status: 0 valid (warnings allowed), 1 invalid, 2 usage error (bad option, DIR not a directory)
-`;
 
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
-export const command: CliCommand = {
+export const command = defineCommand<{ format: 'text' | 'json' }>({
   name: 'validate',
   summary: 'check a config directory (schema and semantic rules) without applying it',
-  help,
-  async run(argv: string[]): Promise<number> {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: { format: { type: 'string', default: 'text' } },
-    });
-    if (positionals.length > 1) throw new UsageError(`expected at most one DIR, got ${positionals.length}`);
-    if (values.format !== 'text' && values.format !== 'json') throw new UsageError(`--format must be text or json, got '${values.format}'`);
-    const dir = positionals[0] ?? '.';
+  description: `Validates the gitlb config in DIR (default: the current directory): every YAML file outside
+.git/, status/ and hidden paths, against the schemas in schemas/ and the semantic rules of
+docs/config.md. Prints every problem as  FILE:LINE:COL: error|warning: MESSAGE  and a count.`,
+  exitStatus: 'Exit status: 0 valid (warnings allowed), 1 invalid, 2 usage error (bad option, DIR not a directory).',
+  define: (cmd) =>
+    cmd.argument('[DIR]', 'config directory', '.').addOption(formatOption(['text', 'json'], 'text', 'text, or one JSON object {valid, errors, warnings, diagnostics}')),
+  async run(opts, args) {
+    const dir = args[0] ?? '.';
     const info = await stat(dir).catch(() => null);
     if (!info?.isDirectory()) throw new UsageError(`${dir} is not a directory`);
 
@@ -45,7 +29,7 @@ export const command: CliCommand = {
     const errors = shown.filter((d) => d.severity === 'error').length;
     const warnings = shown.length - errors;
     const valid = model !== null;
-    if (values.format === 'json') {
+    if (opts.format === 'json') {
       process.stdout.write(JSON.stringify({ valid, errors, warnings, diagnostics: shown }, null, 2) + '\n');
     } else {
       for (const d of shown) process.stdout.write(formatDiagnostic(d) + '\n');
@@ -56,4 +40,4 @@ export const command: CliCommand = {
     }
     return valid ? 0 : 1;
   },
-};
+});

@@ -8,15 +8,6 @@ import { readRevisionFiles } from '../source/git-objects.js';
 import { parseConfig } from '../../render/config/index.js';
 import { DEFAULTS } from '../../render/config/limits.js';
 
-/** Command-line options shared by the read-only status commands (`gitlb status`, `gitlb history`). */
-export const STATUS_READ_OPTIONS = {
-  repo: { type: 'string' },
-  'status-branch': { type: 'string' },
-  branch: { type: 'string', default: 'main' },
-  'credentials-file': { type: 'string' },
-  json: { type: 'boolean', default: false },
-} as const;
-
 /** Opens `repo` (see withStatusRemote), resolves the status branch (see resolveStatusBranch) and hands both to `f`. */
 export async function withStatusBranch<T>(
   opts: { repo: string; credentialsFile?: string; configBranch: string; statusBranch?: string },
