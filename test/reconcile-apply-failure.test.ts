@@ -1,10 +1,14 @@
-// A revision whose apply fails in the kernel (the rings need more room than the pinned ring map has: E2BIG):
-// the previous state stays intact, the failure is recorded, retries follow with exponential backoff, and a newer
-// commit supersedes the failing one. Real git http-backend, real BPF maps (not attached to any interface).
+// Capacity is not an apply failure: nine services of 131071 entries each (more than the old fixed ring map held)
+// apply to a running node. A revision whose apply does fail in the kernel (another writer filled lb_vips to its
+// capacity, so the kernel refuses the new listener with E2BIG): the previous state stays intact, the failure is
+// recorded, retries follow with exponential backoff, and a newer commit supersedes the failing one.
+// Real git http-backend, real BPF maps (not attached to any interface).
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { openLbDataPlane } from '../src/bpf/dataplane/index.js';
+import { LB_CAPACITY, openLbDataPlane } from '../src/bpf/dataplane/index.js';
+import { encodeVipKey } from '../src/bpf/dataplane/codec.js';
+import { BpfMap } from '../src/bpf/libbpf.js';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
 import { Reconciler } from '../src/reconciler/reconcile.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml } from './reconcile-helpers.js';
@@ -32,21 +36,38 @@ test('apply failure: state intact, recorded, retried with backoff, superseded by
       log: quiet,
     });
     t.is((await r.reconcile('test')).kind, 'applied');
-    const before = await dp.readLive();
 
-    // Nine more services of 131071 entries each: two ring regions apiece exceed the 2^21-entry ring map.
+    // Nine more services of 131071 entries each (2.4 M ring entries: the old shared 2^21-entry ring had no room).
     const big: Record<string, string> = { ...good };
     for (let i = 0; i < 9; i++) big[`services/big${i}.yaml`] = serviceYaml(`big${i}`, `203.0.113.${20 + i}`, reals, { tableSize: 131071 });
-    const c2 = await commitFiles(repo.work, big, 'nine large services');
+    await commitFiles(repo.work, big, 'nine large services');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    const grown = await r.reconcile('test');
+    t.is(grown.kind, 'applied', grown.kind === 'failed' ? grown.reason : '');
+    t.is((await dp.readLive()).services.length, 10);
+
+    // Another writer fills lb_vips to capacity; the next revision adds a listener, which the kernel refuses.
+    const vips = BpfMap.open(join(PIN, 'lb_vips'));
+    try {
+      const free = LB_CAPACITY.vipEntries - vips.keys().length;
+      for (let i = 0; i < free; i++)
+        vips.update(encodeVipKey({ addr: '192.0.2.200', family: 4, port: 1 + i, proto: 6 }), Buffer.alloc(8));
+    } finally {
+      vips.close();
+    }
+    const before = await dp.readLive();
+    const c1b = r.appliedRevision;
+    const extra: Record<string, string> = { ...big, 'services/extra.yaml': serviceYaml('extra', '203.0.113.40', [...reals, '198.51.100.13']) };
+    const c2 = await commitFiles(repo.work, extra, 'one more service');
     await git(repo.work, 'push', '-q', 'origin', 'main');
     const o2 = await r.reconcile('test');
-    t.is(o2.kind, 'failed', JSON.stringify(o2));
+    t.is(o2.kind, 'failed', o2.kind);
     if (o2.kind === 'failed') {
       t.is(o2.stage, 'apply');
-      t.regex(o2.reason, /ring|E2BIG/i);
+      t.regex(o2.reason, /E2BIG|lb_vips/i);
     }
-    t.is(r.appliedRevision, c1, 'the last good revision is still the one applied');
-    t.deepEqual(await dp.readLive(), before, 'the failed apply left the previous state intact');
+    t.is(r.appliedRevision, c1b, 'the last good revision is still the one applied');
+    t.deepEqual(await dp.readLive(), before, 'the failed apply (a new real and ring were already written) left the previous state intact');
 
     // Backoff: before the retry time nothing is attempted; after it, the apply is tried again and the delay doubles.
     const firstRetry = r.nextRetryAt!.getTime();
@@ -59,6 +80,7 @@ test('apply failure: state intact, recorded, retried with backoff, superseded by
     // A newer commit (the large services removed again) supersedes the failing one at once, without waiting.
     const back: Record<string, string | null> = { 'services/web.yaml': serviceYaml('web', '203.0.113.10', [...reals, '198.51.100.12'], { tableSize: 251 }) };
     for (let i = 0; i < 9; i++) back[`services/big${i}.yaml`] = null; // deleted
+    back['services/extra.yaml'] = null;
     const c3 = await commitFiles(repo.work, back, 'back to one service, one more real');
     await git(repo.work, 'push', '-q', 'origin', 'main');
     const o3 = await r.reconcile('newer commit');
@@ -67,6 +89,8 @@ test('apply failure: state intact, recorded, retried with backoff, superseded by
     t.not(r.appliedRevision, c2);
     t.is(r.nextRetryAt, null, 'nothing left to retry');
     t.is((await dp.readLive()).reals.length, 3);
+    t.is((await dp.readLive()).vips.length, 1, 'the foreign listeners were removed (drift) after the new ones were in');
+    t.truthy(c1);
   } finally {
     dp.close();
     await repo.cleanup();

@@ -357,7 +357,7 @@ test.serial('a health change re-renders the applied revision and applies only th
   const report = await r.refreshHealth('real down');
   t.truthy(report);
   t.true(report!.changedRingEntries > 0);
-  const ring = (await dp.readLive()).services[0]!.ring;
+  const ring = (await dp.readLive({ tables: true })).services[0]!.ring!;
   const downId = r.desired!.reals.find((x) => x.address === REALS[0])!.id;
   t.false(ring.includes(downId), 'the unhealthy real left the ring');
   t.is(r.snapshot().services[0]?.reals.find((x) => x.address === REALS[0])?.healthy, false);

@@ -374,7 +374,8 @@ test('readLive() returns what was applied', async (t) => {
   const want = STATES.base!;
   t.deepEqual(live.live.reals, want.reals);
   t.deepEqual(live.live.vips, want.vips);
-  t.is(live.live.hashSeed, SEED);
+  t.is(live.live.settings.hashSeed, SEED);
+  t.deepEqual(live.live.markers.map((m: any) => m.address).sort(), [...new Set(want.vips.map((v) => v.vip))].sort());
   t.deepEqual(live.live.services.map((s: any) => [s.id, s.tableSize, s.ring, s.digest]),
     want.services.map((s) => [s.id, s.tableSize, [...s.ring], s.digest]));
 });

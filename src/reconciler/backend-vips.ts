@@ -10,7 +10,7 @@
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { DataPlane } from '../bpf/dataplane/index.js';
+import type { DataPlane, Op } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
 import { canonicalIp } from '../render/ip.js';
 
@@ -279,22 +279,33 @@ async function reconcileSysctls(host: Host, state: OwnershipState, opts: Backend
  */
 export function withBackendVips(dp: DataPlane, opts: BackendVipsOptions): DataPlane {
   let applied: string[] | null = null; // localVips of the last successful apply (null: not known in this process)
+  let planned: DesiredState | null = null; // the state of the last plan(): execute() makes its VIPs local
+  const execute = async (ops: Op[]) => {
+    const want = planned?.localVips;
+    if (!want) return dp.execute(ops);
+    const before = applied ?? (await ownedVips(opts.stateFile));
+    await reconcileBackendVips([...new Set([...before, ...want])], opts);
+    let report;
+    try {
+      report = await dp.execute(ops);
+    } catch (e) {
+      await reconcileBackendVips(before, opts).catch(() => undefined); // best effort; the apply error is what matters
+      throw e;
+    }
+    await reconcileBackendVips(want, opts);
+    applied = [...want];
+    return report;
+  };
+  const plan = async (desired: DesiredState) => {
+    const ops = await dp.plan(desired);
+    planned = desired;
+    return ops;
+  };
   return {
-    async apply(desired: DesiredState) {
-      const before = applied ?? (await ownedVips(opts.stateFile));
-      await reconcileBackendVips([...new Set([...before, ...desired.localVips])], opts);
-      let report;
-      try {
-        report = await dp.apply(desired);
-      } catch (e) {
-        await reconcileBackendVips(before, opts).catch(() => undefined); // best effort; the apply error is what matters
-        throw e;
-      }
-      await reconcileBackendVips(desired.localVips, opts);
-      applied = [...desired.localVips];
-      return report;
-    },
-    readLive: () => dp.readLive(),
+    plan,
+    execute,
+    apply: async (desired: DesiredState) => execute(await plan(desired)),
+    readLive: (o) => dp.readLive(o),
     counters: () => dp.counters(),
     close: () => dp.close(),
   };

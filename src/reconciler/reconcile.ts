@@ -17,7 +17,7 @@ import type { DesiredState } from '../render/state.js';
 import type { ApplyReport, DataPlane, LiveState } from '../bpf/dataplane/index.js';
 import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
-import { diffLive, type LiveDiff } from './live-diff.js';
+import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import {
   emptyCounters,
@@ -70,7 +70,7 @@ export interface ReconcilerOptions {
 
 export type Outcome =
   | { kind: 'unchanged'; revision: string; report?: ApplyReport }
-  | { kind: 'applied'; revision: string; report: ApplyReport; plan: LiveDiff; warnings: string[]; timings: Record<string, number> }
+  | { kind: 'applied'; revision: string; report: ApplyReport; plan: Op[]; warnings: string[]; timings: Record<string, number> }
   | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
   | { kind: 'waiting'; revision: string; retryAt: Date; reason: string };
 
@@ -82,7 +82,6 @@ interface FailedRevision {
   retryAt: number; // epoch ms; Infinity when not retryable
 }
 
-const NO_PLAN: LiveDiff = { differences: [], servicesChanged: 0, realsChanged: 0, vipsChanged: 0 };
 const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
 const quietLog: Logger = { info: () => {}, warn: () => {} };
 
@@ -355,12 +354,12 @@ export class Reconciler {
 
     mark('render');
     // Plan against the live maps, then apply. The data plane restores its previous state if apply fails.
-    let plan: LiveDiff;
+    let plan: Op[];
     let report: ApplyReport;
     try {
-      plan = desired.role === 'backend' ? NO_PLAN : diffLive(await dataPlane.readLive(), desired);
+      plan = await dataPlane.plan(desired);
       mark('plan');
-      report = await dataPlane.apply(desired);
+      report = await dataPlane.execute(plan);
       mark('apply');
       this.countReport(report);
     } catch (err) {
@@ -431,21 +430,10 @@ export class Reconciler {
     }
   }
 
-  /**
-   * What differs between the kernel and `desired`. An lb data plane is read back (readLive) and diffed. A backend
-   * data plane holds no rings or reals to read back, and its apply() diffs against the kernel map itself, so for it
-   * a re-apply is the comparison: any write or delete it makes was a difference, and is already repaired.
-   */
-  private async compareLive(desired: DesiredState): Promise<{ differences: string[]; live: LiveState; repair?: ApplyReport }> {
-    if (desired.role === 'backend') {
-      const r = await this.dp.apply(desired);
-      const live = await this.dp.readLive();
-      if (r.mapWrites + r.mapDeletes === 0) return { differences: [], live };
-      this.countReport(r);
-      return { differences: [`backend maps: ${r.mapWrites} entries rewritten, ${r.mapDeletes} removed`], live, repair: r };
-    }
+  /** What differs between the kernel and `desired`: the planner's ops, described (empty when they agree). */
+  private async compareLive(desired: DesiredState): Promise<{ differences: string[]; live: LiveState }> {
     const live = await this.dp.readLive();
-    return { differences: diffLive(live, desired).differences, live };
+    return { differences: planOps(live, desired).map(describeOp), live };
   }
 
   /** Re-applies the last good desired state after a post-apply problem (read-back mismatch, health gate). */
@@ -527,12 +515,6 @@ export class Reconciler {
       this.publish(why);
       return null;
     }
-    if (cmp.repair) {
-      this.appliedDesired = desired;
-      this.servicesFrom(cmp.live, desired);
-      this.publish(why);
-      return cmp.repair;
-    }
     const report = await this.dp.apply(desired);
     this.countReport(report);
     this.appliedDesired = desired;
@@ -549,12 +531,6 @@ export class Reconciler {
     this.counters.driftChecks++;
     const drift = await this.compareLive(desired);
     if (!drift.differences.length) return { differences: [] };
-    if (drift.repair) {
-      this.counters.driftRepairs++;
-      this.log.warn(`drift repaired: ${drift.differences.join('; ')}`);
-      this.publish(`drift repaired: ${drift.differences.length} differences`);
-      return { differences: drift.differences, report: drift.repair };
-    }
     if (this.o.reopenDataPlane) {
       this.dp.close();
       this.dp = await this.o.reopenDataPlane();

@@ -67,8 +67,8 @@ async function main(): Promise<void> {
           out.push({});
         } else if (step.op === 'counters') out.push({ counters: await dp.counters() });
         else if (step.op === 'live') {
-          const l = await dp.readLive();
-          out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring] })) } });
+          const l = await dp.readLive({ tables: true });
+          out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring!] })) } });
         } else if (step.op === 'run') out.push(await runPacket(dp, step.data, step.ifname));
       } catch (e) {
         out.push({ error: String((e as Error).stack ?? e) });

@@ -1,7 +1,8 @@
 // Byte layouts of the backend TC programs' maps (src/bpf/include/backend_structs.h), and the pure mapping from
 // the desired state of a backend node to the entries of be_vips. The layouts are checked against the
 // object's BTF at load (see BTF_LAYOUTS), so a change on one side without the other fails loudly.
-import type { DesiredState, DesiredVip, Forwarding } from '../../render/state.js';
+import type { DesiredState } from '../../render/state.js';
+import { desiredBackendVips, type BackendVip } from '../../render/ops.js';
 import type { Protocol } from '../../render/model.js';
 import { formatIp, requireIp } from '../../render/ip.js';
 
@@ -174,30 +175,13 @@ export function vipEntryId(e: Pick<VipEntry, 'address' | 'family' | 'port' | 'pr
   return `${e.family}|${e.address}|${e.port}|${e.protocol ?? '*'}`;
 }
 
-/**
- * The be_vips entries a backend node needs (pure): one address entry per VIP reached by IP-in-IP, one listener
- * entry per ipopt VIP:port:protocol. l2 VIPs need no map entry (the VIP is simply local, see backend-vips.ts)
- * and snat traffic arrives as ordinary packets to this node. Sorted by id, duplicates merged.
- */
+/** The be_vips entries a backend node needs (pure; the planner's desiredBackendVips as be_vips entries). */
 export function desiredVipEntries(desired: Pick<DesiredState, 'vips'>): VipEntry[] {
-  const byId = new Map<string, VipEntry>();
-  for (const v of desired.vips) {
-    const e = vipEntryFor(v);
-    if (e) byId.set(vipEntryId(e), e);
-  }
-  return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e);
+  return desiredBackendVips(desired).map(vipEntryOf);
 }
 
-function vipEntryFor(v: DesiredVip): VipEntry | null {
-  const kinds: Record<Forwarding, 'address' | 'listener' | null> = {
-    'dsr-ipip': 'address',
-    'dsr-ipopt': 'listener',
-    'dsr-l2': null,
-    snat: null,
-  };
-  const kind = kinds[v.forwarding];
-  if (kind === 'address') return { address: v.vip, family: v.family, port: 0, protocol: null, flags: VIP_FLAG_IPIP, targetPort: 0 };
-  if (kind === 'listener')
-    return { address: v.vip, family: v.family, port: v.port, protocol: v.protocol, flags: VIP_FLAG_IPOPT, targetPort: v.targetPort };
-  return null;
+/** The planner's BackendVip as a be_vips entry (the kind becomes the flag). */
+export function vipEntryOf(b: BackendVip): VipEntry {
+  return { address: b.address, family: b.family, port: b.port, protocol: b.protocol,
+    flags: b.kind === 'listener' ? VIP_FLAG_IPOPT : VIP_FLAG_IPIP, targetPort: b.targetPort };
 }

@@ -5,19 +5,21 @@
 // src/reconciler/backend-vips.ts. See docs/backend.md.
 import { join } from 'node:path';
 import { BpfObject, type BpfMap, type TcAttachment } from '../libbpf.js';
-import type { DesiredState, DesiredVip } from '../../render/state.js';
+import type { DesiredState } from '../../render/state.js';
+import { EMPTY_LIVE, planOps, type BackendVip } from '../../render/ops.js';
 import { checkBtfLayout } from '../codec.js';
-import type { ApplyReport, DataPlane, LiveState } from '../dataplane/index.js';
+import { EMPTY_REPORT, UndoLog, type ApplyReport, type DataPlane, type LiveState, type Op } from '../dataplane/types.js';
 import {
   BTF_LAYOUTS,
   STAT_NAMES,
+  VIP_FLAG_IPIP,
   VIP_FLAG_IPOPT,
   decodeConnEntry,
   decodeVipEntry,
-  desiredVipEntries,
   encodeVipKey,
   encodeVipValue,
   vipEntryId,
+  vipEntryOf,
   type ConnEntry,
   type VipEntry,
 } from './codec.js';
@@ -63,19 +65,10 @@ function entriesById(map: BpfMap): Map<string, { key: Buffer; value: Buffer; ent
   return out;
 }
 
-/** A live be_vips entry as a DesiredVip, for the common LiveState shape (service ids are not kept in BPF). */
-function vipEntryAsDesiredVip(e: VipEntry): DesiredVip {
-  const listener = (e.flags & VIP_FLAG_IPOPT) !== 0;
-  return {
-    vip: e.address,
-    family: e.family,
-    port: e.port,
-    protocol: e.protocol ?? 'TCP',
-    targetPort: e.targetPort,
-    serviceId: 0,
-    forwarding: listener ? 'dsr-ipopt' : 'dsr-ipip',
-    hashSourcePort: false,
-  };
+/** be_vips entry <-> the planner's BackendVip (flags say which kind). */
+function asBackendVip(e: VipEntry): BackendVip {
+  return { kind: (e.flags & VIP_FLAG_IPOPT) !== 0 ? 'listener' : 'address', address: e.address, family: e.family,
+    port: e.port, protocol: e.protocol, targetPort: e.targetPort };
 }
 
 export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promise<BackendDataPlane> {
@@ -105,39 +98,52 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
     }
   }
 
-  function writeEntries(desired: VipEntry[]): ApplyReport {
-    const live = entriesById(vips);
-    const want = new Map(desired.map((e) => [vipEntryId(e), e]));
-    const writes: Array<{ key: Buffer; value: Buffer; previous: Buffer | null }> = [];
-    for (const [id, e] of want) {
-      const value = encodeVipValue(e);
-      const cur = live.get(id);
-      if (cur && cur.value.equals(value)) continue;
-      writes.push({ key: encodeVipKey(e), value, previous: cur ? cur.value : null });
-    }
-    const deletes = [...live.entries()].filter(([id]) => !want.has(id)).map(([, l]) => l);
-    const done: typeof writes = [];
-    const deleted: typeof deletes = [];
+  function check(desired: DesiredState): void {
+    if (desired.role !== 'backend') throw new Error(`backend data plane: desired state of node '${desired.node}' has role '${desired.role}', expected 'backend'`);
+    if (desired.interface !== opts.interface)
+      throw new Error(`backend data plane: desired.interface '${desired.interface}' differs from the interface opened, '${opts.interface}'`);
+  }
+
+  async function readLive(): Promise<LiveState> {
+    return { ...EMPTY_LIVE, backendVips: [...entriesById(vips).values()].map((x) => asBackendVip(x.entry)) };
+  }
+
+  async function plan(desired: DesiredState): Promise<Op[]> {
+    check(desired);
+    return planOps(await readLive(), desired);
+  }
+
+  async function execute(ops: Op[]): Promise<ApplyReport> {
+    const report: ApplyReport = { ...EMPTY_REPORT };
+    const log = new UndoLog();
     try {
-      // New and changed entries first, removals last: a VIP that stays is never missing in between.
-      for (const w of writes) {
-        vips.update(w.key, w.value);
-        done.push(w);
-      }
-      for (const d of deletes) {
-        vips.delete(d.key);
-        deleted.push(d);
+      for (const o of ops) {
+        report.ops++;
+        if (o.op === 'backend-vip.put') {
+          const e = vipEntryOf(o.entry);
+          const key = encodeVipKey(e);
+          const prev = vips.lookup(key);
+          vips.update(key, encodeVipValue(e));
+          report.mapWrites++;
+          log.onUndo(() => (prev ? vips.update(key, prev) : vips.delete(key)));
+        } else if (o.op === 'backend-vip.delete') {
+          const key = encodeVipKey(vipEntryOf(o.entry));
+          const prev = vips.lookup(key);
+          if (!vips.delete(key)) continue;
+          report.mapDeletes++;
+          if (prev) log.onUndo(() => vips.update(key, prev));
+        } else {
+          throw new Error(`the backend data plane cannot execute '${o.op}'`);
+        }
       }
     } catch (e) {
-      // Put back what was there before this apply, so a failure leaves the previous state intact.
-      for (const d of deleted) vips.update(d.key, d.value);
-      for (const w of done.reverse()) {
-        if (w.previous) vips.update(w.key, w.previous);
-        else vips.delete(w.key);
-      }
+      log.rollback(); // a failure leaves the previous state intact
       throw e;
     }
-    return { mapWrites: writes.length, mapDeletes: deletes.length, ringSwitches: 0, changedRingEntries: 0 };
+    log.commit();
+    // Maps first, then the programs: their first packet already sees the complete VIP set.
+    if (links.length === 0) attach();
+    return report;
   }
 
   return {
@@ -145,19 +151,12 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
       return links.length === 2;
     },
 
-    async apply(desired: DesiredState): Promise<ApplyReport> {
-      if (desired.role !== 'backend') throw new Error(`backend data plane: desired state of node '${desired.node}' has role '${desired.role}', expected 'backend'`);
-      if (desired.interface !== opts.interface)
-        throw new Error(`backend data plane: desired.interface '${desired.interface}' differs from the interface opened, '${opts.interface}'`);
-      const report = writeEntries(desiredVipEntries(desired));
-      // Maps first, then the programs: their first packet already sees the complete VIP set.
-      if (links.length === 0) attach();
-      return report;
-    },
+    readLive,
+    plan,
+    execute,
 
-    async readLive(): Promise<LiveState> {
-      const entries = [...entriesById(vips).values()].map((x) => x.entry);
-      return { reals: [], services: [], vips: entries.map(vipEntryAsDesiredVip), hashSeed: 0 };
+    async apply(desired: DesiredState): Promise<ApplyReport> {
+      return execute(await plan(desired));
     },
 
     async counters() {

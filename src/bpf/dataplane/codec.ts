@@ -25,7 +25,6 @@ export type CounterName = (typeof COUNTER_NAMES)[number];
 export const LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
   lb_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
   lb_vip_value: { size: 8, members: { service_id: 0, target_port: 4, mode: 6, flags: 7 } },
-  lb_service: { size: 16, members: { ring_base: 0, standby_base: 4, table_size: 8, flags: 12 } },
   lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, pad: 18 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
   lb_flow_value: { size: 8, members: { real_id: 0, service_id: 4 } },
@@ -85,21 +84,6 @@ export function encodeVipValue(v: VipValue): Buffer {
 
 export function decodeVipValue(b: Buffer): VipValue {
   return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]! };
-}
-
-export interface ServiceValue { ringBase: number; standbyBase: number; tableSize: number; flags: number }
-
-export function encodeService(v: ServiceValue): Buffer {
-  const b = Buffer.alloc(16);
-  b.writeUInt32LE(v.ringBase, 0);
-  b.writeUInt32LE(v.standbyBase, 4);
-  b.writeUInt32LE(v.tableSize, 8);
-  b.writeUInt32LE(v.flags, 12);
-  return b;
-}
-
-export function decodeService(b: Buffer): ServiceValue {
-  return { ringBase: b.readUInt32LE(0), standbyBase: b.readUInt32LE(4), tableSize: b.readUInt32LE(8), flags: b.readUInt32LE(12) };
 }
 
 export function encodeU32(n: number): Buffer {

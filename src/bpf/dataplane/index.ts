@@ -1,32 +1,26 @@
-// The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, turns a
-// DesiredState into map writes (make-before-break, atomic ring switches, writes proportional to change),
-// reads the live state back, and sums the counters. Map layout: docs/datapath.md.
-import { createHash } from 'node:crypto';
+// The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, reads what the
+// maps hold (LiveState), plans with the one planner (src/render/ops.ts) and executes the ops with undo
+// (make-before-break, one outer-map update per ring switch), and sums the counters. Map layout: docs/datapath.md.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
+import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
-  decodeConfig, decodeReal, decodeService, decodeVipKey, decodeVipValue, encodeConfig, encodeReal,
-  encodeService, encodeU32, encodeVipKey, encodeVipValue, familyOf, type ServiceValue,
+  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeU32, encodeVipKey,
+  encodeVipValue, familyOf,
 } from './codec.js';
-import { RingSpace } from './ring-space.js';
-import { SNAT_MAPS, applySnatConfig, checkSnatLayouts, snatCounters, snatMapSizes } from './snat.js';
+import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, type RingInfo } from './rings.js';
+import {
+  SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
+  snatSettingsToConfig, validateSnatPorts,
+} from './snat.js';
+import { EMPTY_REPORT, UndoLog, type ApplyReport, type DataPlane, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
-export interface ApplyReport { mapWrites: number; mapDeletes: number; ringSwitches: number; changedRingEntries: number }
-export interface LiveState {
-  reals: DesiredReal[];
-  services: { id: number; tableSize: number; ring: Uint32Array; digest: string }[];
-  vips: DesiredVip[];
-  hashSeed: number;
-}
-export interface DataPlane {
-  apply(desired: DesiredState): Promise<ApplyReport>;
-  readLive(): Promise<LiveState>;
-  counters(): Promise<Record<string, number | Record<string, number>>>;
-  close(): void;
-}
+export type { ApplyReport, DataPlane, LiveState, Op, ReadLiveOptions } from './types.js';
+export { ringDigest } from './rings.js';
+
 export interface LbDataPlaneOptions {
   pinRoot: string;
   interface?: string;
@@ -38,24 +32,7 @@ export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
 /** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
-const MAX_REALS = 65536;
-const MAX_SERVICES = 1024;
-const MAX_VIP_ENTRIES = 4096;
-/** Entries of lb_ring at first load unless the desired rings need more (2 regions per service, 2x headroom). */
-export const DEFAULT_RING_CAPACITY = 1 << 21;
-
-export function ringCapacityFor(desired: DesiredState): number {
-  const need = 4 * desired.services.reduce((n, s) => n + s.tableSize, 0);
-  let cap = DEFAULT_RING_CAPACITY;
-  while (cap < need) cap *= 2;
-  return cap;
-}
-
-export function ringDigest(ring: Uint32Array): string {
-  const le = Buffer.alloc(ring.length * 4);
-  for (let i = 0; i < ring.length; i++) le.writeUInt32LE(ring[i]!, i * 4);
-  return createHash('sha256').update(le).digest('hex');
-}
+export const LB_CAPACITY = { reals: 65536, services: 1024, vipEntries: 4096 } as const;
 
 function fail(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });
@@ -86,9 +63,11 @@ export function validateDesired(d: DesiredState): void {
   }
   if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) fail(`mtu: ${d.mtu} out of range`);
   if (d.role !== 'lb') fail(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
-  for (const [what, n, max] of [['reals', d.reals.length, MAX_REALS], ['services', d.services.length, MAX_SERVICES],
-    ['vips', 2 * d.vips.length, MAX_VIP_ENTRIES]] as const)
+  for (const [what, n, max] of [['reals', d.reals.length, LB_CAPACITY.reals], ['services', d.services.length, LB_CAPACITY.services],
+    ['vips', d.vips.length + desiredMarkers(d).length, LB_CAPACITY.vipEntries]] as const)
     if (n > max) fail(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
+  for (const s of d.services)
+    if (s.tableSize > MAX_RING_ENTRIES) fail(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
 }
 
@@ -100,36 +79,24 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
     (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
 }
 
-function vipEntries(d: DesiredState): Map<string, [Buffer, Buffer]> {
-  const out = new Map<string, [Buffer, Buffer]>();
-  for (const v of d.vips) {
-    const k = encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
-    const val = encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort, mode: MODE[v.forwarding],
-      flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0 });
-    out.set(hexKey(k), [k, val]);
-    // address marker: lets the program drop damaged packets to a VIP address instead of passing them
-    const mk = encodeVipKey({ addr: v.vip, family: v.family, port: 0, proto: 0 });
-    out.set(hexKey(mk), [mk, Buffer.alloc(8)]);
-  }
-  return out;
-}
+const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
+  encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
+const vipValueOf = (v: DesiredVip) =>
+  encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort, mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0 });
+const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
+const MARKER_VALUE = Buffer.alloc(8);
 
-function configOf(d: DesiredState): Buffer {
-  const own = d.addresses ?? [];
-  return encodeConfig({ hashSeed: d.hashSeed, mtu: d.mtu, src4: own.filter((a) => familyOf(a) === 4),
-    src6: own.find((a) => familyOf(a) === 6) });
-}
+type LbMaps = Record<'vips' | 'rings' | 'reals' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
 
 class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
-  private maps!: Record<'vips' | 'services' | 'ring' | 'reals' | 'conntrack' | 'config' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
-  private mirror: Uint32Array = new Uint32Array(0); // what lb_ring holds, entry by entry
-  private space!: RingSpace;
-  private services = new Map<number, ServiceValue>();
-  private reals = new Map<number, Buffer>();
-  private vips = new Map<string, [Buffer, Buffer]>();
-  private config: Buffer | null = null;
+  private maps!: LbMaps;
   private attachment: XdpAttachment | null = null;
+  private readonly rings = new RingCache();
+  /** Round-robin position of the one ring each readLive re-reads (so in-place tampering is found eventually). */
+  private verifyCursor = 0;
+  /** Sizes for a first load when execute() runs before anything was loaded (from the last plan()). */
+  private sizing: DesiredState | null = null;
 
   constructor(private readonly opts: LbDataPlaneOptions) {}
 
@@ -137,7 +104,7 @@ class LbDataPlane implements DataPlane {
   async load(desired?: DesiredState): Promise<void> {
     const pinned = (name: string) => join(this.opts.pinRoot, name);
     const mapMaxEntries: Record<string, number> = {};
-    for (const name of ['lb_ring', 'lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev]) {
+    for (const name of ['lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev]) {
       if (existsSync(pinned(name))) {
         const m = BpfMap.open(pinned(name));
         mapMaxEntries[name] = m.maxEntries;
@@ -145,7 +112,6 @@ class LbDataPlane implements DataPlane {
       }
     }
     if (desired) {
-      mapMaxEntries.lb_ring ??= ringCapacityFor(desired);
       mapMaxEntries.lb_conntrack ??= desired.conntrackMaxEntries;
       for (const [name, n] of Object.entries(snatMapSizes(desired))) mapMaxEntries[name] ??= n;
     }
@@ -155,18 +121,18 @@ class LbDataPlane implements DataPlane {
         const got = obj.btfStruct(name);
         if (!got || got.size !== want.size) fail(`${OBJECT_NAME}.o: struct ${name} is ${got?.size} bytes, codec expects ${want.size}`);
         for (const [member, off] of Object.entries(want.members)) {
-          const m = got.members.find((x) => x.name === member);
-          if (!m || m.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${m?.offset}, codec expects ${off}`);
+          const mm = got.members.find((x) => x.name === member);
+          if (!mm || mm.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${mm?.offset}, codec expects ${off}`);
         }
       }
+      checkRingMaps(obj.map('lb_rings'));
       checkSnatLayouts(obj);
       this.maps = {
-        vips: obj.map('lb_vips'), services: obj.map('lb_services'), ring: obj.map('lb_ring'), reals: obj.map('lb_reals'),
-        conntrack: obj.map('lb_conntrack'), config: obj.map('lb_config'), counters: obj.map('lb_counters'),
+        vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), conntrack: obj.map('lb_conntrack'),
+        config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
         serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
       };
       this.obj = obj;
-      this.adoptMaps();
       if (this.opts.interface && existsSync(pinned(LINK_PIN))) this.attach();
     } catch (e) {
       this.obj = null;
@@ -175,199 +141,199 @@ class LbDataPlane implements DataPlane {
     }
   }
 
-  private adoptMaps(): void {
-    const m = this.maps;
-    this.services = new Map(m.services.entries().map(([k, v]) => [k.readUInt32LE(0), decodeService(v)]));
-    this.reals = new Map(m.reals.entries().map(([k, v]) => [k.readUInt32LE(0), Buffer.from(v)]));
-    this.vips = new Map(m.vips.entries().map(([k, v]) => [hexKey(k), [Buffer.from(k), Buffer.from(v)]]));
-    const cfg = m.config.lookup(encodeU32(0));
-    this.config = cfg && cfg.some((x) => x !== 0) ? Buffer.from(cfg) : null;
-    this.mirror = this.readRing();
-    const used: Array<[number, number]> = [];
-    for (const s of this.services.values()) used.push([s.ringBase, s.tableSize], [s.standbyBase, s.tableSize]);
-    this.space = new RingSpace(m.ring.maxEntries, used);
-  }
-
-  private readRing(): Uint32Array {
-    const ring = this.maps.ring;
-    const out = new Uint32Array(ring.maxEntries);
-    const { keys, values, count } = ring.lookupBatch(65536);
-    for (let i = 0; i < count; i++) out[keys.readUInt32LE(i * 4)] = values.readUInt32LE(i * 4);
-    return out;
-  }
-
   private attach(): void {
     if (this.attachment || !this.opts.interface || !this.obj) return;
     this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(this.opts.interface, this.opts.xdpMode ?? 'auto',
       join(this.opts.pinRoot, LINK_PIN));
   }
 
-  async apply(desired: DesiredState): Promise<ApplyReport> {
+  private check(desired: DesiredState): void {
     validateDesired(desired);
     if (this.opts.interface && desired.interface !== this.opts.interface)
       fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${this.opts.interface}'`);
-    if (!this.obj) await this.load(desired);
-    const m = this.maps;
-    const report: ApplyReport = { mapWrites: 0, mapDeletes: 0, ringSwitches: 0, changedRingEntries: 0 };
-    const undo: Array<() => void> = [];
-    const commit: Array<() => void> = [];
+  }
 
-    const put = (map: BpfMap, key: Buffer, value: Buffer, shadow: { get(): Buffer | undefined; set(v: Buffer | undefined): void }) => {
-      const prev = shadow.get();
+  async plan(desired: DesiredState): Promise<Op[]> {
+    this.check(desired);
+    this.sizing = desired;
+    return planOps(await this.readLive(), desired);
+  }
+
+  async apply(desired: DesiredState): Promise<ApplyReport> {
+    this.check(desired);
+    if (!this.obj) await this.load(desired);
+    return this.execute(await this.plan(desired));
+  }
+
+  async execute(ops: Op[]): Promise<ApplyReport> {
+    if (!this.obj) await this.load(this.sizing ?? undefined);
+    const m = this.maps;
+    const report: ApplyReport = { ...EMPTY_REPORT };
+    const log = new UndoLog();
+    /** Rings filled by this execute, by service id, until their switch (closed at the end either way). */
+    const filled = new Map<number, { map: BpfMap; info: RingInfo }>();
+    /** Inner maps replaced or removed by this execute, held open so an undo can put them back. */
+    const held: BpfMap[] = [];
+
+    const put = (map: BpfMap, key: Buffer, value: Buffer) => {
+      const prev = map.lookup(key);
       map.update(key, value);
-      shadow.set(value);
       report.mapWrites++;
-      undo.push(() => {
-        if (prev) map.update(key, prev);
-        else map.delete(key);
-        shadow.set(prev);
-      });
+      log.onUndo(() => (prev ? map.update(key, prev) : map.delete(key)));
     };
-    const del = (map: BpfMap, key: Buffer, shadow: { get(): Buffer | undefined; set(v: Buffer | undefined): void }) => {
-      const prev = shadow.get();
-      map.delete(key);
-      shadow.set(undefined);
+    const del = (map: BpfMap, key: Buffer) => {
+      const prev = map.lookup(key);
+      if (!map.delete(key)) return;
       report.mapDeletes++;
-      if (prev) undo.push(() => { map.update(key, prev); shadow.set(prev); });
+      if (prev) log.onUndo(() => map.update(key, prev));
     };
-    const mapShadow = <K>(store: Map<K, Buffer>, k: K) => ({
-      get: () => store.get(k),
-      set: (v: Buffer | undefined) => { if (v) store.set(k, v); else store.delete(k); },
-    });
-    const serviceShadow = (id: number) => ({
-      get: () => { const s = this.services.get(id); return s ? encodeService(s) : undefined; },
-      set: (v: Buffer | undefined) => { if (v) this.services.set(id, decodeService(v)); else this.services.delete(id); },
-    });
-    const vipShadow = (k: string, key: Buffer) => ({
-      get: () => this.vips.get(k)?.[1],
-      set: (v: Buffer | undefined) => { if (v) this.vips.set(k, [key, v]); else this.vips.delete(k); },
-    });
-    /** Writes into [base, base+ring.length) only the entries that differ from what lb_ring holds. */
-    const writeRegion = (base: number, ring: Uint32Array): number => {
-      const idx: number[] = [];
-      for (let i = 0; i < ring.length; i++) if (this.mirror[base + i] !== ring[i]) idx.push(i);
-      if (idx.length === 0) return 0;
-      const keys = Buffer.alloc(idx.length * 4);
-      const vals = Buffer.alloc(idx.length * 4);
-      const old = Buffer.alloc(idx.length * 4);
-      idx.forEach((i, n) => {
-        keys.writeUInt32LE(base + i, n * 4);
-        vals.writeUInt32LE(ring[i]!, n * 4);
-        old.writeUInt32LE(this.mirror[base + i]!, n * 4);
-      });
-      m.ring.updateBatch(keys, vals, idx.length);
-      idx.forEach((i) => { this.mirror[base + i] = ring[i]!; });
-      undo.push(() => {
-        m.ring.updateBatch(keys, old, idx.length);
-        idx.forEach((i, n) => { this.mirror[base + i] = old.readUInt32LE(n * 4); });
-      });
-      report.mapWrites += idx.length;
-      report.changedRingEntries += idx.length;
-      return idx.length;
-    };
-    const allocRegion = (len: number): number => {
-      const base = this.space.alloc(len);
-      undo.push(() => this.space.release(base, len));
-      return base;
+    /** Opens the ring a service uses now (null if none), kept open until the end of execute. */
+    const holdCurrent = (key: Buffer): BpfMap | null => {
+      const cur = m.rings.openInner(key);
+      if (cur) held.push(cur);
+      return cur;
     };
 
     try {
-      // 1. node settings
-      const cfg = configOf(desired);
-      if (!this.config || !this.config.equals(cfg))
-        put(m.config, encodeU32(0), cfg, { get: () => this.config ?? undefined, set: (v) => { this.config = v ?? null; } });
-      report.mapWrites += applySnatConfig(this.obj!, desired, undo); // SNAT address, ports, timeouts (snat.ts)
-
-      // 2. reals before any ring refers to them
-      for (const r of desired.reals) {
-        const v = encodeReal(r.address, r.family);
-        if (!this.reals.get(r.id)?.equals(v)) put(m.reals, encodeU32(r.id), v, mapShadow(this.reals, r.id));
-      }
-
-      // 3. rings: fill the standby region with the entries that differ, then switch in one write
-      for (const s of desired.services) {
-        const cur = this.services.get(s.id);
-        if (cur && cur.tableSize === s.tableSize) {
-          let same = true;
-          for (let i = 0; i < s.tableSize && same; i++) same = this.mirror[cur.ringBase + i] === s.ring[i];
-          if (same) continue;
-          writeRegion(cur.standbyBase, s.ring);
-          put(m.services, encodeU32(s.id), encodeService({ ringBase: cur.standbyBase, standbyBase: cur.ringBase,
-            tableSize: s.tableSize, flags: 0 }), serviceShadow(s.id));
-          report.ringSwitches++;
-          continue;
+      for (const o of ops) {
+        report.ops++;
+        switch (o.op) {
+          case 'settings.set':
+            put(m.config, encodeU32(0), encodeConfig(o.value));
+            break;
+          case 'snat.set':
+            validateSnatPorts({ min: o.value.portMin, max: o.value.portMax });
+            put(m.snatConfig, encodeU32(0), encodeSnatConfig(snatSettingsToConfig(o.value)));
+            break;
+          case 'real.put':
+            put(m.reals, encodeU32(o.real.id), encodeReal(o.real.address, o.real.family));
+            break;
+          case 'ring.fill': {
+            filled.get(o.serviceId)?.map.close();
+            const map = createRing(o.serviceId, o.ring);
+            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest } });
+            report.changedRingEntries += o.ring.length;
+            report.mapWrites++;
+            break;
+          }
+          case 'service.switch': {
+            const ring = filled.get(o.serviceId);
+            if (!ring) fail(`service.switch of service ${o.serviceId} without a ring.fill before it`);
+            const key = encodeU32(o.serviceId);
+            const prev = holdCurrent(key);
+            m.rings.setInner(key, ring.map);
+            this.rings.set(ring.map.id(), ring.info);
+            report.ringSwitches++;
+            report.mapWrites++;
+            log.onUndo(() => (prev ? m.rings.setInner(key, prev) : m.rings.delete(key)));
+            break;
+          }
+          case 'vip.put':
+            put(m.vips, vipKeyOf(o.vip), vipValueOf(o.vip));
+            break;
+          case 'marker.put':
+            put(m.vips, markerKeyOf(o.marker), MARKER_VALUE);
+            break;
+          case 'vip.delete':
+            del(m.vips, vipKeyOf(o.vip));
+            break;
+          case 'marker.delete':
+            del(m.vips, markerKeyOf(o.marker));
+            break;
+          case 'service.delete': {
+            const key = encodeU32(o.serviceId);
+            const prev = holdCurrent(key);
+            if (!m.rings.delete(key)) break;
+            report.mapDeletes++;
+            if (prev) log.onUndo(() => m.rings.setInner(key, prev));
+            log.onCommit(() => m.serviceStats.delete(key));
+            break;
+          }
+          case 'real.delete': {
+            const key = encodeU32(o.real.id);
+            del(m.reals, key);
+            // connection-table entries to it fall back to the ring; its traffic counters go with it
+            log.onCommit(() => m.realStats.delete(key));
+            break;
+          }
+          default:
+            fail(`the lb data plane cannot execute '${o.op}'`);
         }
-        // new service, or a new table size: two fresh regions, both filled, then one switch
-        const a = allocRegion(s.tableSize);
-        const b = allocRegion(s.tableSize);
-        writeRegion(a, s.ring);
-        writeRegion(b, s.ring);
-        put(m.services, encodeU32(s.id), encodeService({ ringBase: a, standbyBase: b, tableSize: s.tableSize, flags: 0 }),
-          serviceShadow(s.id));
-        report.ringSwitches++;
-        if (cur) commit.push(() => { this.space.release(cur.ringBase, cur.tableSize); this.space.release(cur.standbyBase, cur.tableSize); });
-      }
-
-      // 4. listeners (and VIP address markers) once their services exist; stale ones go
-      const wantVips = vipEntries(desired);
-      for (const [k, [key, val]] of wantVips)
-        if (!this.vips.get(k)?.[1].equals(val)) put(m.vips, key, val, vipShadow(k, key));
-      for (const [k, [key]] of [...this.vips]) if (!wantVips.has(k)) del(m.vips, key, vipShadow(k, key));
-
-      // 5. services no VIP refers to any more
-      const wantServices = new Set(desired.services.map((s) => s.id));
-      for (const [id, cur] of [...this.services]) {
-        if (wantServices.has(id)) continue;
-        del(m.services, encodeU32(id), serviceShadow(id));
-        commit.push(() => {
-          this.space.release(cur.ringBase, cur.tableSize);
-          this.space.release(cur.standbyBase, cur.tableSize);
-          m.serviceStats.delete(encodeU32(id));
-        });
-      }
-
-      // 6. reals no ring refers to any more (connection-table entries to them fall back to the ring)
-      const wantReals = new Set(desired.reals.map((r) => r.id));
-      for (const id of [...this.reals.keys()]) {
-        if (wantReals.has(id)) continue;
-        del(m.reals, encodeU32(id), mapShadow(this.reals, id));
-        commit.push(() => m.realStats.delete(encodeU32(id)));
       }
     } catch (e) {
-      for (const u of undo.reverse()) {
-        try { u(); } catch { /* keep restoring the rest */ }
-      }
+      log.rollback();
       throw e;
+    } finally {
+      // The outer map holds its own reference to every ring it points at; ours are no longer needed.
+      for (const r of filled.values()) r.map.close();
+      for (const h of held) h.close();
     }
-    for (const c of commit) c();
+    log.commit();
     this.attach();
     return report;
   }
 
-  async readLive(): Promise<LiveState> {
-    if (!this.obj) return { reals: [], services: [], vips: [], hashSeed: 0 };
+  async readLive(opts: ReadLiveOptions = {}): Promise<LiveState> {
+    if (!this.obj) return { ...EMPTY_LIVE };
     const m = this.maps;
+    const cfg = m.config.lookup(encodeU32(0));
+    const snat = m.snatConfig.lookup(encodeU32(0));
     const reals: DesiredReal[] = m.reals.entries()
       .map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) }))
       .sort((a, b) => a.id - b.id);
-    const ring = this.readRing();
-    const services = m.services.entries().map(([k, v]) => {
-      const s = decodeService(v);
-      const r = ring.slice(s.ringBase, s.ringBase + s.tableSize);
-      return { id: k.readUInt32LE(0), tableSize: s.tableSize, ring: r, digest: ringDigest(r) };
-    }).sort((a, b) => a.id - b.id);
     const vips: DesiredVip[] = [];
+    const markers: LiveVipMarker[] = [];
     for (const [k, v] of m.vips.entries()) {
       const key = decodeVipKey(k);
-      if (key.port === 0 && key.proto === 0) continue; // address marker
+      if (key.port === 0 && key.proto === 0) {
+        markers.push({ address: key.addr, family: key.family });
+        continue;
+      }
       const val = decodeVipValue(v);
       vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
         targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
         hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
     }
     vips.sort(compareVips);
-    const cfg = m.config.lookup(encodeU32(0));
-    return { reals, services, vips, hashSeed: cfg ? decodeConfig(cfg).hashSeed : 0 };
+    return {
+      settings: cfg && cfg.some((x) => x !== 0) ? decodeConfigSettings(cfg) : null,
+      snat: snat && snat.some((x) => x !== 0) ? snatConfigToSettings(decodeSnatConfig(snat)) : null,
+      reals,
+      services: this.readServices(opts),
+      vips,
+      markers,
+      backendVips: [],
+    };
+  }
+
+  /** One outer lookup per service; a ring is read only when its map is new to us, asked for, or its turn to be verified. */
+  private readServices(opts: ReadLiveOptions): LiveService[] {
+    const outer = this.maps.rings;
+    const keys = outer.keys().sort((a, b) => a.readUInt32LE(0) - b.readUInt32LE(0));
+    const verifyAt = keys.length ? this.verifyCursor++ % keys.length : -1;
+    const out: LiveService[] = [];
+    keys.forEach((key, i) => {
+      const id = key.readUInt32LE(0);
+      const mapId = outer.innerMapId(key);
+      if (mapId === null) return; // deleted while we walked
+      const cached = this.rings.get(mapId);
+      if (cached && !opts.tables && !opts.verify && i !== verifyAt) {
+        out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId });
+        return;
+      }
+      const inner = outer.openInner(key);
+      if (!inner) return;
+      try {
+        const ring = readRing(inner);
+        const info = { tableSize: ring.length, digest: ringDigest(ring) };
+        this.rings.set(mapId, info);
+        out.push({ id, ...info, mapId, ...(opts.tables && { ring }) });
+      } finally {
+        inner.close();
+      }
+    });
+    this.rings.retain(out.map((s) => s.mapId!));
+    return out;
   }
 
   async counters(): Promise<Record<string, number | Record<string, number>>> {
@@ -400,6 +366,11 @@ class LbDataPlane implements DataPlane {
     this.obj?.close();
     this.obj = null;
   }
+}
+
+function decodeConfigSettings(b: Buffer): LbSettings {
+  const c = decodeConfig(b);
+  return { hashSeed: c.hashSeed, mtu: c.mtu, src4: c.src4, ...(c.src6 !== undefined && { src6: c.src6 }) };
 }
 
 export type LbDataPlaneHandle = DataPlane & { object(): BpfObject | null };

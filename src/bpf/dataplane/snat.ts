@@ -1,17 +1,19 @@
 // SNAT maps of the LB program (src/bpf/include/lb_snat.h): byte layouts, the node's SNAT settings
 // (lb_snat_config), the per-reason counters, reading the NAT table and sweeping expired translations.
-// apply() in ./index.ts calls applySnatConfig(); layouts are checked against BTF at load (checkSnatLayouts).
+// The settings are planned as SnatSettings (src/render/ops.ts) and written by ./index.ts; layouts are checked
+// against BTF at load (checkSnatLayouts).
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import type { DesiredState } from '../../render/state.js';
-import { addr16, addrText, encodeFlowKey, familyOf, type FlowKey } from './codec.js';
+import { DEFAULT_SNAT_PORTS, SNAT_TIMEOUTS_S, desiredSnat, type SnatSettings } from '../../render/ops.js';
+import { addr16, addrText, encodeFlowKey, type FlowKey } from './codec.js';
 
-/** Node.spec.snatPorts default: Linux's default ephemeral range. */
-export const DEFAULT_SNAT_PORTS = { min: 32768, max: 60999 } as const;
-/** Idle timeouts of a translation (ns): TCP established, TCP after FIN/RST, UDP. */
+export { DEFAULT_SNAT_PORTS };
+const NS = 1_000_000_000n;
+/** Idle timeouts of a translation (ns): TCP established, TCP after FIN/RST, UDP (SNAT_TIMEOUTS_S in ns). */
 export const DEFAULT_SNAT_TIMEOUTS = {
-  tcpEstablishedNs: 7_440n * 1_000_000_000n, // RFC 5382 REQ-5: at least 2 h 4 min
-  tcpClosingNs: 10n * 1_000_000_000n,
-  udpNs: 120n * 1_000_000_000n, // RFC 4787 REQ-5: at least 2 min
+  tcpEstablishedNs: BigInt(SNAT_TIMEOUTS_S.tcpEstablishedS) * NS,
+  tcpClosingNs: BigInt(SNAT_TIMEOUTS_S.tcpClosingS) * NS,
+  udpNs: BigInt(SNAT_TIMEOUTS_S.udpS) * NS,
 };
 export type SnatTimeouts = typeof DEFAULT_SNAT_TIMEOUTS;
 
@@ -64,15 +66,29 @@ export function validateSnatPorts(p: { min: number; max: number }, where = 'snat
   if (p.min > p.max) fail(`${where}: min ${p.min} is above max ${p.max}`);
 }
 
-export function snatConfigOf(d: DesiredState, timeouts: SnatTimeouts = DEFAULT_SNAT_TIMEOUTS): SnatConfig {
+export function snatConfigOf(d: DesiredState): SnatConfig {
   const ports = d.snatPorts ?? DEFAULT_SNAT_PORTS;
   validateSnatPorts(ports);
-  const cfg: SnatConfig = { portMin: ports.min, portMax: ports.max, timeouts };
-  if (d.snatAddress !== undefined) {
-    if (familyOf(d.snatAddress) === 4) cfg.addr4 = d.snatAddress;
-    else cfg.addr6 = d.snatAddress;
-  }
-  return cfg;
+  return snatSettingsToConfig(desiredSnat(d));
+}
+
+export function snatSettingsToConfig(s: SnatSettings): SnatConfig {
+  return {
+    ...(s.addr4 !== undefined && { addr4: s.addr4 }),
+    ...(s.addr6 !== undefined && { addr6: s.addr6 }),
+    portMin: s.portMin, portMax: s.portMax,
+    timeouts: { tcpEstablishedNs: BigInt(s.tcpEstablishedS) * NS, tcpClosingNs: BigInt(s.tcpClosingS) * NS, udpNs: BigInt(s.udpS) * NS },
+  };
+}
+
+export function snatConfigToSettings(c: SnatConfig): SnatSettings {
+  return {
+    ...(c.addr4 !== undefined && { addr4: c.addr4 }),
+    ...(c.addr6 !== undefined && { addr6: c.addr6 }),
+    portMin: c.portMin, portMax: c.portMax,
+    tcpEstablishedS: Number(c.timeouts.tcpEstablishedNs / NS), tcpClosingS: Number(c.timeouts.tcpClosingNs / NS),
+    udpS: Number(c.timeouts.udpNs / NS),
+  };
 }
 
 export function encodeSnatConfig(c: SnatConfig): Buffer {
@@ -101,24 +117,6 @@ export function decodeSnatConfig(b: Buffer): SnatConfig {
 /** Sizes of the NAT maps at first load: as many translations as the connection table has entries. */
 export function snatMapSizes(d: DesiredState): Record<string, number> {
   return { [SNAT_MAPS.fwd]: d.conntrackMaxEntries, [SNAT_MAPS.rev]: d.conntrackMaxEntries };
-}
-
-/**
- * Writes lb_snat_config when it differs from `desired`; registers the restore in `undo` (apply()'s
- * rollback list). Returns the number of map writes (0 or 1).
- */
-export function applySnatConfig(obj: BpfObject, desired: DesiredState, undo: Array<() => void>): number {
-  const map = obj.map(SNAT_MAPS.config);
-  const key = Buffer.alloc(4);
-  const want = encodeSnatConfig(snatConfigOf(desired));
-  const prev = map.lookup(key);
-  if (prev && Buffer.from(prev).equals(want)) return 0;
-  map.update(key, want);
-  if (prev) {
-    const old = Buffer.from(prev);
-    undo.push(() => map.update(key, old));
-  }
-  return 1;
 }
 
 // ------------------------------------------------------------------ NAT table

@@ -36,11 +36,10 @@
 
 #define LB_DEFAULT_TTL 64
 
-/* Default sizes; the loader overrides lb_conntrack and lb_ring max_entries. */
+/* Default sizes; the loader overrides lb_conntrack max_entries. Rings are sized per service (lb_rings). */
 #define LB_MAX_VIPS 4096
 #define LB_MAX_SERVICES 1024
 #define LB_MAX_REALS 65536
-#define LB_RING_CAPACITY (1 << 21)
 #define LB_CT_DEFAULT_ENTRIES 65536
 #define LB_MAX_SRC4 8
 /* Next-hop cache: slots per CPU (power of two) and how long a fib result is reused. Neighbour changes

@@ -17,23 +17,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_vips SEC(".maps");
 
-/* service id -> active ring region and table size */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, LB_MAX_SERVICES);
-	__type(key, __u32);
-	__type(value, struct lb_service);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_services SEC(".maps");
-
-/* All Maglev rings, two regions (active + standby) per service: index ring_base + slot -> real id. */
-struct {
+/* One Maglev ring per service, each its own array map: slot 0 holds the table size M, slots 1..M the real
+ * ids (0 = no real). BPF_F_INNER_MAP lets every inner array have its own size. The loader fills a new inner
+ * array and then points the service's outer entry at it: one map update switches the whole table, so the
+ * packet path sees the old ring or the new one, never a mix, and there is no shared ring space to run out of. */
+struct lb_ring_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, LB_RING_CAPACITY);
+	__uint(map_flags, BPF_F_INNER_MAP);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
+};
+
+/* service id -> that service's ring (an lb_ring_inner) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, LB_MAX_SERVICES);
+	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} lb_ring SEC(".maps");
+	__array(values, struct lb_ring_inner);
+} lb_rings SEC(".maps");
 
 /* real id -> address */
 struct {
@@ -94,13 +97,26 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_real_stats SEC(".maps");
 
-/* The real a service's Maglev ring gives a flow hash (svc checked non-empty by the caller).
- * Returns the real, or 0 with *reason = LB_CNT_DROP_NO_REAL / LB_CNT_DROP_REAL_MISSING. */
-static __always_inline struct lb_real *lb_ring_pick(const struct lb_service *svc, __u32 hash, __u32 *real_id,
-						    __u32 *reason)
+/* The real a service's Maglev ring gives a flow hash: three lookups (the service's ring, its size in slot 0,
+ * the slot). Returns the real, or 0 with *reason = LB_CNT_DROP_NO_SERVICE (no ring), LB_CNT_DROP_NO_REAL
+ * (empty slot or empty table) or LB_CNT_DROP_REAL_MISSING. */
+static __always_inline struct lb_real *lb_ring_pick(__u32 service_id, __u32 hash, __u32 *real_id, __u32 *reason)
 {
-	__u32 slot = svc->ring_base + hash % svc->table_size;
-	__u32 *entry = bpf_map_lookup_elem(&lb_ring, &slot);
+	void *ring = bpf_map_lookup_elem(&lb_rings, &service_id);
+	__u32 slot = 0;
+
+	if (!ring) {
+		*reason = LB_CNT_DROP_NO_SERVICE;
+		return 0;
+	}
+	__u32 *size = bpf_map_lookup_elem(ring, &slot);
+
+	if (!size || *size == 0) {
+		*reason = LB_CNT_DROP_NO_REAL;
+		return 0;
+	}
+	slot = 1 + hash % *size;
+	__u32 *entry = bpf_map_lookup_elem(ring, &slot);
 
 	if (!entry || *entry == 0) {
 		*reason = LB_CNT_DROP_NO_REAL;

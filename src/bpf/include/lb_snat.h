@@ -429,13 +429,11 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	} else {
 		/* 2. new translation: the service's Maglev ring picks the real, then a port is claimed */
 		struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
-		struct lb_service *svc = bpf_map_lookup_elem(&lb_services, &service_id);
-
-		if (!lcfg || !svc || svc->table_size == 0)
+		if (!lcfg)
 			return lb_snat_drop_lb(LB_CNT_DROP_NO_SERVICE);
 		__u32 reason = 0;
 
-		real = lb_ring_pick(svc, lb_flow_hash(p, use_sport, lcfg->hash_seed), &real_id, &reason);
+		real = lb_ring_pick(service_id, lb_flow_hash(p, use_sport, lcfg->hash_seed), &real_id, &reason);
 		if (!real)
 			return lb_snat_drop_lb(reason);
 		if (real->family != p->family)

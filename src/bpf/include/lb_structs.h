@@ -23,15 +23,6 @@ struct lb_vip_value {
 	__u8 flags; /* LB_VIP_F_* */
 };
 
-/* lb_services value. The packet path reads ring_base and table_size only; the whole value is
- * replaced in one hash-map update, so a ring switch is atomic. standby_base is for the loader. */
-struct lb_service {
-	__u32 ring_base;
-	__u32 standby_base;
-	__u32 table_size;
-	__u32 flags;
-};
-
 struct lb_real {
 	__u8 addr[16];
 	__u8 family;

@@ -163,12 +163,8 @@ int xdp_lb(struct xdp_md *ctx)
 	} else {
 		/* 4. miss: the service's Maglev ring picks the real */
 		lb_count(LB_CNT_CT_MISS);
-		struct lb_service *svc = bpf_map_lookup_elem(&lb_services, &service_id);
-
-		if (!svc || svc->table_size == 0)
-			return lb_drop(LB_CNT_DROP_NO_SERVICE);
 		hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
-		real = lb_ring_pick(svc, hash, &real_id, &reason);
+		real = lb_ring_pick(service_id, hash, &real_id, &reason);
 		if (!real) {
 			if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
 				lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);

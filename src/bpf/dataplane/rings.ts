@@ -1,0 +1,80 @@
+// Per-service Maglev rings of the LB program (lb_rings in lb_maps.h): one inner BPF array per service, slot 0
+// holding the table size M and slots 1..M the real ids. A ring is filled completely while nothing points at
+// it and then switched in with one update of the outer map, so packets see the old table or the new one.
+// Rings are never rewritten in place, so a ring's content is known from the map's identity: the digest of
+// each inner map is cached by its kernel map id, and reading the live state costs one outer lookup per
+// service instead of reading every table (docs/datapath.md).
+import { createHash } from 'node:crypto';
+import { BpfMap, MapType } from '../libbpf.js';
+import { encodeU32 } from './codec.js';
+
+/** BPF_F_INNER_MAP: inner maps of one outer map may differ in max_entries (must match the template's flags). */
+export const BPF_F_INNER_MAP = 1 << 12;
+
+/** The largest table an inner array can hold (u32 index, slot 0 is the size). */
+export const MAX_RING_ENTRIES = 0xfffffffe;
+
+export function ringDigest(ring: Uint32Array): string {
+  const le = Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength);
+  // Uint32Array is host-endian; every platform Node and BPF run on together here is little-endian.
+  return createHash('sha256').update(le).digest('hex');
+}
+
+/** lb_rings must be a hash of maps keyed by a u32 service id (a pin from another layout is refused at load). */
+export function checkRingMaps(outer: BpfMap): void {
+  if (outer.type !== MapType.hashOfMaps || outer.keySize !== 4)
+    throw Object.assign(new Error(`lb_rings: type ${outer.type}, key ${outer.keySize} bytes; expected a hash of maps keyed by u32`),
+      { code: 'EPROTO' });
+}
+
+/** A new inner array holding `ring` (not yet referenced by lb_rings). The caller owns (closes) it. */
+export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
+  const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4, valueSize: 4,
+    maxEntries: ring.length + 1, flags: BPF_F_INNER_MAP });
+  try {
+    const n = ring.length + 1;
+    const keys = Buffer.allocUnsafe(n * 4);
+    const values = Buffer.allocUnsafe(n * 4);
+    for (let i = 0; i < n; i++) keys.writeUInt32LE(i, i * 4);
+    values.writeUInt32LE(ring.length, 0);
+    Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength).copy(values, 4);
+    m.updateBatch(keys, values, n);
+    return m;
+  } catch (e) {
+    m.close();
+    throw e;
+  }
+}
+
+/** The ring held by an inner array (slot 0 is its size). */
+export function readRing(m: BpfMap): Uint32Array {
+  const size = m.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
+  const { keys, values, count } = m.lookupBatch(65536);
+  const out = new Uint32Array(Math.min(size, m.maxEntries - 1));
+  for (let i = 0; i < count; i++) {
+    const k = keys.readUInt32LE(i * 4);
+    if (k >= 1 && k <= out.length) out[k - 1] = values.readUInt32LE(i * 4);
+  }
+  return out;
+}
+
+export interface RingInfo { tableSize: number; digest: string }
+
+/** Digest of each inner map by kernel map id (ids are not reused while a map lives; see docs/bpf-binding.md). */
+export class RingCache {
+  private byId = new Map<number, RingInfo>();
+
+  get(mapId: number): RingInfo | undefined {
+    return this.byId.get(mapId);
+  }
+
+  set(mapId: number, info: RingInfo): void {
+    this.byId.set(mapId, info);
+  }
+
+  /** Forgets maps no service refers to any more. */
+  retain(liveIds: Iterable<number>): void {
+    const keep = new Set(liveIds);
+    for (const id of this.byId.keys()) if (!keep.has(id)) this.byId.delete(id);
+  }
+}

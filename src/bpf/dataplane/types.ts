@@ -1,0 +1,73 @@
+// The contract between the reconciler and a node's data plane (lb: XDP, ./index.ts; backend: TC,
+// ../backend/index.ts). Both read what the kernel holds as a LiveState, plan with the one pure planner
+// (src/render/ops.ts) and execute the resulting ops with undo.
+import type { DesiredState } from '../../render/state.js';
+import type { LiveState, Op } from '../../render/ops.js';
+
+export type { LiveState, Op } from '../../render/ops.js';
+
+export interface ApplyReport {
+  /** Ops executed. */
+  ops: number;
+  mapWrites: number;
+  mapDeletes: number;
+  /** Services pointed at a new ring (one map update each). */
+  ringSwitches: number;
+  /** Ring entries written into new rings. */
+  changedRingEntries: number;
+}
+
+export const EMPTY_REPORT: ApplyReport = { ops: 0, mapWrites: 0, mapDeletes: 0, ringSwitches: 0, changedRingEntries: 0 };
+
+export interface ReadLiveOptions {
+  /** Include each service's ring (Uint32Array) in the result; reads every ring. */
+  tables?: boolean;
+  /** Re-read every ring and recompute its digest instead of trusting the per-map digest cache. */
+  verify?: boolean;
+}
+
+export interface DataPlane {
+  /** What the node's maps hold. Cheap by default: rings are identified by their map, not read (see docs). */
+  readLive(opts?: ReadLiveOptions): Promise<LiveState>;
+  /** The ops that would take the live maps to `desired` (validated first; nothing is written). */
+  plan(desired: DesiredState): Promise<Op[]>;
+  /** Runs `ops` in order; on any failure undoes what it did (the previous state stays intact) and throws. */
+  execute(ops: Op[]): Promise<ApplyReport>;
+  /** readLive + plan + execute. */
+  apply(desired: DesiredState): Promise<ApplyReport>;
+  counters(): Promise<Record<string, number | Record<string, number>>>;
+  close(): void;
+}
+
+/** An undo log: each step registers how to revert itself; commit steps run only on success. */
+export class UndoLog {
+  private undo: Array<() => void> = [];
+  private commits: Array<() => void> = [];
+
+  onUndo(f: () => void): void {
+    this.undo.push(f);
+  }
+
+  onCommit(f: () => void): void {
+    this.commits.push(f);
+  }
+
+  /** Reverts every step, newest first; keeps going when one revert fails (restoring the rest matters more). */
+  rollback(): void {
+    for (const u of this.undo.reverse()) {
+      try {
+        u();
+      } catch {
+        /* keep restoring the rest */
+      }
+    }
+    this.undo = [];
+    this.commits = [];
+  }
+
+  commit(): void {
+    for (const c of this.commits) c();
+    this.undo = [];
+    this.commits = [];
+  }
+}

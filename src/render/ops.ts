@@ -1,0 +1,324 @@
+// The one plan engine: what a node's data plane must do to turn what the kernel holds (LiveState) into what a
+// revision wants (DesiredState), as an ordered list of map operations (Op[]). Pure. The lb and backend data
+// planes execute these ops (src/bpf/dataplane, src/bpf/backend); the reconciler uses an empty plan as its
+// read-back and drift check; `gitlb plan --live` prints them. Order (make-before-break, docs/render.md):
+// settings, reals, ring fills, service switches, VIP address markers and listeners, then the deletes of
+// listeners, markers, services and reals nothing refers to any more.
+import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
+
+/** lb_config: the flow-hash seed, the MTU and the outer sources of dsr-ipip. */
+export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string }
+
+/** SNAT settings of an lb node (lb_snat_config). Timeouts are whole seconds. */
+export interface SnatSettings {
+  addr4?: string;
+  addr6?: string;
+  portMin: number;
+  portMax: number;
+  tcpEstablishedS: number;
+  tcpClosingS: number;
+  udpS: number;
+}
+
+/** Node.spec.snatPorts default: Linux's default ephemeral range. */
+export const DEFAULT_SNAT_PORTS = { min: 32768, max: 60999 } as const;
+/** Idle timeouts of a SNAT translation (seconds). */
+export const SNAT_TIMEOUTS_S = {
+  tcpEstablishedS: 7_440, // RFC 5382 REQ-5: at least 2 h 4 min
+  tcpClosingS: 10,
+  udpS: 120, // RFC 4787 REQ-5: at least 2 min
+} as const;
+
+/** A be_vips entry of a backend node: an `address` entry (IP-in-IP to this VIP) or a `listener` (ipopt). */
+export interface BackendVip {
+  kind: 'address' | 'listener';
+  address: string;
+  family: 4 | 6;
+  port: number; // 0 for an address entry
+  protocol: 'TCP' | 'UDP' | null; // null for an address entry
+  targetPort: number; // 0 = not checked
+}
+
+/** A service's ring as the kernel holds it. `ring` is present only when the reader was asked for tables. */
+export interface LiveService {
+  id: number;
+  tableSize: number;
+  digest: string;
+  /** Kernel id of the inner map holding the ring (identity: a new table is a new map). */
+  mapId?: number;
+  ring?: Uint32Array;
+}
+
+export interface LiveVipMarker { address: string; family: 4 | 6 }
+
+/** What a node's maps hold, decoded. An lb node fills the lb fields, a backend node `backendVips`. */
+export interface LiveState {
+  settings: LbSettings | null;
+  snat: SnatSettings | null;
+  reals: DesiredReal[];
+  services: LiveService[];
+  vips: DesiredVip[];
+  markers: LiveVipMarker[];
+  backendVips: BackendVip[];
+}
+
+export const EMPTY_LIVE: LiveState = { settings: null, snat: null, reals: [], services: [], vips: [], markers: [], backendVips: [] };
+
+export type Op =
+  | { op: 'settings.set'; value: LbSettings; before: LbSettings | null }
+  | { op: 'snat.set'; value: SnatSettings; before: SnatSettings | null }
+  | { op: 'real.put'; real: DesiredReal; before: DesiredReal | null }
+  /** Builds a new ring for a service (not yet visible to packets). */
+  | { op: 'ring.fill'; serviceId: number; name: string; tableSize: number; digest: string; ring: Uint32Array }
+  /** Points the service at the ring filled by the ring.fill before it: one map update. */
+  | { op: 'service.switch'; serviceId: number; name: string; tableSize: number; digest: string; before: { tableSize: number; digest: string } | null }
+  | { op: 'vip.put'; vip: DesiredVip; before: DesiredVip | null }
+  | { op: 'marker.put'; marker: LiveVipMarker }
+  | { op: 'vip.delete'; vip: DesiredVip }
+  | { op: 'marker.delete'; marker: LiveVipMarker }
+  | { op: 'service.delete'; serviceId: number; tableSize: number; digest: string }
+  | { op: 'real.delete'; real: DesiredReal }
+  | { op: 'backend-vip.put'; entry: BackendVip; before: BackendVip | null }
+  | { op: 'backend-vip.delete'; entry: BackendVip };
+
+export type OpKind = Op['op'];
+
+// ------------------------------------------------------------------ desired views
+
+export function desiredSettings(d: DesiredState): LbSettings {
+  const own = d.addresses ?? [];
+  const src4 = own.filter((a) => !a.includes(':'));
+  const src6 = own.find((a) => a.includes(':'));
+  return { hashSeed: d.hashSeed, mtu: d.mtu, src4, ...(src6 !== undefined && { src6 }) };
+}
+
+export function desiredSnat(d: DesiredState): SnatSettings {
+  const ports = d.snatPorts ?? DEFAULT_SNAT_PORTS;
+  const out: SnatSettings = { portMin: ports.min, portMax: ports.max, ...SNAT_TIMEOUTS_S };
+  if (d.snatAddress !== undefined) {
+    if (d.snatAddress.includes(':')) out.addr6 = d.snatAddress;
+    else out.addr4 = d.snatAddress;
+  }
+  return out;
+}
+
+export const markerId = (m: LiveVipMarker): string => `${m.family}|${m.address}`;
+export const vipId = (v: Pick<DesiredVip, 'vip' | 'port' | 'protocol'>): string => `${v.vip}|${v.port}|${v.protocol}`;
+export const backendVipId = (e: Pick<BackendVip, 'address' | 'family' | 'port' | 'protocol'>): string =>
+  `${e.family}|${e.address}|${e.port}|${e.protocol ?? '*'}`;
+
+/** Every VIP address of an lb node gets a marker entry, so damaged packets to it are dropped, not passed. */
+export function desiredMarkers(d: DesiredState): LiveVipMarker[] {
+  const byId = new Map<string, LiveVipMarker>();
+  for (const v of d.vips) byId.set(markerId({ address: v.vip, family: v.family }), { address: v.vip, family: v.family });
+  return [...byId.values()];
+}
+
+/**
+ * The be_vips entries a backend node needs: one address entry per VIP reached by IP-in-IP, one listener entry
+ * per ipopt VIP:port:protocol. l2 VIPs need no entry (the VIP is local) and snat traffic arrives as ordinary
+ * packets. Sorted by identity, duplicates merged.
+ */
+export function desiredBackendVips(d: Pick<DesiredState, 'vips'>): BackendVip[] {
+  const byId = new Map<string, BackendVip>();
+  for (const v of d.vips) {
+    let e: BackendVip | null = null;
+    if (v.forwarding === 'dsr-ipip') e = { kind: 'address', address: v.vip, family: v.family, port: 0, protocol: null, targetPort: 0 };
+    else if (v.forwarding === 'dsr-ipopt')
+      e = { kind: 'listener', address: v.vip, family: v.family, port: v.port, protocol: v.protocol, targetPort: v.targetPort };
+    if (e) byId.set(backendVipId(e), e);
+  }
+  return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e);
+}
+
+// ------------------------------------------------------------------ planner
+
+const sameJson = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
+
+function sameVip(a: DesiredVip, b: DesiredVip): boolean {
+  return a.vip === b.vip && a.family === b.family && a.port === b.port && a.protocol === b.protocol &&
+    a.targetPort === b.targetPort && a.serviceId === b.serviceId && a.forwarding === b.forwarding &&
+    a.hashSourcePort === b.hashSourcePort;
+}
+
+function sameSnat(a: SnatSettings, b: SnatSettings): boolean {
+  return a.addr4 === b.addr4 && a.addr6 === b.addr6 && a.portMin === b.portMin && a.portMax === b.portMax &&
+    a.tcpEstablishedS === b.tcpEstablishedS && a.tcpClosingS === b.tcpClosingS && a.udpS === b.udpS;
+}
+
+function sameSettings(a: LbSettings, b: LbSettings): boolean {
+  return a.hashSeed === b.hashSeed && a.mtu === b.mtu && sameJson(a.src4, b.src4) && a.src6 === b.src6;
+}
+
+/** Ops that take `live` to `desired`; empty exactly when the kernel already holds the desired state. */
+export function planOps(live: LiveState, desired: DesiredState): Op[] {
+  return desired.role === 'backend' ? planBackend(live, desired) : planLb(live, desired);
+}
+
+function planBackend(live: LiveState, desired: DesiredState): Op[] {
+  const ops: Op[] = [];
+  const have = new Map(live.backendVips.map((e) => [backendVipId(e), e]));
+  const want = desiredBackendVips(desired);
+  const wantIds = new Set<string>();
+  // New and changed entries first, removals last: a VIP that stays is never missing in between.
+  for (const e of want) {
+    const id = backendVipId(e);
+    wantIds.add(id);
+    const cur = have.get(id) ?? null;
+    if (!cur || cur.kind !== e.kind || cur.targetPort !== e.targetPort) ops.push({ op: 'backend-vip.put', entry: e, before: cur });
+  }
+  for (const [id, e] of have) if (!wantIds.has(id)) ops.push({ op: 'backend-vip.delete', entry: e });
+  return ops;
+}
+
+function planLb(live: LiveState, desired: DesiredState): Op[] {
+  const ops: Op[] = [];
+
+  // 1. node settings (independent of the tables)
+  const settings = desiredSettings(desired);
+  if (!live.settings || !sameSettings(live.settings, settings)) ops.push({ op: 'settings.set', value: settings, before: live.settings });
+  const snat = desiredSnat(desired);
+  if (!live.snat || !sameSnat(live.snat, snat)) ops.push({ op: 'snat.set', value: snat, before: live.snat });
+
+  // 2. reals before any ring refers to them
+  const liveReals = new Map(live.reals.map((r) => [r.id, r]));
+  for (const r of desired.reals) {
+    const cur = liveReals.get(r.id) ?? null;
+    if (!cur || cur.address !== r.address || cur.family !== r.family) ops.push({ op: 'real.put', real: r, before: cur });
+  }
+
+  // 3. new rings, filled while nothing reads them; 4. then each service switched to its ring in one write
+  const liveServices = new Map(live.services.map((s) => [s.id, s]));
+  const switches: Op[] = [];
+  for (const s of desired.services) {
+    const cur = liveServices.get(s.id);
+    if (cur && cur.tableSize === s.tableSize && cur.digest === s.digest) continue;
+    ops.push({ op: 'ring.fill', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest, ring: s.ring });
+    switches.push({ op: 'service.switch', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest,
+      before: cur ? { tableSize: cur.tableSize, digest: cur.digest } : null });
+  }
+  ops.push(...switches);
+
+  // 5. VIP address markers, then listeners (once their services exist)
+  const liveMarkers = new Set(live.markers.map(markerId));
+  const wantMarkers = desiredMarkers(desired);
+  const wantMarkerIds = new Set(wantMarkers.map(markerId));
+  for (const m of wantMarkers) if (!liveMarkers.has(markerId(m))) ops.push({ op: 'marker.put', marker: m });
+  const liveVips = new Map(live.vips.map((v) => [vipId(v), v]));
+  const wantVips = new Set<string>();
+  for (const v of desired.vips) {
+    const id = vipId(v);
+    wantVips.add(id);
+    const cur = liveVips.get(id) ?? null;
+    if (!cur || !sameVip(cur, v)) ops.push({ op: 'vip.put', vip: v, before: cur });
+  }
+
+  // 6. deletes, from the outside in: listeners, markers, services no listener uses, reals no ring uses
+  for (const [id, v] of liveVips) if (!wantVips.has(id)) ops.push({ op: 'vip.delete', vip: v });
+  for (const m of live.markers) if (!wantMarkerIds.has(markerId(m))) ops.push({ op: 'marker.delete', marker: m });
+  const wantServices = new Set(desired.services.map((s) => s.id));
+  for (const s of live.services)
+    if (!wantServices.has(s.id)) ops.push({ op: 'service.delete', serviceId: s.id, tableSize: s.tableSize, digest: s.digest });
+  const wantReals = new Set(desired.reals.map((r) => r.id));
+  for (const r of live.reals) if (!wantReals.has(r.id)) ops.push({ op: 'real.delete', real: r });
+  return ops;
+}
+
+// ------------------------------------------------------------------ text
+
+const vipText = (v: DesiredVip) => `${v.vip.includes(':') ? `[${v.vip}]` : v.vip}:${v.port}/${v.protocol}`;
+const vipValueText = (v: DesiredVip) =>
+  `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}`;
+const settingsText = (s: LbSettings) =>
+  `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}`;
+const snatText = (s: SnatSettings) =>
+  `addr4 ${s.addr4 ?? '-'}, addr6 ${s.addr6 ?? '-'}, ports ${s.portMin}-${s.portMax}, timeouts ${s.tcpEstablishedS}/${s.tcpClosingS}/${s.udpS} s`;
+const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}`;
+
+/** One line per op, naming the map it writes (docs/datapath.md, docs/backend.md). */
+export function describeOp(o: Op): string {
+  switch (o.op) {
+    case 'settings.set': return `lb_config[0] = {${settingsText(o.value)}}${o.before ? ` (was {${settingsText(o.before)}})` : ''}`;
+    case 'snat.set': return `lb_snat_config[0] = {${snatText(o.value)}}${o.before ? ` (was {${snatText(o.before)}})` : ''}`;
+    case 'real.put': return `lb_reals[${o.real.id}] = ${o.real.address}${o.before ? ` (was ${o.before.address})` : ''}`;
+    case 'ring.fill': return `new ring for service ${o.name} (${o.serviceId}): ${o.tableSize} entries, digest ${o.digest.slice(0, 12)}`;
+    case 'service.switch':
+      return `lb_rings[${o.serviceId}] = ring ${o.digest.slice(0, 12)}` +
+        (o.before ? ` (was ${o.before.digest.slice(0, 12)}${o.before.tableSize !== o.tableSize ? `, ${o.before.tableSize} entries` : ''})` : ' (new service)');
+    case 'vip.put': return `lb_vips[${vipText(o.vip)}] = {${vipValueText(o.vip)}}${o.before ? ` (was {${vipValueText(o.before)}})` : ''}`;
+    case 'marker.put': return `lb_vips[${o.marker.address} marker] = {}`;
+    case 'vip.delete': return `delete lb_vips[${vipText(o.vip)}] ({${vipValueText(o.vip)}})`;
+    case 'marker.delete': return `delete lb_vips[${o.marker.address} marker]`;
+    case 'service.delete': return `delete lb_rings[${o.serviceId}] (ring ${o.digest.slice(0, 12)}, ${o.tableSize} entries)`;
+    case 'real.delete': return `delete lb_reals[${o.real.id}] (${o.real.address})`;
+    case 'backend-vip.put': return `be_vips[${beText(o.entry)}]${o.before ? ` (was ${beText(o.before)})` : ''}`;
+    case 'backend-vip.delete': return `delete be_vips[${beText(o.entry)}]`;
+  }
+}
+
+/** Counts of ops by kind, for logs and status. */
+export function summarizeOps(ops: Op[]): Partial<Record<OpKind, number>> {
+  const out: Partial<Record<OpKind, number>> = {};
+  for (const o of ops) out[o.op] = (out[o.op] ?? 0) + 1;
+  return out;
+}
+
+// ------------------------------------------------------------------ simulation
+
+/** The LiveState a data plane holds once it has applied `desired` exactly (what an empty plan means). */
+export function liveOf(desired: DesiredState): LiveState {
+  if (desired.role === 'backend') return { ...EMPTY_LIVE, backendVips: desiredBackendVips(desired) };
+  return {
+    settings: desiredSettings(desired),
+    snat: desiredSnat(desired),
+    reals: desired.reals.map((r) => ({ ...r })),
+    services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest })),
+    vips: desired.vips.map((v) => ({ ...v })),
+    markers: desiredMarkers(desired),
+    backendVips: [],
+  };
+}
+
+/**
+ * What `ops` do to `live`, computed without a kernel (the in-memory data plane and the planner's tests use it).
+ * Throws, like a data plane would, on a switch without its fill.
+ */
+export function applyOps(live: LiveState, ops: Op[]): LiveState {
+  const reals = new Map(live.reals.map((r) => [r.id, r]));
+  const services = new Map(live.services.map((s) => [s.id, s]));
+  const vips = new Map(live.vips.map((v) => [vipId(v), v]));
+  const markers = new Map(live.markers.map((m) => [markerId(m), m]));
+  const be = new Map(live.backendVips.map((e) => [backendVipId(e), e]));
+  const filled = new Map<number, LiveService>();
+  let { settings, snat } = live;
+  for (const o of ops) {
+    switch (o.op) {
+      case 'settings.set': settings = o.value; break;
+      case 'snat.set': snat = o.value; break;
+      case 'real.put': reals.set(o.real.id, o.real); break;
+      case 'ring.fill': filled.set(o.serviceId, { id: o.serviceId, tableSize: o.tableSize, digest: o.digest, ring: o.ring }); break;
+      case 'service.switch': {
+        const s = filled.get(o.serviceId);
+        if (!s) throw new Error(`service.switch of service ${o.serviceId} without a ring.fill before it`);
+        services.set(o.serviceId, s);
+        break;
+      }
+      case 'vip.put': vips.set(vipId(o.vip), o.vip); break;
+      case 'marker.put': markers.set(markerId(o.marker), o.marker); break;
+      case 'vip.delete': vips.delete(vipId(o.vip)); break;
+      case 'marker.delete': markers.delete(markerId(o.marker)); break;
+      case 'service.delete': services.delete(o.serviceId); break;
+      case 'real.delete': reals.delete(o.real.id); break;
+      case 'backend-vip.put': be.set(backendVipId(o.entry), o.entry); break;
+      case 'backend-vip.delete': be.delete(backendVipId(o.entry)); break;
+    }
+  }
+  return {
+    settings, snat,
+    reals: [...reals.values()].sort((a, b) => a.id - b.id),
+    services: [...services.values()].sort((a, b) => a.id - b.id),
+    vips: [...vips.values()],
+    markers: [...markers.values()],
+    backendVips: [...be.values()],
+  };
+}
