@@ -9,7 +9,7 @@ import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { readFileAt } from './source/git-objects.js';
 import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type PostApplyGate } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
-import { parseStatus, statusPath } from './status/status-doc.js';
+import { parseStatus, statusPath, type StatusBgp } from './status/status-doc.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
@@ -36,6 +36,7 @@ export interface DaemonOptions {
   postApplyGate?: PostApplyGate;
   onApplied?: (model: ConfigModel) => void;
   statusHealth?: () => unknown;
+  statusBgp?: () => StatusBgp | null;
   retry?: { baseMs: number; maxMs: number };
   log?: Logger;
 }
@@ -112,6 +113,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     postApplyGate: o.postApplyGate,
     onApplied: o.onApplied,
     statusHealth: o.statusHealth,
+    statusBgp: o.statusBgp,
     retry: o.retry,
     log,
     statusSink:

@@ -26,6 +26,7 @@ import {
   type NodeStatus,
   type StatusAttempt,
   type StatusCounters,
+  type StatusBgp,
 } from './status/status-doc.js';
 
 export const DEFAULT_STATUS_BRANCH = 'gitlb-status';
@@ -63,6 +64,8 @@ export interface ReconcilerOptions {
   onApplied?: (model: ConfigModel) => void;
   /** The `health` mapping of the status file (from the health checker), or null to leave it out. */
   statusHealth?: () => unknown;
+  /** The `bgp` mapping of the status file (per VIP announced or withdrawn, from the BGP announcer). */
+  statusBgp?: () => StatusBgp | null;
   retry?: { baseMs: number; maxMs: number };
   clock?: () => Date;
   log?: Logger;
@@ -177,6 +180,7 @@ export class Reconciler {
       startedAt: this.startedAt,
       updatedAt: now,
       ...this.healthField(),
+      ...this.bgpField(),
     };
   }
 
@@ -186,6 +190,16 @@ export class Reconciler {
       return h === null || h === undefined ? {} : { health: h };
     } catch (err) {
       this.log.warn(`health status unavailable: ${errorText(err)}`);
+      return {};
+    }
+  }
+
+  private bgpField(): { bgp?: StatusBgp } {
+    try {
+      const b = this.o.statusBgp?.();
+      return b === null || b === undefined ? {} : { bgp: b };
+    } catch (err) {
+      this.log.warn(`bgp status unavailable: ${errorText(err)}`);
       return {};
     }
   }

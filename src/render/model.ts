@@ -7,6 +7,8 @@ export type DispatchMode = 'dsr' | 'snat' | 'hybrid';
 export type Encap = 'l2' | 'ipip' | 'ipopt';
 export type RealState = 'active' | 'drain' | 'disabled';
 export type NodeRole = 'lb' | 'backend';
+/** lb nodes: `drain` withdraws every VIP by BGP and keeps forwarding what still arrives. */
+export type NodeState = 'active' | 'drain';
 export type HealthCheckType = 'tcp' | 'http' | 'none';
 export type RollbackPolicy = 'manual' | 'auto';
 /** What a service does when every active real fails its health check (docs/health.md). */
@@ -28,6 +30,27 @@ export interface ClusterSpec {
   rollback: { policy: RollbackPolicy };
   /** Health agreement across lb nodes (docs/health.md). Optional; absent means { mode: 'local' }. */
   health?: { mode: HealthAgreementMode; staleAfterMs?: number };
+  /** BGP announcement of the VIPs (docs/bgp.md). Absent: no BIRD configuration is rendered. */
+  bgp?: ClusterBgp;
+}
+
+export interface ClusterBgp {
+  localAsn: number;
+  holdTime: number; // seconds
+  keepaliveTime: number; // seconds, below holdTime (default holdTime / 3, rounded down, at least 1)
+  communities: [number, number][]; // sorted, unique
+  med?: number;
+}
+
+export interface BgpPeer {
+  address: string; // canonical
+  asn: number;
+  password?: string;
+}
+
+export interface NodeBgp {
+  routerId: string;
+  peers: BgpPeer[]; // sorted by address
 }
 
 export interface NodeSpec {
@@ -42,6 +65,10 @@ export interface NodeSpec {
   addresses: string[];
   /** MTU of `interface`, used for the encapsulation MTU check. Default 1500. */
   mtu: number;
+  /** Only lb nodes may drain. Absent means 'active' (the model sets it only for a draining node). */
+  state?: NodeState;
+  /** lb nodes: BGP sessions that announce the VIPs (needs ClusterSpec.bgp). */
+  bgp?: NodeBgp;
 }
 
 export interface PortSpec {

@@ -4,11 +4,14 @@ import { readConfigDir } from '../../reconciler/source/read-dir.js';
 import { parseConfig, formatDiagnostic } from '../../render/config/index.js';
 import { renderDesiredState, desiredStateToJson } from '../../render/desired.js';
 import { formatDesiredStateText } from '../../render/desired-format.js';
+import { decideAnnouncements } from '../../render/bgp/announce.js';
+import { renderBirdConfig } from '../../render/bgp/bird.js';
 
 interface RenderOptions {
   node: string;
   format: 'json' | 'text';
   tables: boolean;
+  bird: boolean;
 }
 
 export const command = defineCommand<RenderOptions>({
@@ -25,7 +28,12 @@ Every node renders the same digest for the same service and revision; compare th
       .argument('[DIR]', 'config directory', '.')
       .requiredOption('--node <name>', 'the node to render')
       .addOption(formatOption(['json', 'text'], 'text', 'json (stable: sorted keys, see docs/render.md) or text'))
-      .option('--tables', 'include the Maglev tables (JSON: number arrays; text: run-length encoded)', false),
+      .option('--tables', 'include the Maglev tables (JSON: number arrays; text: run-length encoded)', false)
+      .option(
+        '--bird',
+        "print the node's generated BIRD configuration instead (docs/bgp.md): every VIP announced as with the revision applied, the data plane up and every real healthy; session passwords redacted",
+        false,
+      ),
   async run(opts, args) {
     const result = await renderCore(opts, args[0] ?? '.');
     process.stderr.write(result.stderr);
@@ -46,6 +54,12 @@ async function renderCore(opts: RenderOptions, dir: string): Promise<{ code: num
   const stderr = diagnostics.map((d) => formatDiagnostic(d) + '\n').join('');
   if (!model) return { code: 1, stdout: '', stderr };
   const state = renderDesiredState(model, opts.node);
+  if (opts.bird) {
+    const facts = { node: opts.node, model, desired: state, dataPlaneUp: true, stopping: false };
+    const bird = renderBirdConfig(model, opts.node, decideAnnouncements(facts), { redactPasswords: true });
+    if (bird === null) return { code: 1, stdout: '', stderr: stderr + `node '${opts.node}' announces nothing by BGP: it needs role lb, spec.bgp, and Cluster.spec.bgp\n` };
+    return { code: 0, stdout: bird, stderr };
+  }
   const stdout = opts.format === 'json' ? desiredStateToJson(state, { tables: opts.tables }) : formatDesiredStateText(state, { tables: opts.tables });
   return { code: 0, stdout, stderr };
 }

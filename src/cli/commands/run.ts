@@ -14,6 +14,8 @@ import { sweepSnat } from '../../bpf/dataplane/snat.js';
 import { refreshNeighbours } from '../../reconciler/neighbours.js';
 import type { DesiredState } from '../../render/state.js';
 import { HealthService } from '../../reconciler/health/service.js';
+import { BgpAnnouncer } from '../../reconciler/bgp/announcer.js';
+import { bgpNode } from '../../render/bgp/bird.js';
 
 interface RunOptions {
   repo: string;
@@ -33,6 +35,9 @@ interface RunOptions {
   status: boolean;
   health: boolean;
   peerPoll: string;
+  birdConfig?: string;
+  birdSocket: string;
+  withdrawOnExit: boolean;
   once: boolean;
 }
 
@@ -71,6 +76,9 @@ function defineRun(cmd: Command): void {
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
     .option('--peer-poll <spec>', "lb nodes: how often to read peers' health observations from the status branch (consensus mode)", schedule, '2')
+    .option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file to write, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)")
+    .option('--bird-socket <path>', "BIRD's control socket for birdc configure", '/run/bird/bird.ctl')
+    .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--once', 'reconcile once, print the outcome and exit (exit 1 if the revision failed)', false);
 }
 
@@ -157,6 +165,18 @@ revision applied; 1 runtime failure (with --once: the revision failed); 2 usage 
     const runHealth = role === 'lb' && values.health && !values.once;
     // Peers' observations (consensus mode) come from their status files; the feed is started below.
     let peerFeed: PeerObservationFeed | null = null;
+    // lb nodes announce their VIPs through BIRD when the config has BGP settings (docs/bgp.md).
+    const bgp =
+      role === 'lb' && !values.once
+        ? new BgpAnnouncer({
+            node,
+            configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'),
+            birdSocket: values.birdSocket,
+            interface: values.interface,
+            applied: () => ({ model: daemon.reconciler.appliedConfig, desired: daemon.reconciler.desired }),
+            log: console,
+          })
+        : null;
     const health = runHealth ? new HealthService({ node, log: console, peers: () => peerFeed?.current() ?? [] }) : null;
     const daemon = await startDaemon({
       repo: values.repo,
@@ -177,7 +197,9 @@ revision applied; 1 runtime failure (with --once: the revision failed); 2 usage 
         onApplied: (model) => health.update(model),
         statusHealth: () => health.status(),
       }),
+      ...(bgp && { statusBgp: () => (bgpNode(daemon.reconciler.appliedConfig, node) ? bgp.status() : null) }),
     });
+    bgp?.start();
     health?.onChange(() => daemon.refreshHealth('health change'));
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (src/reconciler/neighbours.ts).
     const neighbourRounds = role === 'lb' && !values.once ? startNeighbourRefresh(() => daemon.reconciler.desired) : null;
@@ -214,6 +236,9 @@ revision applied; 1 runtime failure (with --once: the revision failed); 2 usage 
       process.once('SIGINT', stop);
       process.once('SIGTERM', stop);
     });
+    // Withdraw first, so the routers move new flows away while this node still forwards what arrives.
+    if (values.withdrawOnExit) await bgp?.withdrawAll();
+    bgp?.stop();
     await daemon.stop();
     peerSchedule?.stop();
     snatSweep?.stop();

@@ -60,6 +60,14 @@ export interface NodeStatus {
   updatedAt: string;
   /** Health checker observations and decisions (src/reconciler/health/status.ts), lb nodes only. */
   health?: unknown;
+  /** lb nodes with BGP: per VIP `announced` or `withdrawn: <reason>`, and BIRD's last reload (docs/bgp.md). */
+  bgp?: StatusBgp;
+}
+
+/** Optional fields: other nodes' files are input and are read defensively. */
+export interface StatusBgp {
+  vips?: { vip: string; services?: string[]; state: string }[];
+  bird?: { configFile?: string; reloadedAt?: string | null; error?: string };
 }
 
 export function emptyCounters(): StatusCounters {

@@ -88,8 +88,29 @@ export function formatStatusTable(statuses: NodeStatus[]): string {
     formatTable(
       ['NODE', 'APPLIED', 'DIGESTS', 'LAST ERROR'],
       rows.map((r) => [r.node, r.applied, r.digests, r.lastError]),
-    ) + summary
+    ) +
+    summary +
+    formatBgpSection(statuses)
   );
+}
+
+/** Rows (node, VIP, announced or why withdrawn) of the lb nodes that report BGP; status files are input, so capped. */
+export function bgpRows(statuses: NodeStatus[]): string[][] {
+  const rows: string[][] = [];
+  for (const s of statuses) {
+    const vips = Array.isArray(s.bgp?.vips) ? s.bgp.vips.slice(0, 4096) : [];
+    for (const v of vips) {
+      if (typeof v?.vip !== 'string' || typeof v.state !== 'string') continue;
+      rows.push([s.node, v.vip.slice(0, 45), v.state.slice(0, 60)]);
+    }
+    if (typeof s.bgp?.bird?.error === 'string') rows.push([s.node, '(BIRD)', `error: ${s.bgp.bird.error.replace(/\s+/g, ' ').slice(0, 120)}`]);
+  }
+  return rows;
+}
+
+function formatBgpSection(statuses: NodeStatus[]): string {
+  const rows = bgpRows(statuses);
+  return rows.length === 0 ? '' : '\nBGP announcements:\n' + formatTable(['NODE', 'VIP', 'BGP'], rows);
 }
 
 export interface HistoryEntry {

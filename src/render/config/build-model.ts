@@ -1,7 +1,7 @@
 // Schema-valid, semantically checked documents -> the ConfigModel render consumes: canonical
 // addresses, durations in milliseconds, health-check port filled in, lists sorted by name.
-import type { ClusterDoc, ConfigModel, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
-import { canonicalCidr, canonicalIp } from '../ip.js';
+import type { BgpPeer, ClusterBgp, ClusterDoc, ConfigModel, NodeBgp, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
+import { canonicalCidr, canonicalIp, compareIps } from '../ip.js';
 import { DEFAULTS } from './limits.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 
@@ -33,9 +33,28 @@ export function buildCluster(l: Located<RawCluster>): ClusterDoc {
       ...(s.health !== undefined
         ? { health: { mode: s.health.mode ?? 'local', ...(s.health.staleAfter !== undefined ? { staleAfterMs: durationMs(s.health.staleAfter) } : {}) } }
         : {}),
+      ...(s.bgp !== undefined ? { bgp: buildClusterBgp(s.bgp) } : {}),
     },
     source: source(l),
   };
+}
+
+function buildClusterBgp(b: NonNullable<RawCluster['spec']['bgp']>): ClusterBgp {
+  const communities = [...new Set(b.communities)]
+    .map((c) => c.split(':').map(Number) as [number, number])
+    .sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  return {
+    localAsn: b.localAsn,
+    holdTime: b.holdTime,
+    keepaliveTime: b.keepaliveTime ?? Math.max(1, Math.floor(b.holdTime / 3)),
+    communities,
+    ...(b.med !== undefined ? { med: b.med } : {}),
+  };
+}
+
+function buildNodeBgp(b: NonNullable<RawNode['spec']['bgp']>): NodeBgp {
+  const peers: BgpPeer[] = b.peers.map((p) => ({ address: ip(p.address), asn: p.asn, ...(p.password !== undefined ? { password: p.password } : {}) }));
+  return { routerId: ip(b.routerId), peers: peers.sort((x, y) => compareIps(x.address, y.address)) };
 }
 
 export function buildNode(l: Located<RawNode>): NodeDoc {
@@ -56,6 +75,8 @@ export function buildNode(l: Located<RawNode>): NodeDoc {
       ...(s.snatPorts !== undefined ? { snatPorts: { min: s.snatPorts.min, max: s.snatPorts.max } } : {}),
       addresses: s.addresses.map(ip),
       mtu: s.mtu,
+      ...(s.state === 'drain' ? { state: 'drain' as const } : {}),
+      ...(s.bgp !== undefined ? { bgp: buildNodeBgp(s.bgp) } : {}),
     },
     source: source(l),
   };

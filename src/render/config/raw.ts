@@ -1,6 +1,6 @@
 // Documents as they stand after schema validation (schema defaults filled in, addresses not yet
 // canonical, durations still text). Only semantic checks and the model builder see these.
-import type { DispatchMode, Encap, HealthAgreementMode, HealthCheckType, HealthFailMode, NodeRole, Protocol, RealState, RollbackPolicy } from '../model.js';
+import type { DispatchMode, Encap, HealthAgreementMode, HealthCheckType, HealthFailMode, NodeRole, NodeState, Protocol, RealState, RollbackPolicy } from '../model.js';
 import type { YamlDocument } from './yaml-source.js';
 
 interface RawDocument<K extends string, S> {
@@ -18,12 +18,23 @@ export type RawCluster = RawDocument<
     status: { branch: string };
     rollback: { policy: RollbackPolicy };
     health?: { mode?: HealthAgreementMode; staleAfter?: string };
+    bgp?: { localAsn: number; holdTime: number; keepaliveTime?: number; communities: string[]; med?: number };
   }
 >;
 
 export type RawNode = RawDocument<
   'Node',
-  { role: NodeRole; interface: string; allowedVips: string[]; snatAddress?: string; snatPorts?: { min: number; max: number }; addresses: string[]; mtu: number }
+  {
+    role: NodeRole;
+    interface: string;
+    allowedVips: string[];
+    snatAddress?: string;
+    snatPorts?: { min: number; max: number };
+    addresses: string[];
+    mtu: number;
+    state: NodeState;
+    bgp?: { routerId: string; peers: { address: string; asn: number; password?: string }[] };
+  }
 >;
 
 export type RawService = RawDocument<

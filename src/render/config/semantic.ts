@@ -85,12 +85,73 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
   for (const { doc, data } of services) {
     checkService(emit, doc, data, { cluster, lbNodes, nodeAddressOwner, backendAddresses, listeners, vipOwner });
   }
+  checkBgp(emit, cluster, nodes);
   // A SNAT address that is also a VIP would make replies and new flows indistinguishable.
   for (const { doc, data } of nodes) {
     const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
     const owner = snat ? vipOwner.get(formatIp(snat)) : undefined;
     if (owner) emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is also the VIP of service '${owner}'`);
   }
+}
+
+/** AS_TRANS (RFC 6793) stands in for a 4-byte ASN on 2-byte speakers; no session may use it as its own. */
+const AS_TRANS = 23456;
+
+/** BGP settings: only lb nodes announce, a node's sessions need the Cluster's ASN, peers are unique and usable. */
+function checkBgp(emit: Emit, cluster: Located<RawCluster> | null, nodes: Located<RawNode>[]): void {
+  const cb = cluster?.data.spec.bgp;
+  if (cluster && cb) {
+    if (cb.localAsn === AS_TRANS) emit('error', cluster.doc, ['spec', 'bgp', 'localAsn'], `spec.bgp.localAsn: ${AS_TRANS} is AS_TRANS, not an AS number a speaker may use`);
+    if (cb.keepaliveTime !== undefined && cb.keepaliveTime >= cb.holdTime)
+      emit('error', cluster.doc, ['spec', 'bgp', 'keepaliveTime'], `spec.bgp.keepaliveTime: ${cb.keepaliveTime}s must be below spec.bgp.holdTime (${cb.holdTime}s)`);
+    cb.communities.forEach((c, i) => {
+      if (c.split(':').some((part) => Number(part) > 65535))
+        emit('error', cluster.doc, ['spec', 'bgp', 'communities', i], `spec.bgp.communities[${i}]: '${c}' has a part above 65535`);
+    });
+  }
+  const routerIds = new Map<string, string>();
+  for (const { doc, data } of nodes) {
+    const { spec } = data;
+    if (spec.state === 'drain' && spec.role !== 'lb')
+      emit('error', doc, ['spec', 'state'], `spec.state: only lb nodes can drain (this node's role is ${spec.role})`);
+    const nb = spec.bgp;
+    if (!nb) continue;
+    if (spec.role !== 'lb') {
+      emit('error', doc, ['spec', 'bgp'], `spec.bgp: only lb nodes announce VIPs (this node's role is ${spec.role})`, 'key');
+      continue;
+    }
+    if (cluster && !cb) emit('error', doc, ['spec', 'bgp'], `spec.bgp: the Cluster has no spec.bgp (local AS number), so this node cannot speak BGP (${where(cluster.doc)})`, 'key');
+    const rid = parseIp(nb.routerId);
+    if (rid) {
+      const owner = routerIds.get(formatIp(rid));
+      if (owner) emit('error', doc, ['spec', 'bgp', 'routerId'], `spec.bgp.routerId: ${formatIp(rid)} is already the router id of node '${owner}'`);
+      else routerIds.set(formatIp(rid), data.metadata.name);
+      const why = unusableAddressReason(rid);
+      if (why) emit('error', doc, ['spec', 'bgp', 'routerId'], `spec.bgp.routerId: ${nb.routerId} ${why}`);
+    }
+    const own = new Set(spec.addresses.map((a) => canonicalOrSelf(a)));
+    const seen = new Map<string, number>();
+    nb.peers.forEach((p, i) => {
+      const path: PathSegment[] = ['spec', 'bgp', 'peers', i];
+      const a = checkAddress(emit, doc, [...path, 'address'], p.address);
+      if (p.asn === AS_TRANS) emit('error', doc, [...path, 'asn'], `${label([...path, 'asn'])}: ${AS_TRANS} is AS_TRANS, not a peer's AS number`);
+      if (!a) return;
+      const canon = formatIp(a);
+      const first = seen.get(canon);
+      if (first !== undefined) emit('error', doc, [...path, 'address'], `${label([...path, 'address'])}: ${canon} is already spec.bgp.peers[${first}]`);
+      else seen.set(canon, i);
+      if (own.has(canon)) emit('error', doc, [...path, 'address'], `${label([...path, 'address'])}: ${canon} is one of this node's own addresses`);
+      if (!spec.addresses.some((x) => parseIp(x)?.family === a.family))
+        emit('warning', doc, [...path, 'address'], `${label([...path, 'address'])}: the node has no ${fam(a.family)} address in spec.addresses to reach this peer from`);
+      if (spec.allowedVips.every((c) => parseCidr(c)?.family !== a.family))
+        emit('warning', doc, [...path, 'address'], `${label([...path, 'address'])}: no ${fam(a.family)} range in spec.allowedVips, so nothing is announced to this peer`);
+    });
+  }
+}
+
+function canonicalOrSelf(text: string): string {
+  const a = parseIp(text);
+  return a ? formatIp(a) : text;
 }
 
 function checkAddress(emit: Emit, doc: YamlDocument, path: PathSegment[], text: string): IpAddress | null {

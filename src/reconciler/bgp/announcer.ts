@@ -1,0 +1,153 @@
+// Keeps BIRD's view of this lb node's VIPs equal to the announcement rule (src/render/bgp/announce.ts): on every
+// tick it renders the node's BIRD configuration from the applied revision, writes it when the text changed and
+// asks BIRD to reload (`birdc configure`). BIRD itself is started and supervised elsewhere (systemd, the lab);
+// gitlb never speaks BGP. A failed write or reload is retried on the next tick.
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
+import { renderBirdConfig } from '../../render/bgp/bird.js';
+import type { ConfigModel } from '../../render/model.js';
+import type { DesiredState } from '../../render/state.js';
+import type { Logger } from '../reconcile.js';
+
+export interface BgpAnnouncerOptions {
+  node: string;
+  /** The generated file BIRD's main configuration includes. */
+  configFile: string;
+  /** BIRD's control socket (birdc -s). */
+  birdSocket: string;
+  /** What the data plane serves now: the applied revision's model and desired state (null before any apply). */
+  applied: () => { model: ConfigModel | null; desired: DesiredState | null };
+  /** Is the XDP program attached to `iface`? Default: asks `ip link`. */
+  xdpAttached?: (iface: string) => Promise<boolean>;
+  /** Interface override (gitlb run --interface); default the Node document's. */
+  interface?: string;
+  intervalMs?: number;
+  log?: Logger;
+  birdc?: string; // path of birdc, default 'birdc'
+}
+
+export interface BgpStatus {
+  vips: { vip: string; services: string[]; state: string }[];
+  bird: { configFile: string; reloadedAt: string | null; error?: string };
+}
+
+const TIMEOUT_MS = 10_000;
+
+function run(file: string, args: string[]): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    execFile(file, args, { timeout: TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : 1) : 0;
+      resolve({ code, out: `${stdout}${stderr}`.trim() });
+    });
+  });
+}
+
+/** Asks the kernel (through `ip -d -j link`) whether an XDP program is attached to `iface`, in any mode. */
+export async function xdpAttachedByIp(iface: string): Promise<boolean> {
+  const r = await run('ip', ['-d', '-j', 'link', 'show', 'dev', iface]);
+  if (r.code !== 0) return false;
+  try {
+    const links = JSON.parse(r.out) as { xdp?: { prog?: unknown; attached?: unknown[] } }[];
+    const x = links[0]?.xdp;
+    return x !== undefined && (x.prog !== undefined || (x.attached?.length ?? 0) > 0);
+  } catch {
+    return false;
+  }
+}
+
+export class BgpAnnouncer {
+  private written: string | null = null;
+  private reloadedAt: string | null = null;
+  private error: string | undefined;
+  private stopping = false; // withdrawing for exit: every VIP is reported 'stopping'
+  private halted = false; // no more ticks
+  private xdpUp = false;
+  private xdpCheckedAt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | null = null;
+  private readonly log: Logger;
+
+  constructor(private readonly o: BgpAnnouncerOptions) {
+    this.log = o.log ?? { info: () => {}, warn: () => {} };
+  }
+
+  start(): void {
+    const tick = () => {
+      void this.sync().finally(() => {
+        if (!this.halted) this.timer = setTimeout(tick, this.o.intervalMs ?? 500);
+      });
+    };
+    tick();
+  }
+
+  /** The facts the rule decides on, right now (the XDP check is cached for 2 s: it runs a process). */
+  private facts(): AnnounceFacts {
+    const { model, desired } = this.o.applied();
+    return { node: this.o.node, model, desired, dataPlaneUp: this.xdpUp, stopping: this.stopping };
+  }
+
+  announcements(): VipAnnouncement[] {
+    return decideAnnouncements(this.facts());
+  }
+
+  /** One round: decide, render, write and reload when the text changed. Serialised. */
+  sync(): Promise<void> {
+    if (this.running) return this.running;
+    this.running = this.syncOnce().finally(() => (this.running = null));
+    return this.running;
+  }
+
+  private async syncOnce(): Promise<void> {
+    const { model, desired } = this.o.applied();
+    if (!model) return; // nothing applied: BIRD keeps what the supervisor started it with
+    const iface = this.o.interface ?? desired?.interface;
+    if (iface && Date.now() - this.xdpCheckedAt > 2000) {
+      this.xdpUp = await (this.o.xdpAttached ?? xdpAttachedByIp)(iface);
+      this.xdpCheckedAt = Date.now();
+    }
+    const vips = this.announcements();
+    const text = renderBirdConfig(model, this.o.node, vips);
+    if (text === null || text === this.written) return;
+    try {
+      const onDisk = await readFile(this.o.configFile, 'utf8').catch(() => null);
+      if (onDisk !== text) {
+        await writeFile(`${this.o.configFile}.tmp`, text, { mode: 0o600 }); // may hold session passwords
+        await rename(`${this.o.configFile}.tmp`, this.o.configFile);
+      }
+      const r = await run(this.o.birdc ?? 'birdc', ['-s', this.o.birdSocket, 'configure']);
+      // birdc exits 0 even when BIRD refuses the file; its reply says which.
+      if (r.code !== 0 || !/Reconfigur(ed|ation in progress)/.test(r.out)) throw new Error(`birdc configure: ${r.out.split('\n').slice(-2).join(' ') || `exit ${r.code}`}`);
+      this.written = text;
+      this.reloadedAt = new Date().toISOString();
+      this.error = undefined;
+      const summary = vips.map((v) => `${v.vip} ${announcementText(v)}`).join(', ');
+      this.log.info(`bgp: BIRD reloaded: ${summary || 'no VIPs'}`);
+    } catch (err) {
+      const msg = (err as Error).message;
+      if (msg !== this.error) this.log.warn(`bgp: ${msg}`);
+      this.error = msg;
+    }
+  }
+
+  /** Withdraws every VIP (gitlb run --withdraw-on-exit) and stops; resolves once BIRD has the new file. */
+  async withdrawAll(): Promise<void> {
+    this.stopping = true;
+    this.stop();
+    await this.running;
+    await this.sync();
+  }
+
+  /** Stops ticking; BIRD keeps announcing what it was last told (the pinned data plane keeps forwarding). */
+  stop(): void {
+    this.halted = true;
+    clearTimeout(this.timer);
+  }
+
+  status(): BgpStatus {
+    return {
+      vips: this.announcements().map((v) => ({ vip: v.vip, services: v.services, state: announcementText(v) })),
+      bird: { configFile: this.o.configFile, reloadedAt: this.reloadedAt, ...(this.error ? { error: this.error } : {}) },
+    };
+  }
+}

@@ -1,0 +1,213 @@
+// BGP (issue 14), pure tiers: Cluster/Node bgp settings through the real config stage (exact file:line:col
+// diagnostics), the announcement rule, and the generated BIRD configuration, which BIRD itself must accept.
+import test from 'ava';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type ConfigFile, formatDiagnostic, parseConfig } from '../src/render/config/index.js';
+import { renderDesiredState } from '../src/render/desired.js';
+import { decideAnnouncements, announcementText, type AnnounceFacts } from '../src/render/bgp/announce.js';
+import { renderBirdConfig, peerProtocolName } from '../src/render/bgp/bird.js';
+import type { ConfigModel } from '../src/render/model.js';
+
+const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
+const file = (path: string, text: string): ConfigFile => ({ path, content: enc(text) });
+
+const CLUSTER_BGP = (bgp: string) => `apiVersion: gitlb/v1
+kind: Cluster
+metadata:
+  name: c
+spec:
+  bgp:
+${bgp}`;
+const lbNode = (name: string, extra: string) => `apiVersion: gitlb/v1
+kind: Node
+metadata:
+  name: ${name}
+spec:
+  role: lb
+  interface: eth0
+  addresses: [198.51.100.${name === 'lb-1' ? 11 : 12}, 2001:db8:1::${name === 'lb-1' ? 11 : 12}]
+  allowedVips: [203.0.113.0/24, 2001:db8:ff::/64]
+${extra}`;
+const BE = 'apiVersion: gitlb/v1\nkind: Node\nmetadata:\n  name: be-1\nspec:\n  role: backend\n  interface: eth0\n  addresses: [198.51.100.21, 198.51.100.22, 2001:db8:1::21]\n';
+const svc = (name: string, vip: string, reals: string) =>
+  `apiVersion: gitlb/v1\nkind: Service\nmetadata:\n  name: ${name}\nspec:\n  vip: ${vip}\n  ports: [{port: 80}]\n  dispatch: {mode: dsr, encap: l2}\n  reals: ${reals}\n`;
+const PEERS = `  bgp:
+    routerId: 198.51.100.11
+    peers:
+      - {address: 198.51.100.1, asn: 65000, password: s3cret}
+      - {address: 2001:db8:1::1, asn: 65000}
+`;
+
+function parse(files: ConfigFile[]) {
+  const r = parseConfig(files);
+  return { model: r.model, lines: r.diagnostics.map(formatDiagnostic) };
+}
+
+function goodModel(lb1Extra = PEERS): ConfigModel {
+  const { model, lines } = parse([
+    file('cluster.yaml', CLUSTER_BGP('    localAsn: 65001\n    holdTime: 3\n    communities: ["65001:200", "65001:100", "65001:100"]\n    med: 50\n')),
+    file('nodes/lb-1.yaml', lbNode('lb-1', lb1Extra)),
+    file('nodes/be-1.yaml', BE),
+    file('services/web.yaml', svc('web', '203.0.113.10', '[{address: 198.51.100.21}, {address: 198.51.100.22}]')),
+    file('services/api.yaml', svc('api', '203.0.113.20', '[{address: 198.51.100.21}]')),
+    file('services/web6.yaml', svc('web6', '2001:db8:ff::10', '[{address: 2001:db8:1::21}]')),
+  ]);
+  if (!model) throw new Error(lines.join('\n'));
+  return model;
+}
+
+test('config: bgp settings reach the model with defaults, canonical and sorted', (t) => {
+  const m = goodModel(PEERS + '  state: drain\n');
+  t.deepEqual(m.cluster.spec.bgp, { localAsn: 65001, holdTime: 3, keepaliveTime: 1, communities: [[65001, 100], [65001, 200]], med: 50 });
+  const lb = m.nodes.find((n) => n.metadata.name === 'lb-1')!;
+  t.is(lb.spec.state, 'drain');
+  t.deepEqual(lb.spec.bgp, {
+    routerId: '198.51.100.11',
+    peers: [
+      { address: '198.51.100.1', asn: 65000, password: 's3cret' },
+      { address: '2001:db8:1::1', asn: 65000 },
+    ],
+  });
+  t.is(m.nodes.find((n) => n.metadata.name === 'be-1')!.spec.state, undefined);
+});
+
+test('config: bad bgp settings are refused with file:line:col, nothing else', (t) => {
+  const { model, lines } = parse([
+    file('cluster.yaml', CLUSTER_BGP('    localAsn: 23456\n    holdTime: 3\n    keepaliveTime: 3\n    communities: ["65001:70000"]\n')),
+    file(
+      'nodes/lb-1.yaml',
+      lbNode(
+        'lb-1',
+        `  bgp:
+    routerId: 198.51.100.11
+    peers:
+      - {address: 198.51.100.1, asn: 65000}
+      - {address: 198.51.100.1, asn: 65000}
+      - {address: 224.0.0.5, asn: 23456}
+`,
+      ),
+    ),
+    file('nodes/lb-2.yaml', lbNode('lb-2', '  bgp:\n    routerId: 198.51.100.11\n    peers: [{address: 198.51.100.1, asn: 65000}]\n')),
+    file('nodes/be-1.yaml', BE + '  state: drain\n  bgp: {routerId: 198.51.100.21, peers: [{address: 198.51.100.1, asn: 65000}]}\n'),
+    file('services/web.yaml', svc('web', '203.0.113.10', '[{address: 198.51.100.21}]')),
+  ]);
+  t.is(model, null);
+  t.deepEqual(lines, [
+    'cluster.yaml:7:15: error: spec.bgp.localAsn: 23456 is AS_TRANS, not an AS number a speaker may use',
+    'cluster.yaml:9:20: error: spec.bgp.keepaliveTime: 3s must be below spec.bgp.holdTime (3s)',
+    "cluster.yaml:10:19: error: spec.bgp.communities[0]: '65001:70000' has a part above 65535",
+    "nodes/be-1.yaml:9:10: error: spec.state: only lb nodes can drain (this node's role is backend)",
+    "nodes/be-1.yaml:10:3: error: spec.bgp: only lb nodes announce VIPs (this node's role is backend)",
+    'nodes/lb-1.yaml:14:19: error: spec.bgp.peers[1].address: 198.51.100.1 is already spec.bgp.peers[0]',
+    'nodes/lb-1.yaml:15:19: error: spec.bgp.peers[2].address: 224.0.0.5 is a multicast address',
+    "nodes/lb-1.yaml:15:35: error: spec.bgp.peers[2].asn: 23456 is AS_TRANS, not a peer's AS number",
+    "nodes/lb-2.yaml:11:15: error: spec.bgp.routerId: 198.51.100.11 is already the router id of node 'lb-1'",
+  ]);
+});
+
+test('config: a node with bgp needs the Cluster\'s bgp; a peer must not be the node itself', (t) => {
+  const { model, lines } = parse([
+    file('cluster.yaml', 'apiVersion: gitlb/v1\nkind: Cluster\nmetadata:\n  name: c\nspec: {}\n'),
+    file('nodes/lb-1.yaml', lbNode('lb-1', '  bgp:\n    routerId: 198.51.100.11\n    peers: [{address: 198.51.100.11, asn: 65000}]\n')),
+    file('nodes/be-1.yaml', BE),
+    file('services/web.yaml', svc('web', '203.0.113.10', '[{address: 198.51.100.21}]')),
+  ]);
+  t.is(model, null);
+  t.deepEqual(lines, [
+    "nodes/lb-1.yaml:10:3: error: spec.bgp: the Cluster has no spec.bgp (local AS number), so this node cannot speak BGP (cluster.yaml:4:9)",
+    "nodes/lb-1.yaml:12:23: error: spec.bgp.peers[0].address: 198.51.100.11 is one of this node's own addresses",
+  ]);
+});
+
+test('config: the schema bounds ASNs and passwords', (t) => {
+  const { model, lines } = parse([
+    file('cluster.yaml', CLUSTER_BGP('    localAsn: 4294967295\n')),
+    file('nodes/lb-1.yaml', lbNode('lb-1', '  state: gone\n  bgp:\n    routerId: 2001:db8::1\n    peers: [{address: 198.51.100.1, asn: 0, password: "a b"}]\n')),
+    file('nodes/be-1.yaml', BE),
+    file('services/web.yaml', svc('web', '203.0.113.10', '[{address: 198.51.100.21}]')),
+  ]);
+  t.is(model, null);
+  t.deepEqual(lines.filter((l) => !l.startsWith('services/')), [
+    'cluster.yaml:7:15: error: spec.bgp.localAsn: must be between 1 and 4294967294 (got 4294967295)',
+    "nodes/lb-1.yaml:10:10: error: spec.state: must be one of 'active', 'drain' (got 'gone')",
+    "nodes/lb-1.yaml:12:15: error: spec.bgp.routerId: must be an IPv4 address (a BGP router id is a 32-bit number written as one) (got '2001:db8::1')",
+    'nodes/lb-1.yaml:13:42: error: spec.bgp.peers[0].asn: must be between 1 and 4294967294 (got 0)',
+    `nodes/lb-1.yaml:13:55: error: spec.bgp.peers[0].password: must be 1 to 80 printable ASCII characters without spaces, '"' or '\\' (got 'a b')`,
+  ]);
+});
+
+// ---- the announcement rule ------------------------------------------------------------------------
+
+function facts(model: ConfigModel, over: Partial<AnnounceFacts> & { down?: string[] } = {}): AnnounceFacts {
+  const down = new Set(over.down ?? []);
+  const desired = renderDesiredState(model, 'lb-1', { isHealthy: (_s, addr) => !down.has(addr) });
+  return { node: 'lb-1', model, desired, dataPlaneUp: true, stopping: false, ...over };
+}
+const states = (f: AnnounceFacts) => decideAnnouncements(f).map((a) => `${a.prefix} ${announcementText(a)}`);
+
+test('announce: every VIP when applied, attached and healthy; sorted, /32 and /128', (t) => {
+  t.deepEqual(states(facts(goodModel())), ['203.0.113.10/32 announced', '203.0.113.20/32 announced', '2001:db8:ff::10/128 announced']);
+});
+
+test('announce: all reals of one VIP down withdraws only that VIP; one healthy real keeps it', (t) => {
+  const m = goodModel();
+  t.deepEqual(states(facts(m, { down: ['198.51.100.21'] })), [
+    '203.0.113.10/32 announced', // 198.51.100.22 still up
+    '203.0.113.20/32 withdrawn: no healthy real',
+    '2001:db8:ff::10/128 announced',
+  ]);
+});
+
+test('announce: drain, data-plane failure, stopping, nothing applied and decommission withdraw everything', (t) => {
+  const m = goodModel();
+  const all = (reason: string) => ['203.0.113.10/32', '203.0.113.20/32', '2001:db8:ff::10/128'].map((p) => `${p} withdrawn: ${reason}`);
+  t.deepEqual(states(facts(goodModel(PEERS + '  state: drain\n'))), all('draining'));
+  t.deepEqual(states(facts(m, { dataPlaneUp: false })), all('data plane down'));
+  t.deepEqual(states(facts(m, { stopping: true, dataPlaneUp: false })), all('stopping'));
+  t.deepEqual(states(facts(m, { model: null })), all('not applied'));
+  const gone = { ...m, nodes: m.nodes.filter((n) => n.metadata.name !== 'lb-1') };
+  t.deepEqual(states(facts(m, { model: gone })), all('decommissioned'));
+  t.deepEqual(decideAnnouncements({ ...facts(m), desired: null }), []);
+  // A drained real takes no new flows: it does not keep the VIP announced.
+  const drained = goodModel();
+  drained.services.find((s) => s.metadata.name === 'api')!.spec.reals[0]!.state = 'drain';
+  t.deepEqual(states(facts(drained)).slice(1, 2), ['203.0.113.20/32 withdrawn: no healthy real']);
+});
+
+// ---- the BIRD configuration -----------------------------------------------------------------------
+
+test('bird: deterministic, announced VIPs as static routes, withdrawn ones only as comments', (t) => {
+  const m = goodModel();
+  const a = renderBirdConfig(m, 'lb-1', decideAnnouncements(facts(m, { down: ['198.51.100.21'] })))!;
+  t.is(renderBirdConfig(m, 'lb-1', decideAnnouncements(facts(m, { down: ['198.51.100.21'] }))), a);
+  t.regex(a, /route 203\.0\.113\.10\/32 blackhole;/);
+  t.notRegex(a, /route 203\.0\.113\.20\/32/);
+  t.regex(a, /# {3}203\.0\.113\.20\/32 +withdrawn: no healthy real +api/);
+  t.regex(a, /route 2001:db8:ff::10\/128 blackhole;/);
+  t.regex(a, /bgp_med = 50;\n {2}bgp_community\.add\(\(65001, 100\)\);\n {2}bgp_community\.add\(\(65001, 200\)\);/);
+  t.regex(a, new RegExp(`protocol bgp ${peerProtocolName('198.51.100.1')} \\{[^}]*neighbor 198\\.51\\.100\\.1 as 65000;[^}]*hold time 3;[^}]*password "s3cret";[^}]*ipv4 \\{`));
+  t.regex(a, /protocol bgp gitlb_peer_2001_db8_1__1 \{[^}]*local as 65001;[^}]*ipv6 \{/);
+  t.notRegex(renderBirdConfig(m, 'lb-1', [], { redactPasswords: true })!, /s3cret/);
+  t.is(renderBirdConfig(m, 'be-1', []), null);
+  // Only what the node may serve can become a route.
+  t.throws(() => renderBirdConfig(m, 'lb-1', [{ vip: '192.0.2.9', prefix: '192.0.2.9/32', family: 4, announced: true, services: [] }]), {
+    message: /outside spec\.allowedVips/,
+  });
+});
+
+test('bird: BIRD 2 itself accepts the generated file, with and without announcements', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'gitlb-bird-'));
+  try {
+    const m = goodModel();
+    for (const [name, f] of [['up', facts(m)], ['withdrawn', facts(m, { stopping: true })]] as const) {
+      const path = join(dir, `${name}.conf`);
+      writeFileSync(path, renderBirdConfig(m, 'lb-1', decideAnnouncements(f))!);
+      t.notThrows(() => execFileSync('bird', ['-p', '-c', path], { stdio: 'pipe' }), name);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
