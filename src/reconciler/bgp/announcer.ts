@@ -60,6 +60,7 @@ export class BgpAnnouncer {
   private written: string | null = null;
   private reloadedAt: string | null = null;
   private error: string | undefined;
+  private failedAt = 0;
   private stopping = false; // withdrawing for exit: every VIP is reported 'stopping'
   private halted = false; // no more ticks
   private xdpUp = false;
@@ -109,6 +110,7 @@ export class BgpAnnouncer {
     const vips = this.announcements();
     const text = renderBirdConfig(model, this.o.node, vips);
     if (text === null || text === this.written) return;
+    if (this.error && !this.stopping && Date.now() - this.failedAt < 2000) return; // BIRD down: retry every 2 s
     try {
       const onDisk = await readFile(this.o.configFile, 'utf8').catch(() => null);
       if (onDisk !== text) {
@@ -127,6 +129,7 @@ export class BgpAnnouncer {
       const msg = (err as Error).message;
       if (msg !== this.error) this.log.warn(`bgp: ${msg}`);
       this.error = msg;
+      this.failedAt = Date.now();
     }
   }
 
