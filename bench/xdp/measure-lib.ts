@@ -23,26 +23,35 @@ export function xdpContextFor(ifname: string): (len: number) => Buffer {
 
 export interface Measurer {
   /** Median ns/run of `prog` on `data` over `runs` runs of `repeat`; throws unless every run returned `action`
-   * and, with `counterName`, that LB counter moved by exactly `repeat` (every iteration took the measured path). */
-  measure(prog: BpfProgram, data: Buffer, action: number, repeat: number, counterName?: string,
+   * and, with `counterName`, that counter (each of them, for a list) moved by exactly `repeat` (every iteration
+   * took the measured path). */
+  measure(prog: BpfProgram, data: Buffer, action: number, repeat: number, counterName?: string | string[],
     beforeRun?: () => void): Promise<{ ns: number; runs: number[] }>;
 }
 
-export function measurer(opts: { runs: number; ctxFor: (len: number) => Buffer;
-  counter: (name: string) => Promise<number> }): Measurer {
+type Counter = (name: string) => Promise<number> | number;
+
+/** One BPF_PROG_TEST_RUN of `repeat` iterations, checked as Measurer.measure describes; kernel ns per iteration. */
+export async function runChecked(prog: BpfProgram, data: Buffer, ctxIn: Buffer, action: number, repeat: number,
+  counter: Counter, counterName?: string | string[]): Promise<number> {
+  const names = counterName === undefined ? [] : Array.isArray(counterName) ? counterName : [counterName];
+  const before = await Promise.all(names.map((n) => counter(n)));
+  const res = prog.testRun({ data, repeat, ctxIn });
+  if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
+  for (const [i, n] of names.entries()) {
+    const moved = (await counter(n)) - before[i]!;
+    if (moved !== repeat) throw new Error(`${n} moved by ${moved}, expected ${repeat}: iterations took another path`);
+  }
+  return res.durationNs;
+}
+
+export function measurer(opts: { runs: number; ctxFor: (len: number) => Buffer; counter: Counter }): Measurer {
   return {
     async measure(prog, data, action, repeat, counterName, beforeRun) {
       const runs: number[] = [];
       for (let r = 0; r < opts.runs; r++) {
         beforeRun?.();
-        const before = counterName ? await opts.counter(counterName) : 0;
-        const res = prog.testRun({ data, repeat, ctxIn: opts.ctxFor(data.length) });
-        if (res.retval !== action) throw new Error(`returned ${res.retval}, expected ${action}`);
-        if (counterName) {
-          const moved = (await opts.counter(counterName)) - before;
-          if (moved !== repeat) throw new Error(`${counterName} moved by ${moved}, expected ${repeat}: iterations took another path`);
-        }
-        runs.push(res.durationNs);
+        runs.push(await runChecked(prog, data, opts.ctxFor(data.length), action, repeat, opts.counter, counterName));
       }
       return { ns: median(runs), runs };
     },

@@ -1,27 +1,36 @@
 // Runs inside the bench namespace (see bench.ts). BPF_PROG_TEST_RUN with repeat = 1e6 (kernel-measured
-// average ns per run), median of several runs. The program under test is reached through bench/xdp/restore.c,
-// which puts the original packet back before every iteration (so encapsulating paths see a fresh packet each
-// time) and tail-calls it; the harness floor is the same harness tail-calling an empty XDP program. The action
-// of the measured iterations is checked through the LB's own counters: every iteration must have taken the
-// path being measured. For paths that leave the packet re-runnable as is (non-VIP, dsr-l2) the direct
-// figure without the harness is printed too.
+// average ns per run), median of several runs. The program under test is reached through a harness that puts
+// the original packet back before every iteration (bench/xdp/restore.c; bench/xdp/snat_vary.c also gives every
+// iteration a new client flow), so encapsulating paths see a fresh packet each time; the harness floor is the
+// same harness tail-calling an empty XDP program. The path of the measured iterations is checked through each
+// program's own counters: every iteration must have taken the path being measured.
+//
+// With KATRAN_OBJ (built by bench/xdp/run from KATRAN_SRC) Katran's balancer runs beside gitlb on the same
+// harness and packets: for each run the floor, gitlb and Katran are measured one after the other (alternating,
+// so load on the shared machine hits all three alike), and the medians net of the floor are compared.
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { makeState } from '../../test/lib/lb-state.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
-import { loadHarness, measurer, xdpContextFor } from './measure-lib.js';
+import { loadHarness, measurer, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { loadKatran, type KatranPeer } from './katran.js';
+import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
 
 const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
-const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
-const ring = (id: number) => Array.from({ length: 65537 }, () => id);
+const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 7);
+const KATRAN_OBJ = process.env.KATRAN_OBJ;
+const CT_ENTRIES = 65536;
+const ring = benchRing();
+const single = (id: number) => new Uint32Array(65537).fill(id);
+const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
 const state = makeState({
-  reals: { 1: '198.51.100.11', 2: '198.51.100.12' }, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: 65536,
+  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: CT_ENTRIES,
   services: [
-    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: ring(1) },
-    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring: ring(2) },
-    { id: 3, vip: '203.0.113.12', forwarding: 'dsr-ipopt', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: single(1) },
+    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
+    { id: 3, vip: '203.0.113.12', forwarding: 'dsr-ipopt', ring: single(2), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
   ],
 });
 
@@ -29,53 +38,98 @@ const dp = await openLbDataPlane({ pinRoot });
 await dp.apply(state);
 const lb = dp.object()!.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
-const harness = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
-const restore = harness.program('xdp_restore');
+const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
+const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
+const katran: KatranPeer | null = KATRAN_OBJ
+  ? await loadKatran(KATRAN_OBJ, { vip: '203.0.113.11', port: 80, reals: Array.from({ length: BENCH_REAL_COUNT }, (_, i) => benchReal(i)),
+    ring, routerMac: LAB.gwMac, lruSize: CT_ENTRIES })
+  : null;
 const ctxFor = xdpContextFor(LAB.lbA.name);
 const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
 const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
+const gitlbCounter = async (name: string) => (await dp.counters())[name] as number;
 
-interface Path { name: string; data: Buffer; action: number; counter: string; direct: boolean; katran: string }
-const paths: Path[] = [
-  { name: 'non-VIP pass', data: pkt('203.0.113.99', TCP_FLAGS.ACK), action: 2, counter: 'pass_not_vip', direct: true, katran: '73' },
-  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), action: 3, counter: 'ct_hit', direct: true, katran: '140-160' },
-  { name: 'dsr-l2 SYN (ring + ct insert)', data: pkt('203.0.113.10', TCP_FLAGS.SYN), action: 3, counter: 'ct_miss', direct: true, katran: '~300' },
-  { name: 'dsr-ipip connection-table hit + encap', data: pkt('203.0.113.11', TCP_FLAGS.ACK), action: 3, counter: 'ct_hit', direct: false, katran: '140-160' },
-  { name: 'dsr-ipip SYN (ring + ct insert + encap)', data: pkt('203.0.113.11', TCP_FLAGS.SYN), action: 3, counter: 'ct_miss', direct: false, katran: '~300' },
-  { name: 'dsr-ipopt SYN (ring + ct insert + option)', data: pkt('203.0.113.12', TCP_FLAGS.SYN), action: 3, counter: 'ct_miss', direct: false, katran: '~300' },
+interface Side { prog: BpfProgram; counters: string[]; counter: (n: string) => Promise<number> | number }
+interface PeerCase { name: string; data: Buffer; action: number; harness: BpfObject; gitlb: string[]; katran: string[] }
+const peerCases: PeerCase[] = [
+  { name: 'non-VIP packet', data: pkt('203.0.113.99', TCP_FLAGS.ACK), action: 2, harness: restoreObj,
+    gitlb: ['pass_not_vip'], katran: ['pass'] },
+  { name: 'VIP, connection-table hit, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.ACK), action: 3, harness: restoreObj,
+    gitlb: ['ct_hit', 'tx'], katran: ['ct_hit', 'tx'] },
+  { name: 'VIP SYN, new flow every packet, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.SYN), action: 3, harness: varyObj,
+    gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
 ];
+const harnessProg = (o: BpfObject) => o.programs()[0]!;
 
-const counter = async (name: string) => (await dp.counters())[name] as number;
-const bench = measurer({ runs: RUNS, ctxFor, counter });
-const measure = (prog: BpfProgram, data: Buffer, action: number, counterName?: string) =>
-  bench.measure(prog, data, action, REPEAT, counterName);
-const harnessFor = (data: Buffer, target: BpfProgram) => loadHarness(harness, data, target);
+/** Alternating runs: floor, gitlb, Katran; medians of each and of the net figures. */
+async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: number[]; katran: number[] }> {
+  const sides: Array<['floor' | 'gitlb' | 'katran', Side]> = [
+    ['floor', { prog: empty.program('xdp_empty'), counters: [], counter: () => 0 }],
+    ['gitlb', { prog: lb, counters: c.gitlb, counter: gitlbCounter }],
+  ];
+  if (katran) sides.push(['katran', { prog: katran.prog, counters: c.katran, counter: (n) => katran.counter(n) }]);
+  const out = { floor: [] as number[], gitlb: [] as number[], katran: [] as number[] };
+  const ctx = ctxFor(c.data.length);
+  for (let r = 0; r < RUNS; r++) {
+    for (const [key, side] of sides) {
+      loadHarness(c.harness, c.data, side.prog);
+      const action = key === 'floor' ? 2 : c.action;
+      out[key].push(await runChecked(harnessProg(c.harness), c.data, ctx, action, REPEAT, side.counter, side.counters));
+    }
+  }
+  return out;
+}
 
-// prime the connection table for the hit paths
-for (const p of paths) lb.testRun({ data: p.data, ctxIn: ctxFor(p.data.length) });
+// prime both connection tables for the hit case (on this CPU: Katran's tables are per CPU)
+for (const c of peerCases) {
+  lb.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
+  katran?.prog.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
+}
 
-harnessFor(paths[0]!.data, empty.program('xdp_empty'));
-const floor = await measure(restore, paths[0]!.data, 2);
-const bare = await measure(empty.program('xdp_empty'), paths[0]!.data, 2);
-
-console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, median of ${RUNS} runs, on CPU 1`);
-console.log(`harness floor: ${floor.ns} ns (restore + tail call to an empty program; runs ${floor.runs.join(' ')}); empty program alone: ${bare.ns} ns`);
-console.log(`${'path'.padEnd(42)} ${'ns/pkt'.padStart(7)} ${'minus floor'.padStart(12)} ${'direct'.padStart(7)}   runs (ns)                 Katran`);
+console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1`);
+console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'gitlb'.padStart(7)}${katran ? ` ${'Katran'.padStart(7)} ${'gitlb/Katran'.padStart(12)}` : ''}   (ns net of the floor; raw runs below)`);
 let failed = false;
-for (const p of paths) {
+for (const c of peerCases) {
   try {
-    harnessFor(p.data, lb);
-    const h = await measure(restore, p.data, p.action, p.counter);
-    const d = p.direct ? String((await measure(lb, p.data, p.action, p.counter)).ns) : '-';
-    console.log(`${p.name.padEnd(42)} ${String(h.ns).padStart(7)} ${String(h.ns - floor.ns).padStart(12)} ${d.padStart(7)}   ${h.runs.join(' ').padEnd(25)} ${p.katran}`);
+    const r = await measureCase(c);
+    const floor = median(r.floor);
+    const g = median(r.gitlb) - floor;
+    const k = katran ? median(r.katran) - floor : 0;
+    console.log(`${c.name.padEnd(38)} ${String(floor).padStart(6)} ${String(g).padStart(7)}${katran ? ` ${String(k).padStart(7)} ${(g / k).toFixed(2).padStart(12)}` : ''}`);
+    console.log(`${''.padEnd(38)} runs: floor ${r.floor.join(' ')} | gitlb ${r.gitlb.join(' ')}${katran ? ` | Katran ${r.katran.join(' ')}` : ''}`);
+  } catch (e) {
+    failed = true;
+    console.log(`${c.name.padEnd(38)} FAILED: ${(e as Error).message}`);
+  }
+}
+if (!katran) console.log('(no Katran column: set KATRAN_SRC to a checkout of Katran\'s repository to run it beside gitlb)');
+else console.log('Katran: balancer.bpf.c from KATRAN_SRC, its build flags, new-connection rate guard off (MAX_CONN_RATE raised) so both insert every SYN;');
+if (katran) console.log('        maps as KatranLb fills them: per-CPU LRU tables (65536 entries in total, as gitlb\'s table), 100 IPIP reals, one VIP.');
+
+// gitlb's other forwarding modes (no peer)
+const { measure } = measurer({ runs: RUNS, ctxFor, counter: gitlbCounter });
+const others = [
+  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), counter: ['ct_hit', 'tx'] },
+  { name: 'dsr-l2 SYN (ring + ct insert)', data: pkt('203.0.113.10', TCP_FLAGS.SYN), counter: ['ct_miss', 'tx'] },
+  { name: 'dsr-ipopt SYN (ring + ct insert + option)', data: pkt('203.0.113.12', TCP_FLAGS.SYN), counter: ['ct_miss', 'tx'] },
+];
+for (const p of others) lb.testRun({ data: p.data, ctxIn: ctxFor(p.data.length) });
+loadHarness(restoreObj, others[0]!.data, empty.program('xdp_empty'));
+const floor = await measure(harnessProg(restoreObj), others[0]!.data, 2, REPEAT);
+console.log(`\ngitlb's other modes (restore harness, floor ${floor.ns} ns)`);
+for (const p of others) {
+  try {
+    loadHarness(restoreObj, p.data, lb);
+    const h = await measure(harnessProg(restoreObj), p.data, 3, REPEAT, p.counter);
+    console.log(`${p.name.padEnd(42)} ${String(h.ns - floor.ns).padStart(7)} ns net   runs ${h.runs.join(' ')}`);
   } catch (e) {
     failed = true;
     console.log(`${p.name.padEnd(42)} FAILED: ${(e as Error).message}`);
   }
 }
-console.log('Katran reference (same machine, packet restored every iteration, ~26 ns floor included):');
-console.log('  ~140-160 ns connection-table hit, ~300 ns SYN inserting into its table, 73 ns non-VIP.');
-harness.close();
+katran?.close();
+restoreObj.close();
+varyObj.close();
 empty.close();
 dp.close();
 if (failed) process.exitCode = 1;
