@@ -93,7 +93,7 @@ test('defaults are filled in', (t) => {
   t.deepEqual(diagnostics, []);
   t.deepEqual(model!.cluster.spec, {
     maglev: { tableSize: 16381, seed: 'JLfvgnHc2kaSUFaI' },
-    conntrack: { maxEntries: 65536 },
+    conntrack: { maxEntries: 65536, newFlowRate: 0 },
     status: { branch: 'gitlb-status' },
     rollback: { policy: 'manual' },
   });

@@ -37,7 +37,7 @@ export function model(services: ServiceDoc[], lbNodes: string[] = ['lb1'], healt
       source: { file: 'cluster.yaml', line: 1, col: 1 },
       spec: {
         maglev: { tableSize: 251, seed: 'AAAAAAAAAAAAAAAA' },
-        conntrack: { maxEntries: 1024 },
+        conntrack: { maxEntries: 1024, newFlowRate: 0 },
         status: { branch: 'status' },
         rollback: { policy: 'auto' },
         ...(health && { health }),

@@ -101,6 +101,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
     ...(node.spec.addresses.length > 0 && { addresses: [...node.spec.addresses].sort(compareIps) }),
     hashSeed: hashSeedFromBase64(cluster.maglev.seed),
     conntrackMaxEntries: cluster.conntrack.maxEntries,
+    ...(cluster.conntrack.newFlowRate > 0 && { conntrackNewFlowRate: cluster.conntrack.newFlowRate }),
     reals: [...reals.values()].sort((a, b) => a.id - b.id),
     services: services.sort((a, b) => a.id - b.id),
     vips: vips.sort(compareVips),

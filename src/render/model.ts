@@ -25,7 +25,7 @@ export interface SourcePos {
 
 export interface ClusterSpec {
   maglev: { tableSize: number; seed: string /* base64 of 12 bytes */ };
-  conntrack: { maxEntries: number };
+  conntrack: { maxEntries: number; newFlowRate: number };
   status: { branch: string };
   rollback: { policy: RollbackPolicy };
   /** Health agreement across lb nodes (docs/health.md). Optional; absent means { mode: 'local' }. */

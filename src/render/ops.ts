@@ -6,8 +6,8 @@
 // listeners, markers, services and reals nothing refers to any more.
 import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
 
-/** lb_config: the flow-hash seed, the MTU and the outer sources of dsr-ipip. */
-export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string }
+/** lb_config: the flow-hash seed, the MTU, the outer sources of dsr-ipip and the new-flow rate guard (absent: off). */
+export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string; newFlowRate?: number }
 
 /** SNAT settings of an lb node (lb_snat_config). Timeouts are whole seconds. */
 export interface SnatSettings {
@@ -89,7 +89,8 @@ export function desiredSettings(d: DesiredState): LbSettings {
   const own = d.addresses ?? [];
   const src4 = own.filter((a) => !a.includes(':'));
   const src6 = own.find((a) => a.includes(':'));
-  return { hashSeed: d.hashSeed, mtu: d.mtu, src4, ...(src6 !== undefined && { src6 }) };
+  return { hashSeed: d.hashSeed, mtu: d.mtu, src4, ...(src6 !== undefined && { src6 }),
+    ...(d.conntrackNewFlowRate ? { newFlowRate: d.conntrackNewFlowRate } : {}) };
 }
 
 export function desiredSnat(d: DesiredState): SnatSettings {
@@ -147,7 +148,8 @@ function sameSnat(a: SnatSettings, b: SnatSettings): boolean {
 }
 
 function sameSettings(a: LbSettings, b: LbSettings): boolean {
-  return a.hashSeed === b.hashSeed && a.mtu === b.mtu && sameJson(a.src4, b.src4) && a.src6 === b.src6;
+  return a.hashSeed === b.hashSeed && a.mtu === b.mtu && sameJson(a.src4, b.src4) && a.src6 === b.src6 &&
+    (a.newFlowRate ?? 0) === (b.newFlowRate ?? 0);
 }
 
 /** Ops that take `live` to `desired`; empty exactly when the kernel already holds the desired state. */
@@ -230,7 +232,7 @@ const vipText = (v: DesiredVip) => `${v.vip.includes(':') ? `[${v.vip}]` : v.vip
 const vipValueText = (v: DesiredVip) =>
   `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}`;
 const settingsText = (s: LbSettings) =>
-  `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}`;
+  `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}${s.newFlowRate ? `, new flows ${s.newFlowRate}/s/CPU` : ''}`;
 const snatText = (s: SnatSettings) =>
   `addr4 ${s.addr4 ?? '-'}, addr6 ${s.addr6 ?? '-'}, ports ${s.portMin}-${s.portMax}, timeouts ${s.tcpEstablishedS}/${s.tcpClosingS}/${s.udpS} s`;
 const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}`;

@@ -61,6 +61,9 @@ export interface DesiredState {
   /** u32 seed of the flow hash in the data plane, derived from Cluster.spec.maglev.seed. */
   hashSeed: number;
   conntrackMaxEntries: number;
+  /** New-flow rate guard (Cluster.spec.conntrack.newFlowRate): connection-table inserts per second per CPU of
+   * an lb node; flows over it are forwarded without an entry. 0 or absent: off. */
+  conntrackNewFlowRate?: number;
   reals: DesiredReal[]; // sorted by id
   services: DesiredService[]; // sorted by id
   vips: DesiredVip[]; // sorted by (vip, port, protocol)

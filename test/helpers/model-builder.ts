@@ -11,7 +11,7 @@ export function cluster(opts: { tableSize?: number; seed?: string } = {}): Confi
     metadata: { name: 'main' },
     spec: {
       maglev: { tableSize: opts.tableSize ?? 1021, seed: opts.seed ?? 'Z2l0bGItc2VlZC0x' },
-      conntrack: { maxEntries: 65536 },
+      conntrack: { maxEntries: 65536, newFlowRate: 0 },
       status: { branch: 'gitlb-status' },
       rollback: { policy: 'manual' },
     },

@@ -15,6 +15,9 @@ export type HarnessStep =
   | { op: 'ctClear' }
   | { op: 'run'; data: string; ifname: string }
   | { op: 'counters' }
+  /** back-to-back runs without reading counters in between (timing-sensitive paths such as the rate guard);
+   * answers the return values, the counters that changed and the connection-table size afterwards */
+  | { op: 'runMany'; data: string[]; ifname: string }
   | { op: 'live' };
 
 export function stateToJson(s: DesiredState): unknown {
@@ -39,6 +42,16 @@ function xdpMd(len: number, ifindex: number): Buffer {
   return b;
 }
 
+type Counters = Awaited<ReturnType<LbDataPlane['counters']>>;
+
+/** The numeric counters that moved, by how much. */
+function changed(before: Counters, after: Counters): Record<string, number> {
+  const delta: Record<string, number> = {};
+  for (const [k, v] of Object.entries(after))
+    if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
+  return delta;
+}
+
 /** BPF_PROG_TEST_RUN of xdp_lb on one packet (hex) as if received on `ifname`; the counters that changed. */
 export async function runPacket(dp: LbDataPlane, hex: string, ifname: string)
   : Promise<{ retval: number; data: string; counters: Record<string, number> }> {
@@ -46,11 +59,17 @@ export async function runPacket(dp: LbDataPlane, hex: string, ifname: string)
   const ifindex = ifindexOf(ifname);
   const before = await dp.counters();
   const r = dp.object()!.program('xdp_lb').testRun({ data, ctxIn: xdpMd(data.length, ifindex) });
-  const after = await dp.counters();
-  const delta: Record<string, number> = {};
-  for (const [k, v] of Object.entries(after))
-    if (typeof v === 'number' && v !== before[k]) delta[k] = v - ((before[k] as number) ?? 0);
-  return { retval: r.retval, data: r.data.toString('hex'), counters: delta };
+  return { retval: r.retval, data: r.data.toString('hex'), counters: changed(before, await dp.counters()) };
+}
+
+async function runMany(dp: LbDataPlane, hexes: string[], ifname: string)
+  : Promise<{ retvals: number[]; counters: Record<string, number>; ctEntries: number }> {
+  const ifindex = ifindexOf(ifname);
+  const prog = dp.object()!.program('xdp_lb');
+  const packets = hexes.map((h) => Buffer.from(h, 'hex'));
+  const before = await dp.counters();
+  const retvals = packets.map((data) => prog.testRun({ data, ctxIn: xdpMd(data.length, ifindex) }).retval);
+  return { retvals, counters: changed(before, await dp.counters()), ctEntries: dp.object()!.map('lb_conntrack').keys().length };
 }
 
 async function main(): Promise<void> {
@@ -66,6 +85,7 @@ async function main(): Promise<void> {
           for (const k of ct.keys()) ct.delete(k);
           out.push({});
         } else if (step.op === 'counters') out.push({ counters: await dp.counters() });
+        else if (step.op === 'runMany') out.push(await runMany(dp, step.data, step.ifname));
         else if (step.op === 'live') {
           const l = await dp.readLive({ tables: true });
           out.push({ live: { ...l, services: l.services.map((s) => ({ ...s, ring: [...s.ring!] })) } });

@@ -17,7 +17,7 @@ export const COUNTER_NAMES = [
   'drop_malformed_l3', 'drop_truncated_l3', 'drop_truncated_l4', 'drop_malformed_l4', 'drop_fragment',
   'drop_no_service', 'drop_no_real', 'drop_real_missing', 'drop_fib', 'drop_fib_no_neigh',
   'drop_ipopt_no_room', 'drop_unsupported', 'drop_adjust',
-  'ct_hit', 'ct_miss', 'icmp_sent', 'tx', 'redirect',
+  'ct_hit', 'ct_miss', 'icmp_sent', 'tx', 'redirect', 'ct_rate_limited',
 ] as const;
 export type CounterName = (typeof COUNTER_NAMES)[number];
 
@@ -28,7 +28,7 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, pad: 18 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
   lb_flow_value: { size: 8, members: { real_id: 0, service_id: 4 } },
-  lb_config: { size: 64, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48 } },
+  lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
 };
 
@@ -104,10 +104,14 @@ export function decodeReal(b: Buffer): { address: string; family: 4 | 6 } {
   return { address: addrText(b.subarray(0, 16), family), family };
 }
 
-export interface ConfigValue { hashSeed: number; mtu: number; src4: string[]; src6?: string }
+export interface ConfigValue {
+  hashSeed: number; mtu: number; src4: string[]; src6?: string;
+  /** New-flow rate guard: connection-table inserts per second per CPU; 0 or absent = off. */
+  newFlowRate?: number;
+}
 
 export function encodeConfig(c: ConfigValue): Buffer {
-  const b = Buffer.alloc(64);
+  const b = Buffer.alloc(68);
   b.writeUInt32LE(c.hashSeed >>> 0, 0);
   b.writeUInt32LE(c.mtu, 4);
   const src4 = c.src4.slice(0, MAX_SRC4);
@@ -115,13 +119,15 @@ export function encodeConfig(c: ConfigValue): Buffer {
   b.writeUInt32LE(c.src6 ? 1 : 0, 12);
   src4.forEach((a, i) => addr16(a).copy(b, 16 + i * 4, 0, 4));
   if (c.src6) addr16(c.src6).copy(b, 48);
+  b.writeUInt32LE(c.newFlowRate ?? 0, 64);
   return b;
 }
 
 export function decodeConfig(b: Buffer): ConfigValue {
   const n = Math.min(b.readUInt32LE(8), MAX_SRC4);
   const src4 = Array.from({ length: n }, (_, i) => addrText(b.subarray(16 + i * 4, 20 + i * 4), 4));
-  return { hashSeed: b.readUInt32LE(0), mtu: b.readUInt32LE(4), src4, src6: b.readUInt32LE(12) ? addrText(b.subarray(48, 64), 6) : undefined };
+  return { hashSeed: b.readUInt32LE(0), mtu: b.readUInt32LE(4), src4, src6: b.readUInt32LE(12) ? addrText(b.subarray(48, 64), 6) : undefined,
+    newFlowRate: b.readUInt32LE(64) };
 }
 
 export interface FlowKey { src: string; dst: string; sport: number; dport: number; proto: number; family: 4 | 6 }

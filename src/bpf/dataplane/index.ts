@@ -115,7 +115,10 @@ class LbDataPlane implements DataPlane {
       mapMaxEntries.lb_conntrack ??= desired.conntrackMaxEntries;
       for (const [name, n] of Object.entries(snatMapSizes(desired))) mapMaxEntries[name] ??= n;
     }
-    const obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries });
+    // sizes come from the pins, so a pin is incompatible only when a newer program changed its layout or flags
+    // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing
+    const obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries,
+      replaceIncompatiblePins: true });
     try {
       for (const [name, want] of Object.entries(LAYOUTS)) {
         const got = obj.btfStruct(name);
@@ -370,7 +373,8 @@ class LbDataPlane implements DataPlane {
 
 function decodeConfigSettings(b: Buffer): LbSettings {
   const c = decodeConfig(b);
-  return { hashSeed: c.hashSeed, mtu: c.mtu, src4: c.src4, ...(c.src6 !== undefined && { src6: c.src6 }) };
+  return { hashSeed: c.hashSeed, mtu: c.mtu, src4: c.src4, ...(c.src6 !== undefined && { src6: c.src6 }),
+    ...(c.newFlowRate ? { newFlowRate: c.newFlowRate } : {}) };
 }
 
 export type LbDataPlaneHandle = DataPlane & { object(): BpfObject | null };

@@ -71,6 +71,7 @@ enum lb_counter {
 	LB_CNT_ICMP_SENT,            /* ICMP frag-needed / ICMPv6 packet-too-big sent to the client */
 	LB_CNT_TX,                   /* forwarded with XDP_TX */
 	LB_CNT_REDIRECT,             /* forwarded with bpf_redirect to another interface */
+	LB_CNT_CT_RATE_LIMITED,      /* new flow over the rate guard: forwarded without a connection-table insert */
 	LB_CNT_MAX,
 };
 

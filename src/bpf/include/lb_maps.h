@@ -47,9 +47,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_reals SEC(".maps");
 
-/* connection table: 5-tuple -> real; size set at load from Cluster.spec.conntrack.maxEntries */
+/* connection table: 5-tuple -> real; size set at load from Cluster.spec.conntrack.maxEntries. One hash table
+ * (a flow is found from any CPU) with a free/LRU list per CPU (BPF_F_NO_COMMON_LRU): inserts take no lock
+ * shared between CPUs, and a CPU evicts only from its own share (max_entries / possible CPUs). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(max_entries, LB_CT_DEFAULT_ENTRIES);
 	__type(key, struct lb_flow_key);
 	__type(value, struct lb_flow_value);
@@ -71,6 +74,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lb_nexthop_entry);
 } lb_nexthop_cache SEC(".maps");
+
+/* new-flow rate guard window (not pinned: a restart starts a new window) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_rate_window);
+} lb_new_flow_rate SEC(".maps");
 
 /* statistics (per CPU; readers sum) */
 struct {

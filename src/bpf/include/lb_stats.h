@@ -29,4 +29,25 @@ static __always_inline void lb_traffic_add(void *map, __u32 id, __u32 bytes, __u
 	bpf_map_update_elem(map, &id, &init, BPF_NOEXIST);
 }
 
+/* The new-flow rate guard (like Katran's): true when this CPU has already inserted `limit` new flows into the
+ * connection table in the current one-second window. Such flows are still forwarded by the ring, only not
+ * remembered, so a SYN flood cannot evict the established flows. */
+static __always_inline int lb_over_new_flow_rate(__u32 limit)
+{
+	__u32 zero = 0;
+	struct lb_rate_window *w = bpf_map_lookup_elem(&lb_new_flow_rate, &zero);
+	__u64 now;
+
+	if (!w)
+		return 0;
+	now = bpf_ktime_get_coarse_ns();
+	if (now - w->start_ns >= 1000000000ULL) {
+		w->start_ns = now;
+		w->count = 1;
+		return 0;
+	}
+	w->count += 1;
+	return w->count > limit;
+}
+
 #endif

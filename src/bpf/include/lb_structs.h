@@ -54,6 +54,13 @@ struct lb_config {
 	__u32 src6_set;        /* 1 when src6 holds the IPv6 outer source; 0 = kernel-chosen */
 	__be32 src4[8];        /* LB_MAX_SRC4 */
 	__u8 src6[16];
+	__u32 new_flow_rate;   /* new-flow rate guard: connection-table inserts per second per CPU; 0 = off */
+};
+
+/* lb_new_flow_rate[0] (per CPU): the rate guard's current one-second window */
+struct lb_rate_window {
+	__u64 start_ns;
+	__u64 count;
 };
 
 /* lb_nexthop_cache slot (per CPU, direct-mapped by real id): a bpf_fib_lookup result kept briefly. */

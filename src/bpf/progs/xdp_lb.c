@@ -106,26 +106,28 @@ int xdp_lb(struct xdp_md *ctx)
 
 	/* 1. parse */
 	verdict = lb_parse(ctx, &p, &reason);
-	/* replies of SNAT flows (and ICMP errors about them) come back to the SNAT address: lb_snat.h */
-	{
+	if (verdict != LB_PARSE_OK) {
+		/* replies of SNAT flows (and ICMP errors about them) come back to the SNAT address: lb_snat.h */
 		int snat = lb_snat_reverse(ctx, &p, verdict);
 
 		if (snat >= 0)
 			return snat;
-	}
-	if (verdict == LB_PARSE_PASS)
-		return lb_pass(reason);
-	if (verdict == LB_PARSE_BAD_IF_VIP)
+		if (verdict == LB_PARSE_PASS)
+			return lb_pass(reason);
 		return lb_damaged(&p, reason, reason == LB_CNT_DROP_MALFORMED_L4 || (reason == LB_CNT_DROP_TRUNCATED_L4 && p.dport));
+	}
 
-	/* 2. is it a VIP:port:protocol? */
+	/* 2. is it a VIP:port:protocol? (VIP traffic never pays for the SNAT reply check) */
 	struct lb_vip_key vk = {};
 
 	lb_vip_key_of(&p, &vk, 1);
 	struct lb_vip_value *vip = bpf_map_lookup_elem(&lb_vips, &vk);
 
-	if (!vip)
-		return lb_pass(LB_CNT_PASS_NOT_VIP);
+	if (!vip) {
+		int snat = lb_snat_reverse(ctx, &p, verdict);
+
+		return snat >= 0 ? snat : lb_pass(LB_CNT_PASS_NOT_VIP);
+	}
 	__u32 service_id = vip->service_id;
 	__u8 mode = vip->mode;
 	__be16 target_port = vip->target_port;
@@ -135,10 +137,6 @@ int xdp_lb(struct xdp_md *ctx)
 		lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
 		return lb_forward_snat(ctx, &p, service_id, target_port, use_sport);
 	}
-	struct lb_config *cfg = bpf_map_lookup_elem(&lb_config, &zero);
-
-	if (!cfg)
-		return lb_drop(LB_CNT_DROP_NO_SERVICE);
 
 	/* 3. connection table: an established flow keeps its real whatever the ring says now */
 	int new_flow = p.proto == IPPROTO_TCP &&
@@ -147,6 +145,7 @@ int xdp_lb(struct xdp_md *ctx)
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
 	__u32 hash = 0;
+	int have_hash = 0;
 
 	lb_flow_key_of(&p, &fk);
 	if (!new_flow) {
@@ -157,6 +156,11 @@ int xdp_lb(struct xdp_md *ctx)
 			real = bpf_map_lookup_elem(&lb_reals, &real_id);
 		}
 	}
+	/* node settings: looked up only once the connection table has answered */
+	struct lb_config *cfg = bpf_map_lookup_elem(&lb_config, &zero);
+
+	if (!cfg)
+		return lb_drop(LB_CNT_DROP_NO_SERVICE);
 	if (real) {
 		lb_count(LB_CNT_CT_HIT);
 		new_flow = 0;
@@ -164,6 +168,7 @@ int xdp_lb(struct xdp_md *ctx)
 		/* 4. miss: the service's Maglev ring picks the real */
 		lb_count(LB_CNT_CT_MISS);
 		hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
+		have_hash = 1;
 		real = lb_ring_pick(service_id, hash, &real_id, &reason);
 		if (!real) {
 			if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
@@ -172,7 +177,10 @@ int xdp_lb(struct xdp_md *ctx)
 		}
 		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id };
 
-		bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
+		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate))
+			lb_count(LB_CNT_CT_RATE_LIMITED);
+		else
+			bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
 		new_flow = 1;
 	}
 	lb_traffic_add(&lb_service_stats, service_id, p.frame_len, new_flow);
@@ -200,7 +208,9 @@ int xdp_lb(struct xdp_md *ctx)
 
 		if (p.l3_len + overhead > cfg->mtu)
 			goto too_big;
-		if (!new_flow) /* connection-table hit: the entropy still comes from the flow hash */
+		/* the flow hash is entropy for the outer header: on a connection-table hit it is computed only when
+		 * something uses it (a choice among several IPv4 sources, or the IPv6 flow label) */
+		if (!have_hash && (real->family != 4 || cfg->src4_count > 1))
 			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
 		struct lb_ipip_src src = {};
 		int want_src = lb_ipip_source(cfg, hash, real->family, &src);

@@ -27,7 +27,7 @@ export function buildCluster(l: Located<RawCluster>): ClusterDoc {
     metadata: { name: l.data.metadata.name },
     spec: {
       maglev: { tableSize: s.maglev.tableSize, seed: s.maglev.seed },
-      conntrack: { maxEntries: s.conntrack.maxEntries },
+      conntrack: { maxEntries: s.conntrack.maxEntries, newFlowRate: s.conntrack.newFlowRate },
       status: { branch: s.status.branch },
       rollback: { policy: s.rollback.policy },
       ...(s.health !== undefined

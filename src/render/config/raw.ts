@@ -14,7 +14,7 @@ export type RawCluster = RawDocument<
   'Cluster',
   {
     maglev: { tableSize: number; seed: string };
-    conntrack: { maxEntries: number };
+    conntrack: { maxEntries: number; newFlowRate: number };
     status: { branch: string };
     rollback: { policy: RollbackPolicy };
     health?: { mode?: HealthAgreementMode; staleAfter?: string };
