@@ -1,10 +1,15 @@
-// Prints median Maglev build times and memory. Run through bench/maglev/run.
+// Prints median Maglev build times and memory. Run through bench/maglev/run. With KATRAN_MAGLEV (Katran's C++
+// MaglevHash, built from KATRAN_SRC by the run script) the equal-weight builds are timed beside Katran's in
+// alternating rounds (ours, then the peer process, three times), and the ratio of the medians is printed.
+import { spawnSync } from 'node:child_process';
 import { buildMaglevTable, maglevBackendId, type MaglevBackend } from '../../src/render/maglev.js';
 
 const SIZES = [16381, 65537, 131071];
 const COUNTS = [10, 100, 1000];
 const SEED = 0x2c6b1f0e;
 const runs = Number(process.env.BENCH_RUNS ?? 21);
+const PEER = process.env.KATRAN_MAGLEV;
+const ROUNDS = 3;
 
 function backends(n: number, weighted: boolean): MaglevBackend[] {
   return Array.from({ length: n }, (_, i) => ({
@@ -21,14 +26,29 @@ function median(xs: number[]): number {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Median build time, and the typed-array memory one build allocates (table + working arrays). */
-async function measure(list: MaglevBackend[], m: number): Promise<{ ms: number; min: number; allocated: number }> {
+/** Build times (ms) of Katran's MaglevHash for M, N: `count` runs in a process of its own. */
+function peerTimes(m: number, n: number, count: number): number[] {
+  const r = spawnSync(PEER!, [String(m), String(n), String(count)], { encoding: 'utf8', timeout: 120_000 });
+  if (r.status !== 0) throw new Error(`${PEER} failed: ${r.stderr}`);
+  return r.stdout.trim().split('\n').map(Number);
+}
+
+/** Median build time, and the typed-array memory one build allocates (table + working arrays); with `peer`,
+ * Katran's median over the same number of runs, measured in rounds alternating with ours. */
+async function measure(list: MaglevBackend[], m: number, peer: boolean)
+  : Promise<{ ms: number; min: number; allocated: number; peer?: { ms: number; min: number } }> {
   for (let w = 0; w < 5; w++) buildMaglevTable(list, m, SEED); // warm up the JIT
   const times: number[] = [];
-  for (let r = 0; r < runs; r++) {
-    const t0 = process.hrtime.bigint();
-    buildMaglevTable(list, m, SEED);
-    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  const peerRuns: number[] = [];
+  const rounds = peer ? ROUNDS : 1;
+  for (let round = 0; round < rounds; round++) {
+    const count = Math.ceil(runs / rounds);
+    for (let r = 0; r < count; r++) {
+      const t0 = process.hrtime.bigint();
+      buildMaglevTable(list, m, SEED);
+      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    if (peer) peerRuns.push(...peerTimes(m, list.length, count));
   }
   // ArrayBuffer backing stores are freed asynchronously after a GC: collect, let the sweeper finish, then measure
   // the external memory a single build adds (nothing is freed that quickly in between).
@@ -42,25 +62,29 @@ async function measure(list: MaglevBackend[], m: number): Promise<{ ms: number; 
     allocated = process.memoryUsage().arrayBuffers - before;
     if (table.length !== m) throw new Error('bad table');
   }
-  return { ms: median(times), min: Math.min(...times), allocated };
+  return { ms: median(times), min: Math.min(...times), allocated, ...(peer && { peer: { ms: median(peerRuns), min: Math.min(...peerRuns) } }) };
 }
 
 const load = (await import('node:os')).loadavg()[0]!.toFixed(2);
 console.log(`maglev build, median and minimum of ${runs} runs (node ${process.version}, 1-min load average ${load})`);
 for (const weighted of [false, true]) {
   console.log(`\n${weighted ? 'weights 1..10' : 'equal weights'}`);
-  console.log('       M      N   median ms   min ms   table KiB   typed arrays KiB/build');
+  const peer = Boolean(PEER) && !weighted; // Katran's MaglevHash weights differently: equal weights only
+  console.log(`       M      N   median ms   min ms   table KiB   typed arrays KiB/build${peer
+    ? '   Katran median / min ms   gitlb/Katran median / min' : ''}`);
   for (const m of SIZES) {
     for (const n of COUNTS) {
-      const { ms, min, allocated } = await measure(backends(n, weighted), m);
+      const { ms, min, allocated, peer: k } = await measure(backends(n, weighted), m, peer);
       console.log(
         `${String(m).padStart(8)} ${String(n).padStart(6)} ${ms.toFixed(3).padStart(11)} ${min.toFixed(3).padStart(8)} ${((m * 4) / 1024)
           .toFixed(0)
-          .padStart(11)} ${(allocated / 1024).toFixed(0).padStart(24)}`,
+          .padStart(11)} ${(allocated / 1024).toFixed(0).padStart(24)}${k
+          ? `${`${k.ms.toFixed(3)} / ${k.min.toFixed(3)}`.padStart(25)} ${`${(ms / k.ms).toFixed(2)} / ${(min / k.min).toFixed(2)}`.padStart(27)}` : ''}`,
       );
     }
   }
 }
 const mem = process.memoryUsage();
 console.log(`\nprocess: rss ${(mem.rss / 1048576).toFixed(1)} MiB, heapUsed ${(mem.heapUsed / 1048576).toFixed(1)} MiB`);
-console.log('reference: a C++ build of M=65537, N=1000 takes about 2 ms; target within 1.5x (3 ms)');
+if (!PEER) console.log('(no Katran column: set KATRAN_SRC to a checkout of Katran\'s repository to time its C++ MaglevHash beside ours)');
+else console.log('Katran: MaglevHash::generateHashRing from KATRAN_SRC, g++ -O2, same M and N, equal weights; goal: gitlb/Katran <= 1.5');
