@@ -177,7 +177,7 @@ test.serial('post-apply gate: a revision that breaks health checks fails it, a s
     };
     const broken = await judge(wrongPort, 0.5);
     t.false(broken.pass);
-    t.is(broken.reason, 'web lost 100.0% of healthy capacity (4 -> 0); limit 50.0%');
+    t.is(broken.reason, 'web lost 100.0% of its healthy table share (100.0% -> 0.0% of entries on healthy reals); limit 50.0%');
     const small = await judge(oneSilent, 0.3);
     t.true(small.pass, small.reason);
     t.is(small.reason, 'largest loss web 25.0% within limit 30.0%');

@@ -252,21 +252,25 @@ test('localDownSet keeps only down reals, sorted', (t) => {
 
 // ---- health gate ----------------------------------------------------------------------------------------------
 
-const st = (services: Record<string, [number, string, boolean][]>): GateState => ({
+// [entries, healthy] per real; table size = the sum of entries unless given as the last element.
+const st = (services: Record<string, [number, boolean][]>, tableSize?: number): GateState => ({
   services: Object.entries(services).map(([name, reals]) => ({
     name,
-    reals: reals.map(([weight, state, healthy], i) => ({ address: `198.51.100.${i + 2}`, weight, state, healthy })),
+    tableSize: tableSize ?? reals.reduce((n, [e]) => n + e, 0),
+    reals: reals.map(([entries, healthy], i) => ({ address: `198.51.100.${i + 2}`, entries, healthy })),
   })),
 });
 
 const gateTable: { name: string; before: GateState; after: GateState; max: number; pass: boolean; reason: RegExp }[] = [
-  { name: 'no change passes', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'active', true]] }), max: 0.25, pass: true, reason: /no service lost/ },
-  { name: 'losing half fails a 25% limit', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'active', false]] }), max: 0.25, pass: false, reason: /^web lost 50\.0% of healthy capacity \(2 -> 1\); limit 25\.0%$/ },
-  { name: 'weights count, not reals', before: st({ web: [[3, 'active', true], [1, 'active', true]] }), after: st({ web: [[3, 'active', true], [1, 'active', false]] }), max: 0.25, pass: true, reason: /largest loss web 25\.0% within limit 25\.0%/ },
-  { name: 'drained reals are not capacity', before: st({ web: [[1, 'active', true], [1, 'active', true]] }), after: st({ web: [[1, 'active', true], [1, 'drain', true]] }), max: 0.4, pass: false, reason: /web lost 50\.0%/ },
-  { name: 'a removed service is not judged', before: st({ web: [[1, 'active', true]], old: [[1, 'active', true]] }), after: st({ web: [[1, 'active', true]] }), max: 0, pass: true, reason: /no service lost/ },
-  { name: 'a service with no healthy capacity before cannot lose any', before: st({ web: [[1, 'active', false]] }), after: st({ web: [[1, 'active', false]] }), max: 0, pass: true, reason: /no service lost/ },
-  { name: 'several failures are all named', before: st({ a: [[1, 'active', true]], b: [[2, 'active', true]] }), after: st({ a: [[1, 'active', false]], b: [[2, 'active', false]] }), max: 0.5, pass: false, reason: /^a lost 100\.0%.*; b lost 100\.0%/ },
+  { name: 'no change passes', before: st({ web: [[50, true], [51, true]] }), after: st({ web: [[50, true], [51, true]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'a table that moves no entry passes even at a zero limit (weights scaled alike)', before: st({ web: [[34, true], [33, true], [34, false]] }), after: st({ web: [[34, true], [33, true], [34, false]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'losing half fails a 25% limit', before: st({ web: [[50, true], [50, true]] }), after: st({ web: [[50, true], [50, false]] }), max: 0.25, pass: false, reason: /^web lost 50\.0% of its healthy table share \(100\.0% -> 50\.0% of entries on healthy reals\); limit 25\.0%$/ },
+  { name: 'entries count, not reals', before: st({ web: [[75, true], [25, true]] }), after: st({ web: [[75, true], [25, false]] }), max: 0.25, pass: true, reason: /largest loss web 25\.0% within limit 25\.0%/ },
+  { name: 'moving entries onto healthy reals passes (a drain)', before: st({ web: [[50, true], [50, true]] }), after: st({ web: [[100, true], [0, true]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'moving entries onto a down real fails', before: st({ web: [[50, true], [50, false]] }), after: st({ web: [[10, true], [90, false]] }), max: 0.5, pass: false, reason: /web lost 80\.0%/ },
+  { name: 'a removed service is not judged', before: st({ web: [[10, true]], old: [[10, true]] }), after: st({ web: [[10, true]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'a service with no healthy share before cannot lose any', before: st({ web: [[10, false]] }), after: st({ web: [[10, false]] }), max: 0, pass: true, reason: /no service lost/ },
+  { name: 'several failures are all named', before: st({ a: [[10, true]], b: [[10, true]] }), after: st({ a: [[10, false]], b: [[10, false]] }), max: 0.5, pass: false, reason: /^a lost 100\.0%.*; b lost 100\.0%/ },
 ];
 for (const row of gateTable) {
   test(`health gate: ${row.name}`, (t) => {

@@ -273,3 +273,26 @@ export function detachPinnedLink(pinPath: string): boolean {
   }
   return true;
 }
+
+/**
+ * Where the XDP link pinned at `pinPath` is attached: its ifindex and the mode the kernel reports for that
+ * interface. Null when nothing is pinned there or the pin is not an XDP link.
+ */
+export function pinnedXdpLink(pinPath: string): { ifindex: number; mode: string } | null {
+  if (!existsSync(pinPath)) return null;
+  const n = native();
+  const fd = n.objGet(pinPath);
+  try {
+    const li = n.linkInfo(fd);
+    if (li.type !== LINK_TYPE_XDP) return null;
+    const mode = li.ifindex ? (XDP_ATTACH_MODES[n.xdpQuery(li.ifindex).attachMode] ?? 'none') : 'none';
+    return { ifindex: li.ifindex, mode };
+  } finally {
+    n.closeFd(fd);
+  }
+}
+
+/** The ifindex of `ifname` (throws ENODEV-style errors naming the interface). */
+export function interfaceIndex(ifname: string): number {
+  return named(`interface '${ifname}'`, () => native().ifNameToIndex(ifname));
+}

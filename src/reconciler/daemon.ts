@@ -1,6 +1,8 @@
 // The `gitlb run` daemon: wires the Git source, the data plane, the reconciler, status write-back and
-// the triggers (webhook, poll, local ref watch, drift check, retry timer). Everything runs through one
-// SerialRunner so reconciles and drift checks never overlap and bursts of triggers coalesce.
+// the triggers (webhook, poll, local ref watch, drift check, retry timer). Reconciles and drift checks run
+// through one SerialRunner so they never overlap and bursts of triggers coalesce. Health re-renders run on a
+// runner of their own: they never queue behind a fetch, a status push or a peer read; they share only the
+// reconciler's data-plane lock with the apply sections.
 import { mkdir, readFile, writeFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { DataPlane } from '../bpf/dataplane/index.js';
@@ -38,6 +40,11 @@ export interface DaemonOptions {
   statusHealth?: () => unknown;
   statusBgp?: () => StatusBgp | null;
   retry?: { baseMs: number; maxMs: number };
+  /** Deadline of every Git operation (fetch, push, status write round), default 10 s. */
+  gitTimeoutMs?: number;
+  role?: 'lb' | 'backend';
+  /** Removes this node's data plane when the config stops naming it (decommission). */
+  teardown?: () => Promise<void>;
   log?: Logger;
 }
 
@@ -93,7 +100,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
   await mkdir(o.cacheDir, { recursive: true });
   const credentials = loadCredentials({ file: o.credentialsFile });
-  const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials });
+  const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs });
   const stateFile = join(o.cacheDir, 'state.json');
   const writers = new Map<string, StatusWriter>();
   const writerFor = (branch: string) => {
@@ -115,6 +122,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     statusHealth: o.statusHealth,
     statusBgp: o.statusBgp,
     retry: o.retry,
+    role: o.role,
+    teardown: o.teardown,
     log,
     statusSink:
       o.writeStatus === false
@@ -135,19 +144,22 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
           await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision });
         // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.
         if (out.kind === 'failed' && out.rollback?.pushed) runner.trigger('reconcile', 'automatic revert');
-        // Transient failures come back on their own, with backoff.
+        // Transient failures (fetch included) come back on their own, with backoff.
         clearTimeout(retryTimer);
         const at = reconciler.nextRetryAt;
         if (at) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
-      },
-      refresh: async (why) => {
-        await reconciler.refreshHealth(why);
       },
       drift: async () => {
         await reconciler.checkDrift();
       },
     },
     (kind, err) => log.warn(`${kind} failed: ${(err as Error).message}`),
+  );
+
+  // The health path: its own runner (coalescing bursts of flips), never behind the reconcile runner's Git I/O.
+  const healthRunner = new SerialRunner(
+    { refresh: async (why) => void (await reconciler.refreshHealth(why)) },
+    (kind, err) => log.warn(`health ${kind} failed: ${(err as Error).message}`),
   );
 
   const schedules: Schedule[] = [];
@@ -186,19 +198,22 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     remote,
     webhook,
     trigger: (why) => runner.trigger('reconcile', why),
-    refreshHealth: (why) => runner.trigger('refresh', why),
+    refreshHealth: (why) => healthRunner.trigger('refresh', why),
     idle: async () => {
       await runner.idle();
+      await healthRunner.idle();
       await reconciler.flushStatus();
     },
     stop: async () => {
       runner.stop();
+      healthRunner.stop();
       reconciler.stopStatusRetries();
       clearTimeout(retryTimer);
       for (const s of schedules) s.stop();
       await webhook?.close();
       await refWatch?.close();
       await runner.idle();
+      await healthRunner.idle();
       await reconciler.flushStatus();
     },
   };

@@ -10,6 +10,10 @@
 //   (validation, render) are not. A newer commit always supersedes a failed one.
 // - After a restart the first reconcile adopts the pinned maps: it applies the last good revision again,
 //   which writes nothing when nothing changed.
+// - Git I/O (fetch, ancestry, revert push) never runs under the data-plane lock: a health re-render waits at
+//   most for one apply/read-back section, never for the Git server (docs/reconciler.md, "Health path").
+// - A revision that no longer names this node decommissions it: teardown, final status, never a revert.
+//   Automatic reverts are pushed only by lb nodes and only for revisions whose own content is bad.
 import { parseConfig, formatDiagnostic } from '../render/config/index.js';
 import { renderDesiredState, type HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
@@ -19,6 +23,8 @@ import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-object
 import type { GitRemote } from './source/git-remote.js';
 import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
+import { Mutex } from './mutex.js';
+import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
 import {
   emptyCounters,
   type AttemptResult,
@@ -35,6 +41,8 @@ export const DEFAULT_STATUS_BRANCH = 'gitlb-status';
 export type PostApplyGate = (ctx: {
   revision: string;
   before: DesiredState | null;
+  /** The config of the last good revision (null on the first apply): the gate compares its table shares. */
+  beforeModel: ConfigModel | null;
   after: DesiredState;
   model: ConfigModel;
 }) => Promise<{ pass: boolean; reason: string }>;
@@ -67,6 +75,13 @@ export interface ReconcilerOptions {
   /** The `bgp` mapping of the status file (per VIP announced or withdrawn, from the BGP announcer). */
   statusBgp?: () => StatusBgp | null;
   retry?: { baseMs: number; maxMs: number };
+  /** This node's data plane (default: the Node document's role). Only lb nodes push automatic reverts. */
+  role?: 'lb' | 'backend';
+  /**
+   * Removes this node's data plane (detach, VIPs, pins) when a revision no longer names the node. The data
+   * plane handle is closed before it is called.
+   */
+  teardown?: () => Promise<void>;
   clock?: () => Date;
   log?: Logger;
 }
@@ -75,7 +90,8 @@ export type Outcome =
   | { kind: 'unchanged'; revision: string; report?: ApplyReport }
   | { kind: 'applied'; revision: string; report: ApplyReport; plan: Op[]; warnings: string[]; timings: Record<string, number> }
   | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
-  | { kind: 'waiting'; revision: string; retryAt: Date; reason: string };
+  | { kind: 'waiting'; revision: string | null; retryAt: Date; reason: string }
+  | { kind: 'decommissioned'; revision: string };
 
 interface FailedRevision {
   stage: FailureStage;
@@ -86,6 +102,17 @@ interface FailedRevision {
 }
 
 const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
+/** Stages at which the revision's own content is at fault: the only ones an automatic revert may answer. */
+const CONTENT_BAD: ReadonlySet<FailureStage> = new Set(['validate', 'render', 'health']);
+const STAGE_REASON: Record<FailureStage, ConditionReason> = {
+  fetch: 'FetchFailed',
+  validate: 'ValidationFailed',
+  render: 'RenderFailed',
+  apply: 'ApplyFailed',
+  readback: 'ReadbackMismatch',
+  health: 'HealthGateFailed',
+  status: 'ApplyFailed',
+};
 const quietLog: Logger = { info: () => {}, warn: () => {} };
 
 function errorText(err: unknown): string {
@@ -114,9 +141,20 @@ export class Reconciler {
   private readonly log: Logger;
   private readonly retry: { baseMs: number; maxMs: number };
   private lastServices: NodeStatus['services'] = [];
+  /** Set by a drift check that repaired something; cleared by the next clean one (condition Degraded). */
+  private driftRepaired: string | null = null;
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
   private pendingStatus: Promise<void> = Promise.resolve();
+  /** Serialises every section that writes or compares the data plane; never held across Git I/O. */
+  private readonly dpLock = new Mutex();
+  /** The config whose tables are in the kernel: the applied one, or a candidate while its health gate runs. */
+  private liveModel: ConfigModel | null = null;
+  private conditions: Condition[] = [];
+  private fetchFailure: { reason: string; attempts: number; retryAt: number } | null = null;
+  private decommissioned: string | null = null;
+  /** The outcome of the latest reconcile pass (`run --once` exits by it). */
+  lastOutcome: Outcome | null = null;
   /** Milliseconds per stage of the latest reconcile (fetch, ancestry, validate, render, plan, apply, readback). */
   timings: Record<string, number> = {};
 
@@ -147,7 +185,7 @@ export class Reconciler {
 
   /** When the earliest pending retry of a failed revision is due (for the daemon's timer), or null. */
   get nextRetryAt(): Date | null {
-    let t = Infinity;
+    let t = this.fetchFailure?.retryAt ?? Infinity;
     for (const f of this.failed.values()) if (f.retryable) t = Math.min(t, f.retryAt);
     return Number.isFinite(t) ? new Date(t) : null;
   }
@@ -176,12 +214,40 @@ export class Reconciler {
       lastFailure: this.lastFailure,
       warnings: [...this.warnings],
       services: this.lastServices,
+      conditions: this.currentConditions(now),
       counters: { ...this.counters },
       startedAt: this.startedAt,
       updatedAt: now,
       ...this.healthField(),
       ...this.bgpField(),
     };
+  }
+
+  private condition(type: Condition['type'], status: Condition['status'], reason: ConditionReason, message: string): void {
+    this.conditions = setCondition(this.conditions, { type, status, reason, message }, this.clock().toISOString());
+  }
+
+  /** Ready/Reconciling/Stalled as last set by an outcome; Degraded from what the node serves right now. */
+  private currentConditions(now: string): Condition[] {
+    if (!this.conditions.some((c) => c.type === 'Ready'))
+      this.conditions = setCondition(this.conditions, { type: 'Ready', status: 'Unknown', reason: 'Progressing', message: 'no reconcile finished yet' }, now);
+    if (!this.decommissioned) {
+      const down = this.lastServices.flatMap((s) => s.reals.filter((r) => r.state === 'active' && !r.healthy).map((r) => `${s.name}/${r.address}`));
+      const degraded = this.driftRepaired
+        ? { status: 'True' as const, reason: 'DriftRepaired' as const, message: this.driftRepaired }
+        : down.length
+          ? { status: 'True' as const, reason: 'RealsUnhealthy' as const, message: `unhealthy: ${down.slice(0, 10).join(', ')}${down.length > 10 ? ` (+${down.length - 10})` : ''}` }
+          : { status: 'False' as const, reason: 'Healthy' as const, message: 'every active real is healthy' };
+      this.conditions = setCondition(this.conditions, { type: 'Degraded', ...degraded }, now);
+    }
+    return this.conditions.map((c) => ({ ...c }));
+  }
+
+  private succeeded(revision: string): void {
+    const msg = `applied ${revision.slice(0, 12)}`;
+    this.condition('Ready', 'True', 'Succeeded', msg);
+    this.condition('Reconciling', 'False', 'Succeeded', msg);
+    this.condition('Stalled', 'False', 'Succeeded', msg);
   }
 
   private healthField(): { health?: unknown } {
@@ -281,6 +347,11 @@ export class Reconciler {
 
   /** One reconcile pass. Never throws for revision problems: they end in a recorded, published failure. */
   async reconcile(trigger = 'manual'): Promise<Outcome> {
+    this.lastOutcome = await this.reconcilePass(trigger);
+    return this.lastOutcome;
+  }
+
+  private async reconcilePass(trigger: string): Promise<Outcome> {
     this.counters.reconciles++;
     let head: string | null;
     this.timings = {};
@@ -290,12 +361,18 @@ export class Reconciler {
       this.timings.fetch = Math.round(performance.now() - t);
       if (!head) throw new Error(`branch '${this.o.branch}' not found in ${this.o.remote.description}`);
     } catch (err) {
-      // No revision to record against; the next trigger or poll tries again.
-      this.counters.failures++;
-      this.log.warn(`fetch failed: ${errorText(err)}`);
-      return { kind: 'failed', revision: null, stage: 'fetch', reason: errorText(err) };
+      return this.fetchFailed(errorText(err));
+    }
+    if (this.fetchFailure) {
+      this.log.info(`fetch recovered after ${this.fetchFailure.attempts} failed attempts`);
+      this.fetchFailure = null;
+      if (head === this.applied && !this.adopting) {
+        this.succeeded(head);
+        this.publish('fetch recovered');
+      }
     }
 
+    if (this.decommissioned === head) return { kind: 'decommissioned', revision: head };
     if (head === this.applied && !this.adopting) return { kind: 'unchanged', revision: head };
     if (this.adopting && this.applied && head !== this.applied && !this.appliedDesired) await this.adoptPinned(this.applied);
 
@@ -310,6 +387,24 @@ export class Reconciler {
     return this.reconcileRevision(head, trigger);
   }
 
+  /**
+   * A failed fetch: recorded (status conditions, counters) and retried with exponential backoff, while the node
+   * keeps serving its last good revision. Published only when the reason changes, so a long partition does not
+   * queue a status push per attempt.
+   */
+  private fetchFailed(reason: string): Outcome {
+    this.counters.failures++;
+    const attempts = (this.fetchFailure?.attempts ?? 0) + 1;
+    const delay = Math.min(this.retry.maxMs, this.retry.baseMs * 2 ** (attempts - 1));
+    const changed = this.fetchFailure?.reason !== reason;
+    this.fetchFailure = { reason, attempts, retryAt: this.clock().getTime() + delay };
+    this.log.warn(`fetch failed (attempt ${attempts}, retry in ${delay} ms): ${reason}`);
+    this.condition('Ready', 'False', 'FetchFailed', reason);
+    this.condition('Reconciling', 'True', 'FetchFailed', `retrying in ${Math.round(delay / 1000)} s (attempt ${attempts})`);
+    if (changed) this.publish('fetch failed');
+    return { kind: 'failed', revision: null, stage: 'fetch', reason };
+  }
+
   private async reconcileRevision(head: string, trigger: string): Promise<Outcome> {
     let t = performance.now();
     const mark = (stage: string) => {
@@ -318,7 +413,6 @@ export class Reconciler {
       t = now;
     };
     const { remote, branch, node } = this.o;
-    const dataPlane = this.dp;
     const warnings: string[] = [];
     const adopting = this.adopting;
 
@@ -358,6 +452,10 @@ export class Reconciler {
     }
 
     mark('validate');
+    // A revision that no longer names this node is its decommission, not a fault of the revision.
+    if (!model.nodes.some((n) => n.metadata.name === node)) return this.decommission(head, model);
+    if (this.decommissioned) await this.recommission();
+
     // Render.
     let desired: DesiredState;
     try {
@@ -367,38 +465,56 @@ export class Reconciler {
     }
 
     mark('render');
-    // Plan against the live maps, then apply. The data plane restores its previous state if apply fails.
-    let plan: Op[];
-    let report: ApplyReport;
-    try {
-      plan = await dataPlane.plan(desired);
-      mark('plan');
-      report = await dataPlane.execute(plan);
-      mark('apply');
-      this.countReport(report);
-    } catch (err) {
-      return this.fail(head, 'apply', errorText(err), model);
-    }
+    // Plan against the live maps, apply, read back: one locked section (the health path waits for it, and a
+    // health re-render from now on renders this candidate). The data plane restores itself if apply fails.
+    type Applied = { ok: true; plan: Op[]; report: ApplyReport; after: { live: LiveState } } | { ok: false; stage: FailureStage; reason: string; permanent?: boolean };
+    const applied: Applied = await this.dpLock.run(async (): Promise<Applied> => {
+      let plan: Op[];
+      let report: ApplyReport;
+      try {
+        plan = await this.dp.plan(desired);
+        mark('plan');
+        report = await this.dp.execute(plan);
+        mark('apply');
+        this.countReport(report);
+      } catch (err) {
+        // EINVAL: the data plane cannot represent this revision on this node (e.g. the Node's interface is not
+        // the one the data plane was opened on): retrying the same revision would fail the same way.
+        return { ok: false, stage: 'apply', reason: errorText(err), permanent: (err as { code?: string }).code === 'EINVAL' };
+      }
+      this.liveModel = model;
+      // Read back: the kernel must now hold exactly what was rendered.
+      const after = await this.compareLive(desired);
+      mark('readback');
+      if (after.differences.length) {
+        await this.restoreLastGoodLocked();
+        return { ok: false, stage: 'readback', reason: `live maps differ after apply: ${after.differences.slice(0, 5).join('; ')}` };
+      }
+      return { ok: true, plan, report, after };
+    });
+    if (!applied.ok) return this.fail(head, applied.stage, applied.reason, model, applied.permanent);
+    const { plan, report } = applied;
+    let after = applied.after;
 
-    // Read back: the kernel must now hold exactly what was rendered.
-    const after = await this.compareLive(desired);
-    mark('readback');
-    if (after.differences.length) {
-      await this.restoreLastGood();
-      return this.fail(head, 'readback', `live maps differ after apply: ${after.differences.slice(0, 5).join('; ')}`, model);
-    }
-
+    // The health gate waits for checks to settle (seconds): outside the lock, so health keeps re-rendering.
     if (this.o.postApplyGate && !adopting) {
       let gate;
       try {
-        gate = await this.o.postApplyGate({ revision: head, before: this.appliedDesired, after: desired, model });
+        gate = await this.o.postApplyGate({ revision: head, before: this.appliedDesired, beforeModel: this.appliedModel, after: desired, model });
       } catch (err) {
         gate = { pass: false, reason: `gate error: ${errorText(err)}` };
       }
       if (!gate.pass) {
-        await this.restoreLastGood();
+        await this.dpLock.run(() => this.restoreLastGoodLocked());
         return this.fail(head, 'health', gate.reason, model);
       }
+      // Health may have changed while the gate waited: the kernel holds the latest render of this revision.
+      await this.dpLock.run(async () => {
+        desired = renderDesiredState(model, node, this.o.health?.());
+        const cmp = await this.compareLive(desired);
+        if (cmp.differences.length) this.countReport(await this.dp.apply(desired));
+        after = { live: await this.dp.readLive() };
+      });
     }
 
     const changed = head !== this.applied || report.mapWrites + report.mapDeletes + report.ringSwitches > 0;
@@ -407,6 +523,7 @@ export class Reconciler {
     if (head !== this.applied || !this.appliedAt) this.appliedAt = this.clock().toISOString();
     this.applied = head;
     this.appliedModel = model;
+    this.liveModel = model;
     this.appliedDesired = desired;
     this.warnings = warnings;
     this.notifyApplied(model);
@@ -414,6 +531,7 @@ export class Reconciler {
     this.servicesFrom(after.live, desired);
     const result: AttemptResult = changed ? 'applied' : 'unchanged';
     this.lastAttempt = this.attempt(head, result);
+    this.succeeded(head);
     for (const w of warnings) this.log.warn(w);
     this.log.info(
       `${result} ${head.slice(0, 12)} (${trigger}${adopting && this.o.adoptedRevision ? `, adopted pinned state of ${this.o.adoptedRevision.slice(0, 12)}` : ''}): ` +
@@ -423,6 +541,52 @@ export class Reconciler {
     return changed
       ? { kind: 'applied', revision: head, report, plan, warnings, timings: { ...this.timings } }
       : { kind: 'unchanged', revision: head, report };
+  }
+
+  /**
+   * The config no longer names this node: it is being decommissioned. Tear the data plane down (the teardown
+   * hook detaches programs, removes VIPs and pins), write a final status, and never revert: every other node
+   * applies the same revision.
+   */
+  private async decommission(head: string, model: ConfigModel): Promise<Outcome> {
+    if (this.decommissioned === head) return { kind: 'decommissioned', revision: head };
+    this.log.warn(`revision ${head.slice(0, 12)} no longer names node '${this.o.node}': decommissioning`);
+    await this.dpLock.run(async () => {
+      this.dp.close();
+      if (this.o.teardown) {
+        try {
+          await this.o.teardown();
+        } catch (err) {
+          this.log.warn(`decommission teardown incomplete: ${errorText(err)}`);
+        }
+      }
+      this.liveModel = null;
+    });
+    this.decommissioned = head;
+    this.adopting = false;
+    this.failed.clear();
+    this.applied = head;
+    this.appliedAt = this.clock().toISOString();
+    this.appliedModel = model;
+    this.appliedDesired = null;
+    this.lastServices = [];
+    this.warnings = [];
+    this.lastAttempt = this.attempt(head, 'decommissioned');
+    const msg = `node '${this.o.node}' is not named by ${head.slice(0, 12)}; data plane removed`;
+    for (const type of ['Ready', 'Reconciling', 'Stalled', 'Degraded'] as const)
+      this.condition(type, 'False', 'Decommissioned', msg);
+    this.publish('decommissioned');
+    return { kind: 'decommissioned', revision: head };
+  }
+
+  /** A later revision names this node again: reopen the data plane so the apply below rebuilds it. */
+  private async recommission(): Promise<void> {
+    this.log.info(`node '${this.o.node}' is named again: rebuilding its data plane`);
+    if (!this.o.reopenDataPlane) throw new Error('cannot rebuild the data plane after a decommission in this process; restart gitlb run');
+    this.dp = await this.o.reopenDataPlane();
+    this.decommissioned = null;
+    this.applied = null;
+    this.appliedModel = null;
   }
 
   /**
@@ -436,6 +600,7 @@ export class Reconciler {
       if (!parsed.model) throw new Error('adopted revision no longer validates');
       const desired = renderDesiredState(parsed.model, this.o.node, this.o.health?.());
       this.appliedModel = parsed.model;
+      this.liveModel = parsed.model;
       this.appliedDesired = desired;
       await this.refreshServices(desired);
       this.notifyApplied(parsed.model);
@@ -450,21 +615,29 @@ export class Reconciler {
     return { differences: planOps(live, desired).map(describeOp), live };
   }
 
-  /** Re-applies the last good desired state after a post-apply problem (read-back mismatch, health gate). */
-  private async restoreLastGood(): Promise<void> {
-    if (!this.appliedDesired) return;
+  /**
+   * Re-applies the last good revision after a post-apply problem (read-back mismatch, health gate), rendered with
+   * the health observed now. Caller holds the data-plane lock.
+   */
+  private async restoreLastGoodLocked(): Promise<void> {
+    if (!this.appliedModel || !this.appliedDesired) return;
+    this.liveModel = this.appliedModel;
     try {
-      this.countReport(await this.dp.apply(this.appliedDesired));
+      const desired = renderDesiredState(this.appliedModel, this.o.node, this.o.health?.());
+      this.countReport(await this.dp.apply(desired));
+      this.appliedDesired = desired;
     } catch (err) {
       this.log.warn(`restoring last good revision failed: ${errorText(err)}`);
     }
+    // The health checker follows the config in the kernel again (the gate had installed the candidate's checks).
+    this.notifyApplied(this.appliedModel);
   }
 
-  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null): Promise<Outcome> {
+  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null, permanent = false): Promise<Outcome> {
     this.counters.failures++;
     const prior = this.failed.get(head);
     const attempts = (prior?.attempts ?? 0) + 1;
-    const retryable = RETRYABLE.has(stage);
+    const retryable = RETRYABLE.has(stage) && !permanent;
     const delay = Math.min(this.retry.maxMs, this.retry.baseMs * 2 ** (attempts - 1));
     this.failed.set(head, {
       stage,
@@ -477,10 +650,28 @@ export class Reconciler {
     this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`);
 
     // The revert first: it is what brings the fleet back; the status write can follow.
+    this.condition('Ready', 'False', STAGE_REASON[stage], `${head.slice(0, 12)} failed at ${stage}: ${reason}`);
+    if (retryable) {
+      this.condition('Reconciling', 'True', STAGE_REASON[stage], `retrying in ${Math.round(delay / 1000)} s (attempt ${attempts})`);
+      this.condition('Stalled', 'False', STAGE_REASON[stage], 'the failure is transient');
+    } else {
+      this.condition('Reconciling', 'False', STAGE_REASON[stage], 'waiting for a new commit');
+      this.condition('Stalled', 'True', STAGE_REASON[stage], `${head.slice(0, 12)} cannot be applied: ${reason}`);
+    }
+
+    // Only a revision whose own content is bad is reverted, and only by lb nodes (backends would race them with
+    // less information: they run no health gate).
     let rollback: RevertOutcome | undefined;
-    if (!retryable && this.rollbackPolicy(model) === 'auto') rollback = await this.autoRevert(head, stage, reason);
+    if (CONTENT_BAD.has(stage) && this.role(model) === 'lb' && this.rollbackPolicy(model) === 'auto')
+      rollback = await this.autoRevert(head, stage, reason);
     this.publish(`failed at ${stage}`);
     return rollback ? { kind: 'failed', revision: head, stage, reason, rollback } : { kind: 'failed', revision: head, stage, reason };
+  }
+
+  private role(model: ConfigModel | null): 'lb' | 'backend' {
+    if (this.o.role) return this.o.role;
+    const own = (m: ConfigModel | null) => m?.nodes.find((n) => n.metadata.name === this.o.node)?.spec.role;
+    return own(this.appliedModel) ?? own(model) ?? 'lb';
   }
 
   /** The policy in force: the last good config's, or the failing revision's when nothing was applied yet. */
@@ -514,37 +705,55 @@ export class Reconciler {
   }
 
   /**
-   * Re-renders the applied revision with the current health view (the health checker calls this through the
-   * daemon when a real changes state) and applies the result if it differs. Returns the apply report, or null
-   * when there was nothing to do.
+   * Re-renders the config in the kernel with the current health view (the health path calls this when a real
+   * changes state) and applies the result if it differs. Holds only the data-plane lock: it never waits for a
+   * fetch, a status push or a peer read. Returns the apply report, or null when there was nothing to do.
    */
   async refreshHealth(why = 'health change'): Promise<ApplyReport | null> {
-    if (!this.appliedModel || !this.appliedDesired) return null;
-    const desired = renderDesiredState(this.appliedModel, this.o.node, this.o.health?.());
-    const cmp = await this.compareLive(desired);
-    if (!cmp.differences.length) {
-      this.appliedDesired = desired; // real health flags may change without any ring change
-      this.servicesFrom(cmp.live, desired);
-      // Publish even without a ring change: in consensus mode peers vote with what this node observes.
-      this.publish(why);
-      return null;
-    }
-    const report = await this.dp.apply(desired);
-    this.countReport(report);
-    this.appliedDesired = desired;
-    await this.refreshServices(desired);
-    this.log.info(`re-rendered ${this.applied?.slice(0, 12)} (${why}): ${report.mapWrites} map writes`);
-    this.publish(why);
-    return report;
+    const report = await this.dpLock.run(async () => {
+      const model = this.liveModel ?? this.appliedModel;
+      if (!model || !this.appliedDesired || this.decommissioned) return undefined;
+      const desired = renderDesiredState(model, this.o.node, this.o.health?.());
+      const cmp = await this.compareLive(desired);
+      const candidate = model !== this.appliedModel; // a revision under its health gate: it records its own state
+      if (!cmp.differences.length) {
+        if (!candidate) {
+          this.appliedDesired = desired; // real health flags may change without any ring change
+          this.servicesFrom(cmp.live, desired);
+        }
+        return null;
+      }
+      const r = await this.dp.apply(desired);
+      this.countReport(r);
+      if (!candidate) {
+        this.appliedDesired = desired;
+        await this.refreshServices(desired);
+      }
+      this.log.info(`re-rendered ${candidate ? 'candidate' : this.applied?.slice(0, 12)} (${why}): ${r.mapWrites} map writes`);
+      return r;
+    });
+    // Publish even without a ring change: in consensus mode peers vote with what this node observes.
+    if (report !== undefined) this.publish(why);
+    return report ?? null;
   }
 
   /** Drift check: compare the kernel with the applied revision's desired state; repair and count differences. */
   async checkDrift(): Promise<{ differences: string[]; report?: ApplyReport }> {
+    const r = await this.dpLock.run(() => this.checkDriftLocked());
+    if (r.why) this.publish(r.why);
+    return { differences: r.differences, ...(r.report && { report: r.report }) };
+  }
+
+  private async checkDriftLocked(): Promise<{ differences: string[]; report?: ApplyReport; why?: string }> {
     const desired = this.appliedDesired;
-    if (!desired) return { differences: [] };
+    if (!desired || this.decommissioned || this.liveModel !== this.appliedModel) return { differences: [] };
     this.counters.driftChecks++;
     const drift = await this.compareLive(desired);
-    if (!drift.differences.length) return { differences: [] };
+    if (!drift.differences.length) {
+      const was = this.driftRepaired;
+      this.driftRepaired = null;
+      return { differences: [], ...(was && { why: 'no drift' }) };
+    }
     if (this.o.reopenDataPlane) {
       this.dp.close();
       this.dp = await this.o.reopenDataPlane();
@@ -553,14 +762,14 @@ export class Reconciler {
     this.countReport(report);
     const left = (await this.compareLive(desired)).differences;
     if (left.length) {
+      this.driftRepaired = `${left.length} differences not repaired: ${left.slice(0, 3).join('; ')}`;
       this.log.warn(`drift not repaired (${left.length} differences left): ${left.slice(0, 3).join('; ')}`);
-      this.publish(`drift not repaired: ${left.length} differences`);
-      return { differences: drift.differences, report };
+      return { differences: drift.differences, report, why: `drift not repaired: ${left.length} differences` };
     }
     this.counters.driftRepairs++;
+    this.driftRepaired = `repaired ${drift.differences.length} differences: ${drift.differences.slice(0, 3).join('; ')}`;
     this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`);
     await this.refreshServices(desired);
-    this.publish(`drift repaired: ${drift.differences.length} differences`);
-    return { differences: drift.differences, report };
+    return { differences: drift.differences, report, why: `drift repaired: ${drift.differences.length} differences` };
   }
 }

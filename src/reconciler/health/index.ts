@@ -2,7 +2,7 @@
 // nodes, and the post-apply health gate. See docs/health.md.
 export { HealthChecker, type HealthChange, type HealthCheckerOptions, type HealthSnapshot, type RealHealthStatus } from './checker.js';
 export { decideHealth, agreementMode, DEFAULT_STALE_AFTER_MS, type HealthDecision, type HealthDecisionInput } from './agreement.js';
-export { healthGate, healthyCapacity, type GateResult, type GateState, type ServiceCapacity } from './gate.js';
+export { healthGate, healthyShare, type GateResult, type GateState, type ServiceShare } from './gate.js';
 export { stepHealth, initialHealth, type CheckResult, type HealthState, type RealHealth } from './hysteresis.js';
 export { runProbe, tcpProbe, httpProbe, describeProbe, type Probe } from './probes.js';
 export { Semaphore } from './semaphore.js';

@@ -12,7 +12,7 @@ import { renderDesiredState } from '../../render/desired.js';
 import { localDownSet, type HealthView, type NodeObservations } from '../../render/health-quorum.js';
 import { decideHealth, agreementMode, type HealthDecision } from './agreement.js';
 import { HealthChecker, type HealthChange } from './checker.js';
-import { healthGate, type GateResult } from './gate.js';
+import { healthGate, type GateResult, type GateState } from './gate.js';
 import { healthStatus, type HealthStatus } from './status.js';
 import { checkTargets } from './targets.js';
 
@@ -26,7 +26,7 @@ export interface HealthServiceOptions {
 }
 
 /** Same shape as reconcile.ts's PostApplyGate (declared structurally so health does not import the reconciler). */
-export type HealthPostApplyGate = (ctx: { revision: string; before: DesiredState | null; after: DesiredState; model: ConfigModel })
+export type HealthPostApplyGate = (ctx: { revision: string; before: DesiredState | null; beforeModel?: ConfigModel | null; after: DesiredState; model: ConfigModel })
   => Promise<{ pass: boolean; reason: string }>;
 
 export class HealthService {
@@ -95,31 +95,43 @@ export class HealthService {
 
   /**
    * The post-apply gate: checks the new revision's reals (new checks start `unknown`), waits until they settle
-   * (bounded by the slowest service's fall x interval + timeout, plus the first-check spread), re-renders with
-   * the health now observed locally, and fails when a service lost more than `maxCapacityLossShare` of its
-   * healthy capacity compared with the state before the revision. Local observations are used even in consensus
-   * mode: peers have not checked the new revision's reals yet.
+   * (bounded by the slowest service's fall x interval + timeout, plus the first-check spread), and compares, per
+   * service, the share of the table on reals observed healthy: the previous revision's table with the health
+   * observed before, against the new revision's table with the health observed now. Local observations are used
+   * even in consensus mode: peers have not checked the new revision's reals yet.
    */
   postApplyGate(opts: { maxCapacityLossShare: number; settleTimeoutMs?: number }): HealthPostApplyGate {
-    return async ({ before, model }) => {
+    return async ({ beforeModel, model }) => {
+      const previous = beforeModel ?? this.model;
+      const downBefore = localDownSet(this.checker.observations());
       this.update(model);
-      const judged = await this.judge(before, model, opts.maxCapacityLossShare, opts.settleTimeoutMs);
+      const judged = await this.judge(previous, downBefore, model, opts.maxCapacityLossShare, opts.settleTimeoutMs);
       return { pass: judged.pass, reason: judged.reason };
     };
   }
 
-  async judge(before: DesiredState | null, model: ConfigModel, maxCapacityLossShare: number, settleTimeoutMs?: number): Promise<GateResult> {
+  async judge(beforeModel: ConfigModel | null, downBefore: Record<string, string[]>, model: ConfigModel, maxLossShare: number, settleTimeoutMs?: number): Promise<GateResult> {
     const settleMs = settleTimeoutMs ?? worstSettleMs(model);
     const settled = await this.settled(model, settleMs);
-    if (!before) return { pass: true, reason: 'first revision on this node: nothing to compare', services: [] };
+    if (!beforeModel) return { pass: true, reason: 'first revision on this node: nothing to compare', services: [] };
     // Raw observations, without the fail-open rescue: a revision that breaks every real must fail the gate
     // even though fail-open would keep those reals in the table.
-    const down = localDownSet(this.checker.observations());
-    const raw: HealthView = { isHealthy: (service, address) => !(down[service]?.includes(address) ?? false) };
-    const after = renderDesiredState(model, this.o.node, raw);
-    const r = healthGate(before, after, maxCapacityLossShare);
+    const downAfter = localDownSet(this.checker.observations());
+    const r = healthGate(observedTable(beforeModel, this.o.node, downBefore), observedTable(model, this.o.node, downAfter), maxLossShare);
     return settled ? r : { ...r, reason: `${r.reason} (some checks still unknown after ${settleMs} ms, counted healthy)` };
   }
+}
+
+/** The table a config asks for (every real healthy), each real marked with the health observed for it. */
+function observedTable(model: ConfigModel, node: string, down: Record<string, string[]>): GateState {
+  const intended = renderDesiredState(model, node);
+  return {
+    services: intended.services.map((s) => ({
+      name: s.name,
+      tableSize: s.tableSize,
+      reals: s.reals.map((r) => ({ address: r.address, entries: r.entries, healthy: r.state === 'active' && !(down[s.name]?.includes(r.address) ?? false) })),
+    })),
+  };
 }
 
 /** Long enough for the slowest check to reach `down`: spread of the first check + fall probes, each up to interval/timeout. */

@@ -9,6 +9,7 @@ import isoHttp from 'isomorphic-git/http/node';
 import { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import { type GitCredentials, redactUrl, redactText } from './credentials.js';
+import { DEFAULT_GIT_TIMEOUT_MS, withDeadline } from './deadline.js';
 
 export interface GitRemote {
   /** Git directory holding the objects this process reads and writes. */
@@ -30,9 +31,12 @@ const SHALLOW_DEPTH = 1;
 const IDLE_TIMEOUT_MS = 60_000;
 const httpAgent = new HttpAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
 const httpsAgent = new HttpsAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
-const http: typeof isoHttp = {
-  request: (req) => isoHttp.request({ ...req, agent: req.url.startsWith('https:') ? httpsAgent : httpAgent }),
-};
+/** An HTTP client for isomorphic-git whose requests are destroyed when `signal` aborts (the operation's deadline). */
+function httpClient(signal: AbortSignal): typeof isoHttp {
+  return {
+    request: (req) => isoHttp.request({ ...req, signal, agent: req.url.startsWith('https:') ? httpsAgent : httpAgent }),
+  };
+}
 
 /** Local development repository: objects and refs are the repository's own; updates use git's lock-file protocol. */
 export class LocalRemote implements GitRemote {
@@ -97,6 +101,8 @@ export class HttpRemote implements GitRemote {
     private readonly url: string,
     cacheDir: string,
     private readonly credentials?: GitCredentials,
+    /** Deadline of each fetch, deepen and push (default 10 s). */
+    private readonly timeoutMs = DEFAULT_GIT_TIMEOUT_MS,
   ) {
     this.gitdir = cacheDir;
     this.description = redactUrl(url);
@@ -128,9 +134,9 @@ export class HttpRemote implements GitRemote {
   async fetch(branch: string, opts: { depth?: number } = {}): Promise<string | null> {
     await this.ensureInit();
     try {
-      const r = await git.fetch({
+      const r = await withDeadline(`fetch of ${branch} from ${this.description}`, this.timeoutMs, (signal) => git.fetch({
         fs,
-        http,
+        http: httpClient(signal),
         gitdir: this.gitdir,
         url: this.url,
         ref: branch,
@@ -139,7 +145,7 @@ export class HttpRemote implements GitRemote {
         tags: false,
         depth: opts.depth ?? SHALLOW_DEPTH,
         onAuth: this.onAuth,
-      });
+      }));
       return r.fetchHead;
     } catch (err) {
       const code = (err as { code?: string }).code;
@@ -155,9 +161,9 @@ export class HttpRemote implements GitRemote {
   async deepen(branch: string, extra: number): Promise<void> {
     await this.ensureInit();
     try {
-      await git.fetch({
+      await withDeadline(`deepening ${branch} from ${this.description}`, this.timeoutMs, (signal) => git.fetch({
         fs,
-        http,
+        http: httpClient(signal),
         gitdir: this.gitdir,
         url: this.url,
         ref: branch,
@@ -167,7 +173,7 @@ export class HttpRemote implements GitRemote {
         depth: extra,
         relative: true,
         onAuth: this.onAuth,
-      });
+      }));
     } catch (err) {
       throw this.clean(err);
     }
@@ -180,15 +186,15 @@ export class HttpRemote implements GitRemote {
     const localRef = `refs/gitlb/push/${branch}`;
     await git.writeRef({ fs, gitdir: this.gitdir, ref: localRef, value: oid, force: true });
     try {
-      const r = await git.push({
+      const r = await withDeadline(`push to ${branch} of ${this.description}`, this.timeoutMs, (signal) => git.push({
         fs,
-        http,
+        http: httpClient(signal),
         gitdir: this.gitdir,
         url: this.url,
         ref: localRef,
         remoteRef: `refs/heads/${branch}`,
         onAuth: this.onAuth,
-      });
+      }));
       if (r.ok) return true;
       return false;
     } catch (err) {
@@ -208,6 +214,6 @@ export function isUrl(repo: string): boolean {
   return /^https?:\/\//i.test(repo);
 }
 
-export function openRemote(repo: string, opts: { cacheDir: string; credentials?: GitCredentials }): GitRemote {
-  return isUrl(repo) ? new HttpRemote(repo, opts.cacheDir, opts.credentials) : new LocalRemote(repo);
+export function openRemote(repo: string, opts: { cacheDir: string; credentials?: GitCredentials; timeoutMs?: number }): GitRemote {
+  return isUrl(repo) ? new HttpRemote(repo, opts.cacheDir, opts.credentials, opts.timeoutMs) : new LocalRemote(repo);
 }

@@ -1,8 +1,9 @@
 // The per-node status document written to `status/<node>.yaml` on the status branch
 // (schema: schemas/status.schema.json). Pure: building and serialising, no I/O.
 import { stringify, parse } from 'yaml';
+import type { Condition } from './conditions.js';
 
-export type AttemptResult = 'applied' | 'unchanged' | 'failed' | 'superseded';
+export type AttemptResult = 'applied' | 'unchanged' | 'failed' | 'superseded' | 'decommissioned';
 export type FailureStage = 'fetch' | 'validate' | 'render' | 'apply' | 'readback' | 'health' | 'status';
 
 export interface StatusAttempt {
@@ -55,6 +56,8 @@ export interface NodeStatus {
   lastFailure: StatusAttempt | null;
   warnings: string[];
   services: StatusService[];
+  /** Flux-style Ready / Reconciling / Stalled / Degraded (src/reconciler/status/conditions.ts). */
+  conditions?: Condition[];
   counters: StatusCounters;
   startedAt: string;
   updatedAt: string;

@@ -1,0 +1,244 @@
+// The composition root of `gitlb run`: opens this node's data plane and assembles the daemon around it — the
+// reconciler with its triggers (daemon.ts), the health checker and its own re-render path, the peer
+// observation feed (consensus mode), the BGP announcer, and the scheduled tasks of an lb node (neighbour
+// refresh, SNAT sweep).
+// src/cli/commands/run.ts only parses flags into NodeDaemonOptions.
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
+import type { DesiredState } from '../render/state.js';
+import type { ConfigModel } from '../render/model.js';
+import { parseConfig } from '../render/config/index.js';
+import { startDaemon, type Daemon } from './daemon.js';
+import { startSchedule } from './triggers/schedule.js';
+import { readAllStatuses } from './status/status-report.js';
+import { PeerObservationFeed } from './health/peer-feed.js';
+import { agreementMode } from './health/agreement.js';
+import { HealthService } from './health/service.js';
+import { refreshNeighbours } from './neighbours.js';
+import { loadCredentials } from './source/credentials.js';
+import { openRemote } from './source/git-remote.js';
+import { readRevisionFiles } from './source/git-objects.js';
+import { reconcilePinnedXdp } from './xdp-pin.js';
+import { BgpAnnouncer } from './bgp/announcer.js';
+import { bgpNode } from '../render/bgp/bird.js';
+import type { Logger, Outcome } from './reconcile.js';
+
+export interface NodeDaemonOptions {
+  repo: string;
+  branch: string;
+  node: string;
+  role?: 'lb' | 'backend';
+  interface?: string;
+  xdpMode: 'native' | 'generic' | 'auto';
+  pinRoot: string; // the node's pins live in <pinRoot>/<node>
+  cacheDir: string;
+  credentialsFile?: string;
+  webhook?: { listen: string; secret: string };
+  poll?: string; // undefined: no polling
+  drift?: string;
+  statusBranch?: string;
+  writeStatus: boolean;
+  health: boolean; // lb nodes: run health checks
+  peerPoll: string;
+  gitTimeoutMs: number;
+  /** lb nodes with BGP settings announce their VIPs through BIRD (docs/bgp.md). */
+  bird?: { configFile: string; socket: string; withdrawOnExit: boolean };
+  once: boolean;
+  log?: Logger;
+}
+
+export interface NodeDaemon {
+  daemon: Daemon;
+  role: 'lb' | 'backend';
+  /** The outcome of the latest reconcile pass. */
+  lastOutcome(): Outcome | null;
+  stop(): Promise<void>;
+}
+
+/** A start-up problem the operator must fix (bad flag combination); `gitlb run` exits 2 with its message. */
+export class StartError extends Error {}
+
+/** The Node document of this node at the branch head, or null when the head cannot be read (Git unreachable). */
+async function nodeAtHead(o: NodeDaemonOptions): Promise<{ reachable: boolean; model: ConfigModel | null }> {
+  try {
+    const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials: loadCredentials({ file: o.credentialsFile }), timeoutMs: o.gitTimeoutMs });
+    const head = await remote.fetch(o.branch, { depth: 1 });
+    if (!head) return { reachable: true, model: null };
+    return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head)).model ?? null };
+  } catch {
+    return { reachable: false, model: null };
+  }
+}
+
+async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Promise<DataPlane> {
+  const pinDir = join(o.pinRoot, o.node);
+  if (role === 'backend') {
+    if (!o.interface) throw new StartError('--interface is required for a backend node');
+    const { openBackendDataPlane } = await import('../bpf/backend/index.js');
+    const dp = await openBackendDataPlane({ pinRoot: pinDir, interface: o.interface });
+    // l2/ipip VIPs must be local addresses on a backend: added and released around each apply.
+    const { withBackendVips } = await import('./backend-vips.js');
+    return withBackendVips(dp, { stateFile: join(o.cacheDir, 'backend-vips.json'), nodeInterface: o.interface });
+  }
+  const { openLbDataPlane } = await import('../bpf/dataplane/index.js');
+  return openLbDataPlane({ pinRoot: pinDir, interface: o.interface, xdpMode: o.xdpMode });
+}
+
+/** Decommission: the data plane handle is closed; remove VIPs we added, then the pins (which detaches links). */
+async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logger): Promise<void> {
+  if (role === 'backend' && o.interface) {
+    const { reconcileBackendVips } = await import('./backend-vips.js');
+    await reconcileBackendVips([], { stateFile: join(o.cacheDir, 'backend-vips.json'), nodeInterface: o.interface });
+  }
+  const pinDir = join(o.pinRoot, o.node);
+  rmSync(pinDir, { recursive: true, force: true });
+  log.info(`decommissioned: removed ${pinDir}${role === 'backend' ? ' and the VIPs this node had added' : ''}`);
+}
+
+/**
+ * Runs `task` on a schedule, skipping a tick while the previous run is still going, so a slow dependency (the
+ * Git server, `ip`) never piles up work. Errors are logged with `what`; they never stop the schedule.
+ */
+function everyExclusive(spec: string, what: string, task: () => Promise<void>, log: Logger): { stop(): void; now(): void } {
+  let running = false;
+  const tick = () => {
+    if (running) return;
+    running = true;
+    task()
+      .catch((err) => log.warn(`${what}: ${(err as Error).message}`))
+      .finally(() => (running = false));
+  };
+  return { ...startSchedule({ spec, onTick: tick }), now: tick };
+}
+
+/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
+function startNeighbourRefresh(desired: () => DesiredState | null, log: Logger): { stop(): void } {
+  const rounds = everyExclusive('5', 'neighbours', async () => {
+    const nudged = await refreshNeighbours(desired()?.reals.map((r) => r.address) ?? []);
+    if (nudged.length) log.info(`neighbours: resolving ${nudged.join(', ')}`);
+  }, log);
+  setTimeout(rounds.now, 500).unref();
+  return rounds;
+}
+
+/** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
+async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ stop(): void }> {
+  const { sweepSnat } = await import('../bpf/dataplane/snat.js');
+  return startSchedule({
+    spec: '10',
+    onTick: () => {
+      const obj = (current() as Partial<LbDataPlaneHandle>).object?.();
+      if (!obj) return;
+      try {
+        const n = sweepSnat(obj);
+        if (n > 0) log.info(`snat: swept ${n} expired translations`);
+      } catch (err) {
+        log.warn(`snat: sweep failed: ${(err as Error).message}`);
+      }
+    },
+  });
+}
+
+export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
+  const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
+  const head = await nodeAtHead(o);
+  const own = head.model?.nodes.find((n) => n.metadata.name === o.node);
+  const role = o.role ?? own?.spec.role ?? 'lb';
+  // Flags given at start win, or the daemon refuses to start: a mismatch found later would fail every apply.
+  if (o.interface && own && own.spec.interface !== o.interface)
+    throw new StartError(`--interface ${o.interface} differs from the Node document '${o.node}' at the head of ${o.branch} (interface: ${own.spec.interface}); fix one of them`);
+  if (role === 'lb' && o.interface) {
+    const action = reconcilePinnedXdp(join(o.pinRoot, o.node), o.interface, o.xdpMode);
+    if (action) log.warn(action);
+  }
+  const open = () => openDataPlane(role, o);
+  const dataPlane = await open();
+
+  // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate fails a
+  // revision that costs too much of the traffic on healthy reals (docs/health.md).
+  const runHealth = role === 'lb' && o.health && !o.once;
+  let peerFeed: PeerObservationFeed | null = null;
+  const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [] }) : null;
+  // Declared before the daemon exists; the announcer reads the applied state only once started.
+  let daemon: Daemon | undefined;
+  const bgp =
+    role === 'lb' && !o.once && o.bird
+      ? new BgpAnnouncer({
+          node: o.node,
+          configFile: o.bird.configFile,
+          birdSocket: o.bird.socket,
+          interface: o.interface,
+          applied: () => ({ model: daemon?.reconciler.appliedConfig ?? null, desired: daemon?.reconciler.desired ?? null }),
+          log,
+        })
+      : null;
+  daemon = await startDaemon({
+    repo: o.repo,
+    branch: o.branch,
+    node: o.node,
+    role,
+    dataPlane,
+    reopenDataPlane: open,
+    teardown: () => teardown(role, o, log),
+    cacheDir: o.cacheDir,
+    credentialsFile: o.credentialsFile,
+    webhook: o.webhook,
+    poll: o.poll,
+    drift: o.drift,
+    statusBranch: o.statusBranch,
+    writeStatus: o.writeStatus,
+    gitTimeoutMs: o.gitTimeoutMs,
+    log,
+    ...(health && {
+      health: () => health.view(),
+      postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
+      onApplied: (model: ConfigModel) => health.update(model),
+      statusHealth: () => health.status(),
+    }),
+    ...(bgp && { statusBgp: () => (bgpNode(daemon?.reconciler.appliedConfig ?? null, o.node) ? bgp.status() : null) }),
+  });
+  const d = daemon;
+  bgp?.start();
+  // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
+  health?.onChange(() => d.refreshHealth('health change'));
+  const tasks: { stop(): void }[] = [];
+  if (role === 'lb' && !o.once) {
+    // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).
+    tasks.push(startNeighbourRefresh(() => d.reconciler.desired, log));
+    // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
+    tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
+  }
+  if (health) {
+    // Consensus mode: peers' observations come from their status files, on a schedule of their own.
+    const feed = new PeerObservationFeed({
+      node: o.node,
+      readStatuses: () =>
+        readAllStatuses(d.remote, o.statusBranch ?? d.reconciler.statusBranch, (problem) => log.warn(`health: peer status ignored: ${problem}`)),
+      onChange: () => d.refreshHealth('peer observations changed'),
+      log,
+    });
+    peerFeed = feed;
+    tasks.push(
+      everyExclusive(o.peerPoll, 'health: peer feed', async () => {
+        const model = d.reconciler.appliedConfig;
+        // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
+        if (model && agreementMode(model).mode === 'consensus') await feed.refresh();
+      }, log),
+    );
+  }
+  return {
+    daemon: d,
+    role,
+    lastOutcome: () => d.reconciler.lastOutcome,
+    stop: async () => {
+      // Withdraw first, so the routers move new flows away while this node still forwards what arrives.
+      if (o.bird?.withdrawOnExit) await bgp?.withdrawAll();
+      bgp?.stop();
+      await d.stop();
+      for (const t of tasks) t.stop();
+      await health?.checker.stop();
+      d.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
+    },
+  };
+}
