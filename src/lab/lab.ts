@@ -324,7 +324,7 @@ function gitlbArgv(): { argv: string[]; commandFile: string } {
   const fromSource = fileURLToPath(import.meta.url).endsWith('.ts');
   if (fromSource) {
     return {
-      argv: nodeScriptArgv('../../cli/main', []),
+      argv: nodeScriptArgv('../cli/main', []),
       commandFile: join(PROJECT_ROOT, 'src', 'cli', 'commands', 'run.ts'),
     };
   }
