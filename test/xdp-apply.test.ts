@@ -71,14 +71,19 @@ test.serial('a restarted data plane adopts the pinned maps and plans nothing whe
   t.deepEqual(again, { ops: 0, mapWrites: 0, mapDeletes: 0, ringSwitches: 0, changedRingEntries: 0 });
 });
 
-test.serial('capacity: 40 more rings of 65537 entries apply to the running node (more than the old 2^21 ring held)', async (t) => {
-  const many = Array.from({ length: 40 }, (_, i) => ({ id: 10 + i, vip: `203.0.113.${20 + i}`, forwarding: 'snat' as const, ring: ringMinusOne }));
-  const r = await dp!.apply(state(ringMinusOne, many));
-  t.is(r.ringSwitches, 40);
-  t.is((await dp!.readLive()).services.length, 41);
-  t.deepEqual(await dp!.plan(state(ringMinusOne, many)), []);
+test.serial('capacity: 100 SNAT services with 16381-entry tables join a running node with big tables, no restart', async (t) => {
+  // the scenario that used to fail with "lb_ring: no room for a ring of 16381 entries": now each ring is its own map
+  const ring16381 = Uint32Array.from({ length: 16381 }, (_, i) => 1 + (i % 41)); // real 42 is not in this state
+  const big = Array.from({ length: 8 }, (_, i) => ({ id: 200 + i, vip: `203.0.113.${200 + i}`, forwarding: 'dsr-l2' as const, ring: ringMinusOne }));
+  await dp!.apply(state(ringMinusOne, big));
+  const snat = Array.from({ length: 100 }, (_, i) => ({ id: 1000 + i, vip: `198.51.100.${150 + (i % 50)}`, forwarding: 'snat' as const,
+    ring: ring16381, ports: [{ port: 1000 + i, protocol: 'UDP' as const }] }));
+  const r = await dp!.apply(state(ringMinusOne, [...big, ...snat]));
+  t.is(r.ringSwitches, 100);
+  t.is((await dp!.readLive()).services.length, 109);
+  t.deepEqual(await dp!.plan(state(ringMinusOne, [...big, ...snat])), []);
   const back = await dp!.apply(state(ringMinusOne));
-  t.is(back.mapDeletes, 40 * 2 + 40, 'listeners, markers and rings of the 40 services');
+  t.is(back.mapDeletes, 108 + 108 + 8 + 50, 'listeners, rings and the VIP address markers of the 108 services');
 });
 
 test.serial('a failed execute undoes every op it ran: the previous state stays intact', async (t) => {

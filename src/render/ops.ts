@@ -258,6 +258,13 @@ export function describeOp(o: Op): string {
   }
 }
 
+/** An op as plain JSON: rings are summarised (size and digest), not listed. */
+export function opToJson(o: Op): Record<string, unknown> {
+  if (o.op !== 'ring.fill') return { ...o, describe: describeOp(o) };
+  const { ring: _ring, ...rest } = o;
+  return { ...rest, describe: describeOp(o) };
+}
+
 /** Counts of ops by kind, for logs and status. */
 export function summarizeOps(ops: Op[]): Partial<Record<OpKind, number>> {
   const out: Partial<Record<OpKind, number>> = {};

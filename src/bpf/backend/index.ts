@@ -3,8 +3,9 @@
 // they outlive the daemon; a restarted daemon switches the pinned links to its freshly loaded programs) and
 // keeps be_vips equal to what the desired state asks for. VIP addresses themselves are handled by
 // src/reconciler/backend-vips.ts. See docs/backend.md.
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { BpfObject, type BpfMap, type TcAttachment } from '../libbpf.js';
+import { BpfMap, BpfObject, type TcAttachment } from '../libbpf.js';
 import type { DesiredState } from '../../render/state.js';
 import { EMPTY_LIVE, planOps, type BackendVip } from '../../render/ops.js';
 import { checkBtfLayout } from '../codec.js';
@@ -69,6 +70,18 @@ function entriesById(map: BpfMap): Map<string, { key: Buffer; value: Buffer; ent
 function asBackendVip(e: VipEntry): BackendVip {
   return { kind: (e.flags & VIP_FLAG_IPOPT) !== 0 ? 'listener' : 'address', address: e.address, family: e.family,
     port: e.port, protocol: e.protocol, targetPort: e.targetPort };
+}
+
+/** The LiveState of a backend node from its pinned be_vips alone (nothing loaded or written); none without pins. */
+export function readPinnedBackendLive(pinRoot: string): LiveState {
+  const pin = join(pinRoot, 'be_vips');
+  if (!existsSync(pin)) return { ...EMPTY_LIVE };
+  const vips = BpfMap.open(pin, 'be_vips');
+  try {
+    return { ...EMPTY_LIVE, backendVips: [...entriesById(vips).values()].map((x) => asBackendVip(x.entry)) };
+  } finally {
+    vips.close();
+  }
 }
 
 export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promise<BackendDataPlane> {

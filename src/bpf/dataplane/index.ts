@@ -278,65 +278,7 @@ class LbDataPlane implements DataPlane {
 
   async readLive(opts: ReadLiveOptions = {}): Promise<LiveState> {
     if (!this.obj) return { ...EMPTY_LIVE };
-    const m = this.maps;
-    const cfg = m.config.lookup(encodeU32(0));
-    const snat = m.snatConfig.lookup(encodeU32(0));
-    const reals: DesiredReal[] = m.reals.entries()
-      .map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) }))
-      .sort((a, b) => a.id - b.id);
-    const vips: DesiredVip[] = [];
-    const markers: LiveVipMarker[] = [];
-    for (const [k, v] of m.vips.entries()) {
-      const key = decodeVipKey(k);
-      if (key.port === 0 && key.proto === 0) {
-        markers.push({ address: key.addr, family: key.family });
-        continue;
-      }
-      const val = decodeVipValue(v);
-      vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
-        targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
-        hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
-    }
-    vips.sort(compareVips);
-    return {
-      settings: cfg && cfg.some((x) => x !== 0) ? decodeConfigSettings(cfg) : null,
-      snat: snat && snat.some((x) => x !== 0) ? snatConfigToSettings(decodeSnatConfig(snat)) : null,
-      reals,
-      services: this.readServices(opts),
-      vips,
-      markers,
-      backendVips: [],
-    };
-  }
-
-  /** One outer lookup per service; a ring is read only when its map is new to us, asked for, or its turn to be verified. */
-  private readServices(opts: ReadLiveOptions): LiveService[] {
-    const outer = this.maps.rings;
-    const keys = outer.keys().sort((a, b) => a.readUInt32LE(0) - b.readUInt32LE(0));
-    const verifyAt = keys.length ? this.verifyCursor++ % keys.length : -1;
-    const out: LiveService[] = [];
-    keys.forEach((key, i) => {
-      const id = key.readUInt32LE(0);
-      const mapId = outer.innerMapId(key);
-      if (mapId === null) return; // deleted while we walked
-      const cached = this.rings.get(mapId);
-      if (cached && !opts.tables && !opts.verify && i !== verifyAt) {
-        out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId });
-        return;
-      }
-      const inner = outer.openInner(key);
-      if (!inner) return;
-      try {
-        const ring = readRing(inner);
-        const info = { tableSize: ring.length, digest: ringDigest(ring) };
-        this.rings.set(mapId, info);
-        out.push({ id, ...info, mapId, ...(opts.tables && { ring }) });
-      } finally {
-        inner.close();
-      }
-    });
-    this.rings.retain(out.map((s) => s.mapId!));
-    return out;
+    return readLbLive(this.maps, this.rings, opts, this.verifyCursor++);
   }
 
   async counters(): Promise<Record<string, number | Record<string, number>>> {
@@ -368,6 +310,96 @@ class LbDataPlane implements DataPlane {
     this.attachment = null;
     this.obj?.close();
     this.obj = null;
+  }
+}
+
+type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'>;
+const LIVE_MAP_PINS: Record<keyof LiveMaps, string> = {
+  vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
+};
+
+/**
+ * What the maps hold. Rings cost one outer lookup per service: a ring is read only when its map is new to
+ * `cache`, when tables are asked for, with `verify`, or when it is ring number `verifyTurn` (mod the number of
+ * services; so a ring changed in place by another writer is found within one pass over the services).
+ */
+function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, verifyTurn: number): LiveState {
+  const cfg = m.config.lookup(encodeU32(0));
+  const snat = m.snatConfig.lookup(encodeU32(0));
+  const reals: DesiredReal[] = m.reals.entries()
+    .map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) }))
+    .sort((a, b) => a.id - b.id);
+  const vips: DesiredVip[] = [];
+  const markers: LiveVipMarker[] = [];
+  for (const [k, v] of m.vips.entries()) {
+    const key = decodeVipKey(k);
+    if (key.port === 0 && key.proto === 0) {
+      markers.push({ address: key.addr, family: key.family });
+      continue;
+    }
+    const val = decodeVipValue(v);
+    vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
+      targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
+      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
+  }
+  vips.sort(compareVips);
+  return {
+    settings: cfg && cfg.some((x) => x !== 0) ? decodeConfigSettings(cfg) : null,
+    snat: snat && snat.some((x) => x !== 0) ? snatConfigToSettings(decodeSnatConfig(snat)) : null,
+    reals,
+    services: readServices(m.rings, cache, opts, verifyTurn),
+    vips,
+    markers,
+    backendVips: [],
+  };
+}
+
+function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, verifyTurn: number): LiveService[] {
+  const keys = outer.keys().sort((a, b) => a.readUInt32LE(0) - b.readUInt32LE(0));
+  const verifyAt = keys.length ? verifyTurn % keys.length : -1;
+  const out: LiveService[] = [];
+  keys.forEach((key, i) => {
+    const id = key.readUInt32LE(0);
+    const mapId = outer.innerMapId(key);
+    if (mapId === null) return; // deleted while we walked
+    const cached = cache.get(mapId);
+    if (cached && !opts.tables && !opts.verify && i !== verifyAt) {
+      out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId });
+      return;
+    }
+    const inner = outer.openInner(key);
+    if (!inner) return;
+    try {
+      const ring = readRing(inner);
+      const info = { tableSize: ring.length, digest: ringDigest(ring) };
+      cache.set(mapId, info);
+      out.push({ id, ...info, mapId, ...(opts.tables && { ring }) });
+    } finally {
+      inner.close();
+    }
+  });
+  cache.retain(out.map((s) => s.mapId!));
+  return out;
+}
+
+/**
+ * The LiveState of an lb node from its pins alone (no program loaded, nothing written): for `gitlb plan --live`.
+ * A node without pins holds nothing.
+ */
+export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): LiveState {
+  if (!existsSync(join(pinRoot, 'lb_vips'))) return { ...EMPTY_LIVE };
+  const opened: BpfMap[] = [];
+  try {
+    const maps = {} as LiveMaps;
+    for (const [k, pin] of Object.entries(LIVE_MAP_PINS) as Array<[keyof LiveMaps, string]>) {
+      const m = BpfMap.open(join(pinRoot, pin), pin);
+      opened.push(m);
+      maps[k] = m;
+    }
+    checkRingMaps(maps.rings);
+    return readLbLive(maps, new RingCache(), opts, -1);
+  } finally {
+    for (const m of opened) m.close();
   }
 }
 

@@ -2,7 +2,10 @@
 import { defineCommand, formatOption, UsageError } from '../command.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 import { readConfigAtRevision } from '../../reconciler/source/git-tree.js';
-import { parseConfig, type ConfigFile } from '../../render/config/index.js';
+import { join } from 'node:path';
+import { formatDiagnostic, parseConfig, type ConfigFile } from '../../render/config/index.js';
+import { renderDesiredState } from '../../render/desired.js';
+import { describeOp, opToJson, planOps } from '../../render/ops.js';
 import { planChanges, invalidHeadPlan, type Plan } from '../../render/plan.js';
 import { formatPlanMarkdown, formatPlanText, planToJson } from '../../render/plan-format.js';
 
@@ -17,6 +20,9 @@ interface PlanOptions {
   headDir?: string;
   format: Format;
   exitCode: boolean;
+  live: boolean;
+  node?: string;
+  pinRoot: string;
 }
 
 /** Exit status of `--exit-code` when the plan changes something (0 and 1 keep their meaning). */
@@ -41,7 +47,10 @@ validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan change
       .option('--base-dir <dir>', 'base config directory (with --head-dir)')
       .option('--head-dir <dir>', 'head config directory (with --base-dir)')
       .addOption(formatOption(FORMATS, 'text', 'text, markdown (ready to post as a pull-request comment) or json (sorted keys)'))
-      .option('--exit-code', `exit ${EXIT_CHANGES} when the plan changes something (like git diff --exit-code)`, false),
+      .option('--exit-code', `exit ${EXIT_CHANGES} when the plan changes something (like git diff --exit-code)`, false)
+      .option('--live', 'print the exact map operations node --node would perform to reach --head (or --head-dir), read from its pinned maps', false)
+      .option('--node <name>', 'the node whose pinned maps --live reads')
+      .option('--pin-root <dir>', 'bpffs root of pinned maps (node dir below it), for --live', '/sys/fs/bpf/gitlb'),
   async run(opts) {
     const result = await planCore(opts);
     process.stdout.write(result.stdout);
@@ -56,6 +65,7 @@ export async function runPlan(argv: string[]): Promise<{ code: number; stdout: s
 }
 
 async function planCore(opts: PlanOptions): Promise<{ code: number; stdout: string }> {
+  if (opts.live) return livePlan(opts);
   const byRev = opts.base !== undefined || opts.head !== undefined;
   const byDir = opts.baseDir !== undefined || opts.headDir !== undefined;
   if (byRev === byDir) throw new UsageError('give either --base and --head, or --base-dir and --head-dir');
@@ -82,4 +92,32 @@ async function planCore(opts: PlanOptions): Promise<{ code: number; stdout: stri
   const stdout = opts.format === 'json' ? planToJson(plan) : opts.format === 'markdown' ? formatPlanMarkdown(plan) : formatPlanText(plan);
   const code = !plan.headValid ? 1 : plan.changed && opts.exitCode ? EXIT_CHANGES : 0;
   return { code, stdout };
+}
+
+/**
+ * `--live`: the ops the node's data plane would execute to serve the head revision (all reals counted healthy),
+ * from what its pinned maps hold now. Reads pins only: nothing is loaded, attached or written.
+ */
+async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: string }> {
+  if (!opts.node) throw new UsageError('--live needs --node');
+  if (opts.base !== undefined || opts.baseDir !== undefined) throw new UsageError('--live compares with the live maps: no --base/--base-dir');
+  if ((opts.head === undefined) === (opts.headDir === undefined)) throw new UsageError('--live needs --head (with --repo) or --head-dir');
+  if (opts.format === 'markdown') throw new UsageError('--live prints text or json');
+  const files = opts.head !== undefined ? await readConfigAtRevision(opts.repo ?? '.', opts.head) : await readConfigDir(opts.headDir!);
+  const parsed = parseConfig(files);
+  if (!parsed.model) {
+    const errors = parsed.diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic);
+    return { code: 1, stdout: `head revision does not validate:\n${errors.join('\n')}\n` };
+  }
+  const desired = renderDesiredState(parsed.model, opts.node);
+  const pins = join(opts.pinRoot, opts.node);
+  const { readPinnedLbLive } = await import('../../bpf/dataplane/index.js');
+  const { readPinnedBackendLive } = await import('../../bpf/backend/index.js');
+  const live = desired.role === 'backend' ? readPinnedBackendLive(pins) : readPinnedLbLive(pins);
+  const ops = planOps(live, desired);
+  const stdout = opts.format === 'json'
+    ? JSON.stringify(ops.map(opToJson), null, 2) + '\n'
+    : `${opts.node} (${desired.role}, pins ${pins}): ${ops.length === 0 ? 'nothing to do' : `${ops.length} map operations`}\n` +
+      ops.map((o, i) => `${String(i + 1).padStart(4)}. ${describeOp(o)}\n`).join('');
+  return { code: ops.length && opts.exitCode ? EXIT_CHANGES : 0, stdout };
 }
