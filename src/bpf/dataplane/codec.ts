@@ -25,9 +25,10 @@ export type CounterName = (typeof COUNTER_NAMES)[number];
 export const LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
   lb_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
   lb_vip_value: { size: 8, members: { service_id: 0, target_port: 4, mode: 6, flags: 7 } },
-  lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, pad: 18 } },
+  lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, slot: 18 } },
+  lb_real_slot: { size: 24, members: { real_id: 0, real: 4 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
-  lb_flow_value: { size: 8, members: { real_id: 0, service_id: 4 } },
+  lb_flow_value: { size: 12, members: { real_id: 0, service_id: 4, real_slot: 8 } },
   lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
 };
@@ -92,10 +93,22 @@ export function encodeU32(n: number): Buffer {
   return b;
 }
 
-export function encodeReal(address: string, family: 4 | 6): Buffer {
+/** lb_real; `slot` is the real's dense index (lb_real_slots, lb_real_stats), chosen by the loader. */
+export function encodeReal(address: string, family: 4 | 6, slot = 0): Buffer {
   const b = Buffer.alloc(20);
   addr16(address).copy(b, 0);
   b[16] = family;
+  b.writeUInt16LE(slot, 18);
+  return b;
+}
+
+export const realSlotOf = (lbReal: Buffer): number => lbReal.readUInt16LE(18);
+
+/** lb_real_slot: the real's id and lb_real value, stored at its slot. */
+export function encodeRealSlot(realId: number, lbReal: Buffer): Buffer {
+  const b = Buffer.alloc(24);
+  b.writeUInt32LE(realId, 0);
+  lbReal.copy(b, 4);
   return b;
 }
 

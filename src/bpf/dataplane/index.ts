@@ -8,7 +8,7 @@ import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.j
 import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
-  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeU32, encodeVipKey,
+  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, realSlotOf,
   encodeVipValue, familyOf,
 } from './codec.js';
 import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, type RingInfo } from './rings.js';
@@ -85,8 +85,10 @@ const vipValueOf = (v: DesiredVip) =>
   encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort, mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0 });
 const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
 const MARKER_VALUE = Buffer.alloc(8);
+const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
+const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
-type LbMaps = Record<'vips' | 'rings' | 'reals' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
+type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
 
 class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
@@ -131,16 +133,44 @@ class LbDataPlane implements DataPlane {
       checkRingMaps(obj.map('lb_rings'));
       checkSnatLayouts(obj);
       this.maps = {
-        vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), conntrack: obj.map('lb_conntrack'),
+        vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), realSlots: obj.map('lb_real_slots'),
+        conntrack: obj.map('lb_conntrack'),
         config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
         serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
       };
       this.obj = obj;
+      this.repairRealSlots();
       if (this.opts.interface && existsSync(pinned(LINK_PIN))) this.attach();
     } catch (e) {
       this.obj = null;
       obj.close();
       throw e;
+    }
+  }
+
+  /** Gives every real in lb_reals a slot of its own that lb_real_slots names it in. Needed only when pins from a
+   * version without slots were adopted (every real then says slot 0); otherwise nothing is written. */
+  private repairRealSlots(): void {
+    const m = this.maps;
+    const owner = new Map<number, number>();
+    const broken: Array<[Buffer, Buffer]> = [];
+    for (const [k, v] of m.reals.entries()) {
+      const id = k.readUInt32LE(0);
+      const slot = realSlotOf(v);
+      const entry = m.realSlots.lookup(encodeU32(slot));
+      if (!owner.has(slot) && entry && entry.readUInt32LE(0) === id) owner.set(slot, id);
+      else broken.push([k, v]);
+    }
+    let next = 0;
+    for (const [k, v] of broken) {
+      while (owner.has(next)) next++;
+      if (next >= m.realSlots.maxEntries) fail(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
+      owner.set(next, k.readUInt32LE(0));
+      const value = Buffer.from(v);
+      value.writeUInt16LE(next, 18);
+      m.realStats.update(encodeU32(next), ZERO_TRAFFIC);
+      m.realSlots.update(encodeU32(next), encodeRealSlot(k.readUInt32LE(0), value));
+      m.reals.update(k, value);
     }
   }
 
@@ -178,6 +208,16 @@ class LbDataPlane implements DataPlane {
     /** Inner maps replaced or removed by this execute, held open so an undo can put them back. */
     const held: BpfMap[] = [];
 
+    /** Slots of the reals in lb_reals (read once, when the first new real needs one) plus those given out now. */
+    let slotsInUse: Set<number> | null = null;
+    let cursor = 0;
+    const freeSlot = (): number => {
+      slotsInUse ??= new Set(m.reals.entries().map(([, v]) => realSlotOf(v)));
+      while (cursor < m.realSlots.maxEntries && slotsInUse.has(cursor)) cursor++;
+      if (cursor >= m.realSlots.maxEntries) fail(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
+      slotsInUse.add(cursor);
+      return cursor;
+    };
     const put = (map: BpfMap, key: Buffer, value: Buffer) => {
       const prev = map.lookup(key);
       map.update(key, value);
@@ -208,9 +248,18 @@ class LbDataPlane implements DataPlane {
             validateSnatPorts({ min: o.value.portMin, max: o.value.portMax });
             put(m.snatConfig, encodeU32(0), encodeSnatConfig(snatSettingsToConfig(o.value)));
             break;
-          case 'real.put':
-            put(m.reals, encodeU32(o.real.id), encodeReal(o.real.address, o.real.family));
+          case 'real.put': {
+            // a new real gets a free slot whose traffic counters start at zero; a changed one keeps its slot.
+            // The slot entry is written first: the ring can only lead to the real once lb_reals holds it.
+            const key = encodeU32(o.real.id);
+            const prev = m.reals.lookup(key);
+            const slot = prev ? realSlotOf(prev) : freeSlot();
+            const value = encodeReal(o.real.address, o.real.family, slot);
+            if (!prev) put(m.realStats, encodeU32(slot), ZERO_TRAFFIC);
+            put(m.realSlots, encodeU32(slot), encodeRealSlot(o.real.id, value));
+            put(m.reals, key, value);
             break;
+          }
           case 'ring.fill': {
             filled.get(o.serviceId)?.map.close();
             const map = createRing(o.serviceId, o.ring);
@@ -253,10 +302,11 @@ class LbDataPlane implements DataPlane {
             break;
           }
           case 'real.delete': {
+            // connection-table entries to it fall back to the ring once its slot is free (real id 0)
             const key = encodeU32(o.real.id);
+            const prev = m.reals.lookup(key);
             del(m.reals, key);
-            // connection-table entries to it fall back to the ring; its traffic counters go with it
-            log.onCommit(() => m.realStats.delete(key));
+            if (prev) put(m.realSlots, encodeU32(realSlotOf(prev)), FREE_SLOT);
             break;
           }
           default:
@@ -288,14 +338,17 @@ class LbDataPlane implements DataPlane {
     COUNTER_NAMES.forEach((name, i) => {
       out[name] = Number(m.counters.lookupPerCpuSum(encodeU32(i))?.[0] ?? 0n);
     });
-    const traffic = (map: BpfMap, prefix: string) => {
-      for (const k of map.keys()) {
-        const sums = map.lookupPerCpuSum(k);
-        if (sums) out[`${prefix}:${k.readUInt32LE(0)}`] = { packets: Number(sums[0]), bytes: Number(sums[1]), newFlows: Number(sums[2]) };
-      }
-    };
-    traffic(m.serviceStats, 'service');
-    traffic(m.realStats, 'real');
+    const traffic = (sums: bigint[] | null) =>
+      sums && { packets: Number(sums[0]), bytes: Number(sums[1]), newFlows: Number(sums[2]) };
+    for (const k of m.serviceStats.keys()) {
+      const t = traffic(m.serviceStats.lookupPerCpuSum(k));
+      if (t) out[`service:${k.readUInt32LE(0)}`] = t;
+    }
+    // per-real traffic sits in the real's slot of an array: every real in lb_reals has one
+    for (const [k, v] of m.reals.entries()) {
+      const t = traffic(m.realStats.lookupPerCpuSum(encodeU32(realSlotOf(v))));
+      if (t) out[`real:${k.readUInt32LE(0)}`] = t;
+    }
     Object.assign(out, snatCounters(this.obj));
     return out;
   }

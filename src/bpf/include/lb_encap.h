@@ -66,7 +66,7 @@ static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, cons
 static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, __u32 real_id, int want_src,
 				       struct lb_next_hop *nh)
 {
-	__u32 slot = real_id & (LB_NH_CACHE_SLOTS - 1);
+	__u32 slot = real->slot & (LB_NH_CACHE_SLOTS - 1); /* dense slots: distinct reals below 1024 never share */
 	struct lb_nexthop_entry *c = bpf_map_lookup_elem(&lb_nexthop_cache, &slot);
 	__u64 now = bpf_ktime_get_coarse_ns();
 

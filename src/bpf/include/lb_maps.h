@@ -47,6 +47,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_reals SEC(".maps");
 
+/* real slot -> real id and address (see struct lb_real_slot) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_MAX_REALS);
+	__type(key, __u32);
+	__type(value, struct lb_real_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_real_slots SEC(".maps");
+
 /* connection table: 5-tuple -> real; size set at load from Cluster.spec.conntrack.maxEntries. One hash table
  * (a flow is found from any CPU) with a free/LRU list per CPU (BPF_F_NO_COMMON_LRU): inserts take no lock
  * shared between CPUs, and a CPU evicts only from its own share (max_entries / possible CPUs). */
@@ -100,8 +109,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_service_stats SEC(".maps");
 
+/* per-real traffic by the real's slot (the loader zeroes a slot before giving it to a real) */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LB_MAX_REALS);
 	__type(key, __u32);
 	__type(value, struct lb_traffic);

@@ -466,7 +466,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		lb_snat_count(LB_SNAT_CNT_NEW);
 		new_flow = 1;
 	}
-	lb_traffic_add(&lb_real_stats, real_id, p->frame_len, new_flow);
+	lb_real_traffic_add(real, p->frame_len, new_flow);
 
 	struct lb_next_hop nh = {};
 	int rc = lb_next_hop(ctx, real, real_id, 0, &nh);

@@ -29,6 +29,19 @@ static __always_inline void lb_traffic_add(void *map, __u32 id, __u32 bytes, __u
 	bpf_map_update_elem(map, &id, &init, BPF_NOEXIST);
 }
 
+/* A real's traffic: an array slot, no hash lookup. */
+static __always_inline void lb_real_traffic_add(const struct lb_real *real, __u32 bytes, __u32 new_flow)
+{
+	__u32 slot = real->slot;
+	struct lb_traffic *t = bpf_map_lookup_elem(&lb_real_stats, &slot);
+
+	if (t) {
+		t->packets += 1;
+		t->bytes += bytes;
+		t->new_flows += new_flow;
+	}
+}
+
 /* The new-flow rate guard (like Katran's): true when this CPU has already inserted `limit` new flows into the
  * connection table in the current one-second window. Such flows are still forwarded by the ring, only not
  * remembered, so a SYN flood cannot evict the established flows. */

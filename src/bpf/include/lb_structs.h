@@ -27,7 +27,14 @@ struct lb_real {
 	__u8 addr[16];
 	__u8 family;
 	__u8 flags;
-	__u16 pad;
+	__u16 slot;      /* dense index the loader gives the real (< LB_MAX_REALS): lb_real_slots, lb_real_stats */
+};
+
+/* lb_real_slots[slot]: the real again, by its dense slot, so a connection-table hit (which stores the slot)
+ * finds it with an array lookup; real_id 0 = free slot. */
+struct lb_real_slot {
+	__u32 real_id;
+	struct lb_real real;
 };
 
 /* lb_conntrack key: the 5-tuple as seen on the wire (dst = VIP). */
@@ -44,6 +51,7 @@ struct lb_flow_key {
 struct lb_flow_value {
 	__u32 real_id;
 	__u32 service_id;
+	__u32 real_slot; /* lb_real.slot when inserted; trusted only while lb_real_slots[real_slot] names real_id */
 };
 
 /* lb_config[0]: node-wide settings written by apply(). */

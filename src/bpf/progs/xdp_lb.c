@@ -152,8 +152,14 @@ int xdp_lb(struct xdp_md *ctx)
 		struct lb_flow_value *fv = bpf_map_lookup_elem(&lb_conntrack, &fk);
 
 		if (fv && fv->service_id == service_id) {
-			real_id = fv->real_id;
-			real = bpf_map_lookup_elem(&lb_reals, &real_id);
+			/* the real by its slot (array); a slot since freed or given to another real names another id */
+			__u32 slot = fv->real_slot;
+			struct lb_real_slot *rs = bpf_map_lookup_elem(&lb_real_slots, &slot);
+
+			if (rs && rs->real_id && rs->real_id == fv->real_id) {
+				real_id = rs->real_id;
+				real = &rs->real;
+			}
 		}
 	}
 	/* node settings: looked up only once the connection table has answered */
@@ -175,7 +181,7 @@ int xdp_lb(struct xdp_md *ctx)
 				lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
 			return lb_drop(reason);
 		}
-		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id };
+		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id, .real_slot = real->slot };
 
 		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate))
 			lb_count(LB_CNT_CT_RATE_LIMITED);
@@ -184,7 +190,7 @@ int xdp_lb(struct xdp_md *ctx)
 		new_flow = 1;
 	}
 	lb_traffic_add(&lb_service_stats, service_id, p.frame_len, new_flow);
-	lb_traffic_add(&lb_real_stats, real_id, p.frame_len, new_flow);
+	lb_real_traffic_add(real, p.frame_len, new_flow);
 
 	/* 5. dispatch */
 	struct lb_next_hop nh = {};
