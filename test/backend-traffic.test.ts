@@ -69,6 +69,9 @@ const desired: DesiredState = {
     vip(A6.optVip, 6, 'UDP', 'dsr-ipopt'),
   ],
   localVips: [A4.ipipVip, A6.ipipVip],
+  // the client namespace plays the LB here: tunnels are accepted from it, to this node's own addresses
+  addresses: [A4.real, A6.real],
+  lbAddresses: [A4.client, A6.client],
 };
 
 function target(family: 4 | 6, protocol: 'TCP' | 'UDP', mode: 'ipip' | 'ipopt'): LabTarget {

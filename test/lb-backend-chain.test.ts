@@ -3,7 +3,9 @@
 // recover exactly the client's packet (ipip) or the flow's VIP:port (ipopt), then answer as the VIP.
 import test from 'ava';
 import { BpfObject, TcAction } from '../src/bpf/libbpf.js';
-import { decodeConnEntry, desiredVipEntries, encodeConnKey, encodeVipKey, encodeVipValue } from '../src/bpf/backend/codec.js';
+import {
+  decodeConnEntry, desiredTunnelAddrs, desiredVipEntries, encodeAddrKey, encodeAddrValue, encodeConnKey, encodeVipKey, encodeVipValue,
+} from '../src/bpf/backend/codec.js';
 import { TCP_FLAGS, frame, ipPacket, type EthSpec } from './lib/packets.js';
 import { frame as beFrame, parse } from './lib/packets-backend.js';
 import { LAB, runHarness, setupLab, teardownLab } from './lib/xdp-lab.js';
@@ -71,6 +73,9 @@ test.before(async () => {
   backend = await BpfObject.load('tc_backend');
   // The backend's view of the same services (what apply() writes for role 'backend').
   for (const e of desiredVipEntries(state)) backend.map('be_vips').update(encodeVipKey(e), encodeVipValue(e));
+  // Tunnels are accepted from the LB's addresses (the outer sources above) to the real's own addresses.
+  const tunnels = desiredTunnelAddrs({ addresses: [REAL4, REAL6], lbAddresses: state.addresses });
+  for (const e of tunnels) backend.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
 });
 
 test.after.always(() => backend?.close());

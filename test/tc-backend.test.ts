@@ -10,7 +10,10 @@ import {
   VIP_FLAG_IPOPT,
   decodeConnEntry,
   decodeVipEntry,
+  desiredTunnelAddrs,
   desiredVipEntries,
+  encodeAddrKey,
+  encodeAddrValue,
   formatAddr,
   encodeConnKey,
   encodeVipKey,
@@ -49,6 +52,8 @@ test.before(async () => {
   ingress = obj.program('backend_ingress');
   egress = obj.program('backend_egress');
   const vips = obj.map('be_vips');
+  for (const e of desiredTunnelAddrs({ addresses: [V4.real, V6.real], lbAddresses: [V4.lb, V6.lb] }))
+    obj.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
   for (const [a, family] of [[V4, 4], [V6, 6]] as const) {
     vips.update(encodeVipKey({ address: a.ipipVip, family, port: 0, protocol: null }), encodeVipValue({ flags: VIP_FLAG_IPIP, targetPort: 0 }));
     for (const protocol of ['TCP', 'UDP'] as const)

@@ -79,8 +79,10 @@ test.before(async () => {
   for (const a of [ADDR.b1, ADDR.b2, ADDR6.b1, ADDR6.b2]) sh(NS.lb, ['ping', '-c', '1', '-W', '2', a]);
   await Promise.all([server(NS.b1, 'b1', 80), server(NS.b1, 'b1', 8080), server(NS.b2, 'b2', 80), server(NS.b2, 'b2', 8080)]);
   const json = JSON.stringify(stateToJson(STATE));
-  runner(NS.b1, ['backend', PIN.b1, 'eth0'], json);
-  runner(NS.b2, ['backend', PIN.b2, 'eth0'], json);
+  // a backend decapsulates only tunnels from the lb node's addresses to its own (docs/backend.md)
+  const backendJson = (own: string[]) => JSON.stringify({ ...stateToJson(STATE) as object, addresses: own, lbAddresses: [ADDR.lb, ADDR6.lb] });
+  runner(NS.b1, ['backend', PIN.b1, 'eth0'], backendJson([ADDR.b1, ADDR6.b1]));
+  runner(NS.b2, ['backend', PIN.b2, 'eth0'], backendJson([ADDR.b2, ADDR6.b2]));
   runner(NS.lb, ['lb', PIN.lb, 'eth0', 'generic'], json);
 });
 

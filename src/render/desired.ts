@@ -40,6 +40,11 @@ function servicesForNode(model: ConfigModel, node: NodeDoc): ServiceDoc[] {
   return model.services.filter((s) => s.spec.reals.some((r) => r.state !== 'disabled' && own.has(r.address)));
 }
 
+/** The addresses of every lb node: the only outer sources a backend decapsulates IP-in-IP from. */
+function lbNodeAddresses(model: ConfigModel): string[] {
+  return [...new Set(model.nodes.filter((n) => n.spec.role === 'lb').flatMap((n) => n.spec.addresses))].sort(compareIps);
+}
+
 function compareVips(a: DesiredVip, b: DesiredVip): number {
   return compareIps(a.vip, b.vip) || a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
 }
@@ -99,6 +104,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
     ...(node.spec.snatPorts !== undefined && { snatPorts: { ...node.spec.snatPorts } }),
     // The node's own addresses (outer source of dsr-ipip on lb nodes), sorted so YAML order does not matter.
     ...(node.spec.addresses.length > 0 && { addresses: [...node.spec.addresses].sort(compareIps) }),
+    ...(node.spec.role === 'backend' && { lbAddresses: lbNodeAddresses(model) }),
     hashSeed: hashSeedFromBase64(cluster.maglev.seed),
     conntrackMaxEntries: cluster.conntrack.maxEntries,
     ...(cluster.conntrack.newFlowRate > 0 && { conntrackNewFlowRate: cluster.conntrack.newFlowRate }),

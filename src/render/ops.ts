@@ -5,6 +5,7 @@
 // settings, reals, ring fills, service switches, VIP address markers and listeners, then the deletes of
 // listeners, markers, services and reals nothing refers to any more.
 import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
+import { compareIps, ipFamily } from './ip.js';
 
 /** lb_config: the flow-hash seed, the MTU, the outer sources of dsr-ipip and the new-flow rate guard (absent: off). */
 export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string; newFlowRate?: number }
@@ -39,6 +40,14 @@ export interface BackendVip {
   targetPort: number; // 0 = not checked
 }
 
+/** A be_tunnel_addrs entry of a backend node: an address IP-in-IP may come from (an lb node) and/or go to (this node). */
+export interface BackendTunnelAddr {
+  address: string;
+  family: 4 | 6;
+  lbSource: boolean;
+  local: boolean;
+}
+
 /** A service's ring as the kernel holds it. `ring` is present only when the reader was asked for tables. */
 export interface LiveService {
   id: number;
@@ -60,9 +69,12 @@ export interface LiveState {
   vips: DesiredVip[];
   markers: LiveVipMarker[];
   backendVips: BackendVip[];
+  backendTunnels: BackendTunnelAddr[];
 }
 
-export const EMPTY_LIVE: LiveState = { settings: null, snat: null, reals: [], services: [], vips: [], markers: [], backendVips: [] };
+export const EMPTY_LIVE: LiveState = {
+  settings: null, snat: null, reals: [], services: [], vips: [], markers: [], backendVips: [], backendTunnels: [],
+};
 
 export type Op =
   | { op: 'settings.set'; value: LbSettings; before: LbSettings | null }
@@ -79,7 +91,9 @@ export type Op =
   | { op: 'service.delete'; serviceId: number; tableSize: number; digest: string }
   | { op: 'real.delete'; real: DesiredReal }
   | { op: 'backend-vip.put'; entry: BackendVip; before: BackendVip | null }
-  | { op: 'backend-vip.delete'; entry: BackendVip };
+  | { op: 'backend-vip.delete'; entry: BackendVip }
+  | { op: 'backend-tunnel.put'; entry: BackendTunnelAddr; before: BackendTunnelAddr | null }
+  | { op: 'backend-tunnel.delete'; entry: BackendTunnelAddr };
 
 export type OpKind = Op['op'];
 
@@ -153,6 +167,21 @@ function sameSettings(a: LbSettings, b: LbSettings): boolean {
 }
 
 /** Ops that take `live` to `desired`; empty exactly when the kernel already holds the desired state. */
+export const backendTunnelId = (e: Pick<BackendTunnelAddr, 'address' | 'family'>): string => `${e.family}|${e.address}`;
+
+/**
+ * The be_tunnel_addrs entries of a backend node: its own addresses (allowed outer destinations of IP-in-IP) and
+ * every lb node's address (allowed outer sources), one entry per address, sorted. Without them no tunnel is
+ * decapsulated (docs/backend.md).
+ */
+export function desiredBackendTunnels(d: Pick<DesiredState, 'addresses' | 'lbAddresses'>): BackendTunnelAddr[] {
+  const byAddr = new Map<string, BackendTunnelAddr>();
+  const entry = (a: string) => byAddr.get(a) ?? byAddr.set(a, { address: a, family: ipFamily(a), lbSource: false, local: false }).get(a)!;
+  for (const a of d.addresses ?? []) entry(a).local = true;
+  for (const a of d.lbAddresses ?? []) entry(a).lbSource = true;
+  return [...byAddr.values()].sort((a, b) => a.family - b.family || compareIps(a.address, b.address));
+}
+
 export function planOps(live: LiveState, desired: DesiredState): Op[] {
   return desired.role === 'backend' ? planBackend(live, desired) : planLb(live, desired);
 }
@@ -169,7 +198,15 @@ function planBackend(live: LiveState, desired: DesiredState): Op[] {
     const cur = have.get(id) ?? null;
     if (!cur || cur.kind !== e.kind || cur.targetPort !== e.targetPort) ops.push({ op: 'backend-vip.put', entry: e, before: cur });
   }
+  const haveT = new Map(live.backendTunnels.map((e) => [backendTunnelId(e), e]));
+  const wantT = desiredBackendTunnels(desired);
+  for (const e of wantT) {
+    const cur = haveT.get(backendTunnelId(e)) ?? null;
+    if (!cur || cur.lbSource !== e.lbSource || cur.local !== e.local) ops.push({ op: 'backend-tunnel.put', entry: e, before: cur });
+  }
   for (const [id, e] of have) if (!wantIds.has(id)) ops.push({ op: 'backend-vip.delete', entry: e });
+  const wantTIds = new Set(wantT.map(backendTunnelId));
+  for (const [id, e] of haveT) if (!wantTIds.has(id)) ops.push({ op: 'backend-tunnel.delete', entry: e });
   return ops;
 }
 
@@ -237,6 +274,8 @@ const snatText = (s: SnatSettings) =>
   `addr4 ${s.addr4 ?? '-'}, addr6 ${s.addr6 ?? '-'}, ports ${s.portMin}-${s.portMax}, timeouts ${s.tcpEstablishedS}/${s.tcpClosingS}/${s.udpS} s`;
 const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}`;
 
+const tunnelText = (e: BackendTunnelAddr) => `${e.address}${e.lbSource ? ' lb-source' : ''}${e.local ? ' local' : ''}`;
+
 /** One line per op, naming the map it writes (docs/datapath.md, docs/backend.md). */
 export function describeOp(o: Op): string {
   switch (o.op) {
@@ -255,6 +294,8 @@ export function describeOp(o: Op): string {
     case 'real.delete': return `delete lb_reals[${o.real.id}] (${o.real.address})`;
     case 'backend-vip.put': return `be_vips[${beText(o.entry)}]${o.before ? ` (was ${beText(o.before)})` : ''}`;
     case 'backend-vip.delete': return `delete be_vips[${beText(o.entry)}]`;
+    case 'backend-tunnel.put': return `be_tunnel_addrs[${tunnelText(o.entry)}]${o.before ? ` (was ${tunnelText(o.before)})` : ''}`;
+    case 'backend-tunnel.delete': return `delete be_tunnel_addrs[${tunnelText(o.entry)}]`;
   }
 }
 
@@ -276,7 +317,8 @@ export function summarizeOps(ops: Op[]): Partial<Record<OpKind, number>> {
 
 /** The LiveState a data plane holds once it has applied `desired` exactly (what an empty plan means). */
 export function liveOf(desired: DesiredState): LiveState {
-  if (desired.role === 'backend') return { ...EMPTY_LIVE, backendVips: desiredBackendVips(desired) };
+  if (desired.role === 'backend')
+    return { ...EMPTY_LIVE, backendVips: desiredBackendVips(desired), backendTunnels: desiredBackendTunnels(desired) };
   return {
     settings: desiredSettings(desired),
     snat: desiredSnat(desired),
@@ -285,6 +327,7 @@ export function liveOf(desired: DesiredState): LiveState {
     vips: desired.vips.map((v) => ({ ...v })),
     markers: desiredMarkers(desired),
     backendVips: [],
+    backendTunnels: [],
   };
 }
 
@@ -298,6 +341,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
   const vips = new Map(live.vips.map((v) => [vipId(v), v]));
   const markers = new Map(live.markers.map((m) => [markerId(m), m]));
   const be = new Map(live.backendVips.map((e) => [backendVipId(e), e]));
+  const tunnels = new Map(live.backendTunnels.map((e) => [backendTunnelId(e), e]));
   const filled = new Map<number, LiveService>();
   let { settings, snat } = live;
   for (const o of ops) {
@@ -320,6 +364,8 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
       case 'real.delete': reals.delete(o.real.id); break;
       case 'backend-vip.put': be.set(backendVipId(o.entry), o.entry); break;
       case 'backend-vip.delete': be.delete(backendVipId(o.entry)); break;
+      case 'backend-tunnel.put': tunnels.set(backendTunnelId(o.entry), o.entry); break;
+      case 'backend-tunnel.delete': tunnels.delete(backendTunnelId(o.entry)); break;
     }
   }
   return {
@@ -329,5 +375,6 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
     vips: [...vips.values()],
     markers: [...markers.values()],
     backendVips: [...be.values()],
+    backendTunnels: [...tunnels.values()],
   };
 }

@@ -58,6 +58,9 @@ export interface DesiredState {
   /** The node's own addresses (Node.spec.addresses, canonical). An lb node uses them as the outer source of
    * dsr-ipip (see docs/datapath.md); when absent the kernel's source choice for the route is used. */
   addresses?: string[];
+  /** Backend nodes: every lb node's addresses (Node.spec.addresses of role lb, canonical, sorted). IP-in-IP is
+   * decapsulated only from these (see docs/backend.md). */
+  lbAddresses?: string[];
   /** u32 seed of the flow hash in the data plane, derived from Cluster.spec.maglev.seed. */
   hashSeed: number;
   conntrackMaxEntries: number;

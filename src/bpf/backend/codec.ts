@@ -2,7 +2,7 @@
 // the desired state of a backend node to the entries of be_vips. The layouts are checked against the
 // object's BTF at load (see BTF_LAYOUTS), so a change on one side without the other fails loudly.
 import type { DesiredState } from '../../render/state.js';
-import { desiredBackendVips, type BackendVip } from '../../render/ops.js';
+import { desiredBackendTunnels, desiredBackendVips, type BackendTunnelAddr, type BackendVip } from '../../render/ops.js';
 import type { Protocol } from '../../render/model.js';
 import { formatIp, requireIp } from '../../render/ip.js';
 
@@ -12,6 +12,10 @@ export const IPPROTO_UDP = 17;
 /** be_vip_value.flags (BE_VIP_F_* in backend_consts.h). */
 export const VIP_FLAG_IPIP = 0x01;
 export const VIP_FLAG_IPOPT = 0x02;
+
+/** be_addr_value.flags (BE_ADDR_F_* in backend_consts.h). */
+export const ADDR_FLAG_LB_SOURCE = 0x01;
+export const ADDR_FLAG_LOCAL = 0x02;
 
 /** Names of the per-CPU counters, in the order of `enum be_stat` (backend_consts.h). */
 export const STAT_NAMES = [
@@ -33,6 +37,9 @@ export const STAT_NAMES = [
   'icmp6_rewrite',
   'rewrite_fail',
   'fragment',
+  'bad_ip_csum',
+  'decap_bad_outer',
+  'decap_not_allowed',
 ] as const;
 export type StatName = (typeof STAT_NAMES)[number];
 
@@ -45,6 +52,8 @@ export const BTF_LAYOUTS = {
     members: { client: 0, local: 16, client_port: 32, local_port: 34, proto: 36, family: 37, pad: 38 },
   },
   be_conn_value: { size: 32, members: { vip: 0, vip_port: 16, pad: 18, last_seen_ns: 24 } },
+  be_addr_key: { size: 20, members: { addr: 0, family: 16, pad: 17 } },
+  be_addr_value: { size: 4, members: { flags: 0, pad: 1 } },
 } as const;
 
 export const VIP_KEY_SIZE = BTF_LAYOUTS.be_vip_key.size;
@@ -184,4 +193,42 @@ export function desiredVipEntries(desired: Pick<DesiredState, 'vips'>): VipEntry
 export function vipEntryOf(b: BackendVip): VipEntry {
   return { address: b.address, family: b.family, port: b.port, protocol: b.protocol,
     flags: b.kind === 'listener' ? VIP_FLAG_IPOPT : VIP_FLAG_IPIP, targetPort: b.targetPort };
+}
+
+/** A be_tunnel_addrs entry: an address IP-in-IP may come from (an lb node) and/or go to (this node). */
+export interface TunnelAddrEntry {
+  address: string;
+  family: 4 | 6;
+  flags: number;
+}
+
+/** The be_tunnel_addrs entries a backend node needs (pure; the planner's desiredBackendTunnels as map entries). */
+export function desiredTunnelAddrs(desired: Pick<DesiredState, 'addresses' | 'lbAddresses'>): TunnelAddrEntry[] {
+  return desiredBackendTunnels(desired).map(tunnelEntryOf);
+}
+
+export function tunnelEntryOf(b: BackendTunnelAddr): TunnelAddrEntry {
+  return { address: b.address, family: b.family, flags: (b.lbSource ? ADDR_FLAG_LB_SOURCE : 0) | (b.local ? ADDR_FLAG_LOCAL : 0) };
+}
+
+export function asBackendTunnel(e: TunnelAddrEntry): BackendTunnelAddr {
+  return { address: e.address, family: e.family, lbSource: (e.flags & ADDR_FLAG_LB_SOURCE) !== 0, local: (e.flags & ADDR_FLAG_LOCAL) !== 0 };
+}
+
+export function encodeAddrKey(e: Pick<TunnelAddrEntry, 'address' | 'family'>): Buffer {
+  const b = Buffer.alloc(BTF_LAYOUTS.be_addr_key.size);
+  writeAddr(b, 0, e.address, e.family);
+  b.writeUInt8(e.family, 16);
+  return b;
+}
+
+export function encodeAddrValue(e: Pick<TunnelAddrEntry, 'flags'>): Buffer {
+  const b = Buffer.alloc(BTF_LAYOUTS.be_addr_value.size);
+  b.writeUInt8(e.flags, 0);
+  return b;
+}
+
+export function decodeAddrEntry(key: Buffer, value: Buffer): TunnelAddrEntry {
+  const family = readFamily(key.readUInt8(16), 'be_tunnel_addrs key');
+  return { address: formatAddr(key.subarray(0, 16), family), family, flags: value.readUInt8(0) };
 }

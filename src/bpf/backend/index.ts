@@ -21,6 +21,11 @@ import {
   encodeVipValue,
   vipEntryId,
   vipEntryOf,
+  asBackendTunnel,
+  decodeAddrEntry,
+  encodeAddrKey,
+  encodeAddrValue,
+  tunnelEntryOf,
   type ConnEntry,
   type VipEntry,
 } from './codec.js';
@@ -94,6 +99,7 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
   }
   const vips = obj.map('be_vips');
   const conns = obj.map('be_conns');
+  const tunnelAddrs = obj.map('be_tunnel_addrs');
   const stats = obj.map('be_stats');
   const links: TcAttachment[] = [];
 
@@ -118,7 +124,11 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
   }
 
   async function readLive(): Promise<LiveState> {
-    return { ...EMPTY_LIVE, backendVips: [...entriesById(vips).values()].map((x) => asBackendVip(x.entry)) };
+    return {
+      ...EMPTY_LIVE,
+      backendVips: [...entriesById(vips).values()].map((x) => asBackendVip(x.entry)),
+      backendTunnels: [...tunnelAddrs.entries()].map(([k, v]) => asBackendTunnel(decodeAddrEntry(k, v))),
+    };
   }
 
   async function plan(desired: DesiredState): Promise<Op[]> {
@@ -132,19 +142,29 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
     try {
       for (const o of ops) {
         report.ops++;
+        // every write is undone in reverse order if a later one fails
+        const put = (map: BpfMap, key: Buffer, value: Buffer) => {
+          const prev = map.lookup(key);
+          map.update(key, value);
+          report.mapWrites++;
+          log.onUndo(() => (prev ? map.update(key, prev) : map.delete(key)));
+        };
+        const del = (map: BpfMap, key: Buffer) => {
+          const prev = map.lookup(key);
+          if (!map.delete(key)) return;
+          report.mapDeletes++;
+          if (prev) log.onUndo(() => map.update(key, prev));
+        };
         if (o.op === 'backend-vip.put') {
           const e = vipEntryOf(o.entry);
-          const key = encodeVipKey(e);
-          const prev = vips.lookup(key);
-          vips.update(key, encodeVipValue(e));
-          report.mapWrites++;
-          log.onUndo(() => (prev ? vips.update(key, prev) : vips.delete(key)));
+          put(vips, encodeVipKey(e), encodeVipValue(e));
         } else if (o.op === 'backend-vip.delete') {
-          const key = encodeVipKey(vipEntryOf(o.entry));
-          const prev = vips.lookup(key);
-          if (!vips.delete(key)) continue;
-          report.mapDeletes++;
-          if (prev) log.onUndo(() => vips.update(key, prev));
+          del(vips, encodeVipKey(vipEntryOf(o.entry)));
+        } else if (o.op === 'backend-tunnel.put') {
+          const e = tunnelEntryOf(o.entry);
+          put(tunnelAddrs, encodeAddrKey(e), encodeAddrValue(e));
+        } else if (o.op === 'backend-tunnel.delete') {
+          del(tunnelAddrs, encodeAddrKey(tunnelEntryOf(o.entry)));
         } else {
           throw new Error(`the backend data plane cannot execute '${o.op}'`);
         }

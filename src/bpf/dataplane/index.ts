@@ -404,6 +404,7 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, verify
     vips,
     markers,
     backendVips: [],
+    backendTunnels: [],
   };
 }
 

@@ -19,6 +19,7 @@
 #define BE_IPPROTO_UDP 17
 #define BE_IPPROTO_IPV6 41    /* IPv6 inside */
 #define BE_IPPROTO_DSTOPTS 60 /* IPv6 destination options extension header */
+#define BE_IPPROTO_FRAGMENT 44 /* IPv6 fragment extension header */
 
 /* ICMP errors that quote a packet (the only ICMP the egress program translates). */
 #define BE_ICMP_DEST_UNREACH 3
@@ -44,6 +45,10 @@
 /* Flags of a served VIP (be_vip_value.flags). */
 #define BE_VIP_F_IPIP 0x01  /* decapsulate IP-in-IP whose inner destination is this address */
 #define BE_VIP_F_IPOPT 0x02 /* accept the ipopt option naming this VIP:port and rewrite the replies */
+
+/* Flags of a be_tunnel_addrs entry (be_addr_value.flags). */
+#define BE_ADDR_F_LB_SOURCE 0x01 /* an lb node's address: tunnels from it are decapsulated */
+#define BE_ADDR_F_LOCAL 0x02     /* one of this node's own addresses: tunnels to it are decapsulated */
 
 /* bpf_skb_adjust_room() decap flags (kernel 6.3+); older uapi headers lack them. */
 #ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV4
@@ -72,11 +77,15 @@ enum be_stat {
   BE_STAT_ICMP4_REWRITE = 14,  /* ICMP errors about an ipopt flow rewritten */
   BE_STAT_ICMP6_REWRITE = 15,
   BE_STAT_REWRITE_FAIL = 16,   /* a checksum or store helper failed: packet dropped */
-  BE_STAT_FRAGMENT = 17,       /* IP fragments: passed untouched */
-  BE_STAT__MAX = 18,
+  BE_STAT_FRAGMENT = 17,       /* IP fragments (IPv4 MF/offset, IPv6 fragment header): passed untouched */
+  BE_STAT_BAD_IP_CSUM = 18,    /* ipopt packet whose IPv4 header checksum is wrong: dropped, never re-checksummed */
+  BE_STAT_DECAP_BAD_OUTER = 19,/* tunnel to a served VIP with a bad outer header (version, checksum, length): dropped */
+  BE_STAT_DECAP_NOT_ALLOWED = 20, /* tunnel to a served VIP not from an lb node, or not to this node: dropped */
+  BE_STAT__MAX = 21,
 };
 
 #define BE_CONN_MAX_ENTRIES 65536
 #define BE_VIP_MAX_ENTRIES 4096
+#define BE_ADDR_MAX_ENTRIES 1024
 
 #endif

@@ -17,6 +17,15 @@ struct {
   __type(value, struct be_vip_value);
 } be_vips SEC(".maps");
 
+/* Tunnel endpoints: the lb nodes' addresses (allowed outer sources) and this node's own (allowed outer
+ * destinations); written by the daemon from DesiredState (lbAddresses, addresses). */
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, BE_ADDR_MAX_ENTRIES);
+  __type(key, struct be_addr_key);
+  __type(value, struct be_addr_value);
+} be_tunnel_addrs SEC(".maps");
+
 /* ipopt flows: written by ingress when the option arrives, read by egress for every reply. LRU, so a full map
  * evicts the least recently used flow instead of refusing a new one. */
 struct {

@@ -51,6 +51,12 @@ static __always_inline __u64 be_l4_mangle_flags(__u8 proto)
   return proto == BE_IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 }
 
+/* Bytes of the skb after the Ethernet header: what an IP length may at most announce. */
+static __always_inline __u32 be_l3_bytes(const struct __sk_buff *skb)
+{
+  return skb->len > BE_L3_OFF ? skb->len - BE_L3_OFF : 0;
+}
+
 static __always_inline void be_copy16(__u8 *dst, const void *src)
 {
   __builtin_memcpy(dst, src, 16);
@@ -67,17 +73,23 @@ static __always_inline int be_addr6_equal(const struct in6_addr *a, const struct
          a->in6_u.u6_addr32[2] == b->in6_u.u6_addr32[2] && a->in6_u.u6_addr32[3] == b->in6_u.u6_addr32[3];
 }
 
-/* One's-complement sum of a 20-byte IPv4 header (its checksum field must already be zero), folded and negated. */
-static __always_inline __u16 be_ip4_header_csum(const struct iphdr *iph)
+/* Folded one's-complement sum of n 16-bit words (not negated): 0xffff over a header with a right checksum. */
+static __always_inline __u16 be_ones_sum(const void *buf, int n)
 {
-  const __u16 *w = (const __u16 *)iph;
+  const __u16 *w = buf;
   __u32 sum = 0;
 #pragma unroll
-  for (int i = 0; i < 10; i++)
+  for (int i = 0; i < n; i++)
     sum += w[i];
   sum = (sum & 0xffff) + (sum >> 16);
   sum = (sum & 0xffff) + (sum >> 16);
-  return (__u16)~sum;
+  return (__u16)sum;
+}
+
+/* One's-complement sum of a 20-byte IPv4 header (its checksum field must already be zero), folded and negated. */
+static __always_inline __u16 be_ip4_header_csum(const struct iphdr *iph)
+{
+  return (__u16)~be_ones_sum(iph, 10);
 }
 
 #endif

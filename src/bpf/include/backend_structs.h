@@ -23,6 +23,18 @@ struct be_vip_value {
   __u8 pad;
 };
 
+/* An address of the cluster that IP-in-IP may come from (an lb node) or go to (this node). */
+struct be_addr_key {
+  __u8 addr[16];
+  __u8 family; /* 4 or 6 */
+  __u8 pad[3];
+};
+
+struct be_addr_value {
+  __u8 flags; /* BE_ADDR_F_* */
+  __u8 pad[3];
+};
+
 /* One ipopt flow as seen from the backend: the request's source (client) and destination (this real). */
 struct be_conn_key {
   __u8 client[16];

@@ -72,6 +72,9 @@ enum lb_counter {
 	LB_CNT_TX,                   /* forwarded with XDP_TX */
 	LB_CNT_REDIRECT,             /* forwarded with bpf_redirect to another interface */
 	LB_CNT_CT_RATE_LIMITED,      /* new flow over the rate guard: forwarded without a connection-table insert */
+	LB_CNT_DROP_MARTIAN,         /* source 0/8, 127/8, 224/3, ::, ::1, ff00::/8 or fe80::/10, to a VIP or the SNAT address */
+	LB_CNT_DROP_L2_NOT_UNICAST,  /* to a VIP via a broadcast/multicast MAC, or from a group MAC */
+	LB_CNT_DROP_BAD_IP_CSUM,     /* IPv4 header checksum wrong where we would rewrite the whole header */
 	LB_CNT_MAX,
 };
 

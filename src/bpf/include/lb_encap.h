@@ -224,27 +224,49 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 	return 0;
 }
 
-/* Recompute an IPv4 header checksum in place (header length hdr_len, up to 60 bytes). */
-static __always_inline int lb_ipv4_csum_inplace(void *data, void *data_end, __u32 l3_off, __u32 hdr_len)
+/* One's-complement sum of an IPv4 header (hdr_len bytes, up to 60) in the packet; -1 when out of bounds. */
+static __always_inline int lb_ipv4_hdr_sum(void *data, void *data_end, __u32 l3_off, __u32 hdr_len, __u64 *sum)
 {
 	if (l3_off > 18)
 		return -1;
-	struct iphdr *iph = data + l3_off;
-	lb_word_t *w = (void *)iph;
-	__u64 sum = 0;
+	lb_word_t *w = data + l3_off;
 
-	if ((void *)(iph + 1) > data_end)
-		return -1;
-	iph->check = 0;
 	for (int i = 0; i < LB_IPV4_MAX_HDR_LEN / 4; i++) {
 		if (i * 4 >= hdr_len)
 			break;
 		barrier_var(w);
 		if ((void *)(w + 1) > data_end)
 			return -1;
-		sum += *w;
+		*sum += *w;
 		w++;
 	}
+	return 0;
+}
+
+/* Whether the client's IPv4 header checksum is right. Checked before any rewrite that recomputes the whole
+ * header (the DSR option insert): recomputing over a corrupted header would launder the corruption. */
+static __always_inline int lb_ipv4_csum_ok(struct xdp_md *ctx, __u32 l3_off, __u32 hdr_len)
+{
+	__u64 sum = 0;
+
+	if (lb_ipv4_hdr_sum((void *)(long)ctx->data, (void *)(long)ctx->data_end, l3_off, hdr_len, &sum))
+		return 0;
+	return lb_csum_fold(sum) == 0;
+}
+
+/* Recompute an IPv4 header checksum in place (header length hdr_len, up to 60 bytes). */
+static __always_inline int lb_ipv4_csum_inplace(void *data, void *data_end, __u32 l3_off, __u32 hdr_len)
+{
+	if (l3_off > 18)
+		return -1;
+	struct iphdr *iph = data + l3_off;
+	__u64 sum = 0;
+
+	if ((void *)(iph + 1) > data_end)
+		return -1;
+	iph->check = 0;
+	if (lb_ipv4_hdr_sum(data, data_end, l3_off, hdr_len, &sum))
+		return -1;
 	iph->check = lb_csum_fold(sum);
 	return 0;
 }

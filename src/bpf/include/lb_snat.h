@@ -35,6 +35,7 @@
 #include "lb_hashing.h"
 #include "lb_encap.h"
 #include "lb_icmp.h"
+#include "lb_sanity.h"
 
 #define LB_SNAT_EEXIST 17
 /* ports tried per new flow, from a start derived from the flow hash */
@@ -108,6 +109,7 @@ enum lb_snat_counter {
 	LB_SNAT_CNT_DROP_PORTS,          /* no free SNAT port within the probes: dropped */
 	LB_SNAT_CNT_DROP_TABLE_FULL,     /* NAT table full: dropped */
 	LB_SNAT_CNT_DROP_FAMILY,         /* real of the other address family (no NAT46/64): dropped */
+	LB_SNAT_CNT_PASS_FRAGMENT,       /* IP fragment to the SNAT address: never translated, passed to the kernel */
 	LB_SNAT_CNT_MAX,
 };
 
@@ -162,6 +164,12 @@ static __always_inline int lb_snat_drop(__u32 snat_reason)
 static __always_inline int lb_snat_pass_local(void)
 {
 	lb_snat_count(LB_SNAT_CNT_PASS_LOCAL);
+	return XDP_PASS;
+}
+
+static __always_inline int lb_snat_pass_fragment(void)
+{
+	lb_snat_count(LB_SNAT_CNT_PASS_FRAGMENT);
 	return XDP_PASS;
 }
 
@@ -535,6 +543,15 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 
 	if (l3_off > 18 || l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
 		return lb_snat_pass_local();
+	/* The quote ends where the IP packet ends, not where the frame does: bytes after it (an Ethernet trailer)
+	 * are not part of the error and must neither complete a short quote nor enter a checksum. parse checked
+	 * that the IP packet lies within the frame. */
+	if (p->l3_len > 0xffff)
+		return lb_snat_pass_local();
+	void *ip_end = data + l3_off + p->l3_len;
+
+	if (ip_end > data_end)
+		return lb_snat_pass_local();
 	__u8 *icmp = data + l4_off;
 
 	if ((void *)(icmp + 8) > data_end)
@@ -546,7 +563,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 			return lb_snat_pass_local();
 		struct iphdr *in4 = (void *)(icmp + 8);
 
-		if ((void *)(in4 + 1) > data_end || in4->version != 4 || in4->ihl < 5)
+		if ((void *)(in4 + 1) > data_end || (void *)(in4 + 1) > ip_end || in4->version != 4 || in4->ihl < 5)
 			return lb_snat_pass_local();
 		inner_proto = in4->protocol;
 		inner_l4 = l4_off + 8 + in4->ihl * 4;
@@ -556,7 +573,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 			return lb_snat_pass_local();
 		struct ipv6hdr *in6 = (void *)(icmp + 8);
 
-		if ((void *)(in6 + 1) > data_end)
+		if ((void *)(in6 + 1) > data_end || (void *)(in6 + 1) > ip_end)
 			return lb_snat_pass_local();
 		inner_proto = in6->nexthdr;
 		inner_l4 = l4_off + 8 + LB_IPV6_HDR_LEN;
@@ -567,7 +584,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 		return lb_snat_pass_local();
 	__be16 *iports = data + inner_l4;
 
-	if ((void *)(iports + 4) > data_end)
+	if ((void *)(iports + 4) > data_end || (void *)(iports + 4) > ip_end)
 		return lb_snat_pass_local();
 
 	/* the quoted packet: src = snat address:snat port, dst = real:real port */
@@ -623,6 +640,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 	/* re-derive pointers for the verifier after the helper call */
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
+	ip_end = data + l3_off + (p->l3_len & 0xffff);
 	icmp = data + (l4_off & 0x7f);
 	iports = data + (inner_l4 & 0xff);
 	if ((void *)(icmp + 8) > data_end || (void *)(iports + 4) > data_end)
@@ -636,7 +654,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 	if (inner_proto == IPPROTO_UDP) {
 		if (iports[3] || p->family == 6)
 			l4csum = &iports[3];
-	} else if ((void *)(iports + 9) <= data_end) {
+	} else if ((void *)(iports + 9) <= data_end && (void *)(iports + 9) <= ip_end) {
 		l4csum = &iports[8];
 	}
 	if (l4csum) {
@@ -704,6 +722,23 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 	return lb_snat_send(ctx, &nh, p);
 }
 
+/* IPv4 MF or fragment offset set, or an IPv6 fragment header right after the fixed header. */
+static __always_inline int lb_snat_is_fragment(struct xdp_md *ctx, const struct lb_packet *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	if (p->family == 6)
+		return p->proto == LB_IPPROTO_FRAGMENT;
+	if (p->l3_off > 18)
+		return 0;
+	struct iphdr *iph = data + p->l3_off;
+
+	if ((void *)(iph + 1) > data_end)
+		return 0;
+	return (iph->frag_off & bpf_htons(LB_IP_MF | LB_IP_OFFSET)) != 0;
+}
+
 /* Early hook (xdp_lb.c, right after parsing): packets to a configured SNAT address are replies of NATed
  * flows, ICMP errors about them, or the node's own traffic (passed). Returns an XDP action, or -1 when
  * the packet is not addressed to a SNAT address (the LB path continues). */
@@ -718,6 +753,14 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 
 	if (!cfg || !lb_snat_addr_of(cfg, p->family, snat_addr) || !lb_snat_addr_eq(p->dst, snat_addr, p->family))
 		return -1;
+	/* nothing from a martian source or through a group MAC is translated (lb_sanity.h) */
+	__u32 bad = lb_hostile_reason(ctx, p);
+
+	if (bad)
+		return lb_snat_drop_lb(bad);
+	/* a fragment carries no (or not all of the) ports: the kernel reassembles it, nothing is translated */
+	if (verdict == LB_PARSE_BAD_IF_VIP && lb_snat_is_fragment(ctx, p))
+		return lb_snat_pass_fragment();
 	if (verdict == LB_PARSE_OK)
 		return lb_snat_reply(ctx, p, cfg);
 	if (verdict == LB_PARSE_PASS &&

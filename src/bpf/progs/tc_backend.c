@@ -41,6 +41,56 @@ static __always_inline int be_vip_decap_allowed(const void *addr, __u8 family)
   return v && (v->flags & BE_VIP_F_IPIP);
 }
 
+static __always_inline int be_tunnel_addr_has(const void *addr, __u8 family, __u8 flag)
+{
+  struct be_addr_key key = {};
+  struct be_addr_value *v;
+
+  if (family == 4)
+    be_copy4(key.addr, addr);
+  else
+    be_copy16(key.addr, addr);
+  key.family = family;
+  v = bpf_map_lookup_elem(&be_tunnel_addrs, &key);
+  return v && (v->flags & flag);
+}
+
+/* Checks the outer header of a tunnel whose inner destination we serve. Returns 0 (decapsulate) or the
+ * be_stat reason to drop it: a damaged outer header (version, IPv4 checksum, a length the frame does not hold, an
+ * inner header of the other version), an outer destination that is not this node, a source that is no lb node. */
+static __always_inline int be_tunnel_refusal(struct __sk_buff *skb, __u8 outer_family, __u8 inner_family)
+{
+  __u32 frame_l3 = be_l3_bytes(skb);
+  __u8 inner_ver;
+
+  if (outer_family == 4) {
+    struct iphdr o;
+
+    if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o, sizeof(o)) < 0 ||
+        bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(o), &inner_ver, 1) < 0)
+      return BE_STAT_DECAP_BAD_OUTER;
+    if (o.version != 4 || be_ones_sum(&o, 10) != 0xffff || bpf_ntohs(o.tot_len) > frame_l3 ||
+        bpf_ntohs(o.tot_len) < sizeof(o) + (inner_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) ||
+        (inner_ver >> 4) != inner_family)
+      return BE_STAT_DECAP_BAD_OUTER;
+    if (!be_tunnel_addr_has(&o.daddr, 4, BE_ADDR_F_LOCAL) || !be_tunnel_addr_has(&o.saddr, 4, BE_ADDR_F_LB_SOURCE))
+      return BE_STAT_DECAP_NOT_ALLOWED;
+    return 0;
+  }
+  struct ipv6hdr o6;
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o6, sizeof(o6)) < 0 ||
+      bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(o6), &inner_ver, 1) < 0)
+    return BE_STAT_DECAP_BAD_OUTER;
+  if (o6.version != 6 || sizeof(o6) + bpf_ntohs(o6.payload_len) > frame_l3 ||
+      bpf_ntohs(o6.payload_len) < (inner_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) ||
+      (inner_ver >> 4) != inner_family)
+    return BE_STAT_DECAP_BAD_OUTER;
+  if (!be_tunnel_addr_has(&o6.daddr, 6, BE_ADDR_F_LOCAL) || !be_tunnel_addr_has(&o6.saddr, 6, BE_ADDR_F_LB_SOURCE))
+    return BE_STAT_DECAP_NOT_ALLOWED;
+  return 0;
+}
+
 /* Removes the outer header (outer_len bytes after the MAC header) of a tunnelled packet whose inner header
  * (IPv4 or IPv6, `inner_family`) starts at BE_L3_OFF + outer_len. */
 static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8 outer_family, __u8 inner_family)
@@ -54,6 +104,13 @@ static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8
   if (!be_vip_decap_allowed(daddr, inner_family)) {
     be_count(BE_STAT_IPIP_NOT_VIP);
     return TC_ACT_OK;
+  }
+  /* Ours to decapsulate: refused (dropped, so no other decapsulator gets it either) unless it is whole and
+   * comes from an lb node to this node. */
+  int refusal = be_tunnel_refusal(skb, outer_family, inner_family);
+  if (refusal) {
+    be_count(refusal);
+    return TC_ACT_SHOT;
   }
 
   /* FIXED_GSO: for a GRO-merged tunnel packet the segment payload size stays what it was; only headers go. */
@@ -138,10 +195,25 @@ static __always_inline int be_ingress_ipopt4(struct __sk_buff *skb)
   if (bpf_skb_load_bytes(skb, BE_L3_OFF, &iph, sizeof(iph)) < 0 ||
       bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(iph), &opt, sizeof(opt)) < 0)
     return TC_ACT_OK;
-  if (opt.type != BE_DSR_OPT4_TYPE || opt.len != BE_DSR_OPT4_LEN)
+  if (iph.version != 4 || opt.type != BE_DSR_OPT4_TYPE || opt.len != BE_DSR_OPT4_LEN)
+    return TC_ACT_OK;
+  /* Only a whole packet (its total length within the frame, room for the ports) is trusted and rewritten; the
+   * stack drops the rest as it arrived. */
+  if (bpf_ntohs(iph.tot_len) > be_l3_bytes(skb) || bpf_ntohs(iph.tot_len) < iph.ihl * 4 + sizeof(struct be_ports))
     return TC_ACT_OK;
   if (be_l4_csum_off(iph.protocol) < 0)
     return TC_ACT_OK;
+  /* The strip below recomputes the header checksum: a header that arrived corrupted is dropped here (the stack
+   * would drop it too) instead of being laundered into a valid one. Base header + option = 14 words. */
+  if (iph.ihl == 7) {
+    __u16 sum = be_ones_sum(&iph, 10);
+    __u32 s2 = (__u32)sum + be_ones_sum(&opt, 4);
+    s2 = (s2 & 0xffff) + (s2 >> 16);
+    if (s2 != 0xffff) {
+      be_count(BE_STAT_BAD_IP_CSUM);
+      return TC_ACT_SHOT;
+    }
+  }
   if (bpf_skb_load_bytes(skb, BE_L3_OFF + iph.ihl * 4, &ports, sizeof(ports)) < 0)
     return TC_ACT_OK;
 
@@ -189,6 +261,9 @@ static __always_inline int be_ingress_ipopt6(struct __sk_buff *skb)
       bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(ip6), &ext, sizeof(ext)) < 0)
     return TC_ACT_OK;
   if (ext.hdrlen != BE_DSR_EXT6_HDRLEN || ext.opt_type != BE_DSR_OPT6_TYPE || ext.opt_len != BE_DSR_OPT6_LEN)
+    return TC_ACT_OK;
+  if (ip6.version != 6 || sizeof(ip6) + bpf_ntohs(ip6.payload_len) > be_l3_bytes(skb) ||
+      bpf_ntohs(ip6.payload_len) < BE_DSR_EXT6_LEN + sizeof(struct be_ports))
     return TC_ACT_OK;
   if (be_l4_csum_off(ext.nexthdr) < 0)
     return TC_ACT_OK;
@@ -242,6 +317,10 @@ static __always_inline int be_ingress_v6(struct __sk_buff *skb)
 
   if ((void *)(ip6 + 1) > data_end)
     return TC_ACT_OK;
+  if (ip6->nexthdr == BE_IPPROTO_FRAGMENT) {
+    be_count(BE_STAT_FRAGMENT);
+    return TC_ACT_OK;
+  }
   if (ip6->nexthdr == BE_IPPROTO_IPV6)
     return be_decap(skb, sizeof(struct ipv6hdr), 6, 6);
   if (ip6->nexthdr == BE_IPPROTO_IPIP)
@@ -319,12 +398,15 @@ static __always_inline int be_rewrite_reply6(struct __sk_buff *skb, __u32 l4_off
   struct in6_addr new_saddr;
   __be16 new_sport = flow->vip_port;
   __u32 csum_off = l4_off + be_l4_csum_off(proto);
+  /* UDP over IPv6 must carry a checksum: a computed 0 is sent as 0xffff (RFC 8200 8.1), which
+   * BPF_F_MARK_MANGLED_0 does; a received 0 (invalid for IPv6) is left as it was, not made plausible. */
+  __u64 mangle = be_l4_mangle_flags(proto);
 
   be_copy16((__u8 *)&new_saddr, flow->vip);
   __s64 diff = bpf_csum_diff((__be32 *)old_saddr, 16, (__be32 *)&new_saddr, 16, 0);
   if (diff < 0 ||
-      bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, BPF_F_PSEUDO_HDR) < 0 ||
-      bpf_l4_csum_replace(skb, csum_off, old_sport, new_sport, sizeof(new_sport)) < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, BPF_F_PSEUDO_HDR | mangle) < 0 ||
+      bpf_l4_csum_replace(skb, csum_off, old_sport, new_sport, mangle | sizeof(new_sport)) < 0 ||
       bpf_skb_store_bytes(skb, BE_IP6_SADDR_OFF, &new_saddr, sizeof(new_saddr), 0) < 0 ||
       bpf_skb_store_bytes(skb, l4_off + offsetof(struct be_ports, src), &new_sport, sizeof(new_sport), 0) < 0) {
     be_count(BE_STAT_REWRITE_FAIL);
@@ -445,6 +527,10 @@ static __always_inline int be_egress_v4(struct __sk_buff *skb)
 
   if (bpf_skb_load_bytes(skb, BE_L3_OFF, &iph, sizeof(iph)) < 0 || iph.ihl < 5)
     return TC_ACT_OK;
+  /* Only a whole IPv4 packet is translated (the stack sends nothing else; this keeps a damaged one as it is). A GSO
+   * packet's total length never exceeds the skb (BIG TCP writes 0). */
+  if (iph.version != 4 || bpf_ntohs(iph.tot_len) > be_l3_bytes(skb))
+    return TC_ACT_OK;
   if (iph.frag_off & bpf_htons(BE_IP_FRAG_MASK))
     return TC_ACT_OK;
   __u32 l4_off = BE_L3_OFF + iph.ihl * 4;
@@ -468,6 +554,8 @@ static __always_inline int be_egress_v6(struct __sk_buff *skb)
   __u32 l4_off = BE_L3_OFF + sizeof(struct ipv6hdr);
 
   if (bpf_skb_load_bytes(skb, BE_L3_OFF, &ip6, sizeof(ip6)) < 0)
+    return TC_ACT_OK;
+  if (ip6.version != 6 || sizeof(ip6) + bpf_ntohs(ip6.payload_len) > be_l3_bytes(skb))
     return TC_ACT_OK;
   if (ip6.nexthdr == BE_IPPROTO_ICMPV6)
     return be_rewrite_icmp6(skb, &ip6, l4_off);

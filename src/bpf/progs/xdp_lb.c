@@ -17,6 +17,7 @@
 #include "lb_encap.h"
 #include "lb_icmp.h"
 #include "lb_snat.h"
+#include "lb_sanity.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -128,6 +129,12 @@ int xdp_lb(struct xdp_md *ctx)
 
 		return snat >= 0 ? snat : lb_pass(LB_CNT_PASS_NOT_VIP);
 	}
+	/* ours from here on: refuse what must never be forwarded or answered, cut trailer bytes (lb_sanity.h) */
+	reason = lb_hostile_reason(ctx, &p);
+	if (reason)
+		return lb_drop(reason);
+	if (lb_trim_to_ip(ctx, &p))
+		return lb_drop(LB_CNT_DROP_ADJUST);
 	__u32 service_id = vip->service_id;
 	__u8 mode = vip->mode;
 	__be16 target_port = vip->target_port;
@@ -256,6 +263,9 @@ int xdp_lb(struct xdp_md *ctx)
 		if (insert) {
 			if (p.ihl_bytes + LB_DSR_OPT_LEN > LB_IPV4_MAX_HDR_LEN)
 				return lb_drop(LB_CNT_DROP_IPOPT_NO_ROOM);
+			/* the insert recomputes the header checksum: never over a header that arrived corrupted */
+			if (!lb_ipv4_csum_ok(ctx, p.l3_off, p.ihl_bytes))
+				return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
 			if (p.l3_len + LB_DSR_OPT_LEN > cfg->mtu)
 				goto too_big;
 		}
