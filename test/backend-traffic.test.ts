@@ -180,7 +180,7 @@ test.after.always(async () => {
 
 test.serial('the backend set-up installed both programs, wrote the VIP map and made the ipip VIPs local', async (t) => {
   t.true(backendSetup.attached);
-  t.is(backendSetup.report.mapWrites, 6); // 2 ipip address entries + 4 ipopt listeners
+  t.is(backendSetup.report.mapWrites, 10); // 2 ipip address entries + 4 ipopt listeners + 4 tunnel endpoints
   t.deepEqual(backendSetup.owned.addresses, [A4.ipipVip, A6.ipipVip], 'ownership recorded');
   t.true(backendSetup.deviceAddrs.includes(A4.ipipVip) && backendSetup.deviceAddrs.includes(A6.ipipVip));
   t.false(backendSetup.deviceAddrs.includes(A4.optVip), 'ipopt VIPs stay off the host');
