@@ -758,15 +758,19 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 
 	if (bad)
 		return lb_snat_drop_lb(bad);
+
 	/* a fragment carries no (or not all of the) ports: the kernel reassembles it, nothing is translated */
 	if (verdict == LB_PARSE_BAD_IF_VIP && lb_snat_is_fragment(ctx, p))
 		return lb_snat_pass_fragment();
-	if (verdict == LB_PARSE_OK)
-		return lb_snat_reply(ctx, p, cfg);
-	if (verdict == LB_PARSE_PASS &&
-	    ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6)))
-		return lb_snat_icmp(ctx, p, cfg);
-	return lb_snat_pass_local();
+	int icmp = verdict == LB_PARSE_PASS &&
+		   ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6));
+
+	if (verdict != LB_PARSE_OK && !icmp)
+		return lb_snat_pass_local();
+	/* what may be translated leaves with exactly its IP length (no trailer bytes; parse checked the length) */
+	if (lb_trim_to_ip(ctx, p))
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	return icmp ? lb_snat_icmp(ctx, p, cfg) : lb_snat_reply(ctx, p, cfg);
 }
 
 #endif

@@ -289,6 +289,9 @@ too_big:
 				 : real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
 		__u32 mtu = cfg->mtu - overhead;
 
+		/* a host discards a datagram whose header checksum is wrong (RFC 1122 3.2.1.2): it gets no answer */
+		if (p.family == 4 && !lb_ipv4_csum_ok(ctx, p.l3_off, p.ihl_bytes))
+			return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
 		rc = p.family == 4 ? lb_icmp4_frag_needed(ctx, &p, mtu) : lb_icmp6_too_big(ctx, &p, mtu);
 		if (rc)
 			return lb_drop(LB_CNT_DROP_ADJUST);
