@@ -3,27 +3,10 @@ import test from 'ava';
 import { spawn, execFile } from 'node:child_process';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { gitlb } from './helpers/cli-repo.js';
-import { runCli } from '../src/cli/main.js';
+import { gitlb, gitlbInProcess as inProcess } from './helpers/cli-repo.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const main = join(root, 'src/cli/main.ts');
-
-/** runCli in this process with stdout and stderr captured (spawning tsx costs seconds on the shared machine). */
-async function inProcess(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = process.stdout.write;
-  const err = process.stderr.write;
-  let stdout = '';
-  let stderr = '';
-  process.stdout.write = ((s: string) => ((stdout += s), true)) as typeof process.stdout.write;
-  process.stderr.write = ((s: string) => ((stderr += s), true)) as typeof process.stderr.write;
-  try {
-    return { code: await runCli(args), stdout, stderr };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
-  }
-}
 
 test('every command documents exit statuses 0, 1 and 2 in its --help; usage errors exit 2, runtime failures 1', async (t) => {
   const top = await inProcess(['--help']);

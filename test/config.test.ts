@@ -294,7 +294,7 @@ test('no files at all', (t) => {
 
 // ---- readConfigDir ------------------------------------------------------------------------------
 
-test('readConfigDir: skips .git, status, hidden and non-YAML; follows only in-tree file links; caps sizes', async (t) => {
+test('readConfigDir: skips .git, status, hidden and non-YAML; passes YAML links on unread; caps sizes', async (t) => {
   const root = mkdtempSync(join(tmpdir(), 'gitlb-readdir-'));
   const outside = mkdtempSync(join(tmpdir(), 'gitlb-outside-'));
   try {
@@ -316,9 +316,21 @@ test('readConfigDir: skips .git, status, hidden and non-YAML; follows only in-tr
     symlinkSync(outside, join(repo, 'outside-dir'));
     symlinkSync(join(repo, 'missing.yaml'), join(repo, 'dangling.yaml'));
     const files = await readConfigDir(repo);
-    t.deepEqual(files.map((f) => f.path), ['big.yaml', 'cluster.yaml', 'real-dir/c.yaml', 'services/b.yml', 'services/link-in.yaml', 'sub/status/kept.yaml']);
+    t.deepEqual(files.map((f) => f.path), [
+      'big.yaml',
+      'cluster.yaml',
+      'dangling.yaml',
+      'escape.yaml',
+      'real-dir/c.yaml',
+      'services/b.yml',
+      'services/link-in.yaml',
+      'sub/status/kept.yaml',
+    ]);
     t.is(files[0]!.content.length, LIMITS.maxFileBytes + 1, 'a big file is read only up to the cap + 1');
-    t.is(new TextDecoder().decode(files[4]!.content), CLUSTER);
+    // Links are never followed (inside or outside the tree): parseConfig refuses them, as for Git objects.
+    const link = files.find((f) => f.path === 'services/link-in.yaml')!;
+    t.deepEqual([link.symlinkTarget, link.content.length], ['../cluster.yaml', 0]);
+    t.is(files.find((f) => f.path === 'escape.yaml')!.content.length, 0, 'nothing outside the tree is read');
   } finally {
     rmSync(root, { recursive: true, force: true });
     rmSync(outside, { recursive: true, force: true });

@@ -110,3 +110,37 @@ test('poll schedules: seconds and cron with seconds, jittered', async (t) => {
   t.true(ticks >= 6 && ticks <= 12, `interval ticks ${ticks}`);
   t.true(cronTicks >= 1 && cronTicks <= 3, `cron ticks ${cronTicks}`);
 });
+
+test('webhook: only push events for the config branch trigger; other events 202 with the reason, malformed bodies 400', async (t) => {
+  const triggers: string[] = [];
+  const hook = await startWebhook({ host: '127.0.0.1', port: 0, secret: SECRET, branch: 'main', onTrigger: (s) => triggers.push(s) });
+  const github = (body: string, event?: string) =>
+    post(hook.url, body, { 'x-hub-signature-256': githubSignature(SECRET, Buffer.from(body)), ...(event ? { 'x-github-event': event } : {}) });
+  try {
+    const push = JSON.stringify({ ref: 'refs/heads/main', after: 'abc' });
+    const ping = await github(JSON.stringify({ zen: 'Keep it logically awesome.', hook_id: 1 }), 'ping');
+    t.deepEqual([ping.status, ping.text.trim()], [202, "ignored: event 'ping' (only pushes trigger)"]);
+    const issues = await github(JSON.stringify({ action: 'opened', ref: 'refs/heads/main' }), 'issues');
+    t.deepEqual([issues.status, issues.text.trim()], [202, "ignored: event 'issues' (only pushes trigger)"]);
+    const notJson = await github('payload=%7B%7D', 'push');
+    t.deepEqual([notJson.status, notJson.text.trim()], [400, 'malformed body: not JSON']);
+    const notObject = await github('[1,2]', 'push');
+    t.is(notObject.status, 400);
+    const tag = await github(JSON.stringify({ ref: 'refs/tags/v1' }), 'push');
+    t.deepEqual([tag.status, tag.text.trim()], [202, 'ignored: push of refs/tags/v1, not a branch']);
+    const other = await github(JSON.stringify({ ref: 'refs/heads/feature' }), 'push');
+    t.deepEqual([other.status, other.text.trim()], [202, 'ignored: push to feature, not main']);
+    const noRef = await github(JSON.stringify({ zen: 'x' }));
+    t.deepEqual([noRef.status, noRef.text.trim()], [202, 'ignored: not a push (no ref)']);
+    t.deepEqual(triggers, [], 'nothing but a push to main triggers');
+
+    t.is((await github(push, 'push')).status, 202);
+    const gitlabIssue = await post(hook.url, push, { 'x-gitlab-token': SECRET, 'x-gitlab-event': 'Issue Hook' });
+    t.deepEqual([gitlabIssue.status, gitlabIssue.text.trim()], [202, "ignored: event 'Issue Hook' (only pushes trigger)"]);
+    t.is((await post(hook.url, push, { 'x-gitlab-token': SECRET, 'x-gitlab-event': 'Push Hook' })).status, 202);
+    t.deepEqual(triggers, ['webhook (github)', 'webhook (gitlab)']);
+    t.deepEqual(hook.stats, { accepted: 2, rejected: 2, ignored: 6 });
+  } finally {
+    await hook.close();
+  }
+});

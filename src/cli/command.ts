@@ -2,6 +2,8 @@
 // defaults, help and shell completion all come from the same place.
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
+import { normalizeConfigPath } from '../render/config/index.js';
+
 export { Argument, Command, Option, InvalidArgumentError };
 
 /** Exit statuses shared by every command (documented in each `--help`). */
@@ -100,6 +102,19 @@ export function intIn(min: number, max: number): (value: string) => number {
     if (!/^-?\d+$/.test(value.trim()) || n < min || n > max) throw new InvalidArgumentError(`expected an integer ${min}..${max}`);
     return n;
   };
+}
+
+/** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
+export function pathOption(): Option {
+  return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config (default: the root)")
+    .default('')
+    .argParser((value) => {
+      try {
+        return normalizeConfigPath(value);
+      } catch (err) {
+        throw new InvalidArgumentError((err as Error).message);
+      }
+    });
 }
 
 /** `--format` with its choices and default, one definition for parsing, help and completion. */

@@ -1,5 +1,5 @@
 // Options shared by the read-only commands over the status branch (`gitlb status`, `gitlb history`).
-import { type Command } from './command.js';
+import { type Command, pathOption } from './command.js';
 
 export interface StatusReadOptions {
   repo: string;
@@ -7,6 +7,7 @@ export interface StatusReadOptions {
   branch: string;
   credentialsFile?: string;
   json: boolean;
+  path: string;
 }
 
 export function addStatusReadOptions(cmd: Command): Command {
@@ -15,5 +16,6 @@ export function addStatusReadOptions(cmd: Command): Command {
     .option('--status-branch <name>', "status branch (default: the config branch's Cluster.spec.status.branch, else gitlb-status)")
     .option('--branch <name>', 'config branch', 'main')
     .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
-    .option('--json', 'print JSON (same as --format json)', false);
+    .option('--json', 'print JSON (same as --format json)', false)
+    .addOption(pathOption());
 }

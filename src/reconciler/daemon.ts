@@ -45,6 +45,8 @@ export interface DaemonOptions {
   role?: 'lb' | 'backend';
   /** Removes this node's data plane when the config stops naming it (decommission). */
   teardown?: () => Promise<void>;
+  /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
+  configPath?: string;
   log?: Logger;
 }
 
@@ -124,6 +126,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     retry: o.retry,
     role: o.role,
     teardown: o.teardown,
+    configPath: o.configPath,
     log,
     statusSink:
       o.writeStatus === false

@@ -42,6 +42,8 @@ export interface NodeDaemonOptions {
   health: boolean; // lb nodes: run health checks
   peerPoll: string;
   gitTimeoutMs: number;
+  /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
+  configPath?: string;
   /** lb nodes with BGP settings announce their VIPs through BIRD (docs/bgp.md). */
   bird?: { configFile: string; socket: string; withdrawOnExit: boolean };
   once: boolean;
@@ -65,7 +67,7 @@ async function nodeAtHead(o: NodeDaemonOptions): Promise<{ reachable: boolean; m
     const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials: loadCredentials({ file: o.credentialsFile }), timeoutMs: o.gitTimeoutMs });
     const head = await remote.fetch(o.branch, { depth: 1 });
     if (!head) return { reachable: true, model: null };
-    return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head)).model ?? null };
+    return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath)).model ?? null };
   } catch {
     return { reachable: false, model: null };
   }
@@ -183,6 +185,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     teardown: () => teardown(role, o, log),
     cacheDir: o.cacheDir,
     credentialsFile: o.credentialsFile,
+    configPath: o.configPath,
     webhook: o.webhook,
     poll: o.poll,
     drift: o.drift,

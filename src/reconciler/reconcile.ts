@@ -82,6 +82,8 @@ export interface ReconcilerOptions {
    * plane handle is closed before it is called.
    */
   teardown?: () => Promise<void>;
+  /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
+  configPath?: string;
   clock?: () => Date;
   log?: Logger;
 }
@@ -438,7 +440,7 @@ export class Reconciler {
     // Validate.
     let model: ConfigModel;
     try {
-      const files = await readRevisionFiles(remote.gitdir, head);
+      const files = await readRevisionFiles(remote.gitdir, head, this.o.configPath);
       const parsed = parseConfig(files);
       const errors = parsed.diagnostics.filter((d) => d.severity === 'error');
       if (!parsed.model || errors.length) {
@@ -596,7 +598,7 @@ export class Reconciler {
    */
   private async adoptPinned(revision: string): Promise<void> {
     try {
-      const parsed = parseConfig(await readRevisionFiles(this.o.remote.gitdir, revision));
+      const parsed = parseConfig(await readRevisionFiles(this.o.remote.gitdir, revision, this.o.configPath));
       if (!parsed.model) throw new Error('adopted revision no longer validates');
       const desired = renderDesiredState(parsed.model, this.o.node, this.o.health?.());
       this.appliedModel = parsed.model;

@@ -64,12 +64,13 @@ export function formatPlanText(plan: Plan): string {
         if (line) out.push(`  ${line}`);
       }
       out.push(`  ${tableLine(s)}`);
+      for (const e of s.explanations) out.push(`  why: ${e}`);
       const { gaining, losing } = shareMovers(s);
       for (const r of gaining) out.push(`  gains: ${r.address} ${pct(r.shareBefore)} -> ${pct(r.shareAfter)} (${signedPoints(r.shareAfter - r.shareBefore)} points)`);
       for (const r of losing) out.push(`  loses: ${r.address} ${pct(r.shareBefore)} -> ${pct(r.shareAfter)} (${signedPoints(r.shareAfter - r.shareBefore)} points)`);
     }
   }
-  const errors = plan.diagnostics.filter((d) => d.severity === 'error');
+  const errors = plan.diagnostics.filter((d) => d.severity !== 'warning'); // errors with their notes
   const warnings = plan.diagnostics.filter((d) => d.severity === 'warning');
   if (errors.length) out.push('errors in head:', ...errors.map((d) => `  ${diagnosticLine(d)}`));
   if (warnings.length) out.push('warnings in head:', ...warnings.map((d) => `  ${diagnosticLine(d)}`));
@@ -111,7 +112,9 @@ export function formatPlanMarkdown(plan: Plan): string {
         const line = realChangeText(r);
         if (line) out.push(`- ${md(line.replaceAll(' -> ', ' → '))}`);
       }
-      out.push(`- ${md(tableLine(s))}`, '');
+      out.push(`- ${md(tableLine(s))}`);
+      for (const e of s.explanations) out.push(`- ${md(e.replaceAll(' -> ', ' → '))}`);
+      out.push('');
       const { gaining, losing } = shareMovers(s);
       if (gaining.length || losing.length) {
         out.push('| real | share before | share after | Δ points |', '|---|---:|---:|---:|');
@@ -122,7 +125,7 @@ export function formatPlanMarkdown(plan: Plan): string {
       }
     }
   }
-  const errors = plan.diagnostics.filter((d) => d.severity === 'error');
+  const errors = plan.diagnostics.filter((d) => d.severity !== 'warning'); // errors with their notes
   const warnings = plan.diagnostics.filter((d) => d.severity === 'warning');
   if (errors.length) out.push('**Errors in head**', '', ...errors.map((d) => `- ${code(diagnosticLine(d))}`), '');
   if (warnings.length) out.push('**Warnings in head**', '', ...warnings.map((d) => `- ${code(diagnosticLine(d))}`), '');

@@ -7,7 +7,7 @@ import { buildServiceTable, identityPort, serviceTableSize, type ServiceTable } 
 
 /** Same shape as src/render/config's Diagnostic (kept structural so plan does not depend on the parser). */
 export interface PlanDiagnostic {
-  severity: 'error' | 'warning';
+  severity: 'error' | 'warning' | 'note';
   file: string;
   line: number;
   col: number;
@@ -48,6 +48,8 @@ export interface ServicePlan {
   movedEntries: number;
   /** movedEntries / table size (of the head, or the base when removed): share of new flows that move. */
   movedShare: number;
+  /** Sentences saying why flows move when the reason is not visible in the reals (e.g. a new identity port). */
+  explanations: string[];
 }
 
 export interface NodePlan {
@@ -81,6 +83,24 @@ function diffFields(pairs: [string, unknown, unknown][]): FieldChange[] {
   return out;
 }
 
+/** Leaves of a plain object as dotted paths (lists are one leaf): a nested change reads as one field. */
+function leaves(prefix: string, value: unknown, out: Map<string, unknown>): Map<string, unknown> {
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) leaves(`${prefix}.${k}`, v, out);
+  } else if (value !== undefined) {
+    out.set(prefix, value);
+  }
+  return out;
+}
+
+/** [field, before, after] for every leaf of either object, sorted by path; the whole object when one side lacks it. */
+function leafPairs(prefix: string, before: unknown, after: unknown): [string, unknown, unknown][] {
+  if (before === undefined || after === undefined) return [[prefix, before, after]];
+  const b = leaves(prefix, before, new Map());
+  const a = leaves(prefix, after, new Map());
+  return [...new Set([...b.keys(), ...a.keys()])].sort().map((k) => [k, b.get(k), a.get(k)]);
+}
+
 const portsText = (s: ServiceDoc) =>
   [...s.spec.ports]
     .map((p) => `${p.port}/${p.protocol}${p.targetPort !== undefined && p.targetPort !== p.port ? `->${p.targetPort}` : ''}`)
@@ -100,7 +120,7 @@ function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigMode
     ['dispatch.mode', b.dispatch.mode, h.dispatch.mode],
     ['dispatch.encap', b.dispatch.encap, h.dispatch.encap],
     ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
-    ['healthCheck', b.healthCheck, h.healthCheck],
+    ...leafPairs('healthCheck', b.healthCheck, h.healthCheck),
     ['maglev.tableSize', serviceTableSize(baseModel.cluster.spec, base), serviceTableSize(headModel.cluster.spec, head)],
     ['maglev identity port', idPort(base), idPort(head)],
   ]);
@@ -188,7 +208,26 @@ function planService(
     ...(ht && { tableSizeAfter: ht.tableSize, digestAfter: ht.digest }),
     movedEntries: moved,
     movedShare: size > 0 ? moved / size : 0,
+    explanations: explain(fields, moved, size),
   };
+}
+
+/** Why flows move when no real was added or removed: the causes a reader cannot see in the reals' lines. */
+function explain(fields: FieldChange[], moved: number, size: number): string[] {
+  const out: string[] = [];
+  const share = size > 0 ? `${((100 * moved) / size).toFixed(1)}%` : '0%';
+  const identity = fields.find((f) => f.field === 'maglev identity port');
+  if (identity && moved > 0) {
+    out.push(
+      `The Maglev identity port changed (${identity.before} -> ${identity.after}): a real's place in the table is ` +
+        `derived from its address and this port (the service's lowest target port), so every real gets a new ` +
+        `preference order and ${share} of new connections land on a different real, although the set of reals is the same.`,
+    );
+  }
+  if (fields.some((f) => f.field === 'maglev.tableSize')) {
+    out.push('The table size changed: every entry is recomputed, so every new connection may land on a different real.');
+  }
+  return out;
 }
 
 function planNodes(base: NodeDoc[], head: NodeDoc[]): NodePlan[] {

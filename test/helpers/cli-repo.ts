@@ -68,6 +68,24 @@ export async function gitlb(args: string[], cwd = root): Promise<CliResult> {
   }
 }
 
+/** `gitlb ARGS` in this process (the same dispatcher as the binary), stdout and stderr captured: spawning tsx
+ * costs seconds on the shared machine. Calls must not overlap (they swap the process's write functions). */
+export async function gitlbInProcess(args: string[]): Promise<CliResult> {
+  const { runCli } = await import('../../src/cli/main.js');
+  const out = process.stdout.write;
+  const err = process.stderr.write;
+  let stdout = '';
+  let stderr = '';
+  process.stdout.write = ((s: string) => ((stdout += s), true)) as typeof process.stdout.write;
+  process.stderr.write = ((s: string) => ((stderr += s), true)) as typeof process.stderr.write;
+  try {
+    return { code: await runCli(args), stdout, stderr };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
+  }
+}
+
 /** A small valid config as YAML files; `web` reals and weights are parameters so revisions can differ. */
 export function configFiles(opts: { webReals: string[]; tableSize?: number; extra?: Record<string, string> }): Record<string, string> {
   return {

@@ -1,5 +1,5 @@
 // `gitlb plan`: what a change (e.g. a pull request) does to traffic, from two revisions or two directories.
-import { defineCommand, formatOption, UsageError } from '../command.js';
+import { defineCommand, formatOption, pathOption, UsageError } from '../command.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 import { readConfigAtRevision } from '../../reconciler/source/git-tree.js';
 import { join } from 'node:path';
@@ -23,6 +23,7 @@ interface PlanOptions {
   live: boolean;
   node?: string;
   pinRoot: string;
+  path: string;
 }
 
 /** Exit status of `--exit-code` when the plan changes something (0 and 1 keep their meaning). */
@@ -47,6 +48,7 @@ validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan change
       .option('--base-dir <dir>', 'base config directory (with --head-dir)')
       .option('--head-dir <dir>', 'head config directory (with --base-dir)')
       .addOption(formatOption(FORMATS, 'text', 'text, markdown (ready to post as a pull-request comment) or json (sorted keys)'))
+      .addOption(pathOption())
       .option('--exit-code', `exit ${EXIT_CHANGES} when the plan changes something (like git diff --exit-code)`, false)
       .option('--live', 'print the exact map operations node --node would perform to reach --head (or --head-dir), read from its pinned maps', false)
       .option('--node <name>', 'the node whose pinned maps --live reads')
@@ -77,11 +79,11 @@ async function planCore(opts: PlanOptions): Promise<{ code: number; stdout: stri
   let headFiles: ConfigFile[];
   if (byRev) {
     const repo = opts.repo ?? '.';
-    baseFiles = await readConfigAtRevision(repo, opts.base!);
-    headFiles = await readConfigAtRevision(repo, opts.head!);
+    baseFiles = await readConfigAtRevision(repo, opts.base!, opts.path);
+    headFiles = await readConfigAtRevision(repo, opts.head!, opts.path);
   } else {
-    baseFiles = await readConfigDir(opts.baseDir!);
-    headFiles = await readConfigDir(opts.headDir!);
+    baseFiles = await readConfigDir(join(opts.baseDir!, opts.path));
+    headFiles = await readConfigDir(join(opts.headDir!, opts.path));
   }
 
   const base = parseConfig(baseFiles);

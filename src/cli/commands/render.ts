@@ -1,5 +1,6 @@
 // `gitlb render`: the desired data-plane state of one node, computed from a config directory.
-import { defineCommand, formatOption } from '../command.js';
+import { join } from 'node:path';
+import { defineCommand, formatOption, pathOption } from '../command.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 import { parseConfig, formatDiagnostic } from '../../render/config/index.js';
 import { renderDesiredState, desiredStateToJson } from '../../render/desired.js';
@@ -12,6 +13,7 @@ interface RenderOptions {
   format: 'json' | 'text';
   tables: boolean;
   bird: boolean;
+  path: string;
 }
 
 export const command = defineCommand<RenderOptions>({
@@ -33,7 +35,8 @@ Every node renders the same digest for the same service and revision; compare th
         '--bird',
         "print the node's generated BIRD configuration instead (docs/bgp.md): every VIP announced as with the revision applied, the data plane up and every real healthy; session passwords redacted",
         false,
-      ),
+      )
+      .addOption(pathOption()),
   async run(opts, args) {
     const result = await renderCore(opts, args[0] ?? '.');
     process.stderr.write(result.stderr);
@@ -50,7 +53,7 @@ export async function runRender(argv: string[]): Promise<{ code: number; stdout:
 }
 
 async function renderCore(opts: RenderOptions, dir: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const { model, diagnostics } = parseConfig(await readConfigDir(dir));
+  const { model, diagnostics } = parseConfig(await readConfigDir(join(dir, opts.path)));
   const stderr = diagnostics.map((d) => formatDiagnostic(d) + '\n').join('');
   if (!model) return { code: 1, stdout: '', stderr };
   const state = renderDesiredState(model, opts.node);

@@ -2,7 +2,7 @@
 // is assembled in src/reconciler/node-daemon.ts.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Command, defineCommand, InvalidArgumentError, Option, UsageError } from '../command.js';
+import { type Command, defineCommand, InvalidArgumentError, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
@@ -30,6 +30,7 @@ interface RunOptions {
   birdSocket: string;
   withdrawOnExit: boolean;
   once: boolean;
+  path: string;
 }
 
 /** Schedules are checked while parsing, so a typo is a usage error before anything starts. */
@@ -62,6 +63,7 @@ function defineRun(cmd: Command): void {
   cmd
     .requiredOption('--repo <url|dir>', 'http(s) URL of the config repository, or a local repository path (development)')
     .option('--branch <name>', 'config branch', 'main')
+    .addOption(pathOption())
     .requiredOption('--node <name>', "this node's name (a Node document in the config)", nodeName)
     .addOption(new Option('--role <role>', "data plane to drive (default: the Node document's role at the branch head, else lb)").choices(['lb', 'backend']))
     .option('--interface <if>', "interface to attach to (lb: optional; backend: required); must equal the Node document's; wins over an attachment pinned by an earlier run")
@@ -127,6 +129,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         health: values.health,
         peerPoll: values.peerPoll,
         gitTimeoutMs: Math.round(values.gitTimeout * 1000),
+        configPath: values.path,
         bird: { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
         once: values.once,
       });

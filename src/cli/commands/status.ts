@@ -14,7 +14,7 @@ NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree w
   define: (cmd) => addStatusReadOptions(cmd).addOption(formatOption(['text', 'json'], 'text')),
   async run(opts) {
     const statuses = await withStatusBranch(
-      { repo: opts.repo, credentialsFile: opts.credentialsFile, configBranch: opts.branch, statusBranch: opts.statusBranch },
+      { repo: opts.repo, credentialsFile: opts.credentialsFile, configBranch: opts.branch, statusBranch: opts.statusBranch, configPath: opts.path },
       (r, statusBranch) => readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
     );
     const json = opts.json || opts.format === 'json';

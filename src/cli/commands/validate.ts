@@ -1,7 +1,7 @@
 // `gitlb validate [DIR]`: checks a config directory the way a node checks a revision, without applying it.
 import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
-import { defineCommand, formatOption, UsageError } from '../command.js';
+import { defineCommand, formatOption, pathOption, UsageError } from '../command.js';
 import { formatDiagnostic, parseConfig } from '../../render/config/index.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 
@@ -9,7 +9,7 @@ function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
 }
 
-export const command = defineCommand<{ format: 'text' | 'json' }>({
+export const command = defineCommand<{ format: 'text' | 'json'; path: string }>({
   name: 'validate',
   summary: 'check a config directory (schema and semantic rules) without applying it',
   description: `Validates the gitlb config in DIR (default: the current directory): every YAML file outside
@@ -17,9 +17,12 @@ export const command = defineCommand<{ format: 'text' | 'json' }>({
 docs/config.md. Prints every problem as  FILE:LINE:COL: error|warning: MESSAGE  and a count.`,
   exitStatus: 'Exit status: 0 valid (warnings allowed), 1 invalid, 2 usage error (bad option, DIR not a directory).',
   define: (cmd) =>
-    cmd.argument('[DIR]', 'config directory', '.').addOption(formatOption(['text', 'json'], 'text', 'text, or one JSON object {valid, errors, warnings, diagnostics}')),
+    cmd
+      .argument('[DIR]', 'config directory', '.')
+      .addOption(formatOption(['text', 'json'], 'text', 'text, or one JSON object {valid, errors, warnings, diagnostics}'))
+      .addOption(pathOption()),
   async run(opts, args) {
-    const dir = args[0] ?? '.';
+    const dir = join(args[0] ?? '.', opts.path);
     const info = await stat(dir).catch(() => null);
     if (!info?.isDirectory()) throw new UsageError(`${dir} is not a directory`);
 
@@ -27,7 +30,7 @@ docs/config.md. Prints every problem as  FILE:LINE:COL: error|warning: MESSAGE  
     // Paths are shown relative to where the user stands, so terminals and editors can open them.
     const shown = diagnostics.map((d) => ({ ...d, file: join(dir, d.file) }));
     const errors = shown.filter((d) => d.severity === 'error').length;
-    const warnings = shown.length - errors;
+    const warnings = shown.filter((d) => d.severity === 'warning').length;
     const valid = model !== null;
     if (opts.format === 'json') {
       process.stdout.write(JSON.stringify({ valid, errors, warnings, diagnostics: shown }, null, 2) + '\n');

@@ -20,26 +20,50 @@ export function loadCredentials(opts: { file?: string; env?: NodeJS.ProcessEnv }
   let username: string | undefined;
   let password: string | undefined;
   if (opts.file) {
-    const text = readFileSync(opts.file, 'utf8');
-    const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    const lines = readCredentialsFile(opts.file);
     if (lines.length === 1 && !lines[0]!.includes('=')) password = lines[0];
     else {
       for (const line of lines) {
         const eq = line.indexOf('=');
-        if (eq < 0) throw new Error(`${opts.file}: expected key=value lines (username=, token=)`);
+        if (eq < 0) throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: expected key=value lines (username=, token=)`);
         const key = line.slice(0, eq).trim();
         const value = line.slice(eq + 1).trim();
         if (key === 'username') username = value;
         else if (key === 'token' || key === 'password') password = value;
-        else throw new Error(`${opts.file}: unknown key '${key}' (expected username, token)`);
+        else throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: unknown key '${key}' (expected username, token)`);
       }
     }
+    if (!password) throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: no token (expected a token, or a token= line)`);
   }
   if (env[TOKEN_ENV]) password = env[TOKEN_ENV];
   if (env[USERNAME_ENV]) username = env[USERNAME_ENV];
   if (password === undefined) return undefined;
   // GitHub and GitLab accept any non-empty user name with a token.
   return { username: username ?? 'gitlb', password };
+}
+
+/** The command-line option the file comes from (`gitlb run`, `status`, `history`): errors name it. */
+const CREDENTIALS_OPTION = '--credentials-file';
+
+const READ_ERRORS: Record<string, string> = {
+  ENOENT: 'no such file',
+  EISDIR: 'is a directory, not a file',
+  EACCES: 'permission denied',
+  ENOTDIR: 'a part of the path is not a directory',
+};
+
+/** The meaningful lines of a credentials file; every failure names the option and the file, never the content. */
+function readCredentialsFile(file: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? '';
+    throw new Error(`${CREDENTIALS_OPTION} ${file}: cannot read: ${READ_ERRORS[code] ?? code ?? 'error'}`);
+  }
+  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  if (lines.length === 0) throw new Error(`${CREDENTIALS_OPTION} ${file}: the file is empty (expected a token, or username= and token= lines)`);
+  return lines;
 }
 
 /** `https://user:secret@host/x.git` -> `https://***@host/x.git`; other strings are returned as they are. */

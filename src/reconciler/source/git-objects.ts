@@ -5,13 +5,13 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import git, { type TreeEntry } from 'isomorphic-git';
 import type { GitRemote } from './git-remote.js';
-import { isConfigPath } from '../../render/config/index.js';
+import { type ConfigFile, isConfigPath } from '../../render/config/index.js';
 import { LIMITS } from '../../render/config/limits.js';
 
-export interface RevisionFile {
-  path: string; // repo-relative, '/' separators
-  content: Uint8Array;
-}
+export type RevisionFile = ConfigFile;
+
+/** Git's file mode of a symbolic link: the blob holds the target's name. */
+const SYMLINK_MODE = '120000';
 
 export interface CommitInfo {
   oid: string;
@@ -30,7 +30,7 @@ const MAX_TREE_DEPTH = 16;
  * and once the total passes the size cap, and each file is cut one byte past the per-file cap, so parseConfig
  * still sees — and reports — every limit that was exceeded.
  */
-export async function readRevisionFiles(gitdir: string, oid: string): Promise<RevisionFile[]> {
+export async function readRevisionFiles(gitdir: string, oid: string, configPath = ''): Promise<RevisionFile[]> {
   const out: RevisionFile[] = [];
   const cache = {};
   let totalBytes = 0;
@@ -45,6 +45,10 @@ export async function readRevisionFiles(gitdir: string, oid: string): Promise<Re
         await walkTree(entry.oid, path, depth + 1);
       } else if (entry.type === 'blob' && isConfigPath(path)) {
         const { blob } = await git.readBlob({ fs, gitdir, oid: entry.oid, cache });
+        if (entry.mode === SYMLINK_MODE) {
+          out.push({ path, content: new Uint8Array(), symlinkTarget: new TextDecoder().decode(blob.subarray(0, 4096)) });
+          continue;
+        }
         const content = blob.length > LIMITS.maxFileBytes + 1 ? blob.subarray(0, LIMITS.maxFileBytes + 1) : blob;
         totalBytes += content.length;
         out.push({ path, content });
@@ -52,8 +56,19 @@ export async function readRevisionFiles(gitdir: string, oid: string): Promise<Re
     }
   }
   const { commit } = await git.readCommit({ fs, gitdir, oid, cache });
-  await walkTree(commit.tree, '', 0);
+  await walkTree(await subtree(gitdir, commit.tree, configPath, oid, cache), '', 0);
   return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** The tree at `path` (a normalised config path, '' for the root) below `root`; names the path when absent. */
+async function subtree(gitdir: string, root: string, path: string, commit: string, cache: object): Promise<string> {
+  let tree = root;
+  for (const part of path ? path.split('/') : []) {
+    const entry = (await git.readTree({ fs, gitdir, oid: tree, cache })).tree.find((e) => e.path === part);
+    if (!entry || entry.type !== 'tree') throw new Error(`config path '${path}' is not a directory in revision ${commit.slice(0, 12)}`);
+    tree = entry.oid;
+  }
+  return tree;
 }
 
 export async function readCommitInfo(gitdir: string, oid: string): Promise<CommitInfo> {

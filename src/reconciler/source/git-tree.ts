@@ -84,8 +84,8 @@ async function nthParent(gitdir: string, oid: string, n: number, rev: string): P
  * The config files (YAML, outside status/ and .git/) of revision `rev` of the repository at `repoDir` (a working
  * tree or a bare repository), read from Git objects; the working tree is never touched. Sorted by path.
  */
-export async function readConfigAtRevision(repoDir: string, rev: string): Promise<ConfigFile[]> {
+export async function readConfigAtRevision(repoDir: string, rev: string, configPath = ''): Promise<ConfigFile[]> {
   const gitdir = gitdirOf(repoDir);
   const oid = await resolveRevision(gitdir, rev);
-  return readRevisionFiles(gitdir, oid);
+  return readRevisionFiles(gitdir, oid, configPath);
 }

@@ -1,9 +1,9 @@
 // Reads the config files of a checked-out directory (a working tree, or `gitlb validate DIR`).
-// Skips what is not config (.git/, status/, hidden entries, non-YAML files) and symlinks that lead
-// outside the directory; reads at most a little over the config stage's limits, so a huge file or
+// Skips what is not config (.git/, status/, hidden entries, non-YAML files); a YAML symlink is passed on as a
+// link (parseConfig refuses it, as it does for a link in Git objects); reads at most a little over the config stage's limits, so a huge file or
 // tree is refused by parseConfig quickly instead of being read in full.
-import { lstat, open, readdir, realpath } from 'node:fs/promises';
-import { join, relative, sep } from 'node:path';
+import { open, readdir, readlink, realpath } from 'node:fs/promises';
+import { join } from 'node:path';
 import { type ConfigFile, LIMITS, isConfigPath } from '../../render/config/index.js';
 
 /** Reads up to `max` bytes of a file. */
@@ -21,11 +21,6 @@ async function readCapped(path: string, max: number): Promise<Uint8Array> {
   } finally {
     await handle.close();
   }
-}
-
-function inside(root: string, target: string): boolean {
-  const rel = relative(root, target);
-  return rel === '' || (!rel.startsWith('..') && !rel.startsWith(sep) && rel !== '..');
 }
 
 export async function readConfigDir(dir: string): Promise<ConfigFile[]> {
@@ -49,15 +44,8 @@ export async function readConfigDir(dir: string): Promise<ConfigFile[]> {
       }
       if (!isConfigPath(relPath)) continue;
       if (entry.isSymbolicLink()) {
-        // Follow a link to a file only while it stays inside the repository; linked directories are
-        // not followed (no loops, no escaping through a parent link).
-        let target: string;
-        try {
-          target = await realpath(abs);
-        } catch {
-          continue; // dangling
-        }
-        if (!inside(root, target) || !(await lstat(target)).isFile()) continue;
+        files.push({ path: relPath, content: new Uint8Array(), symlinkTarget: await readlink(abs) });
+        continue;
       } else if (!entry.isFile()) {
         continue; // fifos, sockets, devices
       }

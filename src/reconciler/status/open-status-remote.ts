@@ -10,10 +10,12 @@ import { DEFAULTS } from '../../render/config/limits.js';
 
 /** Opens `repo` (see withStatusRemote), resolves the status branch (see resolveStatusBranch) and hands both to `f`. */
 export async function withStatusBranch<T>(
-  opts: { repo: string; credentialsFile?: string; configBranch: string; statusBranch?: string },
+  opts: { repo: string; credentialsFile?: string; configBranch: string; statusBranch?: string; configPath?: string },
   f: (r: GitRemote, statusBranch: string) => Promise<T>,
 ): Promise<T> {
-  return withStatusRemote(opts.repo, opts.credentialsFile, async (r) => f(r, await resolveStatusBranch(r, opts.configBranch, opts.statusBranch)));
+  return withStatusRemote(opts.repo, opts.credentialsFile, async (r) =>
+    f(r, await resolveStatusBranch(r, opts.configBranch, opts.statusBranch, opts.configPath)),
+  );
 }
 
 export async function withStatusRemote<T>(repo: string, credentialsFile: string | undefined, f: (r: GitRemote) => Promise<T>): Promise<T> {
@@ -30,12 +32,12 @@ export async function withStatusRemote<T>(repo: string, credentialsFile: string 
  * (`spec.status.branch`), else the default. An invalid or missing config falls back to the default: status must
  * stay readable exactly when the config is broken.
  */
-export async function resolveStatusBranch(remote: GitRemote, configBranch: string, override: string | undefined): Promise<string> {
+export async function resolveStatusBranch(remote: GitRemote, configBranch: string, override: string | undefined, configPath = ''): Promise<string> {
   if (override) return override;
   try {
     const tip = await remote.fetch(configBranch, { depth: 1 });
     if (!tip) return DEFAULTS.statusBranch;
-    const { model } = parseConfig(await readRevisionFiles(remote.gitdir, tip));
+    const { model } = parseConfig(await readRevisionFiles(remote.gitdir, tip, configPath));
     return model?.cluster.spec.status.branch ?? DEFAULTS.statusBranch;
   } catch {
     return DEFAULTS.statusBranch;

@@ -2,7 +2,7 @@
 // applied revisions from the status branch's history (for `gitlb history`).
 import * as fs from 'node:fs';
 import git from 'isomorphic-git';
-import { firstParentLog, readFileAt } from '../source/git-objects.js';
+import { firstParentLog, readCommitInfo, readFileAt } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { parseStatusFile, type NodeStatus } from './status-doc.js';
 import { formatTable } from '../text-table.js';
@@ -118,6 +118,31 @@ export interface HistoryEntry {
   revision: string;
   at: string; // when the node applied it (appliedAt of the status file)
   statusCommit: string;
+  /** Author and subject line of the applied config commit, when the config branch's history holds it. */
+  author?: string;
+  subject?: string;
+}
+
+/** How far back the config branch is fetched to name the author and subject of applied revisions. */
+const CONFIG_LOG_DEPTH = 1000;
+
+/**
+ * Adds each applied revision's author and subject (from the config branch), so who changed what is one command.
+ * Revisions the fetched history does not hold (older than CONFIG_LOG_DEPTH, or from a rewritten branch) stay bare.
+ */
+export async function withConfigCommits(remote: GitRemote, configBranch: string, entries: HistoryEntry[]): Promise<HistoryEntry[]> {
+  if (!entries.length) return entries;
+  await remote.fetch(configBranch, { depth: CONFIG_LOG_DEPTH });
+  const out: HistoryEntry[] = [];
+  for (const e of entries) {
+    try {
+      const c = await readCommitInfo(remote.gitdir, e.revision);
+      out.push({ ...e, author: `${c.author.name} <${c.author.email}>`, subject: c.message.split('\n')[0]!.trim().slice(0, 120) });
+    } catch {
+      out.push(e);
+    }
+  }
+  return out;
 }
 
 /** From oldest to newest: every change of a node's applied revision recorded on the status branch. */
@@ -147,7 +172,7 @@ export async function readHistory(remote: GitRemote, branch: string, maxCommits 
 export function formatHistory(entries: HistoryEntry[]): string {
   if (!entries.length) return 'no applied revision recorded yet\n';
   return formatTable(
-    ['APPLIED AT', 'NODE', 'REVISION', 'STATUS COMMIT'],
-    entries.map((e) => [e.at, e.node, e.revision.slice(0, 12), e.statusCommit.slice(0, 12)]),
+    ['APPLIED AT', 'NODE', 'REVISION', 'STATUS COMMIT', 'AUTHOR', 'SUBJECT'],
+    entries.map((e) => [e.at, e.node, e.revision.slice(0, 12), e.statusCommit.slice(0, 12), e.author ?? '-', e.subject ?? '-']),
   );
 }

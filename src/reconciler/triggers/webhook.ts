@@ -50,15 +50,37 @@ export function verifyDelivery(headers: IncomingMessage['headers'], body: Buffer
   return { ok: false, status: 401, reason: 'no X-Hub-Signature-256 or X-Gitlab-Token header' };
 }
 
-/** The branch a push payload is about (GitHub and GitLab both send `ref: refs/heads/<name>`); null if none. */
-export function pushedBranch(body: Buffer): string | null {
+/** Event names of a push: GitHub's X-GitHub-Event, GitLab's X-Gitlab-Event. */
+const PUSH_EVENTS: Record<'github' | 'gitlab', { header: string; push: string }> = {
+  github: { header: 'x-github-event', push: 'push' },
+  gitlab: { header: 'x-gitlab-event', push: 'Push Hook' },
+};
+
+export type Delivery = { trigger: true } | { trigger: false; status: 202 | 400; reason: string };
+
+/**
+ * What an authenticated delivery asks for: only a push to the config branch schedules a reconcile. Other events
+ * (ping, issues, ...) and pushes to other refs are acknowledged with 202 and the reason; a body that is not a JSON
+ * object is a 400. Without an event header (some proxies strip it) the payload decides: a push carries `ref`.
+ */
+export function classifyDelivery(source: 'github' | 'gitlab', headers: IncomingMessage['headers'], body: Buffer, branch: string): Delivery {
+  let payload: unknown;
   try {
-    const payload = JSON.parse(body.toString('utf8')) as { ref?: unknown };
-    if (typeof payload.ref === 'string' && payload.ref.startsWith('refs/heads/')) return payload.ref.slice('refs/heads/'.length);
-    return null;
+    payload = JSON.parse(body.toString('utf8'));
   } catch {
-    return null;
+    return { trigger: false, status: 400, reason: 'malformed body: not JSON' };
   }
+  if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) return { trigger: false, status: 400, reason: 'malformed body: not a JSON object' };
+  const event = headers[PUSH_EVENTS[source].header];
+  if (typeof event === 'string' && event !== PUSH_EVENTS[source].push) {
+    return { trigger: false, status: 202, reason: `ignored: event '${event.slice(0, 64)}' (only pushes trigger)` };
+  }
+  const ref = (payload as { ref?: unknown }).ref;
+  if (typeof ref !== 'string') return { trigger: false, status: 202, reason: 'ignored: not a push (no ref)' };
+  if (!ref.startsWith('refs/heads/')) return { trigger: false, status: 202, reason: `ignored: push of ${ref.slice(0, 200)}, not a branch` };
+  const pushed = ref.slice('refs/heads/'.length);
+  if (pushed !== branch) return { trigger: false, status: 202, reason: `ignored: push to ${pushed.slice(0, 200)}, not ${branch}` };
+  return { trigger: true };
 }
 
 function reply(res: ServerResponse, status: number, text: string): void {
@@ -102,11 +124,12 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
         o.log?.warn(`webhook rejected from ${req.socket.remoteAddress}: ${v.reason}`);
         return reply(res, v.status, v.reason);
       }
-      // Pings and pushes to other branches (including the status branch) are acknowledged but do nothing.
-      const branch = pushedBranch(body);
-      if (branch !== null && branch !== o.branch) {
-        stats.ignored++;
-        return reply(res, 202, `ignored: push to ${branch}`);
+      // Pings, other events and pushes to other branches (the status branch!) are acknowledged but do nothing.
+      const d = classifyDelivery(v.source, req.headers, body, o.branch);
+      if (!d.trigger) {
+        if (d.status === 400) stats.rejected++;
+        else stats.ignored++;
+        return reply(res, d.status, d.reason);
       }
       stats.accepted++;
       o.onTrigger(`webhook (${v.source})`);

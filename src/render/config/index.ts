@@ -4,24 +4,37 @@
 import type { ConfigModel } from '../model.js';
 import { buildModel } from './build-model.js';
 import { decodeUtf8 } from './decode.js';
-import { type Diagnostic, compareDiagnostics, formatDiagnostic } from './diagnostics.js';
+import { type Diagnostic, type Severity, compareDiagnostics } from './diagnostics.js';
 import { LIMITS } from './limits.js';
 import type { Located, RawCluster, RawNode, RawService } from './raw.js';
 import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
 import { checkSemantics, type Emit } from './semantic.js';
 import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
 
-export { formatDiagnostic, type Diagnostic } from './diagnostics.js';
+export { formatDiagnostic, type Diagnostic, type Severity } from './diagnostics.js';
 export { LIMITS, DEFAULTS, WEIGHT_MIN, WEIGHT_MAX } from './limits.js';
 
 export interface ConfigFile {
   path: string; // repo-relative, '/' separators
   content: Uint8Array;
+  /** Set when the entry is a symbolic link (its target as written); such a file is refused, never read. */
+  symlinkTarget?: string;
 }
 
 export interface ParseResult {
   model: ConfigModel | null; // null iff any error
   diagnostics: Diagnostic[];
+}
+
+/**
+ * The `--path` of a config inside its repository (like Flux's spec.path): '' for the root, else a relative path
+ * with '/' separators and no '.', '..' or empty parts. Throws with the reason otherwise.
+ */
+export function normalizeConfigPath(path: string): string {
+  const parts = path.split('/').filter((p) => p !== '' && p !== '.');
+  if (path.startsWith('/')) throw new Error(`'${path}' must be relative to the repository root`);
+  if (parts.some((p) => p === '..')) throw new Error(`'${path}' must stay inside the repository (no '..')`);
+  return parts.join('/');
 }
 
 /** Which repository paths hold config: YAML files outside status/ and outside hidden files and folders. */
@@ -34,7 +47,7 @@ export function isConfigPath(path: string): boolean {
 
 export function parseConfig(files: ConfigFile[]): ParseResult {
   const diagnostics: Diagnostic[] = [];
-  const at = (file: string, line: number, col: number, message: string, severity: Diagnostic['severity'] = 'error'): void => {
+  const at = (file: string, line: number, col: number, message: string, severity: Severity = 'error'): void => {
     diagnostics.push({ severity, file, line, col, message });
   };
   const emit: Emit = (severity, doc, path, message, part) => {
@@ -49,6 +62,12 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
     if (i >= LIMITS.maxFiles) {
       at(file.path, 1, 1, `more than ${LIMITS.maxFiles} YAML files in the repository; refused`);
       break;
+    }
+    if (file.symlinkTarget !== undefined) {
+      // Git stores a link as its target's name, a checkout as a link the OS follows: refusing links is the one
+      // rule that reads the same from a directory (validate) and from Git objects (the daemon).
+      at(file.path, 1, 1, `a symbolic link (to '${file.symlinkTarget}'): config files must be regular files; replace the link with the file`);
+      continue;
     }
     totalBytes += file.content.length;
     if (file.content.length > LIMITS.maxFileBytes) {

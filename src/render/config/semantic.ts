@@ -4,9 +4,10 @@ import { LIMITS } from './limits.js';
 import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
+import type { Severity } from './diagnostics.js';
 
 export type Emit = (
-  severity: 'error' | 'warning',
+  severity: Severity,
   doc: YamlDocument,
   path: PathSegment[],
   message: string,
@@ -259,6 +260,9 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
       const what = `${fam(vip.family) === 'IPv6' ? `[${formatIp(vip)}]` : formatIp(vip)}:${p.port}/${p.protocol}`;
       const other = prev.service === name ? 'this service' : `service '${prev.service}'`;
       emit('error', doc, ['spec', 'ports', i], `spec.ports[${i}]: ${what} is already served by ${other} (${where(prev.doc, ['spec', 'ports', prev.index])})`);
+      // Either file may be the one just edited: the other place gets a note, so both show up in an editor.
+      const here = prev.service === name ? 'this service' : `service '${name}'`;
+      emit('note', prev.doc, ['spec', 'ports', prev.index], `spec.ports[${prev.index}]: ${what} is also claimed by ${here} (${where(doc, ['spec', 'ports', i])})`);
     } else {
       ctx.listeners.set(key, { service: name, doc, index: i });
     }

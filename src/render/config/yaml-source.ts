@@ -123,21 +123,46 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
   }
 
   const composer = new Composer({ uniqueKeys: false, prettyErrors: false });
+  const tabs = tabIndentedLines(text);
   let index = -1;
+  let sawDocument = false;
   for (const doc of composer.compose(tokens, true, text.length)) {
     index++;
     const docProblems: Problem[] = [];
-    for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
+    const [start, , end] = doc.range;
+    const docTabs = tabs.filter((offset) => offset >= start && offset <= end);
+    // A tab in the indentation derails the parser: its own errors then land on neighbouring lines (often the
+    // next one). The tab is the cause, so it is what is reported, at its exact line and column.
+    if (doc.errors.length > 0 && docTabs.length > 0) {
+      for (const offset of docTabs) docProblems.push({ severity: 'error', ...at(offset), message: 'invalid YAML: a tab in the indentation; YAML indents with spaces only' });
+    } else {
+      for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
+    }
     for (const w of doc.warnings) problems.push({ severity: 'warning', ...at(w.pos[0]), message: `YAML: ${firstLine(w.message)}` });
     if (docProblems.length === 0) checkStructure(doc, at, docProblems);
     problems.push(...docProblems);
     if (docProblems.length > 0) continue;
     const data: unknown = doc.toJS({ maxAliasCount: 0 });
     if (data === null || data === undefined) continue; // empty documents (`---` alone, or only comments) are ignored
+    sawDocument = true;
     const contents = doc.contents;
     documents.push({ file, index, data, locate: (path, part) => at(locateOffset(contents, path, part ?? 'value')) });
   }
+  // An emptied file silently removes whatever it declared (a service, a node): say so.
+  if (!sawDocument && !problems.some((p) => p.severity === 'error')) {
+    problems.push({ severity: 'warning', line: 1, col: 1, message: 'no YAML document in this file (empty, or only comments): it declares nothing' });
+  }
   return { documents, problems };
+}
+
+/** Offsets of the tabs in the leading whitespace of lines that hold content (not blank, not a comment). */
+function tabIndentedLines(text: string): number[] {
+  const out: number[] = [];
+  for (const m of text.matchAll(/^([ \t]*)(?=[^ \t\r\n#])/gm)) {
+    const tab = m[1]!.indexOf('\t');
+    if (tab >= 0) out.push(m.index! + tab);
+  }
+  return out;
 }
 
 function firstLine(s: string): string {
