@@ -54,8 +54,9 @@ function merge(base: unknown, part: unknown): unknown {
   return part;
 }
 
-/** The sample repository with the example in it: a whole document replaces its namesake (a Service replaces every
- * sample service, whose VIPs it might reuse); a `# part of a KIND` fragment is merged into a document of that kind. */
+/** The sample repository with the example in it: a whole Node replaces its namesake, a whole Service every sample
+ * service (whose VIPs it might reuse), a Cluster is merged over the sample's; a `# part of a KIND` fragment is merged
+ * into a document of that kind. */
 function repoWith(example: Record<string, unknown>, fragmentOf: string | null): Record<string, string> {
   const docs = sampleDocs();
   const kind = fragmentOf ?? (example.kind as string);
@@ -63,9 +64,13 @@ function repoWith(example: Record<string, unknown>, fragmentOf: string | null): 
   if (fragmentOf) {
     const [path, doc] = sameKind.find(([, d]) => (d.metadata as { name: string }).name === 'web') ?? sameKind[0]!;
     docs.set(path, merge(doc, example) as Record<string, unknown>);
+  } else if (kind === 'Cluster') {
+    // The one Cluster: the example's fields over the sample's, whose nodes may rely on others (e.g. spec.bgp).
+    const [path, doc] = sameKind[0]!;
+    docs.set(path, merge(doc, example) as Record<string, unknown>);
   } else {
     const name = (example.metadata as { name?: string } | undefined)?.name;
-    for (const [path, d] of sameKind) if (kind === 'Service' || kind === 'Cluster' || (d.metadata as { name: string }).name === name) docs.delete(path);
+    for (const [path, d] of sameKind) if (kind === 'Service' || (d.metadata as { name: string }).name === name) docs.delete(path);
     docs.set(`example/${kind.toLowerCase()}.yaml`, example);
   }
   return Object.fromEntries([...docs].map(([p, d]) => [p, JSON.stringify(d)]));
