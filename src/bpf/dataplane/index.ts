@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
+import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
@@ -32,7 +33,9 @@ export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
 /** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
-export const LB_CAPACITY = { reals: 65536, services: 1024, vipEntries: 4096 } as const;
+export const LB_CAPACITY = {
+  reals: DATAPLANE_LIMITS.lbReals, services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries,
+} as const;
 
 function fail(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });

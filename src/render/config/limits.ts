@@ -37,3 +37,11 @@ export const DEFAULTS = {
 /** Real weights are integers in this range; 0 is refused (use state: disabled). */
 export const WEIGHT_MIN = 1;
 export const WEIGHT_MAX = 65535;
+
+/** Fixed map sizes of one lb node's data plane (src/bpf/include/lb_consts.h LB_MAX_*); checked at validate. */
+export const DATAPLANE_LIMITS = {
+  lbServices: 1024,
+  /** Listeners plus one address marker per VIP address. */
+  lbVipEntries: 4096,
+  lbReals: 65536,
+} as const;

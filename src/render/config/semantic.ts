@@ -1,6 +1,7 @@
 // Rules that span fields or documents and that JSON Schema cannot express. Each rule reports at the
 // YAML node a person has to change. Runs only on documents that passed their schema.
 import { LIMITS } from './limits.js';
+import { checkLbCapacity } from './capacity.js';
 import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
@@ -87,6 +88,7 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
     checkService(emit, doc, data, { cluster, lbNodes, nodeAddressOwner, backendAddresses, listeners, vipOwner });
   }
   checkBgp(emit, cluster, nodes);
+  checkLbCapacity(emit, nodes, services);
   // A SNAT address that is also a VIP would make replies and new flows indistinguishable.
   for (const { doc, data } of nodes) {
     const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;

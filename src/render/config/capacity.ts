@@ -1,0 +1,31 @@
+// What one lb node's data plane can never hold: its maps have fixed sizes (src/bpf/include/lb_consts.h), so a
+// revision that gives one lb node more services, listeners or reals than they hold is refused here, at validate,
+// naming the node, rather than failing at apply on that node. Rings have no shared capacity (one map per
+// service), so the table sizes are not limited here beyond the schema.
+import { DATAPLANE_LIMITS } from './limits.js';
+import { cidrContains, formatIp, parseCidr, parseIp } from '../ip.js';
+import type { Located, RawNode, RawService } from './raw.js';
+import type { Emit } from './semantic.js';
+
+export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services: Located<RawService>[]): void {
+  const parsed = services.map(({ data }) => ({ data, vip: parseIp(data.spec.vip) }));
+  for (const { doc, data } of nodes) {
+    if (data.spec.role !== 'lb') continue;
+    const allowed = data.spec.allowedVips.map(parseCidr).filter((c) => c !== null);
+    const served = parsed.filter((s) => s.vip && allowed.some((c) => cidrContains(c, s.vip!)));
+    const markers = new Set(served.map((s) => formatIp(s.vip!)));
+    const listeners = served.reduce((n, s) => n + s.data.spec.ports.length, 0);
+    const reals = new Set(served.flatMap((s) => s.data.spec.reals.filter((r) => r.state !== 'disabled').map((r) => parseIp(r.address))
+      .filter((a) => a !== null).map((a) => formatIp(a))));
+    const over: string[] = [];
+    if (served.length > DATAPLANE_LIMITS.lbServices)
+      over.push(`${served.length} services (lb_rings holds ${DATAPLANE_LIMITS.lbServices})`);
+    if (listeners + markers.size > DATAPLANE_LIMITS.lbVipEntries)
+      over.push(`${listeners} listeners + ${markers.size} VIP addresses (lb_vips holds ${DATAPLANE_LIMITS.lbVipEntries})`);
+    if (reals.size > DATAPLANE_LIMITS.lbReals) over.push(`${reals.size} reals (lb_reals holds ${DATAPLANE_LIMITS.lbReals})`);
+    if (over.length)
+      emit('error', doc, ['spec', 'allowedVips'],
+        `lb node '${data.metadata.name}' would serve ${over.join(', ')}: more than its data plane can ever hold; ` +
+        'narrow spec.allowedVips or spread the services over more lb nodes');
+  }
+}
