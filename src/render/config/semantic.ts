@@ -88,7 +88,7 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
     checkService(emit, doc, data, { cluster, lbNodes, nodeAddressOwner, backendAddresses, listeners, vipOwner });
   }
   checkBgp(emit, cluster, nodes);
-  checkLbCapacity(emit, nodes, services);
+  if (services.length <= LIMITS.maxServices) checkLbCapacity(emit, nodes, services); // else already refused
   // A SNAT address that is also a VIP would make replies and new flows indistinguishable.
   for (const { doc, data } of nodes) {
     const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
