@@ -9,7 +9,7 @@ import type { DataPlane } from '../bpf/dataplane/index.js';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { readFileAt } from './source/git-objects.js';
-import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type PostApplyGate } from './reconcile.js';
+import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type Outcome, type PostApplyGate } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
 import { parseStatus, statusPath, type StatusBgp } from './status/status-doc.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
@@ -48,6 +48,10 @@ export interface DaemonOptions {
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
   log?: Logger;
+  /** Observability hooks (src/reconciler/metrics): wraps the Git remote (timing every fetch and push) and hears
+   * every reconcile's outcome. */
+  wrapRemote?: (remote: GitRemote) => GitRemote;
+  onReconcile?: (why: string, outcome: Outcome) => void;
 }
 
 export interface Daemon {
@@ -102,7 +106,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
   await mkdir(o.cacheDir, { recursive: true });
   const credentials = loadCredentials({ file: o.credentialsFile });
-  const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs });
+  const opened = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs });
+  const remote = o.wrapRemote ? o.wrapRemote(opened) : opened;
   const stateFile = join(o.cacheDir, 'state.json');
   const writers = new Map<string, StatusWriter>();
   const writerFor = (branch: string) => {
@@ -143,6 +148,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       reconcile: async (why) => {
         const before = reconciler.appliedRevision;
         const out = await reconciler.reconcile(why);
+        o.onReconcile?.(why, out);
         if (reconciler.appliedRevision !== before || out.kind === 'applied')
           await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision });
         // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.

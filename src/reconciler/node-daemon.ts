@@ -23,6 +23,17 @@ import { reconcilePinnedXdp } from './xdp-pin.js';
 import { BgpAnnouncer } from './bgp/announcer.js';
 import { bgpNode } from '../render/bgp/bird.js';
 import type { Logger, Outcome } from './reconcile.js';
+import type { GitRemote } from './source/git-remote.js';
+import type { HealthChange } from './health/checker.js';
+
+/** Observability (src/reconciler/metrics/hooks.ts): hears what the node does, changes nothing. */
+export interface NodeDaemonHooks {
+  wrapRemote?(remote: GitRemote): GitRemote;
+  onReconcile?(why: string, outcome: Outcome): void;
+  onHealthChange?(e: HealthChange): void;
+  /** Called once the parts exist, so collectors can read them at scrape time. */
+  started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null }): void;
+}
 
 export interface NodeDaemonOptions {
   repo: string;
@@ -48,6 +59,7 @@ export interface NodeDaemonOptions {
   bird?: { configFile: string; socket: string; withdrawOnExit: boolean };
   once: boolean;
   log?: Logger;
+  hooks?: NodeDaemonHooks;
 }
 
 export interface NodeDaemon {
@@ -118,11 +130,14 @@ function everyExclusive(spec: string, what: string, task: () => Promise<void>, l
 function startNeighbourRefresh(desired: () => DesiredState | null, log: Logger): { stop(): void } {
   const rounds = everyExclusive('5', 'neighbours', async () => {
     const nudged = await refreshNeighbours(desired()?.reals.map((r) => r.address) ?? []);
-    if (nudged.length) log.info(`neighbours: resolving ${nudged.join(', ')}`);
+    // routine upkeep: a line at debug level only
+    if (nudged.length) (log.debug ?? log.info).call(log, `neighbours: resolving ${nudged.join(', ')}`, { stage: 'neighbours', count: nudged.length });
   }, log);
   setTimeout(rounds.now, 500).unref();
   return rounds;
 }
+
+const SNAT_SWEEP_NOTABLE = 10_000;
 
 /** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
 async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ stop(): void }> {
@@ -134,7 +149,9 @@ async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ 
       if (!obj) return;
       try {
         const n = sweepSnat(obj);
-        if (n > 0) log.info(`snat: swept ${n} expired translations`);
+        // routine upkeep (debug); a sweep this large means a burst of clients went away at once
+        if (n >= SNAT_SWEEP_NOTABLE) log.info(`snat: swept ${n} expired translations`, { stage: 'snat', count: n });
+        else if (n > 0) (log.debug ?? log.info).call(log, `snat: swept ${n} expired translations`, { stage: 'snat', count: n });
       } catch (err) {
         log.warn(`snat: sweep failed: ${(err as Error).message}`);
       }
@@ -193,6 +210,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     writeStatus: o.writeStatus,
     gitTimeoutMs: o.gitTimeoutMs,
     log,
+    wrapRemote: o.hooks?.wrapRemote,
+    onReconcile: o.hooks?.onReconcile,
     ...(health && {
       health: () => health.view(),
       postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
@@ -204,7 +223,9 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const d = daemon;
   bgp?.start();
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
+  if (o.hooks?.onHealthChange) health?.onChange(o.hooks.onHealthChange);
   health?.onChange(() => d.refreshHealth('health change'));
+  o.hooks?.started?.({ daemon: d, role, health });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).

@@ -48,8 +48,10 @@ export type PostApplyGate = (ctx: {
 }) => Promise<{ pass: boolean; reason: string }>;
 
 export interface Logger {
-  info(msg: string): void;
-  warn(msg: string): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+  /** Routine events (maintenance rounds); loggers without it log them at info. */
+  debug?(msg: string, fields?: Record<string, unknown>): void;
 }
 
 export interface ReconcilerOptions {

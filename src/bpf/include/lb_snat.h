@@ -473,6 +473,11 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		}
 		lb_snat_count(LB_SNAT_CNT_NEW);
 		new_flow = 1;
+		/* xdp_lb.c counted the service's packet on entry; whether it starts a connection is known only here */
+		struct lb_traffic *st = bpf_map_lookup_elem(&lb_service_stats, &service_id);
+
+		if (st)
+			st->new_flows += 1;
 	}
 	lb_real_traffic_add(real, p->frame_len, new_flow);
 

@@ -6,6 +6,9 @@ import { type Command, defineCommand, InvalidArgumentError, Option, pathOption, 
 import { startNodeDaemon, StartError } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
+import { createLogger, LOG_LEVELS, type LogFormat, type LogLevel } from '../../reconciler/log/logger.js';
+import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsServer } from '../../reconciler/metrics/index.js';
+import { nodeHooks } from '../../reconciler/metrics/hooks.js';
 
 interface RunOptions {
   repo: string;
@@ -29,6 +32,9 @@ interface RunOptions {
   birdConfig?: string;
   birdSocket: string;
   withdrawOnExit: boolean;
+  metrics?: string;
+  logFormat?: LogFormat;
+  logLevel: LogLevel;
   once: boolean;
   path: string;
 }
@@ -83,6 +89,9 @@ function defineRun(cmd: Command): void {
     .option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file to write, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)")
     .option('--bird-socket <path>', "BIRD's control socket for birdc configure", '/run/bird/bird.ctl')
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
+    .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
+    .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
+    .addOption(new Option('--log-level <level>', 'least severe level logged').choices([...LOG_LEVELS]).default('info'))
     .option('--once', 'reconcile once, print the outcome and exit', false);
 }
 
@@ -109,6 +118,28 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
       throw new UsageError('--poll off needs --webhook: otherwise nothing would ever fetch the branch again');
     const node = values.node;
     const cacheDir = values.cacheDir ?? join('/var/lib/gitlb', node);
+    let served: () => string | null = () => null;
+    const log = createLogger({ node, format: values.logFormat, level: values.logLevel, revision: () => served() });
+    const metricsListen = values.metrics ?? DEFAULT_METRICS_LISTEN;
+    let current: { desired: () => import('../../render/state.js').DesiredState | null } | null = null;
+    const metrics = values.once || metricsListen === 'off' ? null
+      : new NodeMetrics({ node, pinRoot: join(values.pinRoot, node), desired: () => current?.desired() ?? null });
+    const hooks = nodeHooks(metrics, log);
+    served = hooks.servedRevision;
+    let metricsServer: MetricsServer | null = null;
+    if (metrics) {
+      try {
+        metricsServer = await startMetricsServer({
+          listen: metricsListen, registry: metrics.registry,
+          notReady: () => (!hooks.isStarted() ? 'starting' : hooks.servedRevision() ? null : 'no revision applied yet'),
+          onError: (err) => log.warn(`metrics: ${err.message}`, { stage: 'metrics' }),
+        });
+        log.info(`metrics on ${metricsServer.url}/metrics`, { stage: 'metrics' });
+      } catch (err) {
+        if (values.metrics !== undefined || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw new UsageError(`--metrics: ${(err as Error).message}`);
+        log.warn(`metrics: default address ${metricsListen} is in use; running without metrics (pass --metrics ADDR:PORT)`, { stage: 'metrics' });
+      }
+    }
     let nd;
     try {
       nd = await startNodeDaemon({
@@ -132,7 +163,10 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         configPath: values.path,
         bird: { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
         once: values.once,
+        log,
+        hooks,
       });
+      current = { desired: () => nd!.daemon.reconciler.desired };
     } catch (err) {
       if (err instanceof StartError) throw new UsageError(err.message);
       throw err;
@@ -153,6 +187,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
       process.once('SIGTERM', stop);
     });
     await nd.stop();
+    await metricsServer?.close();
     return 0;
   },
 });

@@ -4,7 +4,7 @@ export type JobKind = 'reconcile' | 'refresh' | 'drift';
 
 export class SerialRunner {
   private running = false;
-  private readonly queued = new Map<JobKind, string[]>(); // kind -> coalesced trigger sources
+  private readonly queued = new Map<JobKind, Map<string, number>>(); // kind -> coalesced trigger sources, counted
   private idleWaiters: (() => void)[] = [];
   private stopped = false;
   readonly stats = { runs: 0, coalesced: 0 };
@@ -19,8 +19,10 @@ export class SerialRunner {
     const q = this.queued.get(kind);
     if (q) {
       this.stats.coalesced++;
-      if (q.length < 8) q.push(why);
-    } else this.queued.set(kind, [why]);
+      // distinct sources are bounded (a flood of distinct texts collapses into 'other')
+      const key = q.has(why) || q.size < 8 ? why : 'other';
+      q.set(key, (q.get(key) ?? 0) + 1);
+    } else this.queued.set(kind, new Map([[why, 1]]));
     void this.pump();
   }
 
@@ -36,7 +38,7 @@ export class SerialRunner {
         this.queued.delete(kind);
         this.stats.runs++;
         try {
-          await this.jobs[kind]?.(why.join(', '));
+          await this.jobs[kind]?.(describeTriggers(why));
         } catch (err) {
           this.onError(kind, err);
         }
@@ -59,4 +61,9 @@ export class SerialRunner {
     this.stopped = true;
     this.queued.clear();
   }
+}
+
+/** "poll x8, webhook": each coalesced trigger source once, with its count when it came more than once. */
+export function describeTriggers(sources: ReadonlyMap<string, number>): string {
+  return [...sources].map(([why, n]) => (n > 1 ? `${why} x${n}` : why)).join(', ');
 }

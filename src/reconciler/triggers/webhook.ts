@@ -156,10 +156,10 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
 }
 
 /** Parses `ADDR:PORT` (`[v6]:PORT` for IPv6). */
-export function parseListen(spec: string): { host: string; port: number } {
+export function parseListen(spec: string, flag = '--webhook'): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(spec);
-  if (!m) throw new Error(`--webhook: expected ADDR:PORT, got '${spec}'`);
+  if (!m) throw new Error(`${flag}: expected ADDR:PORT, got '${spec}'`);
   const port = Number(m[3]);
-  if (port > 65535) throw new Error(`--webhook: port ${port} out of range`);
+  if (port > 65535) throw new Error(`${flag}: port ${port} out of range`);
   return { host: (m[1] ?? m[2])!, port };
 }

@@ -1,0 +1,65 @@
+// The daemon's observability hooks in one place: what `gitlb run` hands startNodeDaemon (NodeDaemonHooks), feeding
+// the metrics and the log. They only listen; nothing here changes what the daemon does.
+import git from 'isomorphic-git';
+import fs from 'node:fs';
+import type { HealthChange } from '../health/checker.js';
+import type { GitRemote } from '../source/git-remote.js';
+import type { NodeDaemonHooks } from '../node-daemon.js';
+import type { GitlbLogger } from '../log/logger.js';
+import type { NodeMetrics } from './index.js';
+import type { ReconcileOutcome } from './control.js';
+
+/** The committer time (unix seconds) of `oid`, or null when the object cannot be read. */
+async function committerTime(gitdir: string, oid: string): Promise<number | null> {
+  try {
+    const { commit } = await git.readCommit({ fs, gitdir, oid });
+    return commit.committer.timestamp;
+  } catch {
+    return null;
+  }
+}
+
+export interface NodeObservation extends NodeDaemonHooks {
+  /** Whether the daemon has started, and the revision it serves: for /healthz and the log's revision field. */
+  isStarted(): boolean;
+  servedRevision(): string | null;
+}
+
+export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeObservation {
+  let gitdir: string | null = null;
+  let served: () => string | null = () => null;
+  let up = false;
+  return {
+    wrapRemote(remote: GitRemote) {
+      gitdir = remote.gitdir;
+      return metrics ? metrics.git.wrap(remote) : remote;
+    },
+    onReconcile(_why: string, out: ReconcileOutcome) {
+      metrics?.control.observeReconcile(out);
+      if (out.kind === 'applied' && metrics && gitdir) {
+        const appliedAt = Date.now();
+        void committerTime(gitdir, out.revision).then((t) => {
+          if (t !== null) metrics.control.observeCommitApplied(t, appliedAt);
+        });
+      }
+    },
+    onHealthChange(e: HealthChange) {
+      metrics?.health.observeChange(e);
+      const fields = { stage: 'health', service: e.service, real: e.address, from: e.from, to: e.to,
+        ...(e.result.ok ? {} : { reason: e.result.detail }) };
+      const msg = `health: ${e.service} real ${e.address} ${e.from} -> ${e.to}${e.result.ok ? '' : ` (${e.result.detail})`}`;
+      if (e.to === 'down') log.warn(msg, fields);
+      else log.info(msg, fields);
+    },
+    started({ daemon, role, health }) {
+      up = true;
+      served = () => daemon.reconciler.appliedRevision;
+      if (!metrics) return;
+      metrics.setRole(role);
+      metrics.control.attach({ snapshot: () => daemon.reconciler.snapshot(), desired: () => daemon.reconciler.desired });
+      if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
+    },
+    isStarted: () => up,
+    servedRevision: () => served(),
+  };
+}
