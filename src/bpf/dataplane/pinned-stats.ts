@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
-import { COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, type CounterName } from './codec.js';
+import { COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
 
@@ -59,11 +59,14 @@ function perCpuArray<N extends string>(m: BpfMap, names: readonly N[]): Record<N
   return out;
 }
 
+const trafficOf = (s: bigint[]): Traffic => ({ packets: Number(s[0]), bytes: Number(s[1]), newFlows: Number(s[2]) });
+
+/** Per-service traffic: a per-CPU hash keyed by service id. */
 function traffic(m: BpfMap): Map<number, Traffic> {
   const out = new Map<number, Traffic>();
   for (const k of m.keys()) {
     const s = m.lookupPerCpuSum(k);
-    if (s) out.set(k.readUInt32LE(0), { packets: Number(s[0]), bytes: Number(s[1]), newFlows: Number(s[2]) });
+    if (s) out.set(k.readUInt32LE(0), trafficOf(s));
   }
   return out;
 }
@@ -88,9 +91,17 @@ export function readLbStats(dir: string): LbStats | null {
   if (!isLbPinRoot(dir)) return null;
   const counters = withMap(dir, 'lb_counters', (m) => perCpuArray(m, COUNTER_NAMES))!;
   const services = withMap(dir, 'lb_service_stats', traffic) ?? new Map<number, Traffic>();
-  const reals = withMap(dir, 'lb_real_stats', traffic) ?? new Map<number, Traffic>();
-  const realAddresses = withMap(dir, 'lb_reals', (m) =>
-    new Map(m.entries().map(([k, v]) => [k.readUInt32LE(0), decodeReal(v).address] as const))) ?? new Map<number, string>();
+  // per-real traffic sits in a per-CPU array at the real's dense slot (lb_real.slot)
+  const realEntries = withMap(dir, 'lb_reals', (m) => m.entries()) ?? [];
+  const realAddresses = new Map(realEntries.map(([k, v]) => [k.readUInt32LE(0), decodeReal(v).address] as const));
+  const reals = withMap(dir, 'lb_real_stats', (m) => {
+    const out = new Map<number, Traffic>();
+    for (const [k, v] of realEntries) {
+      const s = m.lookupPerCpuSum(u32(realSlotOf(Buffer.from(v))));
+      if (s) out.set(k.readUInt32LE(0), trafficOf(s));
+    }
+    return out;
+  }) ?? new Map<number, Traffic>();
   const listeners: LbListener[] = [];
   withMap(dir, 'lb_vips', (m) => {
     for (const [k, v] of m.entries()) {
