@@ -61,7 +61,8 @@ test.serial('gitlb run/status/history --path, history shows author and subject, 
     t.regex(run.stdout, new RegExp(`applied ${head}`));
 
     const status = await gitlb(['status', '--repo', repo.url, '--path', 'lb', '--format', 'json']);
-    t.is(JSON.parse(status.stdout)[0].appliedRevision, head, status.stderr);
+    t.is(JSON.parse(status.stdout).nodes[0].applied, head, status.stderr);
+    t.is(status.code, 0, status.stdout);
     const history = await gitlb(['history', '--repo', repo.url, '--path', 'lb']);
     t.is(history.code, 0, history.stderr);
     t.regex(history.stdout, /AUTHOR\s+SUBJECT/);

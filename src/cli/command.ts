@@ -104,6 +104,14 @@ export function intIn(min: number, max: number): (value: string) => number {
   };
 }
 
+/** An option argument parser for durations: `90s`, `5m`, `2h`, or plain seconds; returns milliseconds. */
+export function duration(value: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(value.trim());
+  if (!m) throw new InvalidArgumentError('expected a duration such as 90s, 5m or 2h');
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h'];
+  return Math.round(Number(m[1]) * unit);
+}
+
 /** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
 export function pathOption(): Option {
   return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config (default: the root)")

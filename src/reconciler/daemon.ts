@@ -19,6 +19,9 @@ import { SerialRunner } from './triggers/serial-runner.js';
 import type { HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
 
+/** An idle node rewrites its status at least this often (checked on the drift schedule, every 60 s by default). */
+export const STATUS_HEARTBEAT_MS = 5 * 60_000;
+
 export interface DaemonOptions {
   repo: string; // URL or local path
   branch: string;
@@ -47,6 +50,8 @@ export interface DaemonOptions {
   teardown?: () => Promise<void>;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
+  /** See STATUS_HEARTBEAT_MS. */
+  statusHeartbeatMs?: number;
   log?: Logger;
   /** Observability hooks (src/reconciler/metrics): wraps the Git remote (timing every fetch and push) and hears
    * every reconcile's outcome. */
@@ -160,6 +165,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       },
       drift: async () => {
         await reconciler.checkDrift();
+        reconciler.heartbeat(o.statusHeartbeatMs ?? STATUS_HEARTBEAT_MS);
       },
     },
     (kind, err) => log.warn(`${kind} failed: ${(err as Error).message}`),

@@ -282,12 +282,23 @@ export class Reconciler {
     }
   }
 
+  private lastPublishedMs = 0;
+
+  /**
+   * Rewrites the status when nothing else did for `maxAgeMs`, so an idle healthy node's status stays fresh and
+   * `gitlb status` can tell a quiet node from a dead one (its UPDATED column and --stale-after).
+   */
+  heartbeat(maxAgeMs: number): void {
+    if (this.lastPublishedMs > 0 && this.clock().getTime() - this.lastPublishedMs >= maxAgeMs) this.publish('heartbeat');
+  }
+
   /**
    * Hands a status snapshot to the sink without waiting for the push, so a slow Git server never delays the
    * next reconcile; `flushStatus()` waits for everything handed over so far.
    */
   private publish(why: string): void {
     if (!this.o.statusSink) return;
+    this.lastPublishedMs = this.clock().getTime();
     clearTimeout(this.statusRetry);
     const generation = ++this.statusGeneration;
     const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).catch((err) => {

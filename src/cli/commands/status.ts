@@ -1,24 +1,76 @@
-// `gitlb status`: per node, the applied revision, agreement of table digests across nodes, the last error.
-import { defineCommand, formatOption } from '../command.js';
+// `gitlb status`: does every node serve the branch head, recently, with agreeing tables? One line per node, the
+// details that need a look, a verdict, and an exit status a script or a probe can act on.
+import { defineCommand, duration, formatOption, Option } from '../command.js';
 import { addStatusReadOptions, type StatusReadOptions } from '../status-options.js';
 import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
-import { readAllStatuses, formatStatusTable } from '../../reconciler/status/status-report.js';
+import { readAllStatuses } from '../../reconciler/status/status-report.js';
+import { assessStatus, formatStatusVerdict } from '../../reconciler/status/assess.js';
+import { readCommitInfo, readRevisionFiles } from '../../reconciler/source/git-objects.js';
+import type { GitRemote } from '../../reconciler/source/git-remote.js';
+import { parseConfig } from '../../render/config/index.js';
 
-export const command = defineCommand<StatusReadOptions & { format: 'text' | 'json' }>({
+interface StatusOptions extends StatusReadOptions {
+  format: 'text' | 'json';
+  behindGrace: number;
+  staleAfter: number;
+}
+
+/** The config branch's head, its commit time and the nodes its config names. */
+async function configHead(remote: GitRemote, branch: string, path: string) {
+  const oid = await remote.fetch(branch, { depth: 1 });
+  if (!oid) return { head: null, nodes: [] };
+  const info = await readCommitInfo(remote.gitdir, oid);
+  const { model } = parseConfig(await readRevisionFiles(remote.gitdir, oid, path));
+  return {
+    head: { oid, committedAt: new Date(info.committedAt * 1000) },
+    nodes: model?.nodes.map((n) => ({ name: n.metadata.name, role: n.spec.role })) ?? [],
+  };
+}
+
+export const command = defineCommand<StatusOptions>({
   name: 'status',
-  summary: "show every node's applied revision, digest agreement and last error (from the status branch)",
+  summary: 'is every node serving the branch head, recently, with agreeing tables? (exit 1 when not)',
   description: `Reads status/<node>.yaml of every node from the status branch (--status-branch, else the config
-branch's Cluster.spec.status.branch, else gitlb-status) and prints a table:
-NODE, APPLIED revision, DIGESTS (whether the node's Maglev table digests agree with the other nodes'), LAST ERROR.`,
-  exitStatus: "Exit status: 0 every node healthy, 1 a node's last attempt failed or the status cannot be read, 2 usage error.",
-  define: (cmd) => addStatusReadOptions(cmd).addOption(formatOption(['text', 'json'], 'text')),
+branch's Cluster.spec.status.branch, else gitlb-status) and judges it against the head of the config branch and
+the clock. Columns: NODE, ROLE, APPLIED revision, BRANCH (head, or behind for how long since the head was
+committed), UPDATED (age of the status file; STALE past --stale-after), DIGESTS (agree or differ with the other lb
+nodes' Maglev table digests), READY (the Ready condition), UNHEALTHY (active reals its health checks report down),
+LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission), conditions that are not
+fine, and a verdict listing every problem. Nodes the config names that wrote no status are listed as problems.`,
+  exitStatus: `Exit status: 0 OK; 1 a node failed its last attempt, is behind the branch longer than --behind-grace, is stale,
+wrote no status, or the lb nodes' digests differ (also when the status cannot be read); 2 usage error.`,
+  define: (cmd) =>
+    addStatusReadOptions(cmd)
+      .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {ok, head, problems, nodes[] with each node\'s verdict and status}'))
+      .addOption(new Option('--behind-grace <duration>', 'how long a node may serve an older revision than the head').argParser(duration).default(120_000, '2m'))
+      .addOption(
+        new Option('--stale-after <duration>', 'a status file older than this is stale (nodes rewrite it at least every 5m)').argParser(duration).default(900_000, '15m'),
+      ),
   async run(opts) {
-    const statuses = await withStatusBranch(
+    const now = new Date();
+    const { statuses, config } = await withStatusBranch(
       { repo: opts.repo, credentialsFile: opts.credentialsFile, configBranch: opts.branch, statusBranch: opts.statusBranch, configPath: opts.path },
-      (r, statusBranch) => readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+      async (r, statusBranch) => ({
+        statuses: await readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+        config: await configHead(r, opts.branch, opts.path),
+      }),
     );
+    const verdict = assessStatus({
+      statuses,
+      head: config.head,
+      configNodes: config.nodes,
+      now,
+      behindGraceMs: opts.behindGrace,
+      staleAfterMs: opts.staleAfter,
+    });
     const json = opts.json || opts.format === 'json';
-    process.stdout.write(json ? JSON.stringify(statuses, null, 2) + '\n' : formatStatusTable(statuses));
-    return statuses.some((s) => s.lastAttempt?.result === 'failed') ? 1 : 0;
+    if (json) {
+      const byNode = new Map(statuses.map((s) => [s.node, s]));
+      const nodes = verdict.nodes.map((n) => ({ ...n, status: byNode.get(n.node) ?? null }));
+      process.stdout.write(JSON.stringify({ ...verdict, nodes }, null, 2) + '\n');
+    } else {
+      process.stdout.write(formatStatusVerdict(verdict, now));
+    }
+    return verdict.ok ? 0 : 1;
   },
 });

@@ -19,6 +19,8 @@ export interface CommitInfo {
   parents: string[];
   message: string;
   author: { name: string; email: string; timestamp: number };
+  /** Committer time, seconds (a rebase or merge moves it; the author time stays). */
+  committedAt: number;
 }
 
 /** Directory nesting followed in a revision's tree; deeper trees are not config and are not walked. */
@@ -79,6 +81,7 @@ export async function readCommitInfo(gitdir: string, oid: string): Promise<Commi
     parents: commit.parent,
     message: commit.message,
     author: { name: commit.author.name, email: commit.author.email, timestamp: commit.author.timestamp },
+    committedAt: commit.committer.timestamp,
   };
 }
 

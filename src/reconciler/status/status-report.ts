@@ -34,21 +34,14 @@ async function readStatusesAt(gitdir: string, commit: string, onBadFile?: (probl
   return out.sort((a, b) => a.node.localeCompare(b.node));
 }
 
-export interface StatusRow {
-  node: string;
-  applied: string;
-  digests: 'agree' | 'differ' | '-';
-  lastError: string;
-}
-
 /**
  * Table digests of the lb nodes, per service. Only lb nodes forward by the Maglev ring, so only they must agree;
  * a backend's status lists the services it serves but its digests are not part of the agreement.
  */
-function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<string>> {
+export function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<string>> {
   const byService = new Map<string, Set<string>>();
   for (const s of statuses) {
-    if (s.role === 'backend') continue;
+    if (s.role === 'backend' || !Array.isArray(s.services)) continue;
     for (const svc of s.services) {
       if (!byService.has(svc.name)) byService.set(svc.name, new Set());
       byService.get(svc.name)!.add(svc.digest);
@@ -62,56 +55,7 @@ export function lbDigestsAgree(statuses: NodeStatus[]): boolean {
   return [...lbDigestsByService(statuses).values()].every((d) => d.size <= 1);
 }
 
-export function statusRows(statuses: NodeStatus[]): StatusRow[] {
-  const byService = lbDigestsByService(statuses);
-  return statuses.map((s) => {
-    const differs = s.services.some((svc) => (byService.get(svc.name)?.size ?? 1) > 1);
-    const err = s.lastAttempt?.result === 'failed' ? s.lastAttempt : null;
-    return {
-      node: s.node,
-      applied: s.appliedRevision ? s.appliedRevision.slice(0, 12) : '(none)',
-      digests: s.role === 'backend' || s.services.length === 0 ? '-' : differs ? 'differ' : 'agree',
-      lastError: err ? `${err.revision.slice(0, 12)} ${err.stage ?? ''}: ${err.reason ?? ''}`.replace(/\s+/g, ' ') : '',
-    };
-  });
-}
-
 export { formatTable };
-
-export function formatStatusTable(statuses: NodeStatus[]): string {
-  const rows = statusRows(statuses);
-  const summary =
-    statuses.length === 0
-      ? 'no node has written status yet\n'
-      : `${statuses.length} node(s); table digests ${lbDigestsAgree(statuses) ? 'agree across nodes' : 'DIFFER across nodes'}\n`;
-  return (
-    formatTable(
-      ['NODE', 'APPLIED', 'DIGESTS', 'LAST ERROR'],
-      rows.map((r) => [r.node, r.applied, r.digests, r.lastError]),
-    ) +
-    summary +
-    formatBgpSection(statuses)
-  );
-}
-
-/** Rows (node, VIP, announced or why withdrawn) of the lb nodes that report BGP; status files are input, so capped. */
-export function bgpRows(statuses: NodeStatus[]): string[][] {
-  const rows: string[][] = [];
-  for (const s of statuses) {
-    const vips = Array.isArray(s.bgp?.vips) ? s.bgp.vips.slice(0, 4096) : [];
-    for (const v of vips) {
-      if (typeof v?.vip !== 'string' || typeof v.state !== 'string') continue;
-      rows.push([s.node, v.vip.slice(0, 45), v.state.slice(0, 60)]);
-    }
-    if (typeof s.bgp?.bird?.error === 'string') rows.push([s.node, '(BIRD)', `error: ${s.bgp.bird.error.replace(/\s+/g, ' ').slice(0, 120)}`]);
-  }
-  return rows;
-}
-
-function formatBgpSection(statuses: NodeStatus[]): string {
-  const rows = bgpRows(statuses);
-  return rows.length === 0 ? '' : '\nBGP announcements:\n' + formatTable(['NODE', 'VIP', 'BGP'], rows);
-}
 
 export interface HistoryEntry {
   node: string;

@@ -1,0 +1,171 @@
+// The verdict of `gitlb status`: every node's status file judged against the config branch's head and the clock.
+// Pure: the caller reads Git and the clock. A node is a problem when it failed, is behind the branch beyond a grace
+// period, has not written status for too long (stale), is missing, or when the lb nodes' table digests differ.
+import type { Condition } from './conditions.js';
+import type { NodeStatus } from './status-doc.js';
+import { formatTable, lbDigestsByService } from './status-report.js';
+
+export interface AssessInput {
+  statuses: NodeStatus[];
+  /** The config branch's head and its committer time, or null when the branch does not exist. */
+  head: { oid: string; committedAt: Date } | null;
+  /** Nodes the config at the head names (their status files are expected); empty when it cannot be read. */
+  configNodes: { name: string; role: 'lb' | 'backend' }[];
+  now: Date;
+  /** How long a node may serve an older revision than the head before it counts as behind. */
+  behindGraceMs: number;
+  /** How old a status file may be before its node counts as stale (nodes rewrite it at least every heartbeat). */
+  staleAfterMs: number;
+}
+
+export interface NodeVerdict {
+  node: string;
+  role: 'lb' | 'backend';
+  applied: string | null;
+  /** Applied revision differs from the head (for how long, counted from the head's commit time). */
+  behind: boolean;
+  behindMs: number | null;
+  updatedAt: string | null;
+  ageMs: number | null;
+  stale: boolean;
+  digests: 'agree' | 'differ' | '-';
+  failed: { revision: string; stage?: string; reason?: string } | null;
+  /** `service/address` of active reals the node's health checks report down. */
+  unhealthy: string[];
+  warnings: string[];
+  conditions: Condition[];
+  missing: boolean;
+  /** One line per reason this node makes the exit status non-zero. */
+  problems: string[];
+}
+
+export interface StatusVerdict {
+  head: string | null;
+  headCommittedAt: string | null;
+  ok: boolean;
+  digestsAgree: boolean;
+  nodes: NodeVerdict[];
+  problems: string[];
+}
+
+export function formatAge(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  if (s < 172800) return `${Math.round(s / 3600)}h`;
+  return `${Math.round(s / 86400)}d`;
+}
+
+function time(iso: unknown): number | null {
+  if (typeof iso !== 'string') return null;
+  const t = Date.parse(iso);
+  return Number.isFinite(t) ? t : null;
+}
+
+export function assessStatus(input: AssessInput): StatusVerdict {
+  const now = input.now.getTime();
+  const digests = lbDigestsByService(input.statuses);
+  const nodes: NodeVerdict[] = input.statuses.map((s) => {
+    const services = Array.isArray(s.services) ? s.services : [];
+    const differs = services.some((svc) => (digests.get(svc.name)?.size ?? 1) > 1);
+    const updated = time(s.updatedAt);
+    const ageMs = updated === null ? null : now - updated;
+    const stale = ageMs === null || ageMs > input.staleAfterMs;
+    const behind = input.head !== null && s.appliedRevision !== input.head.oid;
+    const behindMs = behind ? Math.max(0, now - input.head!.committedAt.getTime()) : null;
+    const failed = s.lastAttempt?.result === 'failed' ? { revision: s.lastAttempt.revision, stage: s.lastAttempt.stage, reason: s.lastAttempt.reason } : null;
+    const unhealthy = services.flatMap((svc) =>
+      (Array.isArray(svc.reals) ? svc.reals : []).filter((r) => r.state === 'active' && r.healthy === false).map((r) => `${svc.name}/${r.address}`),
+    );
+    const digestVerdict: NodeVerdict['digests'] = s.role === 'backend' || services.length === 0 ? '-' : differs ? 'differ' : 'agree';
+    const problems: string[] = [];
+    if (failed) problems.push(`${s.node}: last attempt failed at ${failed.stage ?? '?'} (${failed.revision.slice(0, 12)}): ${failed.reason ?? ''}`.trim());
+    if (behind && behindMs! > input.behindGraceMs) {
+      problems.push(`${s.node}: behind the branch for ${formatAge(behindMs!)} (applied ${s.appliedRevision?.slice(0, 12) ?? 'nothing'}, head ${input.head!.oid.slice(0, 12)})`);
+    }
+    if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
+    if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's`);
+    return {
+      node: s.node,
+      role: s.role === 'backend' ? 'backend' : 'lb',
+      applied: s.appliedRevision ?? null,
+      behind,
+      behindMs,
+      updatedAt: typeof s.updatedAt === 'string' ? s.updatedAt : null,
+      ageMs,
+      stale,
+      digests: digestVerdict,
+      failed,
+      unhealthy,
+      warnings: Array.isArray(s.warnings) ? s.warnings.map(String) : [],
+      conditions: Array.isArray(s.conditions) ? s.conditions : [],
+      missing: false,
+      problems,
+    };
+  });
+  const seen = new Set(nodes.map((n) => n.node));
+  for (const n of input.configNodes) {
+    if (seen.has(n.name)) continue;
+    nodes.push({
+      node: n.name,
+      role: n.role,
+      applied: null,
+      behind: input.head !== null,
+      behindMs: null,
+      updatedAt: null,
+      ageMs: null,
+      stale: true,
+      digests: '-',
+      failed: null,
+      unhealthy: [],
+      warnings: [],
+      conditions: [],
+      missing: true,
+      problems: [`${n.name}: no status written (the config names this node; is its daemon running?)`],
+    });
+  }
+  nodes.sort((a, b) => a.node.localeCompare(b.node));
+  const problems = nodes.flatMap((n) => n.problems);
+  return {
+    head: input.head?.oid ?? null,
+    headCommittedAt: input.head?.committedAt.toISOString() ?? null,
+    ok: problems.length === 0,
+    digestsAgree: [...digests.values()].every((d) => d.size <= 1),
+    nodes,
+    problems,
+  };
+}
+
+function readyText(conditions: Condition[]): string {
+  const ready = conditions.find((c) => c.type === 'Ready');
+  return ready ? `${ready.status}/${ready.reason}` : '-';
+}
+
+/** The table, the details below it (unhealthy reals, warnings, conditions that are not fine) and the verdict. */
+export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
+  const rows = v.nodes.map((n) => [
+    n.node,
+    n.role,
+    n.missing ? '(no status)' : n.applied ? n.applied.slice(0, 12) : '(none)',
+    n.missing ? '-' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
+    n.ageMs === null ? (n.missing ? '-' : 'STALE (never)') : `${n.stale ? 'STALE ' : ''}${formatAge(n.ageMs)} ago`,
+    n.digests,
+    readyText(n.conditions),
+    String(n.unhealthy.length),
+    n.failed ? `${n.failed.revision.slice(0, 12)} ${n.failed.stage ?? ''}: ${n.failed.reason ?? ''}`.replace(/\s+/g, ' ') : '',
+  ]);
+  const out = [formatTable(['NODE', 'ROLE', 'APPLIED', 'BRANCH', 'UPDATED', 'DIGESTS', 'READY', 'UNHEALTHY', 'LAST ERROR'], rows)];
+  const details: string[] = [];
+  for (const n of v.nodes) {
+    if (n.unhealthy.length) details.push(`${n.node}: unhealthy reals: ${n.unhealthy.join(', ')}`);
+    for (const w of n.warnings) details.push(`${n.node}: warning: ${w}`);
+    for (const c of n.conditions) {
+      const fine = (c.type === 'Ready' && c.status === 'True') || (c.type !== 'Ready' && c.status === 'False');
+      if (!fine) details.push(`${n.node}: condition ${c.type}=${c.status} ${c.reason}: ${c.message}`);
+    }
+  }
+  const head = v.head ? `head ${v.head.slice(0, 12)}${v.headCommittedAt ? ` (committed ${formatAge(now.getTime() - Date.parse(v.headCommittedAt))} ago)` : ''}` : 'no config branch';
+  const summary = `${v.nodes.length} node(s); ${head}; table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
+  const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
+  return [...out, ...details.map((d) => d + '\n'), summary + '\n', verdict + '\n'].join('');
+}
