@@ -102,6 +102,20 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
       if (mode === 'snat') t.true(sumOf(after, 'gitlb_snat_translations', { address: '198.51.100.111' }) >= flows, 'SNAT translations in use');
     }
 
+    // gitlb top --once in the lb namespace: the kernel totals, named and with health from the daemon's /metrics
+    const top = await nsExec(labNs(state, 'lb-1'), [process.execPath, '--import', 'tsx', join(root, 'src', 'cli', 'main.ts'), 'top', '--once',
+      '--interval', '0.3', '--pin-root', state.pinRoots[0]!, '--node', 'lb-1'], { timeoutMs: 60_000, cwd: root });
+    t.is(top.code, 0, top.stderr);
+    const m = await samplesOf(state, 'lb-1');
+    const row = (re: RegExp) => top.stdout.split('\n').find((l) => re.test(l)) ?? '';
+    for (const [service, listener] of [['udp-dsr', '203.0.113.10:9000/UDP'], ['udp-snat', '203.0.113.40:53/UDP']]) {
+      const cells = row(new RegExp(`^${service}\\s`)).trim().split(/\s+/);
+      t.is(cells[1], listener, top.stdout);
+      t.is(Number(cells[cells.length - 1]), sumOf(m, 'gitlb_service_packets_total', { service }), `top's total for ${service} = /metrics`);
+    }
+    for (const addr of Object.values(BE)) t.regex(row(new RegExp(`^${addr.replace(/\./g, '\\.')}\\s+udp-dsr\\s`)), /\sup\s+(49|50)\.\d%\s/, top.stdout);
+    t.log(top.stdout);
+
     // every metric the dashboard and the rules name is on a live /metrics (lb and backend together)
     const live = new Set([...(await samplesOf(state, 'lb-1')), ...(await samplesOf(state, 'be-1'))].map((s) => s.name));
     const missing = deployedMetricNames().filter((n) => !live.has(n));
