@@ -250,3 +250,34 @@ test.serial('only lb nodes push an automatic revert: a backend-role reconciler r
   t.is(getCondition(s.conditions, 'Stalled')?.status, 'True');
   t.is(getCondition(s.conditions, 'Stalled')?.reason, 'ValidationFailed');
 });
+
+test.serial('with Git reachable, the status branch reflects a health flip within 5 s', async (t) => {
+  const repo = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, 'flip') });
+  cleanups.push(() => dp.close());
+  const remote = new HttpRemote(repo.url, join(await cache('flip'), 'git'));
+  const w = new StatusWriter({ remote, branch: 'gitlb-status', node: 'lb-1' });
+  const down = new Set<string>();
+  const rec = new Reconciler({
+    node: 'lb-1', branch: 'main', remote, dataPlane: dp, log: quiet,
+    health: () => ({ isHealthy: (_s: string, address: string) => !down.has(address) }),
+    statusSink: async (st, _b, why) => void (await w.write(st, why)),
+  });
+  t.is((await rec.reconcile('start')).kind, 'applied');
+  await rec.flushStatus();
+  down.add(REALS[1]!);
+  const flipped = Date.now();
+  await rec.refreshHealth('real down');
+  let seen: ReturnType<typeof parseStatus> | null = null;
+  while (Date.now() - flipped < 5000) {
+    const s = await statusOnBranch(repo, 'lb-1');
+    const real = s.services[0]?.reals.find((r) => r.address === REALS[1]);
+    if (real && !real.healthy && real.entries === 0) {
+      seen = s;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  t.truthy(seen, 'status shows the real unhealthy with no table entries within 5 s');
+  t.is(getCondition(seen?.conditions, 'Degraded')?.reason, 'RealsUnhealthy');
+});

@@ -199,7 +199,13 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     role,
     dataPlane,
     reopenDataPlane: open,
-    teardown: () => teardown(role, o, log),
+    // Decommission: routers stop sending first (the data plane still forwards until its pins go), checks stop.
+    teardown: async () => {
+      await bgp?.withdrawAll().catch((err: unknown) => log.warn(`decommission: BGP withdraw failed: ${(err as Error).message}`));
+      bgp?.stop();
+      await health?.checker.stop();
+      await teardown(role, o, log);
+    },
     cacheDir: o.cacheDir,
     credentialsFile: o.credentialsFile,
     configPath: o.configPath,
