@@ -25,6 +25,7 @@ import {
   waitForPort,
 } from './netns.js';
 import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
+import { birdGenerated, birdSocket, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
 import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
 
 export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
@@ -70,6 +71,9 @@ export interface LabUpOptions {
   /** Put each backend's VIPs on its `lo` (default: when daemons are not started; the backend daemon does it otherwise). */
   vipsOnLo?: boolean;
   clientCount?: number;
+  /** 'static': static ECMP routes even when the config has BGP settings (tests that steer routes themselves).
+   * Default: BGP through BIRD when the config has BGP settings (docs/bgp.md), else static. */
+  routing?: 'bgp' | 'static';
   log?: (line: string) => void;
 }
 
@@ -161,6 +165,7 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
     const { loadConfigModel } = await import('./load-config.js');
     spec = labSpecFromModel(await loadConfigModel(configDir), opts.clientCount);
   }
+  if (opts.routing === 'static' && spec.bgp) spec = { ...spec, bgp: undefined };
   const plan = planLab(spec); // pure: fails before anything is built
   mkdirSync(join(stateDir, 'logs'), { recursive: true });
 
@@ -190,6 +195,7 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
     await gitUp;
     log(`git server ${state.git!.repoUrl}`);
     await serversUp;
+    if (state.plan.bird) await startBirds(state, log);
     log(`backend servers: ${state.plan.servers.map((s) => `${s.node} (tcp ${s.tcpPorts.join(',')}, udp ${s.udpPorts.join(',')})`).join('; ')}`);
     if (startDaemonsToo) await startDaemons(state, { log });
     state.complete = true;
@@ -319,6 +325,30 @@ async function startBackendServers(state: LabState): Promise<void> {
   );
 }
 
+/** Starts BIRD on the router and on every lb node with BGP settings; resolves when each answers on its socket. */
+async function startBirds(state: LabState, log: (s: string) => void): Promise<void> {
+  const b = state.plan.bird!;
+  writeBirdConfigs(state.stateDir, b);
+  const who = [{ name: 'router', ns: fullNs(state, state.plan.router.ns) }, ...b.lbs.map((l) => ({ name: l.node, ns: fullNs(state, l.ns) }))];
+  for (const w of who) state.processes.push(spawnBird(state.stateDir, w.name, w.ns));
+  writeLabState(state);
+  await Promise.all(who.map((w) => waitForBird(state.stateDir, w.name)));
+  log(`BIRD running on ${who.map((w) => w.name).join(', ')}: ${b.sessions.length} BGP sessions to the router (AS ${b.routerAsn})`);
+}
+
+/**
+ * Starts BIRD again for `who` (`router` or an lb node) after it was stopped or killed, like a supervisor would.
+ * Resolves when it answers on its socket.
+ */
+export async function restartBird(state: LabState, who: string): Promise<LabProcess> {
+  const ns = who === 'router' ? fullNs(state, state.plan.router.ns) : labNs(state, who);
+  const proc = spawnBird(state.stateDir, who, ns);
+  state.processes.push(proc);
+  writeLabState(state);
+  await waitForBird(state.stateDir, who);
+  return proc;
+}
+
 /** The argv prefix that runs the gitlb CLI the same way this process runs (source via tsx, or dist/). */
 function gitlbArgv(): { argv: string[]; commandFile: string } {
   const fromSource = fileURLToPath(import.meta.url).endsWith('.ts');
@@ -373,6 +403,9 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     // Generic XDP unless told otherwise: on this lab's veth links native XDP_TX frames wait 100+ ms for the peer's
     // NAPI poll on a busy machine (docs/demo.md); generic runs the same program in the skb path.
     if (supports('--xdp-mode') && !(opts.extraArgs ?? []).includes('--xdp-mode')) args.push('--xdp-mode', 'generic');
+    // lb nodes with BGP: the generated file the node's BIRD includes, and that BIRD's own control socket.
+    if (supports('--bird-config') && state.plan.bird?.lbs.some((l) => l.node === node.name))
+      args.push('--bird-config', birdGenerated(state.stateDir, node.name), '--bird-socket', birdSocket(state.stateDir, node.name));
     args.push(...(opts.extraArgs ?? []));
     const logFile = join(state.stateDir, 'logs', `daemon-${node.name}.log`);
     const proc = spawnDetached('daemon', fullNs(state, node.ns), [...gitlb, ...args], logFile, { node: node.name, cwd: PROJECT_ROOT });
@@ -414,7 +447,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   if (!state) return null;
   let stopped = 0;
   // Daemons first (they use the servers), the anchor last (until then the lab counts as alive).
-  for (const role of ['daemon', 'backend-server', 'git-server', 'anchor']) {
+  for (const role of ['daemon', 'bird', 'backend-server', 'git-server', 'anchor']) {
     const group = state.processes.filter((p) => p.role === role);
     const results = await Promise.all(group.map((p) => stopLabProcess(p)));
     stopped += results.filter((r) => r === 'stopped').length;
@@ -434,7 +467,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   } catch {
     /* absent, or holds pins that are not the lab's */
   }
-  for (const sub of ['git', 'work', 'logs', 'cache']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
+  for (const sub of ['git', 'work', 'logs', 'cache', 'bird']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
   try {
     if (readdirSync(state.stateDir).length === 0) rmdirSync(state.stateDir);
@@ -484,6 +517,8 @@ export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus
       const r = await nsExec(router, ['ip', fam, 'route', 'show', m.dest], { timeoutMs: 5000 });
       ecmp.push(r.stdout.trim().replace(/\s+/g, ' '));
     }
+    // BGP: whatever the router's BIRD installed, one line per VIP route.
+    if (state.plan.bird) ecmp.push(...(await bgpRoutes(router)));
   }
   return {
     up: labAlive(state),
@@ -496,6 +531,17 @@ export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus
     daemons: state.daemons,
     ecmp,
   };
+}
+
+/** The router's routes learnt by BGP (installed by BIRD), one line per destination. */
+export async function bgpRoutes(routerNs: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const fam of ['-4', '-6']) {
+    const r = await nsExec(routerNs, ['ip', fam, 'route', 'show', 'proto', 'bird'], { timeoutMs: 5000 });
+    // Multipath routes continue on indented `nexthop` lines: join them to their destination.
+    out.push(...r.stdout.replace(/\n\s+/g, ' ').split('\n').map((l) => l.trim().replace(/\s+/g, ' ')).filter(Boolean));
+  }
+  return out;
 }
 
 export function formatLabStatus(s: LabStatus): string {
@@ -512,7 +558,7 @@ export function formatLabStatus(s: LabStatus): string {
   lines.push('', 'daemons:');
   if (s.daemons.length === 0) lines.push('  none (started with --no-daemons)');
   for (const d of s.daemons) lines.push(`  ${d.node.padEnd(6)} ${d.started ? `running pid ${d.pid}` : `not running: ${d.reason}`}`);
-  lines.push('', 'router ECMP:');
+  lines.push('', 'router ECMP (static, or learnt by BGP):');
   for (const r of s.ecmp) lines.push(`  ${r}`);
   return lines.join('\n') + '\n';
 }

@@ -6,7 +6,8 @@
 //                                      │ one L2 segment (198.51.100.0/24): a bridge in namespace `sw`
 //      lb1, lb2, be1..beN, git ────────┘
 //
-// The router reaches the VIPs over an ECMP multipath route via the lb nodes (L4 hash). Every lb and backend sits
+// The router reaches the VIPs over an ECMP multipath route via the lb nodes (L4 hash): learnt by BGP when the config
+// has BGP settings (BIRD on the router and on every lb node, docs/bgp.md), else a static multipath route. Every lb and backend sits
 // on the one bridged segment, because L2 DSR with XDP_TX sends frames back out of the interface they came in on
 // and needs the backends reachable at L2. Backends route 192.0.2.0/24 via the router, so DSR replies go straight
 // to the client without passing an lb node.
@@ -52,6 +53,25 @@ export interface LabNode {
 export interface LabSpec {
   nodes: LabNode[];
   clientCount: number;
+  /** BGP settings of the config (Cluster.spec.bgp and the lb nodes' Node.spec.bgp); absent: static ECMP. */
+  bgp?: LabBgp;
+}
+
+export interface LabBgp {
+  localAsn: number;
+  holdTime: number;
+  keepaliveTime: number;
+  lbs: { node: string; routerId: string; peers: { address: string; asn: number }[] }[];
+}
+
+/** The router's BIRD sessions to the lb nodes' BIRDs, and each lb node's BIRD (its generated file comes from gitlb). */
+export interface PlannedBird {
+  routerId: string;
+  routerAsn: number;
+  holdTime: number;
+  keepaliveTime: number;
+  sessions: { node: string; family: 4 | 6; lbAddress: string; routerAddress: string; lbAsn: number }[];
+  lbs: { node: string; ns: string; routerId: string }[];
 }
 
 export type NsRole = 'client' | 'router' | 'switch' | 'lb' | 'backend' | 'git';
@@ -84,6 +104,8 @@ export interface LabPlan {
   client: { ns: string; v4: string[]; v6: string[] };
   router: { ns: string; clientSide: { v4: string; v6: string }; segment: { v4: string; v6: string } };
   nodes: { name: string; role: 'lb' | 'backend'; ns: string; interface: string; addresses: string[]; switchPort: string }[];
+  /** BGP routing (router and lb nodes run BIRD) instead of static multipath routes; absent in older state files. */
+  bird?: PlannedBird | null;
 }
 
 /** The node's namespace short name: `lb-1` -> `lb1`. */
@@ -121,7 +143,47 @@ export function labSpecFromModel(model: ConfigModel, clientCount = DEFAULT_CLIEN
       udpPorts: spec.role === 'backend' ? uniqSorted([...(ports('UDP').length ? ports('UDP') : DEFAULT_UDP_PORTS)]) : [],
     };
   });
-  return { nodes, clientCount };
+  const cb = model.cluster.spec.bgp;
+  const lbs = model.nodes.filter((n) => n.spec.role === 'lb' && n.spec.bgp);
+  const bgp: LabBgp | undefined =
+    cb && lbs.length
+      ? {
+          localAsn: cb.localAsn,
+          holdTime: cb.holdTime,
+          keepaliveTime: cb.keepaliveTime,
+          lbs: lbs.map((n) => ({ node: n.metadata.name, routerId: n.spec.bgp!.routerId, peers: n.spec.bgp!.peers.map((p) => ({ address: p.address, asn: p.asn })) })),
+        }
+      : undefined;
+  return { nodes, clientCount, ...(bgp ? { bgp } : {}) };
+}
+
+/** The lab's router is every lb node's BGP peer: the peers must be its addresses and agree on its AS. */
+function planBird(bgp: LabBgp, lbs: LabNode[], router: { v4: string; v6: string }, routerId: string): PlannedBird {
+  const sessions: PlannedBird['sessions'] = [];
+  const asns = new Set<number>();
+  for (const lb of bgp.lbs) {
+    const node = lbs.find((n) => n.name === lb.node);
+    if (!node) continue;
+    for (const peer of lb.peers) {
+      const family = isIpv6(peer.address) ? 6 : 4;
+      const routerAddress = family === 6 ? router.v6 : router.v4;
+      if (peer.address !== routerAddress)
+        throw new Error(`node ${lb.node}: BGP peer ${peer.address} is not the lab router (${router.v4}, ${router.v6})`);
+      const lbAddress = node.addresses.find((a) => isIpv6(a) === (family === 6));
+      if (!lbAddress) throw new Error(`node ${lb.node}: no IPv${family} address to peer with the lab router from`);
+      asns.add(peer.asn);
+      sessions.push({ node: lb.node, family, lbAddress, routerAddress, lbAsn: bgp.localAsn });
+    }
+  }
+  if (asns.size > 1) throw new Error(`the lb nodes' BGP peers give the lab router different AS numbers (${[...asns].join(', ')})`);
+  return {
+    routerId,
+    routerAsn: [...asns][0] ?? bgp.localAsn,
+    holdTime: bgp.holdTime,
+    keepaliveTime: bgp.keepaliveTime,
+    sessions,
+    lbs: bgp.lbs.filter((b) => lbs.some((n) => n.name === b.node)).map((b) => ({ node: b.node, ns: nodeNsShort(b.node), routerId: b.routerId })),
+  };
 }
 
 function hostPrefix(addr: string): string {
@@ -261,6 +323,11 @@ export function planLab(spec: LabSpec): LabPlan {
     }
   }
 
+  if (spec.bgp) {
+    // The lb nodes announce the VIPs they can serve; the router's BIRD merges the paths into ECMP routes.
+    plan.bird = planBird(spec.bgp, lbs, plan.router.segment, routerSegV4);
+    return plan;
+  }
   // ECMP: each VIP range an lb node may serve, via every lb node that may serve it.
   const ranges = [...new Set(lbs.flatMap((n) => n.allowedVips))].sort();
   for (const range of ranges) {
@@ -282,6 +349,7 @@ export function planAddresses(plan: LabPlan): string[] {
     ...plan.loAddrs.flatMap((l) => l.addrs),
     ...plan.multipath.flatMap((m) => [m.dest, ...m.hops.map((h) => h.via)]),
     ...plan.routes.flatMap((r) => r.spec.filter((s) => /[.:]/.test(s))),
+    ...(plan.bird?.sessions.flatMap((x) => [x.lbAddress, x.routerAddress]) ?? []),
     plan.git.address,
   ];
 }
