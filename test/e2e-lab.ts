@@ -31,7 +31,11 @@ const GIT_ENV = {
   GIT_TERMINAL_PROMPT: '0',
 };
 
-export async function startE2eLab(log: (s: string) => void): Promise<E2eLab> {
+/**
+ * `routing`: 'static' (the default here) keeps static ECMP routes on the router even though the sample config has
+ * BGP settings, because these tests steer the router's routes themselves (routeVipsVia); 'bgp' runs BIRD.
+ */
+export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'bgp' | 'static' } = {}): Promise<E2eLab> {
   const scratch = mkdtempSync(join(tmpdir(), `gitlb-e2e-${process.pid}-`));
   const stateDir = join(scratch, 'lab');
   const close = async () => {
@@ -39,7 +43,7 @@ export async function startE2eLab(log: (s: string) => void): Promise<E2eLab> {
     rmSync(scratch, { recursive: true, force: true });
   };
   try {
-    const state = await labUp({ stateDir, log });
+    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static' });
     const bad = state.daemons.filter((d) => !d.started);
     if (bad.length) throw new Error(`daemons not running: ${bad.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);
     const view = labView(state);

@@ -108,7 +108,22 @@ test('plan: refuses addresses outside the test ranges or off the segment, and du
 
 test('plan from sample-config-repo: ports, VIPs on lo for DSR services only, ECMP over the VIP ranges', async (t) => {
   const spec = labSpecFromModel(await loadConfigModel(join(PROJECT_ROOT, 'sample-config-repo')));
-  const plan = planLab(spec);
+  // The sample config has BGP settings: the router learns the VIPs from the lb nodes' BIRDs, no static routes.
+  const bgpPlan = planLab(spec);
+  t.deepEqual(bgpPlan.multipath, []);
+  t.deepEqual(bgpPlan.bird!.sessions.map((x) => [x.node, x.lbAddress, x.routerAddress]), [
+    ['lb-1', '198.51.100.11', '198.51.100.1'],
+    ['lb-1', '2001:db8:1::11', '2001:db8:1::1'],
+    ['lb-2', '198.51.100.12', '198.51.100.1'],
+    ['lb-2', '2001:db8:1::12', '2001:db8:1::1'],
+  ]);
+  t.is(bgpPlan.bird!.routerAsn, 65000);
+  for (const a of planAddresses(bgpPlan)) t.true(isAllowedTestAddress(a), a);
+  t.throws(() => planLab({ ...spec, bgp: { ...spec.bgp!, lbs: [{ node: 'lb-1', routerId: '198.51.100.11', peers: [{ address: '198.51.100.9', asn: 65000 }] }] } }), {
+    message: /lb-1: BGP peer 198\.51\.100\.9 is not the lab router/,
+  });
+  // Without them (or with routing 'static'), static ECMP routes over the VIP ranges.
+  const plan = planLab({ ...spec, bgp: undefined });
   for (const a of planAddresses(plan)) t.true(isAllowedTestAddress(a), a);
   const be = (name: string) => spec.nodes.find((n) => n.name === name)!;
   t.true(be('be-1').tcpPorts.includes(80) && be('be-1').tcpPorts.includes(8080) && be('be-1').tcpPorts.includes(5353));
@@ -126,7 +141,7 @@ test('plan from sample-config-repo: ports, VIPs on lo for DSR services only, ECM
 
 test.serial('lab up from sample-config-repo (no daemons): routed client->backend traffic, ECMP, status, daemons, down', async (t) => {
   const stateDir = newStateDir('full');
-  const state = await labUp({ configDir: join(PROJECT_ROOT, 'sample-config-repo'), stateDir, daemons: false, clientCount: 3 });
+  const state = await labUp({ configDir: join(PROJECT_ROOT, 'sample-config-repo'), stateDir, daemons: false, clientCount: 3, routing: 'static' });
   const prefix = state.prefix;
   const client = labNs(state, 'client');
   try {

@@ -40,6 +40,9 @@ export function routerBirdConfig(b: PlannedBird): string {
     out.push(`  hold time ${b.holdTime};`);
     out.push(`  keepalive time ${b.keepaliveTime};`);
     out.push(`  connect retry time ${Math.min(b.holdTime, 120)};`);
+    // BIRD waits 60 s after a session error (an expired hold timer) before it accepts the peer again; an lb node
+    // whose BIRD came back should be used again within seconds.
+    out.push('  error wait time 1, 10;');
     out.push(`  ipv${s.family} { import all; export none; };`);
     out.push('}', '');
   }

@@ -189,6 +189,11 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
           birdSocket: o.bird.socket,
           interface: o.interface,
           applied: () => ({ model: daemon?.reconciler.appliedConfig ?? null, desired: daemon?.reconciler.desired ?? null }),
+          // Raw health: a service failing open still counts as having no healthy real (docs/bgp.md).
+          servicesDown: () => {
+            const d = health?.decide();
+            return d ? [...d.failOpen, ...d.failClosed] : [];
+          },
           log,
         })
       : null;

@@ -18,6 +18,8 @@ export interface BgpAnnouncerOptions {
   birdSocket: string;
   /** What the data plane serves now: the applied revision's model and desired state (null before any apply). */
   applied: () => { model: ConfigModel | null; desired: DesiredState | null };
+  /** Services with every active real down (the health decision's fail-open and fail-closed lists). */
+  servicesDown?: () => readonly string[];
   /** Is the XDP program attached to `iface`? Default: asks `ip link`. */
   xdpAttached?: (iface: string) => Promise<boolean>;
   /** Interface override (gitlb run --interface); default the Node document's. */
@@ -85,7 +87,7 @@ export class BgpAnnouncer {
   /** The facts the rule decides on, right now (the XDP check is cached for 2 s: it runs a process). */
   private facts(): AnnounceFacts {
     const { model, desired } = this.o.applied();
-    return { node: this.o.node, model, desired, dataPlaneUp: this.xdpUp, stopping: this.stopping };
+    return { node: this.o.node, model, desired, dataPlaneUp: this.xdpUp, stopping: this.stopping, servicesDown: this.o.servicesDown?.() ?? [] };
   }
 
   announcements(): VipAnnouncement[] {
@@ -139,6 +141,9 @@ export class BgpAnnouncer {
     this.stop();
     await this.running;
     await this.sync();
+    // BIRD sends the withdrawals from its event loop right after the reload; give it a moment before this
+    // process (and with it the caller's view of "withdrawn") goes away.
+    if (!this.error) await new Promise((r) => setTimeout(r, 300));
   }
 
   /** Stops ticking; BIRD keeps announcing what it was last told (the pinned data plane keeps forwarding). */

@@ -24,6 +24,9 @@ export interface AnnounceFacts {
   dataPlaneUp: boolean;
   /** gitlb run is stopping and was told to withdraw first. */
   stopping: boolean;
+  /** Services whose active reals are all down by the health checks, even where fail-open keeps them in the
+   * table (so `desired` still calls them healthy). */
+  servicesDown?: readonly string[];
 }
 
 export interface VipAnnouncement {
@@ -60,10 +63,11 @@ export function decideAnnouncements(f: AnnounceFacts): VipAnnouncement[] {
             ? 'draining'
             : undefined;
   const services = new Map(desired.services.map((s) => [s.id, s]));
+  const down = new Set(f.servicesDown ?? []);
   return [...byVip.keys()].sort(compareIps).map((vip) => {
     const svcs = [...byVip.get(vip)!].map((id) => services.get(id)).filter((s) => s !== undefined);
     // A real in `drain` keeps its flows but takes no new ones, so it does not make the VIP worth attracting.
-    const serving = svcs.some((s) => s.reals.some((r) => r.healthy && r.state === 'active' && r.weight > 0));
+    const serving = svcs.some((s) => !down.has(s.name) && s.reals.some((r) => r.healthy && r.state === 'active' && r.weight > 0));
     const reason = nodeReason ?? (serving ? undefined : 'no healthy real');
     const family = ipFamily(vip);
     return {
