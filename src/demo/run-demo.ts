@@ -20,6 +20,7 @@ import {
   chapterStatusLog,
   type DemoContext,
 } from './chapters.js';
+import { chapterDrain } from './chapter-drain.js';
 
 export const DEFAULT_DEMO_STATE_DIR = '/run/gitlb-demo';
 
@@ -129,6 +130,7 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
     await chapterStatusLog(ctx);
     await chapterRevert(ctx);
     await chapterHealth(ctx, (node) => stopBackendServer(ctx, state, node));
+    await chapterDrain(ctx);
   } catch (err) {
     failures.push((err as Error).message);
     n.warn(`demo stopped: ${(err as Error).message}`);
