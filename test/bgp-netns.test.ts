@@ -54,6 +54,11 @@ async function waitStatus(l: E2eLab, node: string, re: RegExp, timeoutMs = 30_00
   return false;
 }
 
+/** lb-1's own /metrics (the daemon's default listen address, inside its namespace). */
+async function metricsOf(l: E2eLab, node: string): Promise<string> {
+  return (await nsExec(labNs(l.state, node), ['curl', '-sS', '-m', '5', 'http://127.0.0.1:9462/metrics'])).stdout;
+}
+
 const daemonOf = (l: E2eLab, node: string): LabProcess => [...l.state.processes].reverse().find((p) => p.role === 'daemon' && p.node === node)!;
 const birdOf = (l: E2eLab, node: string): LabProcess => [...l.state.processes].reverse().find((p) => p.role === 'bird' && p.node === node)!;
 
@@ -71,6 +76,7 @@ test.serial('(1) both lb nodes announce every VIP: the router holds two next hop
   for (const vip of VIPS4) t.deepEqual(await routerNextHops(l.state, vip), [LB1, LB2], vip);
   t.deepEqual(await routerNextHops(l.state, VIP6), BOTH6);
   t.true(await waitStatus(l, 'lb-1', /vip: 203\.0\.113\.10\n\s+services:\n\s+- web\n\s+state: announced/), statusText(l, 'lb-1'));
+  t.regex(await metricsOf(l, 'lb-1'), /gitlb_bgp_vip_announced\{vip="203\.0\.113\.10",node="lb-1"\} 1/);
   const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: VIPS4[0]!, port: 80, count: 20, concurrency: 4, sources: l.view.clientsV4, timeoutMs: 5000 });
   t.is(r.records.filter((x) => x.backend).length, 20);
 });
@@ -106,6 +112,7 @@ test.serial('(2) state: drain on lb-1 by commit: the router drops its next hop, 
   await waitApplied(l, rev, ['lb-1']);
   t.true(await waitStatus(l, 'lb-1', /state: "?withdrawn: draining"?/), statusText(l, 'lb-1'));
   t.regex(statusText(l, 'lb-2'), /state: announced/);
+  t.regex(await metricsOf(l, 'lb-1'), /gitlb_bgp_vip_withdrawn\{vip="203\.0\.113\.10",reason="draining",node="lb-1"\} 1/);
 
   await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1');
   t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 60_000), null, 'lb-1 announces again after undrain');

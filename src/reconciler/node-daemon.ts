@@ -21,7 +21,6 @@ import { openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
 import { reconcilePinnedXdp } from './xdp-pin.js';
 import { BgpAnnouncer } from './bgp/announcer.js';
-import { bgpNode } from '../render/bgp/bird.js';
 import type { Logger, Outcome } from './reconcile.js';
 import type { GitRemote } from './source/git-remote.js';
 import type { HealthChange } from './health/checker.js';
@@ -32,7 +31,7 @@ export interface NodeDaemonHooks {
   onReconcile?(why: string, outcome: Outcome): void;
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
-  started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null }): void;
+  started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null }): void;
 }
 
 export interface NodeDaemonOptions {
@@ -229,14 +228,14 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       onApplied: (model: ConfigModel) => health.update(model),
       statusHealth: () => health.status(),
     }),
-    ...(bgp && { statusBgp: () => (bgpNode(daemon?.reconciler.appliedConfig ?? null, o.node) ? bgp.status() : null) }),
+    ...(bgp && { statusBgp: () => (bgp.configured() ? bgp.status() : null) }),
   });
   const d = daemon;
   bgp?.start();
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (o.hooks?.onHealthChange) health?.onChange(o.hooks.onHealthChange);
   health?.onChange(() => d.refreshHealth('health change'));
-  o.hooks?.started?.({ daemon: d, role, health });
+  o.hooks?.started?.({ daemon: d, role, health, bgp });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).

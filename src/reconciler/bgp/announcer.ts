@@ -5,7 +5,7 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
-import { renderBirdConfig } from '../../render/bgp/bird.js';
+import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
 import type { ConfigModel } from '../../render/model.js';
 import type { DesiredState } from '../../render/state.js';
 import type { Logger } from '../reconcile.js';
@@ -150,6 +150,11 @@ export class BgpAnnouncer {
   stop(): void {
     this.halted = true;
     clearTimeout(this.timer);
+  }
+
+  /** Does the applied revision give this node BGP settings (otherwise nothing is announced or reported)? */
+  configured(): boolean {
+    return bgpNode(this.o.applied().model, this.o.node) !== null;
   }
 
   status(): BgpStatus {

@@ -51,13 +51,14 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
       if (e.to === 'down') log.warn(msg, fields);
       else log.info(msg, fields);
     },
-    started({ daemon, role, health }) {
+    started({ daemon, role, health, bgp }) {
       up = true;
       served = () => daemon.reconciler.appliedRevision;
       if (!metrics) return;
       metrics.setRole(role);
       metrics.control.attach({ snapshot: () => daemon.reconciler.snapshot(), desired: () => daemon.reconciler.desired });
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
+      if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
     },
     isStarted: () => up,
     servedRevision: () => served(),

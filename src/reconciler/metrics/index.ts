@@ -7,6 +7,7 @@ import { registerDataPlaneMetrics, type DataPlaneNames } from './dataplane.js';
 import { ControlMetrics } from './control.js';
 import { GitMetrics } from './git.js';
 import { HealthMetrics } from './health.js';
+import { BgpMetrics } from './bgp.js';
 
 export { startMetricsServer, type MetricsServer } from './server.js';
 export { outcomeReason, type ReconcileOutcome } from './control.js';
@@ -39,6 +40,7 @@ export class NodeMetrics {
   readonly control: ControlMetrics;
   readonly git: GitMetrics;
   readonly health: HealthMetrics;
+  readonly bgp: BgpMetrics;
   private role: string | null = null;
 
   constructor(o: NodeMetricsOptions) {
@@ -54,6 +56,7 @@ export class NodeMetrics {
     this.control = new ControlMetrics(reg);
     this.git = new GitMetrics(reg);
     this.health = new HealthMetrics(reg);
+    this.bgp = new BgpMetrics(reg);
   }
 
   /** The role is known once the daemon has read its Node document. */
