@@ -25,7 +25,7 @@ export type CounterName = (typeof COUNTER_NAMES)[number];
 /** Expected BTF layouts: struct name -> size and member offsets. */
 export const LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
   lb_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
-  lb_vip_value: { size: 8, members: { service_id: 0, target_port: 4, mode: 6, flags: 7 } },
+  lb_vip_value: { size: 12, members: { service_id: 0, target_port: 4, mode: 6, flags: 7, stats_slot: 8 } },
   lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, slot: 18 } },
   lb_real_slot: { size: 24, members: { real_id: 0, real: 4 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
@@ -59,7 +59,8 @@ export function familyOf(addr: string): 4 | 6 {
 // ------------------------------------------------------------------ keys and values
 
 export interface VipKey { addr: string; family: 4 | 6; port: number; proto: number }
-export interface VipValue { serviceId: number; targetPort: number; mode: number; flags: number }
+/** statsSlot: the service's index in lb_service_stats, chosen by the loader (0 when decoding ignores it). */
+export interface VipValue { serviceId: number; targetPort: number; mode: number; flags: number; statsSlot?: number }
 
 export function encodeVipKey(k: VipKey): Buffer {
   const b = Buffer.alloc(20);
@@ -76,16 +77,17 @@ export function decodeVipKey(b: Buffer): VipKey {
 }
 
 export function encodeVipValue(v: VipValue): Buffer {
-  const b = Buffer.alloc(8);
+  const b = Buffer.alloc(12);
   b.writeUInt32LE(v.serviceId, 0);
   b.writeUInt16BE(v.targetPort, 4);
   b[6] = v.mode;
   b[7] = v.flags;
+  b.writeUInt32LE(v.statsSlot ?? 0, 8);
   return b;
 }
 
 export function decodeVipValue(b: Buffer): VipValue {
-  return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]! };
+  return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]!, statsSlot: b.readUInt32LE(8) };
 }
 
 export function encodeU32(n: number): Buffer {

@@ -84,10 +84,22 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
 
 const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
-const vipValueOf = (v: DesiredVip) =>
-  encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort, mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0 });
+const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
+  mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0, statsSlot });
+const isMarkerKey = (k: Buffer) => k.readUInt16BE(16) === 0 && k[18] === 0;
+
+/** Service id -> its stats slot, as the listeners in lb_vips carry it. */
+function serviceSlots(vips: BpfMap): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const [k, v] of vips.entries()) {
+    if (isMarkerKey(k)) continue;
+    const val = decodeVipValue(v);
+    out.set(val.serviceId, val.statsSlot ?? 0);
+  }
+  return out;
+}
 const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
-const MARKER_VALUE = Buffer.alloc(8);
+const MARKER_VALUE = Buffer.alloc(12);
 const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
 const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
@@ -212,6 +224,21 @@ class LbDataPlane implements DataPlane {
     const held: BpfMap[] = [];
 
     /** Slots of the reals in lb_reals (read once, when the first new real needs one) plus those given out now. */
+    /** Stats slots of the services that have listeners (read once, at the first vip.put). A service keeps its
+     * slot while any listener names it; a slot nobody names is free, and zeroed when given out again. */
+    let svcSlots: Map<number, number> | null = null;
+    const serviceSlot = (serviceId: number): number => {
+      svcSlots ??= serviceSlots(m.vips);
+      const have = svcSlots.get(serviceId);
+      if (have !== undefined) return have;
+      const used = new Set(svcSlots.values());
+      let s = 0;
+      while (used.has(s)) s++;
+      if (s >= m.serviceStats.maxEntries) fail(`services: all ${m.serviceStats.maxEntries} service stats slots are in use`);
+      put(m.serviceStats, encodeU32(s), ZERO_TRAFFIC);
+      svcSlots.set(serviceId, s);
+      return s;
+    };
     let slotsInUse: Set<number> | null = null;
     let cursor = 0;
     const freeSlot = (): number => {
@@ -284,7 +311,7 @@ class LbDataPlane implements DataPlane {
             break;
           }
           case 'vip.put':
-            put(m.vips, vipKeyOf(o.vip), vipValueOf(o.vip));
+            put(m.vips, vipKeyOf(o.vip), vipValueOf(o.vip, serviceSlot(o.vip.serviceId)));
             break;
           case 'marker.put':
             put(m.vips, markerKeyOf(o.marker), MARKER_VALUE);
@@ -301,7 +328,7 @@ class LbDataPlane implements DataPlane {
             if (!m.rings.delete(key)) break;
             report.mapDeletes++;
             if (prev) log.onUndo(() => m.rings.setInner(key, prev));
-            log.onCommit(() => m.serviceStats.delete(key));
+            // its stats slot is free once no listener names it (the listeners go in vip.delete)
             break;
           }
           case 'real.delete': {
@@ -343,11 +370,11 @@ class LbDataPlane implements DataPlane {
     });
     const traffic = (sums: bigint[] | null) =>
       sums && { packets: Number(sums[0]), bytes: Number(sums[1]), newFlows: Number(sums[2]) };
-    for (const k of m.serviceStats.keys()) {
-      const t = traffic(m.serviceStats.lookupPerCpuSum(k));
-      if (t) out[`service:${k.readUInt32LE(0)}`] = t;
+    // traffic sits in array slots: a service's is the slot its listeners name, a real's the slot of lb_reals
+    for (const [id, slot] of serviceSlots(m.vips)) {
+      const t = traffic(m.serviceStats.lookupPerCpuSum(encodeU32(slot)));
+      if (t) out[`service:${id}`] = t;
     }
-    // per-real traffic sits in the real's slot of an array: every real in lb_reals has one
     for (const [k, v] of m.reals.entries()) {
       const t = traffic(m.realStats.lookupPerCpuSum(encodeU32(realSlotOf(v))));
       if (t) out[`real:${k.readUInt32LE(0)}`] = t;

@@ -101,8 +101,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_counters SEC(".maps");
 
+/* per-service traffic by the service's stats slot (lb_vip_value.stats_slot; zeroed before a slot is reused) */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LB_MAX_SERVICES);
 	__type(key, __u32);
 	__type(value, struct lb_traffic);

@@ -479,7 +479,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		if (st)
 			st->new_flows += 1;
 	}
-	lb_real_traffic_add(real, p->frame_len, new_flow);
+	lb_traffic_add(&lb_real_stats, real->slot, p->frame_len, new_flow);
 
 	struct lb_next_hop nh = {};
 	int rc = lb_next_hop(ctx, real, real_id, 0, &nh);

@@ -13,27 +13,11 @@ static __always_inline void lb_count(__u32 reason)
 		*c += 1;
 }
 
-/* Per-CPU values need no atomics. The entry is created by the first packet (apply() deletes it
- * with the service/real), so the fast path is one lookup. */
-static __always_inline void lb_traffic_add(void *map, __u32 id, __u32 bytes, __u32 new_flow)
+/* Traffic of a service or a real: per-CPU array slots (dense indexes the loader hands out), so one array
+ * lookup and no atomics. */
+static __always_inline void lb_traffic_add(void *map, __u32 slot, __u32 bytes, __u32 new_flow)
 {
-	struct lb_traffic *t = bpf_map_lookup_elem(map, &id);
-
-	if (t) {
-		t->packets += 1;
-		t->bytes += bytes;
-		t->new_flows += new_flow;
-		return;
-	}
-	struct lb_traffic init = { .packets = 1, .bytes = bytes, .new_flows = new_flow };
-	bpf_map_update_elem(map, &id, &init, BPF_NOEXIST);
-}
-
-/* A real's traffic: an array slot, no hash lookup. */
-static __always_inline void lb_real_traffic_add(const struct lb_real *real, __u32 bytes, __u32 new_flow)
-{
-	__u32 slot = real->slot;
-	struct lb_traffic *t = bpf_map_lookup_elem(&lb_real_stats, &slot);
+	struct lb_traffic *t = bpf_map_lookup_elem(map, &slot);
 
 	if (t) {
 		t->packets += 1;

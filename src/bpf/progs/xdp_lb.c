@@ -136,12 +136,13 @@ int xdp_lb(struct xdp_md *ctx)
 	if (lb_trim_to_ip(ctx, &p))
 		return lb_drop(LB_CNT_DROP_ADJUST);
 	__u32 service_id = vip->service_id;
+	__u32 stats_slot = vip->stats_slot;
 	__u8 mode = vip->mode;
 	__be16 target_port = vip->target_port;
 	int use_sport = vip->flags & LB_VIP_F_HASH_SRC_PORT;
 
 	if (mode == LB_MODE_SNAT) {
-		lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
+		lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
 		return lb_forward_snat(ctx, &p, service_id, target_port, use_sport);
 	}
 
@@ -185,7 +186,7 @@ int xdp_lb(struct xdp_md *ctx)
 		real = lb_ring_pick(service_id, hash, &real_id, &reason);
 		if (!real) {
 			if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
-				lb_traffic_add(&lb_service_stats, service_id, p.frame_len, 0);
+				lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
 			return lb_drop(reason);
 		}
 		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id, .real_slot = real->slot };
@@ -196,8 +197,8 @@ int xdp_lb(struct xdp_md *ctx)
 			bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
 		new_flow = 1;
 	}
-	lb_traffic_add(&lb_service_stats, service_id, p.frame_len, new_flow);
-	lb_real_traffic_add(real, p.frame_len, new_flow);
+	lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, new_flow);
+	lb_traffic_add(&lb_real_stats, real->slot, p.frame_len, new_flow);
 
 	/* 5. dispatch */
 	struct lb_next_hop nh = {};
