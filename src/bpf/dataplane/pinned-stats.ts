@@ -61,12 +61,12 @@ function perCpuArray<N extends string>(m: BpfMap, names: readonly N[]): Record<N
 
 const trafficOf = (s: bigint[]): Traffic => ({ packets: Number(s[0]), bytes: Number(s[1]), newFlows: Number(s[2]) });
 
-/** Per-service traffic: a per-CPU hash keyed by service id. */
-function traffic(m: BpfMap): Map<number, Traffic> {
+/** Traffic of ids kept in a per-CPU array at dense slots (id -> slot). */
+function trafficBySlot(m: BpfMap, slots: Iterable<readonly [number, number]>): Map<number, Traffic> {
   const out = new Map<number, Traffic>();
-  for (const k of m.keys()) {
-    const s = m.lookupPerCpuSum(k);
-    if (s) out.set(k.readUInt32LE(0), trafficOf(s));
+  for (const [id, slot] of slots) {
+    const s = m.lookupPerCpuSum(u32(slot));
+    if (s) out.set(id, trafficOf(s));
   }
   return out;
 }
@@ -90,28 +90,25 @@ export function isBackendPinRoot(dir: string): boolean {
 export function readLbStats(dir: string): LbStats | null {
   if (!isLbPinRoot(dir)) return null;
   const counters = withMap(dir, 'lb_counters', (m) => perCpuArray(m, COUNTER_NAMES))!;
-  const services = withMap(dir, 'lb_service_stats', traffic) ?? new Map<number, Traffic>();
-  // per-real traffic sits in a per-CPU array at the real's dense slot (lb_real.slot)
+  // traffic sits in per-CPU arrays at dense slots: a real's is lb_real.slot, a service's the stats slot its
+  // listeners carry (lb_vip_value.stats_slot)
   const realEntries = withMap(dir, 'lb_reals', (m) => m.entries()) ?? [];
   const realAddresses = new Map(realEntries.map(([k, v]) => [k.readUInt32LE(0), decodeReal(v).address] as const));
-  const reals = withMap(dir, 'lb_real_stats', (m) => {
-    const out = new Map<number, Traffic>();
-    for (const [k, v] of realEntries) {
-      const s = m.lookupPerCpuSum(u32(realSlotOf(Buffer.from(v))));
-      if (s) out.set(k.readUInt32LE(0), trafficOf(s));
-    }
-    return out;
-  }) ?? new Map<number, Traffic>();
+  const reals = withMap(dir, 'lb_real_stats', (m) => trafficBySlot(m,
+    realEntries.map(([k, v]) => [k.readUInt32LE(0), realSlotOf(Buffer.from(v))] as const))) ?? new Map<number, Traffic>();
   const listeners: LbListener[] = [];
+  const serviceSlots = new Map<number, number>();
   withMap(dir, 'lb_vips', (m) => {
     for (const [k, v] of m.entries()) {
       const key = decodeVipKey(k);
       if (key.port === 0 && key.proto === 0) continue; // address marker, not a listener
       const val = decodeVipValue(v);
+      serviceSlots.set(val.serviceId, val.statsSlot ?? 0);
       listeners.push({ vip: key.addr, port: key.port, protocol: PROTO_NAME[key.proto] ?? String(key.proto),
         serviceId: val.serviceId, mode: MODE_NAME[val.mode] ?? String(val.mode) });
     }
   });
+  const services = withMap(dir, 'lb_service_stats', (m) => trafficBySlot(m, serviceSlots)) ?? new Map<number, Traffic>();
   const conntrack = withMap(dir, 'lb_conntrack', (m) => ({ entries: countEntries(m), max: m.maxEntries })) ?? { entries: 0, max: 0 };
   return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir) };
 }

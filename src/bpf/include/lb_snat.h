@@ -380,9 +380,10 @@ static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next
 	return rc;
 }
 
-/* Forward path of a snat listener (xdp_lb.c, lb_forward_snat). Service traffic is already counted. */
+/* Forward path of a snat listener (xdp_lb.c, lb_forward_snat). Service traffic is already counted (in the
+ * service's lb_service_stats slot, stats_slot). */
 static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __be16 target_port, int use_sport)
+					   __u32 stats_slot, __be16 target_port, int use_sport)
 {
 	__u32 zero = 0;
 	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
@@ -474,7 +475,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		lb_snat_count(LB_SNAT_CNT_NEW);
 		new_flow = 1;
 		/* xdp_lb.c counted the service's packet on entry; whether it starts a connection is known only here */
-		struct lb_traffic *st = bpf_map_lookup_elem(&lb_service_stats, &service_id);
+		struct lb_traffic *st = bpf_map_lookup_elem(&lb_service_stats, &stats_slot);
 
 		if (st)
 			st->new_flows += 1;

@@ -69,9 +69,9 @@ static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_
 
 /* SNAT forwarding (address + port translation, NAT table): lb_snat.h */
 static __always_inline int lb_forward_snat(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __be16 target_port, int use_sport)
+					   __u32 stats_slot, __be16 target_port, int use_sport)
 {
-	return lb_snat_forward(ctx, p, service_id, target_port, use_sport);
+	return lb_snat_forward(ctx, p, service_id, stats_slot, target_port, use_sport);
 }
 
 /* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
@@ -143,7 +143,7 @@ int xdp_lb(struct xdp_md *ctx)
 
 	if (mode == LB_MODE_SNAT) {
 		lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
-		return lb_forward_snat(ctx, &p, service_id, target_port, use_sport);
+		return lb_forward_snat(ctx, &p, service_id, stats_slot, target_port, use_sport);
 	}
 
 	/* 3. connection table: an established flow keeps its real whatever the ring says now */
