@@ -272,6 +272,18 @@ async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string)
       return run(nsArgv(ns(end.ns), ['ethtool', '-K', end.name, ...features]));
     }),
   );
+  // The lb nodes' switch ports also run an XDP_PASS program (build/bpf/xdp_pass.o): the documented way to give a
+  // veth peer NAPI for native XDP_TX (docs/datapath.md, "Native XDP"); the daemons' forwarding probe checks it.
+  const lbNs = new Set(plan.nodes.filter((n) => n.role === 'lb').map((n) => n.ns));
+  const passObj = join(PROJECT_ROOT, 'build', 'bpf', 'xdp_pass.o');
+  await Promise.all(
+    plan.links.flatMap((l) => [[l.a, l.b], [l.b, l.a]] as const)
+      .filter(([port, other]) => port.master && lbNs.has(other.ns))
+      .map(async ([port]) => {
+        const r = await run(nsArgv(ns(port.ns), ['ip', 'link', 'set', 'dev', port.name, 'xdpdrv', 'obj', passObj, 'sec', 'xdp']));
+        if (r.code !== 0) log(`xdp_pass on switch port ${port.name}: ${r.stderr.trim()} (native XDP on the lb nodes may fall back to generic)`);
+      }),
+  );
   // Round 3: routes (their next hops are reachable now).
   await perNs((short, cmds) => {
     for (const r of plan.routes.filter((x) => x.ns === short)) cmds.push(routeAddArgs(r.dest, r.spec, r.type));
@@ -400,9 +412,9 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     if (supports('--pin-root')) args.push('--pin-root', pinRoot);
     if (supports('--cache-dir')) args.push('--cache-dir', join(state.stateDir, 'cache', node.name));
     if (supports('--poll')) args.push('--poll', opts.poll ?? '2');
-    // Generic XDP unless told otherwise: on this lab's veth links native XDP_TX frames wait 100+ ms for the peer's
-    // NAPI poll on a busy machine (docs/demo.md); generic runs the same program in the skb path.
-    if (supports('--xdp-mode') && !(opts.extraArgs ?? []).includes('--xdp-mode')) args.push('--xdp-mode', 'generic');
+    // auto unless told otherwise: native XDP, which the daemon checks really transmits on this veth (the switch
+    // port runs xdp_pass, see buildNetwork), else generic (docs/datapath.md, "Native XDP").
+    if (supports('--xdp-mode') && !(opts.extraArgs ?? []).includes('--xdp-mode')) args.push('--xdp-mode', 'auto');
     // lb nodes with BGP: the generated file the node's BIRD includes, and that BIRD's own control socket.
     if (supports('--bird-config') && state.plan.bird?.lbs.some((l) => l.node === node.name))
       args.push('--bird-config', birdGenerated(state.stateDir, node.name), '--bird-socket', birdSocket(state.stateDir, node.name));

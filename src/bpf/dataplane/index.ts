@@ -4,6 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
+import { checkXdpForwarding, type ForwardingCheck } from '../xdp-forwarding.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
@@ -155,7 +156,7 @@ class LbDataPlane implements DataPlane {
       };
       this.obj = obj;
       this.repairRealSlots();
-      if (this.opts.interface && existsSync(pinned(LINK_PIN))) this.attach();
+      if (this.opts.interface && existsSync(pinned(LINK_PIN))) await this.attach();
     } catch (e) {
       this.obj = null;
       obj.close();
@@ -189,11 +190,34 @@ class LbDataPlane implements DataPlane {
     }
   }
 
-  private attach(): void {
+  /**
+   * Attaches xdp_lb and, when the attachment is native, checks that the interface really transmits XDP_TX frames
+   * (xdp-forwarding.ts). One that cannot forward is never left in place: with xdpMode 'auto' the program is
+   * re-attached in generic mode (the check says why), with 'native' attaching fails with the reason.
+   */
+  private async attach(): Promise<void> {
     if (this.attachment || !this.opts.interface || !this.obj) return;
-    this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(this.opts.interface, this.opts.xdpMode ?? 'auto',
-      join(this.opts.pinRoot, LINK_PIN));
+    const ifname = this.opts.interface;
+    const pin = join(this.opts.pinRoot, LINK_PIN);
+    const mode = this.opts.xdpMode ?? 'auto';
+    this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, mode, pin);
+    if (this.attachment.mode !== 'native') {
+      this.forwarding = { mode: this.attachment.mode, forwards: null, detail: 'generic XDP transmits through the stack; not probed' };
+      return;
+    }
+    const check = await checkXdpForwarding(ifname);
+    this.forwarding = { mode: 'native', ...check };
+    if (check.forwards !== false) return;
+    this.attachment.detach();
+    this.attachment = null;
+    if (mode === 'native') throw Object.assign(new Error(`native XDP on ${ifname} cannot forward: ${check.detail}`), { code: 'ENOTSUP' });
+    this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, 'generic', pin);
+    this.forwarding = { mode: 'generic', forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
+    console.error(`gitlb: ${this.forwarding.detail}`);
   }
+
+  /** How xdp_lb is attached and what the forwarding check found (null before the first attach). */
+  forwarding: (ForwardingCheck & { mode: 'native' | 'generic' }) | null = null;
 
   private check(desired: DesiredState): void {
     validateDesired(desired);
@@ -352,7 +376,7 @@ class LbDataPlane implements DataPlane {
       for (const h of held) h.close();
     }
     log.commit();
-    this.attach();
+    await this.attach();
     return report;
   }
 
@@ -493,7 +517,11 @@ function decodeConfigSettings(b: Buffer): LbSettings {
     ...(c.newFlowRate ? { newFlowRate: c.newFlowRate } : {}) };
 }
 
-export type LbDataPlaneHandle = DataPlane & { object(): BpfObject | null };
+export type LbDataPlaneHandle = DataPlane & {
+  object(): BpfObject | null;
+  /** How xdp_lb is attached and whether native XDP was seen to forward (null until attached). */
+  readonly forwarding: (ForwardingCheck & { mode: 'native' | 'generic' }) | null;
+};
 
 export async function openLbDataPlane(opts: LbDataPlaneOptions): Promise<LbDataPlaneHandle> {
   const dp = new LbDataPlane(opts);

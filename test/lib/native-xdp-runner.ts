@@ -1,0 +1,16 @@
+// Runs inside a test network namespace: opens the LB data plane on an interface with an XDP mode, applies the
+// desired state from stdin, and prints how the program ended up attached (LbDataPlane.forwarding) or the error.
+import { readFileSync } from 'node:fs';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { stateFromJson } from './xdp-harness.js';
+
+const [pinRoot, ifname, mode] = process.argv.slice(2) as [string, string, 'native' | 'generic' | 'auto'];
+const dp = await openLbDataPlane({ pinRoot, interface: ifname, xdpMode: mode });
+try {
+  await dp.apply({ ...stateFromJson(JSON.parse(readFileSync(0, 'utf8'))), interface: ifname });
+  console.log(JSON.stringify({ forwarding: dp.forwarding }));
+} catch (e) {
+  console.log(JSON.stringify({ error: String((e as Error).message), code: (e as { code?: string }).code }));
+} finally {
+  dp.close();
+}

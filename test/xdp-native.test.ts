@@ -1,0 +1,48 @@
+// A node must not believe native XDP forwards when it cannot: on a veth whose peer runs no NAPI, native XDP attaches
+// and then drops every XDP_TX frame silently. The LB data plane probes the attachment (src/bpf/xdp-forwarding.ts):
+// 'auto' falls back to generic and says why, 'native' refuses, and a peer that can receive (GRO on, or an XDP
+// program) keeps native. Real attachments on veth pairs in a test namespace (test/lib/xdp-lab.ts).
+import test from 'ava';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { setupLab, teardownLab } from './lib/xdp-lab.js';
+import { makeState } from './lib/lb-state.js';
+import { stateToJson } from './lib/xdp-harness.js';
+
+const TAG = 'natx';
+let ns = '';
+let pinRoot = '';
+const STATE = makeState({ reals: { 1: '198.51.100.11' }, services: [{ id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: [1, 1, 1, 1, 1, 1, 1] }] });
+
+test.before(() => ({ ns, pinRoot } = setupLab(TAG)));
+test.after.always(() => teardownLab(TAG));
+
+function open(ifname: string, mode: string, pins: string): { forwarding?: { mode: string; forwards: boolean | null; detail: string }; error?: string; code?: string } {
+  const r = spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', new URL('./lib/native-xdp-runner.ts', import.meta.url).pathname,
+    `${pinRoot}/${pins}`, ifname, mode], { input: JSON.stringify(stateToJson(STATE)), timeout: 60_000 });
+  if (r.status !== 0) throw new Error(`runner failed: ${r.stderr}`);
+  return JSON.parse(r.stdout.toString());
+}
+const xdpOn = (dev: string) => execFileSync('ip', ['-n', ns, '-d', 'link', 'show', 'dev', dev]).toString().match(/mtu \d+ (xdp\w*)/)?.[1] ?? null;
+
+test.serial("auto: native attaches but cannot forward (peer without NAPI): falls back to generic and says why", (t) => {
+  const r = open('lbA', 'auto', 'a');
+  t.falsy(r.error, r.error);
+  t.is(r.forwarding!.mode, 'generic');
+  t.regex(r.forwarding!.detail, /fell back to generic.*0\/4 XDP_TX probe frames/);
+  t.is(xdpOn('lbA'), 'xdpgeneric');
+});
+
+test.serial('native: refused loudly when the interface cannot forward; nothing stays attached', (t) => {
+  const r = open('lbC', 'native', 'c1');
+  t.is(r.code, 'ENOTSUP');
+  t.regex(r.error!, /native XDP on lbC cannot forward: .*peer needs an XDP program/);
+  t.is(xdpOn('lbC'), null);
+});
+
+test.serial('native: with GRO on the peer (its NAPI runs) the probe frames leave and native stays', (t) => {
+  execFileSync('ip', ['netns', 'exec', ns, 'ethtool', '-K', 'lbD', 'gro', 'on']);
+  const r = open('lbC', 'native', 'c2');
+  t.falsy(r.error, r.error);
+  t.deepEqual(r.forwarding, { mode: 'native', forwards: true, detail: 'lbC: 4/4 XDP_TX probe frames transmitted' });
+  t.is(xdpOn('lbC'), 'xdp');
+});
