@@ -69,6 +69,9 @@ export class BgpAnnouncer {
   private xdpCheckedAt = 0;
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | null = null;
+  /** The last applied state that gave this node BGP settings: after a decommission (or BGP removed from the
+   * node), its sessions are kept and every VIP it announced is withdrawn, instead of BIRD announcing on. */
+  private lastBgp: { model: ConfigModel; desired: DesiredState | null } | null = null;
   private readonly log: Logger;
 
   constructor(private readonly o: BgpAnnouncerOptions) {
@@ -87,7 +90,15 @@ export class BgpAnnouncer {
   /** The facts the rule decides on, right now (the XDP check is cached for 2 s: it runs a process). */
   private facts(): AnnounceFacts {
     const { model, desired } = this.o.applied();
-    return { node: this.o.node, model, desired, dataPlaneUp: this.xdpUp, stopping: this.stopping, servicesDown: this.o.servicesDown?.() ?? [] };
+    if (model && bgpNode(model, this.o.node)) this.lastBgp = { model, desired };
+    return {
+      node: this.o.node,
+      model,
+      desired: desired ?? this.lastBgp?.desired ?? null,
+      dataPlaneUp: this.xdpUp,
+      stopping: this.stopping,
+      servicesDown: this.o.servicesDown?.() ?? [],
+    };
   }
 
   announcements(): VipAnnouncement[] {
@@ -110,7 +121,7 @@ export class BgpAnnouncer {
       this.xdpCheckedAt = Date.now();
     }
     const vips = this.announcements();
-    const text = renderBirdConfig(model, this.o.node, vips);
+    const text = this.lastBgp ? renderBirdConfig(bgpNode(model, this.o.node) ? model : this.lastBgp.model, this.o.node, vips) : null;
     if (text === null || text === this.written) return;
     if (this.error && !this.stopping && Date.now() - this.failedAt < 2000) return; // BIRD down: retry every 2 s
     try {

@@ -8,7 +8,7 @@ import { compareIps, ipFamily } from '../ip.js';
 /** Why a VIP is not announced, in the order they are checked (the first that holds is reported). */
 export type WithdrawReason =
   | 'stopping' // gitlb run is exiting with --withdraw-on-exit
-  | 'decommissioned' // the applied revision has no Node document for this node, or it is not an lb node
+  | 'decommissioned' // the applied revision does not name this node as an lb node with BGP settings
   | 'not applied' // no revision is applied and read back yet
   | 'data plane down' // the XDP program is not attached, or the last apply failed in the kernel
   | 'draining' // Node.spec.state: drain
@@ -53,7 +53,7 @@ export function decideAnnouncements(f: AnnounceFacts): VipAnnouncement[] {
   const node = f.model?.nodes.find((n) => n.metadata.name === f.node);
   const nodeReason: WithdrawReason | undefined = f.stopping
     ? 'stopping'
-    : f.model && (!node || node.spec.role !== 'lb')
+    : f.model && (!node || node.spec.role !== 'lb' || !node.spec.bgp || !f.model.cluster.spec.bgp)
       ? 'decommissioned'
       : !f.model
         ? 'not applied'
