@@ -13,6 +13,8 @@ import { startDaemon, type Daemon } from './daemon.js';
 import { startSchedule } from './triggers/schedule.js';
 import { readAllStatuses } from './status/status-report.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
+import { PeerHttpReader, startPeerServer, type PeerServer } from './health/peer-http.js';
+import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
 import { refreshNeighbours } from './neighbours.js';
@@ -51,6 +53,12 @@ export interface NodeDaemonOptions {
   writeStatus: boolean;
   health: boolean; // lb nodes: run health checks
   peerPoll: string;
+  /**
+   * Consensus mode: exchange observations directly with the other lb daemons over HTTP, authenticated with the
+   * cluster's shared secret (health/peer-http.ts). Listens on `listen`, default this node's first address at `port`;
+   * peers are the other lb nodes' first addresses at `port`. Without it, peers' status files are read from Git.
+   */
+  peer?: { secret: string; port: number; listen?: string };
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -180,6 +188,26 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [] }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
+  // Consensus mode: peers' observations come straight from the peers over HTTP when the cluster's shared secret
+  // is given (else from their status files on the status branch, below).
+  let peerServer: PeerServer | null = null;
+  let readObservations: (() => ReturnType<PeerHttpReader['read']>) | undefined;
+  if (o.peer && health) {
+    const { secret, port } = o.peer;
+    const ownAddress = own?.spec.addresses[0];
+    const listen = o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port } : null;
+    if (!listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
+    peerServer = await startPeerServer({ host: listen.host, port: listen.port, node: o.node, secret, health: () => health.status(), log });
+    log.info(`health: serving observations to peers on ${peerServer.url}`);
+    const reader = new PeerHttpReader({ node: o.node, secret, timeoutMs: 1000, log });
+    readObservations = () => {
+      const model = daemon?.reconciler.appliedConfig;
+      const peers = (model?.nodes ?? [])
+        .filter((n) => n.spec.role === 'lb' && n.metadata.name !== o.node && n.spec.addresses.length > 0)
+        .map((n) => ({ node: n.metadata.name, url: `http://${n.spec.addresses[0]!.includes(':') ? `[${n.spec.addresses[0]}]` : n.spec.addresses[0]}:${port}` }));
+      return reader.read(peers);
+    };
+  }
   const bgp =
     role === 'lb' && !o.once && o.bird
       ? new BgpAnnouncer({
@@ -244,9 +272,10 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
   if (health) {
-    // Consensus mode: peers' observations come from their status files, on a schedule of their own.
+    // The peer feed runs on a schedule of its own, whichever way it reads.
     const feed = new PeerObservationFeed({
       node: o.node,
+      readObservations,
       readStatuses: () =>
         readAllStatuses(d.remote, o.statusBranch ?? d.reconciler.statusBranch, (problem) => log.warn(`health: peer status ignored: ${problem}`)),
       onChange: () => d.refreshHealth('peer observations changed'),
@@ -271,6 +300,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       bgp?.stop();
       await d.stop();
       for (const t of tasks) t.stop();
+      await peerServer?.close();
       await health?.checker.stop();
       d.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     },

@@ -6,6 +6,7 @@ import { type Command, defineCommand, InvalidArgumentError, Option, pathOption, 
 import { startNodeDaemon, StartError } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
+import { DEFAULT_PEER_PORT } from '../../reconciler/health/peer-http.js';
 import { createLogger, LOG_LEVELS, type LogFormat, type LogLevel } from '../../reconciler/log/logger.js';
 import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsServer } from '../../reconciler/metrics/index.js';
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
@@ -29,6 +30,9 @@ interface RunOptions {
   status: boolean;
   health: boolean;
   peerPoll: string;
+  peerSecretFile?: string;
+  peerListen?: string;
+  peerPort: number;
   birdConfig?: string;
   birdSocket: string;
   withdrawOnExit: boolean;
@@ -59,6 +63,12 @@ function seconds(text: string): number {
   return s;
 }
 
+function port(text: string): number {
+  const p = Number(text);
+  if (!Number.isInteger(p) || p < 1 || p > 65535) throw new InvalidArgumentError(`'${text}' is not a port`);
+  return p;
+}
+
 function nodeName(name: string): string {
   // The node name becomes part of paths (pin root, cache dir, status/<node>.yaml): only the schema's DNS label.
   if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new InvalidArgumentError(`'${name}' is not a node name (lower-case DNS label)`);
@@ -85,7 +95,10 @@ function defineRun(cmd: Command): void {
     .option('--status-branch <name>', 'override Cluster.spec.status.branch')
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
-    .option('--peer-poll <spec>', "lb nodes: how often to read peers' health observations from the status branch (consensus mode)", schedule, '2')
+    .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
+    .option('--peer-secret-file <file>', "lb nodes, consensus mode: the cluster's shared secret (or env GITLB_PEER_SECRET); with it observations travel directly between the daemons over HTTP, without it through the status branch")
+    .option('--peer-listen <addr:port>', "where to serve observations to peers (default: this node's first address at --peer-port)")
+    .option('--peer-port <port>', 'the port every lb daemon serves observations on', port, DEFAULT_PEER_PORT)
     .option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file to write, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)")
     .option('--bird-socket <path>', "BIRD's control socket for birdc configure", '/run/bird/bird.ctl')
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
@@ -113,6 +126,8 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
       if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
       webhook = { listen: values.webhook, secret };
     }
+    const peerSecret = values.peerSecretFile ? readFileSync(values.peerSecretFile, 'utf8').trim() : process.env.GITLB_PEER_SECRET;
+    if (peerSecret !== undefined && peerSecret.length < 16) throw new UsageError('the peer secret must be at least 16 characters');
     const poll = values.poll === 'off' ? undefined : values.poll;
     if (!poll && !webhook && /^https?:\/\//i.test(values.repo))
       throw new UsageError('--poll off needs --webhook: otherwise nothing would ever fetch the branch again');
@@ -159,6 +174,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         writeStatus: values.status,
         health: values.health,
         peerPoll: values.peerPoll,
+        ...(peerSecret && { peer: { secret: peerSecret, port: values.peerPort, listen: values.peerListen } }),
         gitTimeoutMs: Math.round(values.gitTimeout * 1000),
         configPath: values.path,
         bird: { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

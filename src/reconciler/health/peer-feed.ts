@@ -1,6 +1,7 @@
-// Consensus mode needs what the other lb nodes observe. They publish it in status/<node>.yaml on the status
-// branch; this feed re-reads that branch on a schedule, keeps the peers' observations, and reports when they
-// change so the daemon re-renders (a real leaves the tables once a quorum of lb nodes sees it down).
+// Consensus mode needs what the other lb nodes observe. This feed reads it on a schedule — directly from the peers
+// over HTTP (peer-http.ts, with the cluster's shared secret), or, without a secret, from their status files on the
+// status branch — keeps the peers' observations, and reports when they change so the daemon re-renders (a real
+// leaves the tables once a quorum of lb nodes sees it down).
 import type { NodeObservations } from '../../render/health-quorum.js';
 import { peerObservations } from './status.js';
 
@@ -8,7 +9,9 @@ export interface PeerFeedOptions {
   /** This node's name: its own status file is not a peer's vote. */
   node: string;
   /** Reads every node's status document from the status branch (parsed YAML objects with a `node` field). */
-  readStatuses: () => Promise<{ node: string }[]>;
+  readStatuses?: () => Promise<{ node: string }[]>;
+  /** Reads the peers' observations directly (already checked); used instead of readStatuses when given. */
+  readObservations?: () => Promise<NodeObservations[]>;
   /** Called when any peer's observations changed since the last refresh. */
   onChange: () => void;
   log?: { warn(msg: string): void };
@@ -27,9 +30,13 @@ export class PeerObservationFeed {
   }
 
   async refresh(): Promise<void> {
+    if (this.o.readObservations) {
+      this.accept((await this.o.readObservations()).filter((p) => p.node !== this.o.node));
+      return;
+    }
     let docs: { node: string }[];
     try {
-      docs = await this.o.readStatuses();
+      docs = (await this.o.readStatuses?.()) ?? [];
     } catch (err) {
       // Keep the last known votes; the staleness bound in the quorum takes care of peers that went quiet.
       this.o.log?.warn(`health: cannot read peers' status: ${(err as Error).message}`);
@@ -45,6 +52,10 @@ export class PeerObservationFeed {
         this.o.log?.warn(`health: ignoring a peer's vote: ${r.error}`);
       }
     }
+    this.accept(peers);
+  }
+
+  private accept(peers: NodeObservations[]): void {
     peers.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
     // publishedAt moves on every status write; only the observations themselves change the decision.
     const fingerprint = JSON.stringify(peers.map((p) => [p.node, p.observations]));
