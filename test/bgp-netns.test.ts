@@ -18,6 +18,9 @@ const VIP6 = '2001:db8:ff::10';
 const BOTH6 = ['2001:db8:1::11', '2001:db8:1::12'];
 const GAME = '203.0.113.50'; // health check tcp/7777 on be-1 and be-2 (be-3 is disabled)
 
+/** 100 keep-alive connections to web through both lb nodes, a request every 500 ms; the event after 3 s. */
+const FAILOVER = { vip: VIPS4[0]!, port: 80, leaving: LB1, flows: 100, durationMs: 12_000, intervalMs: 500, settleMs: 3000, routeTimeoutMs: 60_000 };
+
 let lab: E2eLab | null = null;
 const need = () => {
   if (!lab) throw new Error('lab not up');
@@ -86,14 +89,7 @@ test.serial('(2) state: drain on lb-1 by commit: the router drops its next hop, 
   const l = need();
   let rev = '';
   const res = await measureFailover(l.state, {
-    vip: VIPS4[0]!,
-    port: 80,
-    leaving: LB1,
-    flows: 100,
-    durationMs: 14_000,
-    intervalMs: 500,
-    settleMs: 3000,
-    routeTimeoutMs: 60_000,
+    ...FAILOVER,
     event: async () => {
       rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'Drain lb-1');
     },
@@ -178,14 +174,7 @@ test.serial('(5) lb-1 BIRD dead without a word: the router hold timer removes it
   const l = need();
   const bird = birdOf(l, 'lb-1');
   const res = await measureFailover(l.state, {
-    vip: VIPS4[0]!,
-    port: 80,
-    leaving: LB1,
-    flows: 100,
-    durationMs: 12_000,
-    intervalMs: 500,
-    settleMs: 3000,
-    routeTimeoutMs: 30_000,
+    ...FAILOVER,
     // SIGSTOP: the session's socket stays open and no keepalive comes, as when the machine dies. (A SIGKILL closes
     // the socket, and the router drops the session at once, without waiting for the hold timer.)
     event: async () => {
