@@ -11,12 +11,14 @@ import { labDown, labNs, labUp, type LabState } from '../src/lab/lab.js';
 import { nsExec, run } from '../src/lab/netns.js';
 import { waitForLocalApplied } from '../src/demo/status-watch.js';
 import { parsePromText, sumOf, type Sample } from '../src/reconciler/metrics/prom-text.js';
+import { queryPrometheus } from '../src/lab/prometheus.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const root = join(here, '..');
 const BE: Record<string, string> = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22' };
 const INTERVAL_MS = 300;
-const METRICS = 'http://127.0.0.1:9462';
+/** The lab runs each daemon with --metrics <node address>:9462, where the lab's Prometheus scrapes it. */
+const METRICS: Record<string, string> = { 'lb-1': 'http://198.51.100.11:9462', 'be-1': 'http://198.51.100.21:9462', 'be-2': 'http://198.51.100.22:9462' };
 
 function writeConfig(dir: string): void {
   const put = (rel: string, text: string) => {
@@ -38,7 +40,7 @@ function writeConfig(dir: string): void {
 }
 
 async function scrape(state: LabState, node: string, path = '/metrics'): Promise<{ code: number; text: string }> {
-  const r = await nsExec(labNs(state, node), ['curl', '-s', '-o', '-', '-w', '\n%{http_code}', `${METRICS}${path}`], { timeoutMs: 10_000 });
+  const r = await nsExec(labNs(state, node), ['curl', '-s', '-o', '-', '-w', '\n%{http_code}', `${METRICS[node]}${path}`], { timeoutMs: 10_000 });
   const i = r.stdout.lastIndexOf('\n');
   return { code: Number(r.stdout.slice(i + 1)), text: r.stdout.slice(0, i) };
 }
@@ -104,7 +106,7 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
 
     // gitlb top --once in the lb namespace: the kernel totals, named and with health from the daemon's /metrics
     const top = await nsExec(labNs(state, 'lb-1'), [process.execPath, '--import', 'tsx', join(root, 'src', 'cli', 'main.ts'), 'top', '--once',
-      '--interval', '0.3', '--pin-root', state.pinRoots[0]!, '--node', 'lb-1'], { timeoutMs: 60_000, cwd: root });
+      '--interval', '0.3', '--pin-root', state.pinRoots[0]!, '--node', 'lb-1', '--metrics', METRICS['lb-1']!], { timeoutMs: 60_000, cwd: root });
     t.is(top.code, 0, top.stderr);
     const m = await samplesOf(state, 'lb-1');
     const row = (re: RegExp) => top.stdout.split('\n').find((l) => re.test(l)) ?? '';
@@ -115,6 +117,16 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
     }
     for (const addr of Object.values(BE)) t.regex(row(new RegExp(`^${addr.replace(/\./g, '\\.')}\\s+udp-dsr\\s`)), /\sup\s+(49|50)\.\d%\s/, top.stdout);
     t.log(top.stdout);
+
+    // the lab's Prometheus (router namespace) scrapes the daemons: its per-real new connections match /metrics
+    const want = Object.fromEntries(Object.values(BE).map((a) => [a, sumOf(m, 'gitlb_real_new_connections_total', { real: a })]));
+    let got: Record<string, number> = {};
+    for (let i = 0; i < 60 && JSON.stringify(got) !== JSON.stringify(want); i++) {
+      if (i) await new Promise((r) => setTimeout(r, 500));
+      const q = await queryPrometheus(labNs(state, 'router'), 'sum by (real) (gitlb_real_new_connections_total{node="lb-1"})').catch(() => []);
+      got = Object.fromEntries(Object.values(BE).map((a) => [a, q.find((x) => x.metric.real === a)?.value ?? -1]));
+    }
+    t.deepEqual(got, want, 'Prometheus in the lab scraped lb-1');
 
     // every metric the dashboard and the rules name is on a live /metrics (lb and backend together)
     const live = new Set([...(await samplesOf(state, 'lb-1')), ...(await samplesOf(state, 'be-1'))].map((s) => s.name));

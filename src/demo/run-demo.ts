@@ -21,6 +21,7 @@ import {
   type DemoContext,
 } from './chapters.js';
 import { chapterDrain } from './chapter-drain.js';
+import { chapterMetrics } from './chapter-metrics.js';
 
 export const DEFAULT_DEMO_STATE_DIR = '/run/gitlb-demo';
 
@@ -126,6 +127,7 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
     await chapterConfig(ctx);
     await chapterDigests(ctx);
     await chapterSpread(ctx);
+    await chapterMetrics(ctx);
     await chapterAddBackend(ctx);
     await chapterStatusLog(ctx);
     await chapterRevert(ctx);

@@ -27,6 +27,7 @@ import {
 import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
 import { birdGenerated, birdSocket, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
 import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
+import { LAB_METRICS_PORT, metricsAddress, prometheusAvailable, startPrometheus } from './prometheus.js';
 
 export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
 export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../', import.meta.url)));
@@ -418,6 +419,9 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     // lb nodes with BGP: the generated file the node's BIRD includes, and that BIRD's own control socket.
     if (supports('--bird-config') && state.plan.bird?.lbs.some((l) => l.node === node.name))
       args.push('--bird-config', birdGenerated(state.stateDir, node.name), '--bird-socket', birdSocket(state.stateDir, node.name));
+    // /metrics on the lab segment, where the lab's Prometheus (router namespace) scrapes it
+    const metricsAt = metricsAddress(node.addresses);
+    if (supports('--metrics') && metricsAt) args.push('--metrics', `${metricsAt.includes(':') ? `[${metricsAt}]` : metricsAt}:${LAB_METRICS_PORT}`);
     args.push(...(opts.extraArgs ?? []));
     const logFile = join(state.stateDir, 'logs', `daemon-${node.name}.log`);
     const proc = spawnDetached('daemon', fullNs(state, node.ns), [...gitlb, ...args], logFile, { node: node.name, cwd: PROJECT_ROOT });
@@ -438,7 +442,27 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
   state.daemons = reports;
   writeLabState(state);
   for (const r of reports) log(`daemon ${r.node}: ${r.started ? `running (pid ${r.pid})` : r.reason}`);
+  if (supports('--metrics')) await startLabPrometheus(state, log);
   return reports;
+}
+
+/** Prometheus in the router namespace, scraping every daemon (once per lab; skipped when not installed). */
+async function startLabPrometheus(state: LabState, log: (line: string) => void): Promise<void> {
+  if (state.processes.some((p) => p.role === 'prometheus' && isAlive(p))) return;
+  if (!prometheusAvailable()) {
+    log('prometheus is not installed (make deps installs it): the lab runs without one');
+    return;
+  }
+  const targets = state.plan.nodes.flatMap((n) => {
+    const address = metricsAddress(n.addresses);
+    return address ? [{ node: n.name, role: n.role, address }] : [];
+  });
+  const rules = join(PROJECT_ROOT, 'deploy', 'prometheus', 'gitlb-rules.yml');
+  const proc = await startPrometheus({ ns: fullNs(state, state.plan.router.ns), dir: join(state.stateDir, 'prometheus'), targets,
+    rulesFile: existsSync(rules) ? rules : null });
+  state.processes.push(proc);
+  writeLabState(state);
+  log(`prometheus in ${fullNs(state, state.plan.router.ns)} on http://127.0.0.1:9090, scraping ${targets.length} daemons every 2 s`);
 }
 
 function readTail(file: string, chars: number): string {
@@ -459,7 +483,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   if (!state) return null;
   let stopped = 0;
   // Daemons first (they use the servers), the anchor last (until then the lab counts as alive).
-  for (const role of ['daemon', 'bird', 'backend-server', 'git-server', 'anchor']) {
+  for (const role of ['prometheus', 'daemon', 'bird', 'backend-server', 'git-server', 'anchor']) {
     const group = state.processes.filter((p) => p.role === role);
     const results = await Promise.all(group.map((p) => stopLabProcess(p)));
     stopped += results.filter((r) => r === 'stopped').length;
@@ -479,7 +503,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   } catch {
     /* absent, or holds pins that are not the lab's */
   }
-  for (const sub of ['git', 'work', 'logs', 'cache', 'bird']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
+  for (const sub of ['git', 'work', 'logs', 'cache', 'bird', 'prometheus']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
   try {
     if (readdirSync(state.stateDir).length === 0) rmdirSync(state.stateDir);

@@ -1,0 +1,86 @@
+// Runs inside the bench namespace (see real-stats-bench.ts): what the per-real counters cost on the hot path.
+// The LB program is measured twice in the same run, alternating on the same harness, packets and maps: as built
+// (build/bpf/xdp_lb.o) and built with -DLB_BENCH_NO_REAL_STATS (per-real counting compiled out), each net of the
+// harness floor (an empty XDP program). BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1.
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { BpfMap, BpfObject } from '../../src/bpf/libbpf.js';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { makeState } from '../../test/lib/lb-state.js';
+import { LAB } from '../../test/lib/xdp-lab.js';
+import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
+import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
+
+const pinRoot = process.argv[2]!;
+const variantPath = process.argv[3]!;
+const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
+const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
+
+const ring = benchRing();
+const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
+const state = makeState({
+  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: 65536,
+  services: [
+    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: new Uint32Array(65537).fill(1) },
+    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
+  ],
+});
+const dp = await openLbDataPlane({ pinRoot });
+await dp.apply(state);
+const withStats = dp.object()!.program('xdp_lb');
+// the variant shares every pinned map (same sizes as pinned), so both programs see the same tables
+const mapMaxEntries: Record<string, number> = {};
+for (const name of readdirSync(pinRoot)) {
+  try {
+    const m = BpfMap.open(join(pinRoot, name));
+    mapMaxEntries[name] = m.maxEntries;
+    m.close();
+  } catch {
+    /* a link or program pin, not a map */
+  }
+}
+const variant = await BpfObject.load(variantPath, { pinRoot, reusePinnedMaps: true, mapMaxEntries });
+const without = variant.program('xdp_lb');
+const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
+const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
+const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
+const ctxFor = xdpContextFor(LAB.lbA.name);
+const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
+const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
+const counter = async (name: string) => (await dp.counters())[name] as number;
+
+const cases = [
+  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
+  { name: 'dsr-ipip connection-table hit', data: pkt('203.0.113.11', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
+  { name: 'dsr-ipip SYN, new flow every packet', data: pkt('203.0.113.11', TCP_FLAGS.SYN), harness: varyObj, counters: ['ct_miss', 'tx'] },
+];
+for (const c of cases) withStats.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
+
+console.log(`Per-real counters on the XDP hot path: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, CPU 1`);
+console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'with'.padStart(6)} ${'without'.padStart(8)} ${'cost'.padStart(6)}   (ns/packet net of the floor)`);
+const harnessProg = (o: BpfObject) => o.programs()[0]!;
+let failed = false;
+for (const c of cases) {
+  try {
+    const runs = { floor: [] as number[], with: [] as number[], without: [] as number[] };
+    const ctx = ctxFor(c.data.length);
+    for (let r = 0; r < RUNS; r++) {
+      for (const [key, prog] of [['floor', empty.program('xdp_empty')], ['with', withStats], ['without', without]] as const) {
+        loadHarness(c.harness, c.data, prog);
+        runs[key].push(await runChecked(harnessProg(c.harness), c.data, ctx, key === 'floor' ? 2 : 3, REPEAT, counter, key === 'floor' ? [] : c.counters));
+      }
+    }
+    const f = median(runs.floor);
+    const w = median(runs.with) - f;
+    const wo = median(runs.without) - f;
+    console.log(`${c.name.padEnd(38)} ${String(f).padStart(6)} ${String(w).padStart(6)} ${String(wo).padStart(8)} ${String(w - wo).padStart(6)}`);
+    console.log(`${''.padEnd(38)} runs: floor ${runs.floor.join(' ')} | with ${runs.with.join(' ')} | without ${runs.without.join(' ')}`);
+  } catch (e) {
+    failed = true;
+    console.log(`${c.name.padEnd(38)} FAILED: ${(e as Error).message}`);
+  }
+}
+variant.close();
+dp.close();
+process.exitCode = failed ? 1 : 0;
