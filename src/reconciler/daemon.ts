@@ -18,6 +18,8 @@ import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
 import { SerialRunner } from './triggers/serial-runner.js';
 import type { HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
+import type { Trust } from './verify/trust.js';
+import type { PayloadSigner } from './source/git-objects.js';
 
 /** An idle node rewrites its status at least this often (checked on the drift schedule, every 60 s by default). */
 export const STATUS_HEARTBEAT_MS = 5 * 60_000;
@@ -52,6 +54,9 @@ export interface DaemonOptions {
   configPath?: string;
   /** See STATUS_HEARTBEAT_MS. */
   statusHeartbeatMs?: number;
+  /** Root of trust for commit signatures (--trust), and this node's commit signer (--signing-key). */
+  trust?: Trust | null;
+  signer?: PayloadSigner;
   log?: Logger;
   /** Observability hooks (src/reconciler/metrics): wraps the Git remote (timing every fetch and push) and hears
    * every reconcile's outcome. */
@@ -117,7 +122,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const writers = new Map<string, StatusWriter>();
   const writerFor = (branch: string) => {
     let w = writers.get(branch);
-    if (!w) writers.set(branch, (w = new StatusWriter({ remote, branch, node: o.node })));
+    if (!w) writers.set(branch, (w = new StatusWriter({ remote, branch, node: o.node, signer: o.signer })));
     return w;
   };
 
@@ -137,6 +142,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     role: o.role,
     teardown: o.teardown,
     configPath: o.configPath,
+    trust: o.trust,
+    signer: o.signer,
     log,
     statusSink:
       o.writeStatus === false

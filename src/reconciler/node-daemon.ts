@@ -35,6 +35,8 @@ export interface NodeDaemonHooks {
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null }): void;
 }
+import type { Trust } from './verify/trust.js';
+import type { PayloadSigner } from './source/git-objects.js';
 
 export interface NodeDaemonOptions {
   repo: string;
@@ -65,6 +67,9 @@ export interface NodeDaemonOptions {
   /** lb nodes with BGP settings announce their VIPs through BIRD (docs/bgp.md). */
   bird?: { configFile: string; socket: string; withdrawOnExit: boolean };
   once: boolean;
+  /** Root of trust for commit signatures (--trust) and this node's commit signer (--signing-key); docs/verification.md. */
+  trust?: Trust | null;
+  signer?: PayloadSigner;
   log?: Logger;
   hooks?: NodeDaemonHooks;
 }
@@ -247,6 +252,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     statusBranch: o.statusBranch,
     writeStatus: o.writeStatus,
     gitTimeoutMs: o.gitTimeoutMs,
+    trust: o.trust,
+    signer: o.signer,
     log,
     wrapRemote: o.hooks?.wrapRemote,
     onReconcile: o.hooks?.onReconcile,

@@ -25,11 +25,16 @@ import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
 import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
+import { checkRevision } from './verify/revision-check.js';
+import type { Trust } from './verify/trust.js';
+import type { PayloadSigner } from './source/git-objects.js';
 import {
   emptyCounters,
   type AttemptResult,
   type FailureStage,
+  type AppliedCommit,
   type NodeStatus,
+  type StatusVerification,
   type StatusAttempt,
   type StatusCounters,
   type StatusBgp,
@@ -86,6 +91,10 @@ export interface ReconcilerOptions {
   teardown?: () => Promise<void>;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
+  /** Root of trust for commit signatures (--trust); null or absent: none (docs/verification.md). */
+  trust?: Trust | null;
+  /** Signs this node's automatic revert commits (--signing-key). */
+  signer?: PayloadSigner;
   clock?: () => Date;
   log?: Logger;
 }
@@ -110,6 +119,7 @@ const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readbac
 const CONTENT_BAD: ReadonlySet<FailureStage> = new Set(['validate', 'render', 'health']);
 const STAGE_REASON: Record<FailureStage, ConditionReason> = {
   fetch: 'FetchFailed',
+  verify: 'VerificationFailed',
   validate: 'ValidationFailed',
   render: 'RenderFailed',
   apply: 'ApplyFailed',
@@ -147,6 +157,8 @@ export class Reconciler {
   private lastServices: NodeStatus['services'] = [];
   /** Set by a drift check that repaired something; cleared by the next clean one (condition Degraded). */
   private driftRepaired: string | null = null;
+  private verification: StatusVerification | undefined;
+  private appliedCommit: AppliedCommit | undefined;
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
   private pendingStatus: Promise<void> = Promise.resolve();
@@ -224,6 +236,8 @@ export class Reconciler {
       updatedAt: now,
       ...this.healthField(),
       ...this.bgpField(),
+      ...(this.verification && { verification: this.verification }),
+      ...(this.appliedCommit && { appliedCommit: this.appliedCommit }),
     };
   }
 
@@ -450,6 +464,28 @@ export class Reconciler {
     }
 
     mark('ancestry');
+    // Verify the signature of every commit this node would newly apply, before any of it is read as config.
+    let appliedCommit: AppliedCommit;
+    try {
+      const check = await checkRevision({
+        remote,
+        branch,
+        head,
+        base: this.applied,
+        lastGood: this.appliedModel,
+        root: this.o.trust ?? null,
+        now: this.clock(),
+      });
+      this.verification = check.status;
+      appliedCommit = check.commit;
+      warnings.push(...check.warnings);
+      // Conditions Ready=False / Stalled=True with reason VerificationFailed name the commit, author and why.
+      if (check.refused) return this.fail(head, 'verify', check.reason, null);
+    } catch (err) {
+      // Reading history failed (network, deepening): transient, retried like a fetch.
+      return this.fail(head, 'fetch', `verification could not read history: ${errorText(err)}`, null);
+    }
+    mark('verify');
     // Validate.
     let model: ConfigModel;
     try {
@@ -540,6 +576,7 @@ export class Reconciler {
     this.appliedModel = model;
     this.liveModel = model;
     this.appliedDesired = desired;
+    this.appliedCommit = appliedCommit;
     this.warnings = warnings;
     this.notifyApplied(model);
     if (changed) this.counters.applies++;
@@ -708,6 +745,7 @@ export class Reconciler {
           reason: `${stage}: ${reason}`,
           node: this.o.node,
           now: this.clock(),
+          signer: this.o.signer,
         });
     } catch (err) {
       outcome = { pushed: false, why: `revert failed: ${errorText(err)}` };

@@ -4,7 +4,7 @@
 // the tree of the bad commit's parent, which is exactly what `git revert` produces for a tip commit.
 // Pushes are compare-and-swap on the tip, so when several nodes try at once exactly one wins; the others
 // see the branch moved and stand down.
-import { ancestry, readCommitInfo, writeCommitObject } from './source/git-objects.js';
+import { ancestry, readCommitInfo, writeCommitObject, type PayloadSigner } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
 
 export const REVERT_TRAILER = 'Gitlb-Revert-Of';
@@ -43,6 +43,8 @@ export interface RevertRequest {
   reason: string;
   node: string;
   now: Date;
+  /** Signs the revert commit (the node's --signing-key), so other nodes can verify it. */
+  signer?: PayloadSigner;
 }
 
 export async function pushAutoRevert(r: RevertRequest): Promise<RevertOutcome> {
@@ -68,7 +70,7 @@ export async function pushAutoRevert(r: RevertRequest): Promise<RevertOutcome> {
     parents: [r.bad],
     message: revertMessage(bad, r.reason, r.node),
     author: { name: `gitlb ${r.node}`, email: `${r.node}@gitlb.invalid`, timestamp: Math.floor(r.now.getTime() / 1000), timezoneOffset: 0 },
-  });
+  }, r.signer);
   if (await r.remote.push(r.branch, commit, r.bad)) return { pushed: true, commit };
   const after = await r.remote.fetch(r.branch);
   return { pushed: false, why: `another writer moved the branch first (tip ${after?.slice(0, 12) ?? 'none'})` };

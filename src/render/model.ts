@@ -11,6 +11,8 @@ export type NodeRole = 'lb' | 'backend';
 export type NodeState = 'active' | 'drain';
 export type HealthCheckType = 'tcp' | 'http' | 'none';
 export type RollbackPolicy = 'manual' | 'auto';
+export type VerificationMode = 'off' | 'warn' | 'enforce';
+export type SignatureFormat = 'ssh' | 'openpgp';
 /** What a service does when every active real fails its health check (docs/health.md). */
 export type HealthFailMode = 'open' | 'closed';
 /** `local`: act on this node's checks alone; `consensus`: a real leaves the tables only on a quorum of lb nodes. */
@@ -32,6 +34,8 @@ export interface ClusterSpec {
   health?: { mode: HealthAgreementMode; staleAfterMs?: number };
   /** BGP announcement of the VIPs (docs/bgp.md). Absent: no BIRD configuration is rendered. */
   bgp?: ClusterBgp;
+  /** Commit signature verification (docs/verification.md). Optional; absent means mode off (unless --trust). */
+  verification?: { mode: VerificationMode; formats: SignatureFormat[]; signersFile: string };
 }
 
 export interface ClusterBgp {

@@ -20,7 +20,8 @@ export const command = defineCommand<StatusReadOptions & { node?: string }>({
   summary: 'audit trail: which config revision each node applied, when, and whose commit it was',
   description: `Walks the status branch (--status-branch, else the config branch's Cluster.spec.status.branch, else
 gitlb-status) from its first commit and prints every change of a node's applied revision: time applied, node,
-revision, the status commit that recorded it, and the author and subject of the applied config commit.`,
+revision, the status commit that recorded it, the author and subject of the applied config commit, and who signed
+it as verified by the node ("(not verified)" when verification was off or only warned; docs/verification.md).`,
   exitStatus: 'Exit status: 0 printed (possibly nothing recorded yet), 1 runtime failure (unreadable repository, --node names no node), 2 usage error.',
   define: (cmd) => addStatusReadOptions(cmd).option('--node <name>', "only this node's entries (a node of the config or of the status history)"),
   async run(opts) {

@@ -10,6 +10,7 @@ import { DEFAULT_PEER_PORT } from '../../reconciler/health/peer-http.js';
 import { createLogger, LOG_LEVELS, type LogFormat, type LogLevel } from '../../reconciler/log/logger.js';
 import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsServer } from '../../reconciler/metrics/index.js';
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
+import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.js';
 
 interface RunOptions {
   repo: string;
@@ -39,6 +40,8 @@ interface RunOptions {
   metrics?: string;
   logFormat?: LogFormat;
   logLevel: LogLevel;
+  trust?: string;
+  signingKey?: string;
   once: boolean;
   path: string;
 }
@@ -105,6 +108,8 @@ function defineRun(cmd: Command): void {
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
     .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
     .addOption(new Option('--log-level <level>', 'least severe level logged').choices([...LOG_LEVELS]).default('info'))
+    .option('--trust <file>', 'root of trust for commit signatures: SSH allowed_signers lines and/or armored OpenPGP public keys; every new commit must then be signed (docs/verification.md)')
+    .option('--signing-key <file>', "sign this node's status and automatic-revert commits (unencrypted OpenSSH or OpenPGP private key)")
     .option('--once', 'reconcile once, print the outcome and exit', false);
 }
 
@@ -131,10 +136,15 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
     const poll = values.poll === 'off' ? undefined : values.poll;
     if (!poll && !webhook && /^https?:\/\//i.test(values.repo))
       throw new UsageError('--poll off needs --webhook: otherwise nothing would ever fetch the branch again');
+    // Key files first: a broken trust root or signing key is a startup error before anything is attached.
+    const trust = values.trust ? await loadTrustFile(values.trust) : null;
+    const signer = values.signingKey ? await loadSigningKeyFile(values.signingKey) : undefined;
     const node = values.node;
     const cacheDir = values.cacheDir ?? join('/var/lib/gitlb', node);
     let served: () => string | null = () => null;
     const log = createLogger({ node, format: values.logFormat, level: values.logLevel, revision: () => served() });
+    if (trust) log.info(`verification: trust root ${values.trust}: ${trust.ssh.length} SSH and ${trust.pgp.length} OpenPGP keys`);
+    if (signer) log.info(`signing own commits with ${signer.describe}`);
     const metricsListen = values.metrics ?? DEFAULT_METRICS_LISTEN;
     let current: { desired: () => import('../../render/state.js').DesiredState | null } | null = null;
     const metrics = values.once || metricsListen === 'off' ? null
@@ -181,6 +191,8 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         once: values.once,
         log,
         hooks,
+        trust,
+        signer,
       });
       current = { desired: () => nd!.daemon.reconciler.desired };
     } catch (err) {

@@ -85,7 +85,7 @@ export async function readCommitInfo(gitdir: string, oid: string): Promise<Commi
   };
 }
 
-async function readShallows(gitdir: string): Promise<Set<string>> {
+export async function readShallows(gitdir: string): Promise<Set<string>> {
   try {
     return new Set((await readFile(join(gitdir, 'shallow'), 'utf8')).split('\n').filter(Boolean));
   } catch {
@@ -177,15 +177,31 @@ export interface Signature {
   timezoneOffset: number;
 }
 
+/** Signs a commit payload (the object without gpgsig); returns the armored signature (verify/signing-key.ts). */
+export interface PayloadSigner {
+  sign(payload: Uint8Array): Promise<string>;
+}
+
 export async function writeCommitObject(
   gitdir: string,
   c: { tree: string; parents: string[]; message: string; author: Signature },
+  signer?: PayloadSigner,
 ): Promise<string> {
-  return git.writeCommit({
+  const oid = await git.writeCommit({
     fs,
     gitdir,
     commit: { tree: c.tree, parent: c.parents, message: c.message, author: c.author, committer: c.author },
   });
+  if (!signer) return oid;
+  // Sign exactly the bytes git would: the unsigned object; the signature goes in as a gpgsig header.
+  const { object } = await git.readObject({ fs, gitdir, oid, format: 'content' });
+  const unsigned = Buffer.from(object as Uint8Array);
+  const headerEnd = unsigned.indexOf('\n\n');
+  const at = headerEnd < 0 ? unsigned.length : headerEnd + 1;
+  const armored = await signer.sign(unsigned);
+  const header = `gpgsig ${armored.replace(/\n+$/, '').split('\n').join('\n ')}\n`;
+  const signed = Buffer.concat([unsigned.subarray(0, at), Buffer.from(header, 'utf8'), unsigned.subarray(at)]);
+  return git.writeObject({ fs, gitdir, type: 'commit', object: signed, format: 'content' });
 }
 
 /** Commits of `branch` newest first, following first parents, as far as the cache holds them. */

@@ -13,6 +13,7 @@ export const CONDITION_REASONS = [
   'Succeeded',
   'Progressing',
   'FetchFailed',
+  'VerificationFailed',
   'ValidationFailed',
   'RenderFailed',
   'ApplyFailed',

@@ -4,7 +4,7 @@ import { stringify, parse } from 'yaml';
 import type { Condition } from './conditions.js';
 
 export type AttemptResult = 'applied' | 'unchanged' | 'failed' | 'superseded' | 'decommissioned';
-export type FailureStage = 'fetch' | 'validate' | 'render' | 'apply' | 'readback' | 'health' | 'status';
+export type FailureStage = 'fetch' | 'verify' | 'validate' | 'render' | 'apply' | 'readback' | 'health' | 'status';
 
 export interface StatusAttempt {
   revision: string;
@@ -44,6 +44,22 @@ export interface StatusCounters {
   statusPushRetries: number;
 }
 
+/** The latest commit-signature verification (docs/verification.md). */
+export interface StatusVerification {
+  mode: 'off' | 'warn' | 'enforce';
+  revision: string;
+  result: 'verified' | 'refused' | 'warned' | 'off';
+  commits: number; // commits checked
+  failures: { commit: string; author: string; reason: string; detail: string }[]; // the first few
+}
+
+/** Author, subject and verified signer of the applied config commit (for `gitlb history`). */
+export interface AppliedCommit {
+  author: string;
+  subject: string;
+  signer: string | null;
+}
+
 export interface NodeStatus {
   apiVersion: 'gitlb/v1';
   kind: 'NodeStatus';
@@ -65,6 +81,8 @@ export interface NodeStatus {
   health?: unknown;
   /** lb nodes with BGP: per VIP `announced` or `withdrawn: <reason>`, and BIRD's last reload (docs/bgp.md). */
   bgp?: StatusBgp;
+  verification?: StatusVerification;
+  appliedCommit?: AppliedCommit;
 }
 
 /** Optional fields: other nodes' files are input and are read defensively. */

@@ -65,6 +65,8 @@ export interface HistoryEntry {
   /** Author and subject line of the applied config commit, when the config branch's history holds it. */
   author?: string;
   subject?: string;
+  /** Who signed the applied config commit, as the node verified it (null: not verified); from the status file. */
+  signer?: string | null;
 }
 
 /** How far back the config branch is fetched to name the author and subject of applied revisions. */
@@ -108,7 +110,18 @@ export async function readHistory(remote: GitRemote, branch: string, maxCommits 
     }
     if (!s.appliedRevision || lastApplied.get(node) === s.appliedRevision) continue;
     lastApplied.set(node, s.appliedRevision);
-    out.push({ node, revision: s.appliedRevision, at: s.appliedAt ?? s.updatedAt, statusCommit: c.oid });
+    const ac = typeof s.appliedCommit === 'object' && s.appliedCommit !== null ? s.appliedCommit : null;
+    // Other nodes' files are input: only strings, capped. Author and subject from the config branch win later.
+    const field = (v: unknown) => (typeof v === 'string' ? v.slice(0, 200) : undefined);
+    out.push({
+      node,
+      revision: s.appliedRevision,
+      at: s.appliedAt ?? s.updatedAt,
+      statusCommit: c.oid,
+      author: field(ac?.author),
+      subject: field(ac?.subject),
+      signer: field(ac?.signer) ?? null,
+    });
   }
   return out;
 }
@@ -116,7 +129,15 @@ export async function readHistory(remote: GitRemote, branch: string, maxCommits 
 export function formatHistory(entries: HistoryEntry[]): string {
   if (!entries.length) return 'no applied revision recorded yet\n';
   return formatTable(
-    ['APPLIED AT', 'NODE', 'REVISION', 'STATUS COMMIT', 'AUTHOR', 'SUBJECT'],
-    entries.map((e) => [e.at, e.node, e.revision.slice(0, 12), e.statusCommit.slice(0, 12), e.author ?? '-', e.subject ?? '-']),
+    ['APPLIED AT', 'NODE', 'REVISION', 'STATUS COMMIT', 'AUTHOR', 'SUBJECT', 'SIGNED BY'],
+    entries.map((e) => [
+      e.at,
+      e.node,
+      e.revision.slice(0, 12),
+      e.statusCommit.slice(0, 12),
+      e.author ?? '-',
+      e.subject ?? '-',
+      e.signer ?? '(not verified)',
+    ]),
   );
 }

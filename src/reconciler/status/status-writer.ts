@@ -2,7 +2,7 @@
 // commit with the node as author, push. A push that lost a race (non-fast-forward) is rebuilt on the
 // new tip and retried after a jittered backoff, a bounded number of times. Each node only ever
 // touches its own file, so rebuilding never needs a merge.
-import { readCommitInfo, readFileAt, treeWithFile, writeCommitObject } from '../source/git-objects.js';
+import { readCommitInfo, readFileAt, treeWithFile, writeCommitObject, type PayloadSigner } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { serialiseStatus, statusCommitMessage, statusPath, type NodeStatus } from './status-doc.js';
 
@@ -10,6 +10,8 @@ export interface StatusWriterOptions {
   remote: GitRemote;
   branch: string; // the status branch, Cluster.spec.status.branch (default gitlb-status)
   node: string;
+  /** Signs status commits (the node's --signing-key). */
+  signer?: PayloadSigner;
   maxAttempts?: number; // default 30
   backoffMs?: { base: number; max: number }; // default 20..1000 ms, full jitter
   clock?: () => Date;
@@ -81,7 +83,7 @@ export class StatusWriter {
       parents: tip ? [tip] : [],
       message: statusCommitMessage(status, why),
       author: { name: node, email: `${node}@gitlb.invalid`, timestamp: Math.floor(now.getTime() / 1000), timezoneOffset: 0 },
-    });
+    }, this.o.signer);
     return (await remote.push(branch, commit, tip)) ? { commit, attempts: attempt } : null;
   }
 

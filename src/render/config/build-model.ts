@@ -34,6 +34,15 @@ export function buildCluster(l: Located<RawCluster>): ClusterDoc {
         ? { health: { mode: s.health.mode ?? 'local', ...(s.health.staleAfter !== undefined ? { staleAfterMs: durationMs(s.health.staleAfter) } : {}) } }
         : {}),
       ...(s.bgp !== undefined ? { bgp: buildClusterBgp(s.bgp) } : {}),
+      ...(s.verification !== undefined
+        ? {
+            verification: {
+              mode: s.verification.mode ?? 'off',
+              formats: [...(s.verification.formats ?? ['ssh', 'openpgp'])].sort(),
+              signersFile: s.verification.signersFile ?? 'trust/allowed_signers',
+            },
+          }
+        : {}),
     },
     source: source(l),
   };

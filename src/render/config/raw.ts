@@ -1,6 +1,6 @@
 // Documents as they stand after schema validation (schema defaults filled in, addresses not yet
 // canonical, durations still text). Only semantic checks and the model builder see these.
-import type { DispatchMode, Encap, HealthAgreementMode, HealthCheckType, HealthFailMode, NodeRole, NodeState, Protocol, RealState, RollbackPolicy } from '../model.js';
+import type { DispatchMode, Encap, HealthAgreementMode, HealthCheckType, HealthFailMode, NodeRole, NodeState, Protocol, RealState, RollbackPolicy, SignatureFormat, VerificationMode } from '../model.js';
 import type { YamlDocument } from './yaml-source.js';
 
 interface RawDocument<K extends string, S> {
@@ -19,6 +19,7 @@ export type RawCluster = RawDocument<
     rollback: { policy: RollbackPolicy };
     health?: { mode?: HealthAgreementMode; staleAfter?: string };
     bgp?: { localAsn: number; holdTime: number; keepaliveTime?: number; communities: string[]; med?: number };
+    verification?: { mode?: VerificationMode; formats?: SignatureFormat[]; signersFile?: string };
   }
 >;
 

@@ -71,6 +71,7 @@ interface LbNode {
 export function checkSemantics(input: SemanticInput, emit: Emit): void {
   const { cluster, nodes, services } = input;
   if (cluster) checkTableSize(emit, cluster.doc, ['spec', 'maglev', 'tableSize'], cluster.data.spec.maglev.tableSize);
+  if (cluster) checkVerification(emit, cluster);
 
   checkCount(emit, 'Node', nodes, LIMITS.maxNodes);
   checkCount(emit, 'Service', services, LIMITS.maxServices);
@@ -155,6 +156,16 @@ function checkBgp(emit: Emit, cluster: Located<RawCluster> | null, nodes: Locate
 function canonicalOrSelf(text: string): string {
   const a = parseIp(text);
   return a ? formatIp(a) : text;
+}
+
+/** The signers list is read as a key list, never as config, and never from the nodes' own status files. */
+function checkVerification(emit: Emit, cluster: Located<RawCluster>): void {
+  const file = cluster.data.spec.verification?.signersFile;
+  if (file === undefined) return;
+  const path: PathSegment[] = ['spec', 'verification', 'signersFile'];
+  // The schema pattern already rules out absolute paths, '..' and hidden parts.
+  if (/\.ya?ml$/.test(file)) emit('error', cluster.doc, path, `${label(path)}: '${file}' is a YAML path and would be read as config; use a name such as trust/allowed_signers`);
+  else if (file.split('/')[0] === 'status') emit('error', cluster.doc, path, `${label(path)}: '${file}' is under status/, which nodes write`);
 }
 
 function checkAddress(emit: Emit, doc: YamlDocument, path: PathSegment[], text: string): IpAddress | null {

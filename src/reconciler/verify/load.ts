@@ -1,0 +1,23 @@
+// Reading the daemon's key files: the --trust root must parse completely (a typo in the root of trust is a
+// startup error naming file:line, not a silently smaller trust), and the --signing-key must be usable.
+import { readFile, stat } from 'node:fs/promises';
+import { loadTrust, type Trust } from './trust.js';
+import { MAX_TRUST_BYTES } from './allowed-signers.js';
+import { loadSigningKey, type CommitSigner } from './signing-key.js';
+
+async function readCapped(file: string, what: string): Promise<string> {
+  const st = await stat(file);
+  if (st.size > MAX_TRUST_BYTES) throw new Error(`${file}: ${what} larger than ${MAX_TRUST_BYTES} bytes`);
+  return readFile(file, 'utf8');
+}
+
+export async function loadTrustFile(file: string): Promise<Trust> {
+  const t = await loadTrust(await readCapped(file, 'trust file'), file);
+  if (t.problems.length) throw new Error(`trust file rejected:\n  ${t.problems.join('\n  ')}`);
+  if (!t.ssh.length && !t.pgp.length) throw new Error(`${file}: no keys (expected allowed_signers lines and/or armored OpenPGP public keys)`);
+  return t;
+}
+
+export async function loadSigningKeyFile(file: string): Promise<CommitSigner> {
+  return loadSigningKey(await readCapped(file, 'signing key'), file);
+}
