@@ -66,7 +66,7 @@ test.serial('gitlb run/status/history --path, history shows author and subject, 
     const history = await gitlb(['history', '--repo', repo.url, '--path', 'lb']);
     t.is(history.code, 0, history.stderr);
     t.regex(history.stdout, /AUTHOR\s+SUBJECT/);
-    t.regex(history.stdout, new RegExp(`lb-1\\s+${head.slice(0, 12)}\\s+\\w{12}\\s+Alice Example <alice@example\\.invalid>\\s+web: three reals\\n`));
+    t.regex(history.stdout, new RegExp(`lb-1\\s+${head.slice(0, 12)}\\s+\\w{12}\\s+Alice Example <alice@example\\.invalid>\\s+web: three reals\\s+\\(not verified\\)\\n`)); // SIGNED BY: no verification configured
     const unknown = await gitlb(['history', '--repo', repo.url, '--path', 'lb', '--node', 'nosuch']);
     t.is(unknown.code, 1);
     t.regex(unknown.stderr, /gitlb history: no node 'nosuch' in the config of branch 'main'/);
