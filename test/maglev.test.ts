@@ -11,6 +11,7 @@ import {
   maglevSeedFromBase64,
   type MaglevBackend,
 } from '../src/render/maglev.js';
+import { prng } from './lib/prng.js';
 
 // ---------- MurmurHash3 ----------
 
@@ -56,18 +57,6 @@ function referenceMurmur(data: Uint8Array, seed: number): [bigint, bigint] {
   h1 = (h1 + h2) & MASK;
   h2 = (h2 + h1) & MASK;
   return [h1, h2];
-}
-
-/** Small deterministic PRNG (mulberry32) so property tests are reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 test('murmur3: SMHasher verification value of MurmurHash3_x64_128 is 0x6384BA69', (t) => {

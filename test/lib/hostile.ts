@@ -3,18 +3,7 @@
 // with a program's output given its input. Independent of the BPF code: lengths and checksums are recomputed
 // here from scratch (test/lib/packets.ts).
 import { IPPROTO, onesSum, pseudoHeader } from './packets.js';
-
-/** mulberry32: a small seeded PRNG, so a failing flip is reproducible from its seed and index. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from './prng.js';
 
 /** Every prefix of `f` from 14 bytes (the least BPF_PROG_TEST_RUN accepts) to one byte short. */
 export function truncations(f: Buffer): Array<{ name: string; frame: Buffer }> {

@@ -9,7 +9,7 @@ import { BpfMap, BpfObject, type TcAttachment } from '../libbpf.js';
 import type { DesiredState } from '../../render/state.js';
 import { EMPTY_LIVE, planOps, type BackendVip } from '../../render/ops.js';
 import { checkBtfLayout } from '../codec.js';
-import { EMPTY_REPORT, UndoLog, type ApplyReport, type DataPlane, type LiveState, type Op } from '../dataplane/types.js';
+import { EMPTY_REPORT, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type LiveState, type Op } from '../dataplane/types.js';
 import {
   BTF_LAYOUTS,
   STAT_NAMES,
@@ -139,22 +139,10 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
   async function execute(ops: Op[]): Promise<ApplyReport> {
     const report: ApplyReport = { ...EMPTY_REPORT };
     const log = new UndoLog();
+    const { put, del } = undoableMapWrites(log, report); // every write is undone if a later one fails
     try {
       for (const o of ops) {
         report.ops++;
-        // every write is undone in reverse order if a later one fails
-        const put = (map: BpfMap, key: Buffer, value: Buffer) => {
-          const prev = map.lookup(key);
-          map.update(key, value);
-          report.mapWrites++;
-          log.onUndo(() => (prev ? map.update(key, prev) : map.delete(key)));
-        };
-        const del = (map: BpfMap, key: Buffer) => {
-          const prev = map.lookup(key);
-          if (!map.delete(key)) return;
-          report.mapDeletes++;
-          if (prev) log.onUndo(() => map.update(key, prev));
-        };
         if (o.op === 'backend-vip.put') {
           const e = vipEntryOf(o.entry);
           put(vips, encodeVipKey(e), encodeVipValue(e));

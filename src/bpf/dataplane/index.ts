@@ -18,7 +18,7 @@ import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
-import { EMPTY_REPORT, UndoLog, type ApplyReport, type DataPlane, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { EMPTY_REPORT, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
 export type { ApplyReport, DataPlane, LiveState, Op, ReadLiveOptions } from './types.js';
 export { ringDigest } from './rings.js';
@@ -272,18 +272,7 @@ class LbDataPlane implements DataPlane {
       slotsInUse.add(cursor);
       return cursor;
     };
-    const put = (map: BpfMap, key: Buffer, value: Buffer) => {
-      const prev = map.lookup(key);
-      map.update(key, value);
-      report.mapWrites++;
-      log.onUndo(() => (prev ? map.update(key, prev) : map.delete(key)));
-    };
-    const del = (map: BpfMap, key: Buffer) => {
-      const prev = map.lookup(key);
-      if (!map.delete(key)) return;
-      report.mapDeletes++;
-      if (prev) log.onUndo(() => map.update(key, prev));
-    };
+    const { put, del } = undoableMapWrites(log, report);
     /** Opens the ring a service uses now (null if none), kept open until the end of execute. */
     const holdCurrent = (key: Buffer): BpfMap | null => {
       const cur = m.rings.openInner(key);

@@ -3,6 +3,7 @@
 // (src/render/ops.ts) and execute the resulting ops with undo.
 import type { DesiredState } from '../../render/state.js';
 import type { LiveState, Op } from '../../render/ops.js';
+import type { BpfMap } from '../libbpf.js';
 
 export type { LiveState, Op } from '../../render/ops.js';
 
@@ -70,4 +71,26 @@ export class UndoLog {
     this.undo = [];
     this.commits = [];
   }
+}
+
+/** Map writes that count themselves in `report` and register their own undo in `log` (a put restores or deletes
+ * the previous value, a delete puts it back). Shared by the lb and backend executors. */
+export function undoableMapWrites(log: UndoLog, report: ApplyReport): {
+  put(map: BpfMap, key: Buffer, value: Buffer): void;
+  del(map: BpfMap, key: Buffer): void;
+} {
+  return {
+    put(map, key, value) {
+      const prev = map.lookup(key);
+      map.update(key, value);
+      report.mapWrites++;
+      log.onUndo(() => (prev ? map.update(key, prev) : map.delete(key)));
+    },
+    del(map, key) {
+      const prev = map.lookup(key);
+      if (!map.delete(key)) return;
+      report.mapDeletes++;
+      if (prev) log.onUndo(() => map.update(key, prev));
+    },
+  };
 }
