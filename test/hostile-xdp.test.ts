@@ -1,9 +1,11 @@
 // Hostile packets against the LB's XDP program (xdp_lb) through BPF_PROG_TEST_RUN in a lab namespace: first the
 // named defects (each test failed before its fix), then the suite (test/lib/hostile-xdp-harness.ts): every
-// truncation, named header mutations and 10,000 seeded bit flips over every frame kind the XDP tests know, each
+// truncation, named header mutations and 10,000 seeded bit flips over every frame kind the XDP tests know (20), each
 // output checked and every packet accounted for by one counter. docs/datapath.md, "Hostile packets".
 import test from 'ava';
-import { IPPROTO, TCP_FLAGS, frame, icmpv4, ipPacket, ipv4Header, type EthSpec, encapsulate, hex } from './lib/packets.js';
+import {
+  IPPROTO, TCP_FLAGS, encapsulate, frame, hex, icmpv4, ipPacket, ipv4Header, ipv6FragmentHeader, ipv6Header, tcpSegment, type EthSpec,
+} from './lib/packets.js';
 import { LAB, runHarness, runHarnessScript, setupLab, teardownLab } from './lib/xdp-lab.js';
 import { makeState } from './lib/lb-state.js';
 import { stateToJson } from './lib/xdp-harness.js';
@@ -115,6 +117,12 @@ function baseKinds(): Record<string, string> {
     'snat v4 SYN': inFrame(tcp(CLIENT4, V.snat, 42012, 80)),
     'ICMP echo to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } })),
     'non-VIP v4 TCP': inFrame(tcp(CLIENT4, '203.0.113.99', 42013, 80)),
+    'ipip v4 SYN vlan': inFrame(tcp(CLIENT4, V.ipip, 42014, 80), { ...ETH_IN, vlan: 7 }),
+    'ipopt v4 SYN ip options': inFrame(ipPacket({ src: CLIENT4, dst: V.ipopt, v4: { options: Buffer.from([1, 1, 1, 0]) }, l4: { tcp: { sport: 42015, dport: 80 } } })),
+    'IPv4 first fragment to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { mf: true, id: 3 }, l4: { tcp: { sport: 42016, dport: 80 } } })),
+    'IPv6 fragment to a VIP': inFrame(Buffer.concat([ipv6Header({ src: CLIENT6, dst: V.l2v6, nextHeader: IPPROTO.FRAGMENT }, 8 + 20),
+      ipv6FragmentHeader(IPPROTO.TCP, 0, true, 1), tcpSegment(CLIENT6, V.l2v6, { sport: 42017, dport: 80 })])),
+    'ARP': Buffer.concat([Buffer.alloc(6, 0xff), Buffer.from(LAB.clientMac.replace(/:/g, ''), 'hex'), Buffer.from([0x08, 0x06]), Buffer.alloc(28, 1)]),
   };
   const out = Object.fromEntries(Object.entries(k).map(([n, f]) => [n, f.toString('hex')]));
   return out;
