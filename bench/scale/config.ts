@@ -15,7 +15,7 @@ export function scaleServiceYaml(i: number, shape: ScaleShape, weightOf: (real: 
     `metadata: { name: svc-${i} }`,
     'spec:',
     `  vip: 2001:db8:1::${hex(i + 1)}`,
-    '  ports: [{ port: 80, protocol: TCP }]',
+    `  ports: [{ port: ${1000 + i}, protocol: TCP }]`, // a port of its own: every service gets a table of its own
     '  dispatch: { mode: dsr, encap: ipip }',
     '  reals:',
     ...Array.from({ length: shape.reals }, (_, r) => `    - { address: "2001:db8:2::${hex(r + 1)}", weight: ${weightOf(r)} }`),

@@ -72,6 +72,21 @@ function parseIpv6Bytes(text: string): Uint8Array | null {
 
 /** Parses an IPv4 or IPv6 address (no prefix, no zone). Returns null when it is not one. */
 export function parseIp(text: string): IpAddress | null {
+  // A config at scale names the same addresses in many checks (100,000 reals are parsed several times per
+  // revision): parsed bytes are remembered, and every caller gets its own copy.
+  let hit = parsedIps.get(text);
+  if (hit === undefined) {
+    hit = parseIpUncached(text);
+    if (parsedIps.size >= PARSED_IPS_MAX) parsedIps.clear();
+    parsedIps.set(text, hit);
+  }
+  return hit && { family: hit.family, bytes: hit.bytes.slice() };
+}
+
+const PARSED_IPS_MAX = 262_144;
+const parsedIps = new Map<string, IpAddress | null>();
+
+function parseIpUncached(text: string): IpAddress | null {
   if (text.includes(':')) {
     const bytes = parseIpv6Bytes(text);
     return bytes ? { family: 6, bytes } : null;

@@ -69,9 +69,40 @@ export function buildServiceTable(
       backends.push({ id: maglevBackendId(real.address, port, protocol), weight: real.weight, realId });
     }
   }
-  const ring = buildMaglevTable(backends, tableSize, seed);
-  const counts = countEntries(ring);
+  const { ring, digest, counts } = memoTable(backends, tableSize, seed);
   for (const r of listed) r.entries = counts.get(r.realId) ?? 0;
   listed.sort((a, b) => a.realId - b.realId);
-  return { tableSize, ring, digest: ringDigest(ring), reals: listed };
+  return { tableSize, ring, digest, reals: listed };
+}
+
+interface BuiltTable { ring: Uint32Array; digest: string; counts: Map<number, number> }
+
+/**
+ * Tables already built, by their complete input (backends, size, seed): a revision usually changes a few
+ * services, and a health flip one, so re-rendering 1,000 services rebuilds only those. A pure function's
+ * results, so the output is the same with or without it. Rings are shared between results and never written.
+ * Bounded by the ring entries held (least recently used first out).
+ */
+const MEMO_MAX_ENTRIES = 32 * 1024 * 1024;
+const memo = new Map<string, BuiltTable>();
+let memoEntries = 0;
+
+function memoTable(backends: MaglevBackend[], tableSize: number, seed: number): BuiltTable {
+  const key = `${tableSize}|${seed}|${backends.map((b) => `${b.id}\u0000${b.weight}\u0000${b.realId}`).sort().join('\u0001')}`;
+  const hit = memo.get(key);
+  if (hit) {
+    memo.delete(key); // most recently used goes last
+    memo.set(key, hit);
+    return hit;
+  }
+  const ring = buildMaglevTable(backends, tableSize, seed);
+  const built = { ring, digest: ringDigest(ring), counts: countEntries(ring) };
+  memo.set(key, built);
+  memoEntries += tableSize;
+  for (const [k, v] of memo) {
+    if (memoEntries <= MEMO_MAX_ENTRIES) break;
+    memo.delete(k);
+    memoEntries -= v.ring.length;
+  }
+  return built;
 }

@@ -83,7 +83,7 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
       at(file.path, decoded.line, decoded.col, decoded.message);
       continue;
     }
-    const parsed = parseYamlFile(file.path, decoded.text);
+    const parsed = parseYamlCached(file.path, decoded.text);
     for (const p of parsed.problems) at(file.path, p.line, p.col, p.message, p.severity);
     documents.push(...parsed.documents);
     if (documents.length > LIMITS.maxDocuments) {
@@ -120,6 +120,25 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
   const failed = sorted.some((d) => d.severity === 'error');
   const model = failed || !cluster ? null : buildModel(cluster, valid.Node, valid.Service);
   return { model, diagnostics: sorted };
+}
+
+/**
+ * parseYamlFile, remembered per path while the text stays the same: a revision usually changes a few files of
+ * many, and YAML parsing is most of validate's time at scale. A pure function's results (the output is the same
+ * with or without it). The documents are shared between calls: schema validation fills in defaults (only where a
+ * field is absent, so a second pass finds them and changes nothing) and nothing else writes to them.
+ */
+const yamlMemo = new Map<string, { text: string; result: ReturnType<typeof parseYamlFile> }>();
+
+function parseYamlCached(path: string, text: string): ReturnType<typeof parseYamlFile> {
+  let hit = yamlMemo.get(path);
+  if (!hit || hit.text !== text) {
+    hit = { text, result: parseYamlFile(path, text) };
+    yamlMemo.delete(path);
+    yamlMemo.set(path, hit);
+    if (yamlMemo.size > LIMITS.maxFiles) yamlMemo.delete(yamlMemo.keys().next().value!);
+  }
+  return hit.result;
 }
 
 function kindOf(doc: YamlDocument, emit: Emit): Kind | null {
