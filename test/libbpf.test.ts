@@ -317,6 +317,10 @@ test.serial('map-in-map: create an inner map, fill it, swap it in atomically', a
       // hash-of-maps too
       o.map('outer_hash').setInner(u32.encode(12345), a);
       t.is(o.map('outer_hash').innerMapId(u32.encode(12345)), a.id());
+      // several keys in one batch (one kernel wait for running programs instead of one per key)
+      o.map('outer_hash').setInnerBatch([u32.encode(1), u32.encode(2), u32.encode(12345)], [a, b, b]);
+      t.deepEqual([1, 2, 12345].map((k) => o.map('outer_hash').innerMapId(u32.encode(k))), [a.id(), b.id(), b.id()]);
+      t.is((t.throws(() => o.map('outer_hash').setInnerBatch([u32.encode(3)], [])) as BpfError).code, 'EINVAL');
       // an inner map that does not match the template is refused by the kernel
       const wrong = BpfMap.createInner({ ...spec, name: 'ring_bad', valueSize: 8 });
       try {

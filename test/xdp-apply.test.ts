@@ -4,7 +4,7 @@
 // and undo of a failed execute. No traffic and no interfaces: maps and programs only, per-run bpffs directory.
 import test from 'ava';
 import { rmSync } from 'node:fs';
-import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
+import { openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
 import { buildMaglevTable } from '../src/render/maglev.js';
 import { describeOp, type Op } from '../src/render/ops.js';
 import { makeState } from './lib/lb-state.js';
@@ -106,6 +106,7 @@ test.serial('a failed execute undoes every op it ran: the previous state stays i
 test.serial('bad desired state is refused naming the field', async (t) => {
   const bad = state(ringAll);
   bad.services[0]!.ring = new Uint32Array(M).fill(999);
+  bad.services[0]!.digest = ringDigest(bad.services[0]!.ring); // as render would: a new ring, so it is written
   const err = await t.throwsAsync(dp!.apply(bad));
   t.regex(err!.message, /services\[svc-1\]\.ring\[0\]: real id 999 is not in reals/);
 });

@@ -272,6 +272,21 @@ export class BpfMap {
     named(`map '${this.name}' <- inner '${inner.name}'`, () => native().mapUpdate(this.fd, outerKey, v, 0));
   }
 
+  /**
+   * Points several keys at their inner maps in one BPF_MAP_UPDATE_BATCH. Each key switches atomically; the
+   * kernel waits once for running programs (an RCU grace period) instead of once per key, which is what makes
+   * switching many rings cheap. On failure the error's `written` says how many keys were switched.
+   */
+  setInnerBatch(outerKeys: Buffer[], inners: BpfMap[]): void {
+    if (!MAP_IN_MAP_TYPES.has(this.type)) throw bpfError('EINVAL', `map '${this.name}' is not a map-in-map`);
+    if (outerKeys.length !== inners.length) throw bpfError('EINVAL', `map '${this.name}': ${outerKeys.length} keys, ${inners.length} inner maps`);
+    if (outerKeys.length === 0) return;
+    for (const k of outerKeys) this.checkKey(k);
+    const values = Buffer.alloc(4 * inners.length);
+    inners.forEach((m, i) => values.writeUInt32LE(m.fd, 4 * i));
+    named(`map '${this.name}'`, () => native().mapUpdateBatch(this.fd, Buffer.concat(outerKeys), values, outerKeys.length, 0));
+  }
+
   /** Kernel id of the inner map at `outerKey`, or null. */
   innerMapId(outerKey: Buffer): number | null {
     if (!MAP_IN_MAP_TYPES.has(this.type)) throw bpfError('EINVAL', `map '${this.name}' is not a map-in-map`);

@@ -42,8 +42,11 @@ function fail(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });
 }
 
-/** Rejects a desired state the data plane cannot represent, naming the field. */
-export function validateDesired(d: DesiredState): void {
+/**
+ * Rejects a desired state the data plane cannot represent, naming the field. Ring contents are checked only for
+ * the services in `rings` (default: all): the plan checks the rings it is about to write, not 10 M unchanged entries.
+ */
+export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): void {
   const reals = new Map(d.reals.map((r) => [r.id, r]));
   for (const r of d.reals) {
     if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) fail(`reals[id=${r.id}].id: must be a u32 >= 1`);
@@ -53,9 +56,14 @@ export function validateDesired(d: DesiredState): void {
   for (const s of d.services) {
     if (!Number.isInteger(s.id) || s.id < 1 || s.id > 0xffffffff) fail(`services[${s.name}].id: must be a u32 >= 1`);
     if (s.ring.length !== s.tableSize) fail(`services[${s.name}].ring: length ${s.ring.length} != tableSize ${s.tableSize}`);
-    for (let i = 0; i < s.ring.length; i++) {
-      const id = s.ring[i]!;
-      if (id !== 0 && !reals.has(id)) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
+    if (!rings || rings.has(s.id)) {
+      let last = 0; // rings are long runs of few ids: look each id up once per run
+      for (let i = 0; i < s.ring.length; i++) {
+        const id = s.ring[i]!;
+        if (id === last) continue;
+        if (id !== 0 && !reals.has(id)) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
+        last = id;
+      }
     }
     services.add(s.id);
   }
@@ -219,20 +227,22 @@ class LbDataPlane implements DataPlane {
   /** How xdp_lb is attached and what the forwarding check found (null before the first attach). */
   forwarding: (ForwardingCheck & { mode: 'native' | 'generic' }) | null = null;
 
-  private check(desired: DesiredState): void {
-    validateDesired(desired);
+  private check(desired: DesiredState, rings?: ReadonlySet<number>): void {
+    validateDesired(desired, rings);
     if (this.opts.interface && desired.interface !== this.opts.interface)
       fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${this.opts.interface}'`);
   }
 
   async plan(desired: DesiredState): Promise<Op[]> {
-    this.check(desired);
+    this.check(desired, new Set());
     this.sizing = desired;
-    return planOps(await this.readLive(), desired);
+    const ops = planOps(await this.readLive(), desired);
+    this.check(desired, new Set(ops.flatMap((o) => (o.op === 'ring.fill' ? [o.serviceId] : []))));
+    return ops;
   }
 
   async apply(desired: DesiredState): Promise<ApplyReport> {
-    this.check(desired);
+    this.check(desired, new Set());
     if (!this.obj) await this.load(desired);
     return this.execute(await this.plan(desired));
   }
@@ -280,8 +290,59 @@ class LbDataPlane implements DataPlane {
       return cur;
     };
 
+    const switchRings = (sw: Array<Extract<Op, { op: 'service.switch' }>>) => {
+      const keys: Buffer[] = [];
+      const rings: BpfMap[] = [];
+      const prevs: Array<BpfMap | null> = [];
+      for (const o of sw) {
+        const ring = filled.get(o.serviceId);
+        if (!ring) fail(`service.switch of service ${o.serviceId} without a ring.fill before it`);
+        keys.push(encodeU32(o.serviceId));
+        rings.push(ring.map);
+        prevs.push(holdCurrent(keys[keys.length - 1]!));
+      }
+      let written = keys.length;
+      try {
+        m.rings.setInnerBatch(keys, rings);
+      } catch (e) {
+        written = Number((e as { written?: number }).written ?? 0);
+        throw e;
+      } finally {
+        for (let n = 0; n < written; n++) {
+          const key = keys[n]!;
+          const prev = prevs[n]!;
+          log.onUndo(() => (prev ? m.rings.setInner(key, prev) : m.rings.delete(key)));
+          this.rings.set(rings[n]!.id(), filled.get(sw[n]!.serviceId)!.info);
+          report.ringSwitches++;
+          report.mapWrites++;
+        }
+      }
+    };
+
+    /** Services no listener uses any more, removed in one batch (one wait for running programs). */
+    const deleteRings = (dels: Array<Extract<Op, { op: 'service.delete' }>>) => {
+      const keys = dels.map((o) => encodeU32(o.serviceId)).filter((k) => m.rings.innerMapId(k) !== null);
+      const prevs = keys.map((k) => holdCurrent(k));
+      let deleted = keys.length;
+      try {
+        m.rings.deleteBatch(Buffer.concat(keys), keys.length);
+      } catch (e) {
+        deleted = Number((e as { deleted?: number }).deleted ?? 0);
+        throw e;
+      } finally {
+        for (let n = 0; n < deleted; n++) {
+          const key = keys[n]!;
+          const prev = prevs[n];
+          report.mapDeletes++;
+          if (prev) log.onUndo(() => m.rings.setInner(key, prev));
+          // its stats slot is free once no listener names it (the listeners go in vip.delete)
+        }
+      }
+    };
+
     try {
-      for (const o of ops) {
+      for (let i = 0; i < ops.length; i++) {
+        const o = ops[i]!;
         report.ops++;
         switch (o.op) {
           case 'settings.set':
@@ -312,15 +373,12 @@ class LbDataPlane implements DataPlane {
             break;
           }
           case 'service.switch': {
-            const ring = filled.get(o.serviceId);
-            if (!ring) fail(`service.switch of service ${o.serviceId} without a ring.fill before it`);
-            const key = encodeU32(o.serviceId);
-            const prev = holdCurrent(key);
-            m.rings.setInner(key, ring.map);
-            this.rings.set(ring.map.id(), ring.info);
-            report.ringSwitches++;
-            report.mapWrites++;
-            log.onUndo(() => (prev ? m.rings.setInner(key, prev) : m.rings.delete(key)));
+            // a run of switches goes in one batch: one wait for running programs instead of one per ring
+            let end = i;
+            while (end < ops.length && ops[end]!.op === 'service.switch') end++;
+            switchRings(ops.slice(i, end) as Array<Extract<Op, { op: 'service.switch' }>>);
+            report.ops += end - i - 1;
+            i = end - 1;
             break;
           }
           case 'vip.put':
@@ -336,12 +394,11 @@ class LbDataPlane implements DataPlane {
             del(m.vips, markerKeyOf(o.marker));
             break;
           case 'service.delete': {
-            const key = encodeU32(o.serviceId);
-            const prev = holdCurrent(key);
-            if (!m.rings.delete(key)) break;
-            report.mapDeletes++;
-            if (prev) log.onUndo(() => m.rings.setInner(key, prev));
-            // its stats slot is free once no listener names it (the listeners go in vip.delete)
+            let end = i;
+            while (end < ops.length && ops[end]!.op === 'service.delete') end++;
+            deleteRings(ops.slice(i, end) as Array<Extract<Op, { op: 'service.delete' }>>);
+            report.ops += end - i - 1;
+            i = end - 1;
             break;
           }
           case 'real.delete': {
