@@ -51,7 +51,7 @@ test('apply failure: state intact, recorded, retried with backoff, superseded by
     try {
       const free = LB_CAPACITY.vipEntries - vips.keys().length;
       for (let i = 0; i < free; i++)
-        vips.update(encodeVipKey({ addr: '192.0.2.200', family: 4, port: 1 + i, proto: 6 }), Buffer.alloc(8));
+        vips.update(encodeVipKey({ addr: '192.0.2.200', family: 4, port: 1 + i, proto: 6 }), Buffer.alloc(vips.valueSize));
     } finally {
       vips.close();
     }
