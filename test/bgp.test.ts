@@ -9,6 +9,8 @@ import { renderDesiredState } from '../src/render/desired.js';
 import { decideAnnouncements, announcementText, type AnnounceFacts } from '../src/render/bgp/announce.js';
 import { renderBirdConfig, peerProtocolName } from '../src/render/bgp/bird.js';
 import type { ConfigModel } from '../src/render/model.js';
+import { assessStatus, formatStatusVerdict } from '../src/reconciler/status/assess.js';
+import type { NodeStatus } from '../src/reconciler/status/status-doc.js';
 import { BE, CLUSTER_BGP, PEERS, file, goodModel, lbNode, parse, svc } from './helpers/bgp-model.js';
 
 test('config: bgp settings reach the model with defaults, canonical and sorted', (t) => {
@@ -163,4 +165,31 @@ test('bird: BIRD 2 itself accepts the generated file, with and without announcem
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+// ---- gitlb status ---------------------------------------------------------------------------------
+
+test('gitlb status: a BGP table per node and VIP; malformed entries from a status file are skipped', (t) => {
+  const now = new Date('2026-01-01T00:00:10Z');
+  const base = { apiVersion: 'gitlb/v1', kind: 'NodeStatus', branch: 'main', appliedRevision: null, appliedAt: null, lastAttempt: null,
+    lastFailure: null, warnings: [], services: [], counters: {}, startedAt: '', updatedAt: '2026-01-01T00:00:00Z' } as unknown as NodeStatus;
+  const statuses: NodeStatus[] = [
+    { ...base, node: 'be-1', role: 'backend' },
+    { ...base, node: 'lb-1', role: 'lb', bgp: { vips: [{ vip: '203.0.113.10', state: 'withdrawn: draining' }, { vip: 7, state: null } as never], bird: { error: 'birdc configure: refused' } } },
+    { ...base, node: 'lb-2', role: 'lb', bgp: { vips: [{ vip: '203.0.113.10', services: ['web'], state: 'announced' }] } },
+  ];
+  const verdict = (list: NodeStatus[]) => assessStatus({ statuses: list, head: null, configNodes: [], now, behindGraceMs: 60_000, staleAfterMs: 600_000 });
+  const v = verdict(statuses);
+  t.deepEqual(v.problems, ['lb-1: BIRD did not take the announcements: birdc configure: refused']);
+  const text = formatStatusVerdict(v, now);
+  const bgp = text.slice(text.indexOf('BGP announcements:'), text.indexOf(' node(s);'));
+  t.deepEqual(bgp.split('\n').map((l) => l.trimEnd().split(/\s{2,}/)), [
+    ['BGP announcements:'],
+    ['NODE', 'VIP', 'BGP'],
+    ['lb-1', '203.0.113.10', 'withdrawn: draining'],
+    ['lb-1', '(BIRD)', 'error: birdc configure: refused'],
+    ['lb-2', '203.0.113.10', 'announced'],
+    ['3'],
+  ]);
+  t.notRegex(formatStatusVerdict(verdict([statuses[0]!]), now), /BGP/, 'no section without BGP');
 });

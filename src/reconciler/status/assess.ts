@@ -4,6 +4,7 @@
 import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
 import { formatTable, lbDigestsByService } from './status-report.js';
+import { bgpOfStatus, formatBgpSection, type NodeBgpVerdict } from './bgp-report.js';
 
 export interface AssessInput {
   statuses: NodeStatus[];
@@ -35,6 +36,8 @@ export interface NodeVerdict {
   warnings: string[];
   conditions: Condition[];
   missing: boolean;
+  /** lb nodes with BGP: per VIP announced or withdrawn (and why), BIRD's last error (docs/bgp.md). */
+  bgp?: NodeBgpVerdict;
   /** One line per reason this node makes the exit status non-zero. */
   problems: string[];
 }
@@ -85,6 +88,8 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     }
     if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
     if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's`);
+    const bgp = bgpOfStatus(s);
+    if (bgp?.birdError) problems.push(`${s.node}: BIRD did not take the announcements: ${bgp.birdError}`);
     return {
       node: s.node,
       role: s.role === 'backend' ? 'backend' : 'lb',
@@ -100,6 +105,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       warnings: Array.isArray(s.warnings) ? s.warnings.map(String) : [],
       conditions: Array.isArray(s.conditions) ? s.conditions : [],
       missing: false,
+      ...(bgp ? { bgp } : {}),
       problems,
     };
   });
@@ -167,5 +173,5 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const head = v.head ? `head ${v.head.slice(0, 12)}${v.headCommittedAt ? ` (committed ${formatAge(now.getTime() - Date.parse(v.headCommittedAt))} ago)` : ''}` : 'no config branch';
   const summary = `${v.nodes.length} node(s); ${head}; table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
   const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
-  return [...out, ...details.map((d) => d + '\n'), summary + '\n', verdict + '\n'].join('');
+  return [...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join('');
 }
