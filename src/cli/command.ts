@@ -112,6 +112,12 @@ export function duration(value: string): number {
   return Math.round(Number(m[1]) * unit);
 }
 
+/** `--node NAME`: it becomes part of paths (pin root, cache dir, status/<node>.yaml), so only the schema's DNS label. */
+export function nodeName(name: string): string {
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new InvalidArgumentError(`'${name}' is not a node name (lower-case DNS label)`);
+  return name;
+}
+
 /** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
 export function pathOption(): Option {
   return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config (default: the root)")

@@ -2,7 +2,7 @@
 // is assembled in src/reconciler/node-daemon.ts.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Command, defineCommand, InvalidArgumentError, Option, pathOption, UsageError } from '../command.js';
+import { type Command, defineCommand, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
@@ -70,12 +70,6 @@ function port(text: string): number {
   const p = Number(text);
   if (!Number.isInteger(p) || p < 1 || p > 65535) throw new InvalidArgumentError(`'${text}' is not a port`);
   return p;
-}
-
-function nodeName(name: string): string {
-  // The node name becomes part of paths (pin root, cache dir, status/<node>.yaml): only the schema's DNS label.
-  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new InvalidArgumentError(`'${name}' is not a node name (lower-case DNS label)`);
-  return name;
 }
 
 function defineRun(cmd: Command): void {

@@ -1,0 +1,90 @@
+// `gitlb down --node NAME`: remove a node's data plane on purpose (stopping `gitlb run` leaves it forwarding),
+// and record that in the node's status file when the repository is given.
+import { join } from 'node:path';
+import { defineCommand, nodeName, pathOption } from '../command.js';
+import { takeNodeDown } from '../../reconciler/node-down.js';
+import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
+import { readAllStatuses } from '../../reconciler/status/status-report.js';
+import { StatusWriter } from '../../reconciler/status/status-writer.js';
+import { emptyCounters, type NodeStatus } from '../../reconciler/status/status-doc.js';
+import { setCondition } from '../../reconciler/status/conditions.js';
+
+interface DownOptions {
+  node: string;
+  pinRoot: string;
+  cacheDir?: string;
+  interface?: string;
+  repo?: string;
+  branch: string;
+  statusBranch?: string;
+  credentialsFile?: string;
+  path: string;
+}
+
+/** The node's status after `gitlb down`: nothing served, Ready=False/Decommissioned, the previous fields kept. */
+function downStatus(prev: NodeStatus | undefined, node: string, branch: string, what: string, now: string): NodeStatus {
+  const conditions = setCondition(prev?.conditions ?? [], { type: 'Ready', status: 'False', reason: 'Decommissioned', message: what }, now);
+  return {
+    apiVersion: 'gitlb/v1',
+    kind: 'NodeStatus',
+    node,
+    role: prev?.role ?? 'lb',
+    branch: prev?.branch ?? branch,
+    appliedRevision: null,
+    appliedAt: null,
+    lastAttempt: prev?.appliedRevision ? { revision: prev.appliedRevision, result: 'decommissioned', reason: what, at: now } : null,
+    lastFailure: prev?.lastFailure ?? null,
+    warnings: [`data plane removed by gitlb down at ${now}`],
+    services: [],
+    conditions,
+    counters: prev?.counters ?? emptyCounters(),
+    startedAt: prev?.startedAt ?? now,
+    updatedAt: now,
+  };
+}
+
+export const command = defineCommand<DownOptions>({
+  name: 'down',
+  summary: "remove a node's data plane on purpose: detach XDP/TC, unpin maps, remove its VIPs, record it in status",
+  description: `Stopping 'gitlb run' leaves the data plane forwarding (pinned under --pin-root/<node>); 'gitlb down' removes it:
+the VIPs the node added to a local device (backend nodes; needs --interface), then every pin of the node — the
+pinned XDP and TC links are the last reference to the attachments, so the programs detach, which is checked.
+Stop the daemon first: a link still held by a running process is refused before anything is removed. With
+--repo, the node's status file records it (Ready=False, reason Decommissioned, nothing served). A node still
+named by the config is applied again by the next 'gitlb run'; remove it from the config to keep it down.`,
+  exitStatus: 'Exit status: 0 removed (or nothing to remove), 1 runtime failure (a process holds a link, a link stayed attached, Git), 2 usage error.',
+  define: (cmd) =>
+    cmd
+      .requiredOption('--node <name>', 'the node to take down', nodeName)
+      .option('--pin-root <dir>', 'bpffs root of pinned programs and maps; node dir below it', '/sys/fs/bpf/gitlb')
+      .option('--cache-dir <dir>', 'the node\'s state directory (default /var/lib/gitlb/<node>)')
+      .option('--interface <if>', 'the node\'s interface (backend nodes: to remove the VIPs it added)')
+      .option('--repo <url|dir>', 'config repository: record the removal in status/<node>.yaml')
+      .option('--branch <name>', 'config branch (to find the status branch)', 'main')
+      .option('--status-branch <name>', 'status branch (default: from the Cluster, else gitlb-status)')
+      .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
+      .addOption(pathOption()),
+  async run(o) {
+    const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir: o.cacheDir ?? join('/var/lib/gitlb', o.node), interface: o.interface });
+    if (r.nothingToDo) {
+      process.stdout.write(`gitlb down: ${o.node} has no data plane under ${r.pinDir}; nothing to remove\n`);
+    } else {
+      if (r.vips.length) process.stdout.write(`removed VIPs: ${r.vips.join(' ')}\n`);
+      for (const l of r.links) process.stdout.write(`detached ${l}\n`);
+      process.stdout.write(`unpinned ${r.pins.length} objects under ${r.pinDir}\n`);
+    }
+    if (o.repo) {
+      const now = new Date().toISOString();
+      const what = r.nothingToDo ? 'no data plane (gitlb down found nothing to remove)' : `data plane removed by gitlb down (${r.links.length} links detached)`;
+      await withStatusBranch(
+        { repo: o.repo, credentialsFile: o.credentialsFile, configBranch: o.branch, statusBranch: o.statusBranch, configPath: o.path },
+        async (remote, statusBranch) => {
+          const prev = (await readAllStatuses(remote, statusBranch)).find((s) => s.node === o.node);
+          await new StatusWriter({ remote, branch: statusBranch, node: o.node }).write(downStatus(prev, o.node, o.branch, what, now), 'gitlb down');
+          process.stdout.write(`recorded in status/${o.node}.yaml on ${statusBranch}\n`);
+        },
+      );
+    }
+    return 0;
+  },
+});

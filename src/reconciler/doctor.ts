@@ -1,0 +1,174 @@
+// Preflight checks of a node (`gitlb doctor`): can `gitlb run` work here? Each check reports ok, warn or fail with
+// one line. Nothing is attached, pinned or written: BPF objects are loaded and closed, Git is fetched into a
+// temporary cache.
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir, release } from 'node:os';
+import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { loadCredentials, redactUrl } from './source/credentials.js';
+import { isUrl, openRemote } from './source/git-remote.js';
+import { readRevisionFiles } from './source/git-objects.js';
+import { parseConfig } from '../render/config/index.js';
+
+export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
+
+export interface DoctorOptions {
+  interface?: string;
+  pinRoot: string;
+  repo?: string;
+  branch: string;
+  node?: string;
+  configPath: string;
+  credentialsFile?: string;
+  webhookSecretFile?: string;
+  env: NodeJS.ProcessEnv;
+  gitTimeoutMs: number;
+}
+
+const ok = (name: string, detail: string): CheckResult => ({ level: 'ok', name, detail });
+const warn = (name: string, detail: string): CheckResult => ({ level: 'warn', name, detail });
+const fail = (name: string, detail: string): CheckResult => ({ level: 'fail', name, detail });
+
+/** The kernel features gitlb uses: XDP links (5.9), CAP_BPF (5.8), tcx links for the backend programs (6.6). */
+function checkKernel(): CheckResult {
+  const [major, minor] = release().split('.').map((n) => parseInt(n, 10));
+  const v = (major ?? 0) * 1000 + (minor ?? 0);
+  if (v < 5009) return fail('kernel', `${release()}: gitlb needs 5.9 or newer (XDP links, CAP_BPF)`);
+  if (v < 6006) return warn('kernel', `${release()}: lb nodes work; backend nodes need 6.6 or newer (tcx links)`);
+  return ok('kernel', `${release()} (XDP links, tcx links, CAP_BPF)`);
+}
+
+function checkBtf(): CheckResult {
+  return existsSync('/sys/kernel/btf/vmlinux') ? ok('btf', '/sys/kernel/btf/vmlinux present') : warn('btf', 'no /sys/kernel/btf/vmlinux: map layouts are still checked against the objects\' own BTF');
+}
+
+function checkBpffs(pinRoot: string): CheckResult {
+  const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' '));
+  const bpf = mounts.filter((m) => m[2] === 'bpf').map((m) => m[1]!);
+  const under = bpf.filter((mp) => pinRoot === mp || pinRoot.startsWith(mp.endsWith('/') ? mp : `${mp}/`)).sort((a, b) => b.length - a.length)[0];
+  if (!under) return fail('bpffs', `${pinRoot} is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)`);
+  return ok('bpffs', `${pinRoot} is on the bpf filesystem mounted at ${under}`);
+}
+
+const CAPS: [string, number][] = [
+  ['CAP_NET_ADMIN', 12],
+  ['CAP_SYS_ADMIN', 21],
+  ['CAP_PERFMON', 38],
+  ['CAP_BPF', 39],
+];
+
+function checkCapabilities(): CheckResult {
+  const line = /^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '0';
+  const eff = BigInt(`0x${line}`);
+  const missing = CAPS.filter(([, bit]) => (eff & (1n << BigInt(bit))) === 0n).map(([n]) => n);
+  if (missing.length === 0) return ok('capabilities', CAPS.map(([n]) => n).join(' '));
+  // CAP_SYS_ADMIN alone covers the BPF ones on kernels before 5.8; without it the rest must all be there.
+  return fail('capabilities', `missing ${missing.join(' ')} (the systemd unit grants them: deploy/systemd/gitlb.service)`);
+}
+
+/** Drivers with native XDP (driver mode) in mainline; others run XDP in generic (skb) mode, correct but slower. */
+const NATIVE_XDP_DRIVERS = new Set(['veth', 'virtio_net', 'mlx4_en', 'mlx5_core', 'i40e', 'ice', 'ixgbe', 'ixgbevf', 'igb', 'igc', 'bnxt_en', 'ena', 'nfp', 'qede', 'thunder', 'tun', 'netdevsim', 'hv_netvsc', 'sfc', 'stmmac', 'dpaa2', 'enetc', 'mvneta', 'mvpp2', 'lan966x', 'tsnep', 'xen-netfront', 'bond']);
+
+/** Interface facts from netlink (`ip -j -d link`) and the driver from ethtool: both see this network namespace. */
+async function checkInterface(name: string | undefined): Promise<CheckResult[]> {
+  if (!name) return [warn('interface', 'no --interface given: not checked')];
+  if (!/^[A-Za-z0-9_.-]{1,15}$/.test(name)) return [fail('interface', `'${name}' is not an interface name`)];
+  const link = await run('ip', ['-j', '-d', 'link', 'show', 'dev', name]);
+  if (link.code !== 0) return [fail('interface', `${name}: no such interface in this network namespace`)];
+  const info = (JSON.parse(link.stdout) as { operstate?: string; mtu?: number; linkinfo?: { info_kind?: string } }[])[0] ?? {};
+  const state = (info.operstate ?? 'unknown').toLowerCase();
+  const mtu = info.mtu ?? 0;
+  const driver = /^driver:\s*(\S+)/m.exec((await run('ethtool', ['-i', name])).stdout)?.[1] ?? info.linkinfo?.info_kind ?? '';
+  const out = [state === 'up' || state === 'unknown' ? ok('interface', `${name}: ${state}, mtu ${mtu}`) : warn('interface', `${name}: ${state} (XDP attaches, but nothing flows)`)];
+  if (NATIVE_XDP_DRIVERS.has(driver)) out.push(ok('xdp mode', `${name}: driver ${driver} supports native XDP (--xdp-mode auto picks it)`));
+  else out.push(warn('xdp mode', `${name}: driver ${driver || 'unknown'} has no native XDP: generic (skb) mode, correct but slower`));
+  if (mtu > 3498) out.push(warn('xdp mtu', `${name}: mtu ${mtu} is above what native XDP accepts on most drivers (about 3498): generic mode`));
+  return out;
+}
+
+/** Loads (through the verifier) and closes the BPF objects `gitlb run` would load: the strongest feature test. */
+async function checkPrograms(): Promise<CheckResult[]> {
+  const { BpfObject } = await import('../bpf/libbpf.js');
+  const out: CheckResult[] = [];
+  for (const [name, role] of [
+    ['xdp_lb', 'lb'],
+    ['tc_backend', 'backend'],
+  ] as const) {
+    try {
+      const obj = await BpfObject.load(name);
+      obj.close();
+      out.push(ok(`bpf ${role}`, `${name}.o loads (verifier accepts every program)`));
+    } catch (err) {
+      out.push(fail(`bpf ${role}`, `${name}.o does not load: ${(err as Error).message.split('\n')[0]}`));
+    }
+  }
+  return out;
+}
+
+function run(cmd: string, args: string[]): Promise<{ code: number; stdout: string }> {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { timeout: 5000 }, (err, stdout) => resolve({ code: err ? 1 : 0, stdout }));
+  });
+}
+
+async function checkClock(): Promise<CheckResult> {
+  // Status times, staleness and the SNAT expiry all read the clock; a clock NTP keeps in step is what they assume.
+  const year = new Date().getUTCFullYear();
+  if (year < 2024) return fail('clock', `the clock says ${new Date().toISOString()}: set it (NTP)`);
+  const r = await run('timedatectl', ['show', '-p', 'NTPSynchronized', '--value']);
+  if (r.code !== 0) return warn('clock', `${new Date().toISOString()}; NTP state unknown (no timedatectl)`);
+  return r.stdout.trim() === 'yes' ? ok('clock', 'synchronised by NTP') : warn('clock', `${new Date().toISOString()}; not NTP-synchronised (status ages and staleness may be off)`);
+}
+
+async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
+  if (!o.repo) return [warn('git', 'no --repo given: remote not checked')];
+  const shown = redactUrl(o.repo);
+  const cache = isUrl(o.repo) ? await mkdtemp(join(tmpdir(), 'gitlb-doctor-')) : null;
+  try {
+    const remote = openRemote(o.repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: o.credentialsFile, env: o.env }), timeoutMs: o.gitTimeoutMs });
+    const head = await remote.fetch(o.branch, { depth: 1 });
+    if (!head) return [fail('git', `${shown}: no branch '${o.branch}'`)];
+    const out = [ok('git', `${shown}: branch ${o.branch} at ${head.slice(0, 12)}`)];
+    const { model, diagnostics } = parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath));
+    if (!model) out.push(fail('config', `head ${head.slice(0, 12)} does not validate (${diagnostics.filter((d) => d.severity === 'error').length} errors; gitlb validate shows them)`));
+    else if (o.node) {
+      const n = model.nodes.find((x) => x.metadata.name === o.node);
+      if (!n) out.push(fail('config', `head ${head.slice(0, 12)} has no Node '${o.node}'`));
+      else if (o.interface && n.spec.interface !== o.interface) out.push(fail('config', `Node '${o.node}' says interface ${n.spec.interface}, not ${o.interface}`));
+      else out.push(ok('config', `head ${head.slice(0, 12)} validates; Node '${o.node}' is ${n.spec.role} on ${n.spec.interface}`));
+    } else out.push(ok('config', `head ${head.slice(0, 12)} validates (${model.nodes.length} nodes, ${model.services.length} services)`));
+    return out;
+  } catch (err) {
+    return [fail('git', `${shown}: ${(err as Error).message.split('\n')[0]}`)];
+  } finally {
+    if (cache) await rm(cache, { recursive: true, force: true });
+  }
+}
+
+function checkWebhookSecret(o: DoctorOptions): CheckResult {
+  if (o.webhookSecretFile) {
+    try {
+      const secret = readFileSync(o.webhookSecretFile, 'utf8').trim();
+      return secret ? ok('webhook secret', `${o.webhookSecretFile} (${secret.length} characters)`) : fail('webhook secret', `${o.webhookSecretFile} is empty`);
+    } catch (err) {
+      return fail('webhook secret', `${o.webhookSecretFile}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    }
+  }
+  if (o.env.GITLB_WEBHOOK_SECRET) return ok('webhook secret', 'GITLB_WEBHOOK_SECRET is set');
+  return warn('webhook secret', 'none (GITLB_WEBHOOK_SECRET or --webhook-secret-file): needed only with --webhook; polling works without');
+}
+
+export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {
+  return [
+    checkKernel(),
+    checkBtf(),
+    checkBpffs(o.pinRoot),
+    checkCapabilities(),
+    ...(await checkPrograms()),
+    ...(await checkInterface(o.interface)),
+    await checkClock(),
+    ...(await checkGit(o)),
+    checkWebhookSecret(o),
+  ];
+}
