@@ -1,10 +1,10 @@
 // Preflight checks of a node (`gitlb doctor`): can `gitlb run` work here? Each check reports ok, warn or fail with
-// one line. Nothing is attached, pinned or written: BPF objects are loaded and closed, Git is fetched into a
-// temporary cache.
-import { existsSync, readFileSync } from 'node:fs';
+// one line. Nothing is attached or written: BPF objects are loaded (their maps pinned in a scratch directory that is
+// removed again) and closed, Git is fetched into a temporary cache.
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir, release } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { loadCredentials, redactUrl } from './source/credentials.js';
 import { isUrl, openRemote } from './source/git-remote.js';
@@ -87,20 +87,27 @@ async function checkInterface(name: string | undefined): Promise<CheckResult[]> 
   return out;
 }
 
-/** Loads (through the verifier) and closes the BPF objects `gitlb run` would load: the strongest feature test. */
-async function checkPrograms(): Promise<CheckResult[]> {
+/**
+ * Loads (through the verifier) and closes the BPF objects `gitlb run` would load: the strongest feature test. Their
+ * maps are pinned by name, so they go to a scratch directory beside --pin-root that is removed again.
+ */
+async function checkPrograms(pinRoot: string): Promise<CheckResult[]> {
   const { BpfObject } = await import('../bpf/libbpf.js');
   const out: CheckResult[] = [];
   for (const [name, role] of [
     ['xdp_lb', 'lb'],
     ['tc_backend', 'backend'],
   ] as const) {
+    // bpffs refuses names with a dot: no hidden directory here.
+    const scratch = join(dirname(pinRoot), `gitlb-doctor-${process.pid}-${name}`);
     try {
-      const obj = await BpfObject.load(name);
+      const obj = await BpfObject.load(name, { pinRoot: scratch, reusePinnedMaps: false });
       obj.close();
       out.push(ok(`bpf ${role}`, `${name}.o loads (verifier accepts every program)`));
     } catch (err) {
       out.push(fail(`bpf ${role}`, `${name}.o does not load: ${(err as Error).message.split('\n')[0]}`));
+    } finally {
+      rmSync(scratch, { recursive: true, force: true });
     }
   }
   return out;
@@ -165,7 +172,7 @@ export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {
     checkBtf(),
     checkBpffs(o.pinRoot),
     checkCapabilities(),
-    ...(await checkPrograms()),
+    ...(await checkPrograms(o.pinRoot)),
     ...(await checkInterface(o.interface)),
     await checkClock(),
     ...(await checkGit(o)),
