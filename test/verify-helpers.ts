@@ -5,6 +5,7 @@ import { promisify } from 'node:util';
 import { mkdir, readFile, writeFile, chmod, readdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import { git } from './reconcile-helpers.js';
+import { loadTrust, type Trust } from '../src/reconciler/verify/trust.js';
 
 const execFileP = promisify(execFile);
 
@@ -105,4 +106,11 @@ async function hashObject(work: string, content: string): Promise<string> {
     const child = execFile('git', ['hash-object', '-t', 'commit', '-w', '--stdin'], { cwd: work }, (err, out) => (err ? reject(err) : resolve(out.trim())));
     child.stdin!.end(content);
   });
+}
+
+/** A trust set from text that must parse completely. */
+export async function trustOf(text: string): Promise<Trust> {
+  const t = await loadTrust(text, 'trust');
+  if (t.problems.length) throw new Error(t.problems.join('; '));
+  return t;
 }

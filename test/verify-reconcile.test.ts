@@ -14,11 +14,12 @@ import { HttpRemote } from '../src/reconciler/source/git-remote.js';
 import { Reconciler } from '../src/reconciler/reconcile.js';
 import { StatusWriter } from '../src/reconciler/status/status-writer.js';
 import { parseStatus, type NodeStatus } from '../src/reconciler/status/status-doc.js';
-import { loadTrust, type Trust } from '../src/reconciler/verify/trust.js';
+import type { Trust } from '../src/reconciler/verify/trust.js';
 import { loadSigningKey, type CommitSigner } from '../src/reconciler/verify/signing-key.js';
 import { verifyCommitRaw } from '../src/reconciler/verify/verify-commit.js';
+import { runCli } from '../src/cli/main.js';
 import { git, servedRepo, tempDir, configFiles, clusterYaml, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
-import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, type SshKey } from './verify-helpers.js';
+import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, type SshKey } from './verify-helpers.js';
 
 const execFileP = promisify(execFile);
 const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
@@ -79,23 +80,36 @@ async function statusOf(r: ServedRepo, name: string, rec: Reconciler): Promise<N
   return s;
 }
 
-async function trustOf(text: string): Promise<Trust> {
-  const t = await loadTrust(text, 'trust');
-  if (t.problems.length) throw new Error(t.problems.join('; '));
-  return t;
-}
 
 async function push(r: ServedRepo, force = false): Promise<void> {
   await git(r.work, 'push', '-q', ...(force ? ['-f'] : []), 'origin', 'main');
 }
 
+/** `gitlb …` as a user runs it, in a child process (for `run`, which owns the process). */
 async function gitlb(...args: string[]): Promise<{ code: number; stdout: string }> {
   try {
-    const { stdout } = await execFileP(process.execPath, ['--import', 'tsx', MAIN, ...args]);
-    return { code: 0, stdout };
+    const { stdout, stderr } = await execFileP(process.execPath, ['--import', 'tsx', MAIN, ...args]);
+    return { code: 0, stdout: stdout + stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
     return { code: e.code, stdout: e.stdout + e.stderr };
+  }
+}
+
+/** `gitlb …` in this process (status, verify, history): the same code without a second Node start-up. */
+async function cli(...args: string[]): Promise<{ code: number; stdout: string }> {
+  const out = process.stdout.write;
+  const err = process.stderr.write;
+  let text = '';
+  const capture = ((chunk: string | Uint8Array) => ((text += String(chunk)), true)) as typeof process.stdout.write;
+  process.stdout.write = capture;
+  process.stderr.write = capture;
+  try {
+    const code = await runCli(args);
+    return { code, stdout: text };
+  } finally {
+    process.stdout.write = out;
+    process.stderr.write = err;
   }
 }
 
@@ -149,11 +163,11 @@ test.serial('enforce: a signed chain applies; unsigned, unknown-key, tampered an
   t.like(s.verification?.failures[0], { commit: unsigned, author: 'test <test@example.com>', reason: 'unsigned' });
   t.is(s.counters.rollbacksPushed, 0);
   t.is(await git(r.work, 'ls-remote', 'origin', 'refs/heads/main').then((l) => l.split('\t')[0]), tip, 'branch not reverted');
-  const st = await gitlb('status', '--repo', r.url);
+  const st = await cli('status', '--repo', r.url);
   t.is(st.code, 1, st.stdout);
   t.regex(st.stdout, new RegExp(`lb-1: condition Ready=False VerificationFailed: ${tip.slice(0, 12)} failed at verify: commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
   // The same range offline, as CI would check it.
-  const v = await gitlb('verify', '--repo', r.work, '--range', `${c2}..${tip}`, '--trust', trustFile);
+  const v = await cli('verify', '--repo', r.work, '--range', `${c2}..${tip}`, '--trust', trustFile);
   t.is(v.code, 1, v.stdout);
   t.regex(v.stdout, /REFUSED commit [0-9a-f]{12} by test <test@example.com>: unsigned/);
   t.regex(v.stdout, /1 of 2 commit\(s\) refused/);
@@ -190,8 +204,8 @@ test.serial('enforce: a signed chain applies; unsigned, unknown-key, tampered an
   t.is(s.appliedRevision, c3);
   t.like(s.conditions?.find((c) => c.type === 'Ready'), { status: 'True' });
   t.false(s.conditions?.some((c) => c.reason === 'VerificationFailed'));
-  t.notRegex((await gitlb('status', '--repo', r.url)).stdout, /VerificationFailed/);
-  const h = await gitlb('history', '--repo', r.url);
+  t.notRegex((await cli('status', '--repo', r.url)).stdout, /VerificationFailed/);
+  const h = await cli('history', '--repo', r.url);
   t.regex(h.stdout, /SUBJECT\s+SIGNED BY/);
   t.regex(h.stdout, new RegExp(`${c3.slice(0, 12)}\\s+[0-9a-f]{12}\\s+test <test@example.com>\\s+back to two reals\\s+alice@example.com \\(SSH SHA256:`));
   t.regex(h.stdout, new RegExp(`${c2.slice(0, 12)}\\s+[0-9a-f]{12}\\s+test <test@example.com>\\s+add a real\\s+Carol <carol@example.com>`));
@@ -302,4 +316,41 @@ test.serial('a node-signed automatic revert is accepted by the other nodes; one 
   if (o4.kind === 'failed') t.regex(o4.reason, new RegExp(`commit ${o3.rollback.commit.slice(0, 12)} by gitlb lb-3 <lb-3@gitlb.invalid>: unknown-key`));
   t.is(lb2.appliedRevision, revert);
   void c1;
+});
+
+test.serial('gitlb run --once with --trust, --trust-from and --signing-key', async (t) => {
+  const r = await repo();
+  const keys = await dir('keys-cli');
+  const alice = await sshKey(keys, 'alice');
+  const nodeKey = await sshKey(keys, 'lb-1');
+  const trustFile = join(keys, 'trust');
+  await writeFile(trustFile, `${signerLine('alice@example.com', alice)}\n${signerLine('lb-1@gitlb.invalid', nodeKey)}\n`);
+  // History from before the team signed: an unsigned first commit.
+  const legacy = await signedCommit(r.work, { 'README.md': 'legacy\n' }, 'before signing', null);
+  const signed = await signedCommit(r.work, config(), 'signed config', { ssh: alice });
+  await push(r);
+  const run = async (...extra: string[]) =>
+    gitlb('run', '--repo', r.url, '--node', 'lb-1', '--role', 'lb', '--once', '--pin-root', join(PIN_BASE, 'cli'), '--cache-dir', await dir('cli-cache'), ...extra);
+
+  const refused = await run('--trust', trustFile);
+  t.is(refused.code, 1, refused.stdout);
+  t.regex(refused.stdout, new RegExp(`last attempt failed: commit ${legacy.slice(0, 12)} by test <test@example.com>: unsigned`));
+
+  const ok = await run('--trust', trustFile, '--trust-from', legacy, '--signing-key', nodeKey.private);
+  t.is(ok.code, 0, ok.stdout);
+  t.regex(ok.stdout, new RegExp(`applied ${signed}`));
+  // The node's status commit carries its SSH signature: the git CLI checks it against the same trust file.
+  await git(r.work, 'fetch', '-q', 'origin', 'gitlb-status');
+  const statusCommit = await git(r.work, 'log', '-1', '--author=lb-1 <', '--format=%H', 'FETCH_HEAD');
+  await t.notThrowsAsync(git(r.work, '-c', `gpg.ssh.allowedSignersFile=${trustFile}`, 'verify-commit', statusCommit));
+
+  // Usage and key-file errors stop the start before anything is opened (checked in this process: no data plane).
+  const pins = join(PIN_BASE, 'cli-none');
+  const common = ['run', '--repo', r.url, '--node', 'lb-1', '--role', 'lb', '--once', '--pin-root', pins, '--cache-dir', await dir('cli-cache-x')];
+  t.is((await cli(...common, '--trust', trustFile, '--trust-from', legacy.slice(0, 12))).code, 2, 'abbreviated --trust-from');
+  const badTrust = join(keys, 'bad-trust');
+  await writeFile(badTrust, `${signerLine('alice@example.com', alice)}\nbob@example.com ssh-ed25519 AAAA-not-base64\n`);
+  const bad = await cli(...common, '--trust', badTrust);
+  t.is(bad.code, 1);
+  t.regex(bad.stdout, new RegExp(`${badTrust}:2: public key: not base64`));
 });

@@ -10,13 +10,12 @@ import { join } from 'node:path';
 import { parseSshSignature, verifySshSignature, signSshMessage } from '../src/reconciler/verify/sshsig.js';
 import { parseOpenSshPrivateKey, loadSigningKey } from '../src/reconciler/verify/signing-key.js';
 import { parseTrustText } from '../src/reconciler/verify/allowed-signers.js';
-import { loadTrust, type Trust } from '../src/reconciler/verify/trust.js';
 import { verifyCommitRaw } from '../src/reconciler/verify/verify-commit.js';
 import { verifyRange, DEFAULT_POLICY } from '../src/reconciler/verify/verify-range.js';
 import { writeCommitObject } from '../src/reconciler/source/git-objects.js';
 import { wireString, wireUint32 } from '../src/reconciler/verify/ssh-wire.js';
 import { git, tempDir } from './reconcile-helpers.js';
-import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, type GpgKey } from './verify-helpers.js';
+import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, type GpgKey } from './verify-helpers.js';
 
 const execFileP = promisify(execFile);
 const cleanups: (() => unknown)[] = [];
@@ -97,11 +96,6 @@ async function localRepo(name: string) {
   return { d, work, commit: (signing: Parameters<typeof signedCommit>[3], msg = `c${++n}`) => signedCommit(work, { [`f${n}.txt`]: msg }, msg, signing) };
 }
 
-async function trustOf(text: string): Promise<Trust> {
-  const t = await loadTrust(text, 'trust');
-  if (t.problems.length) throw new Error(t.problems.join('; '));
-  return t;
-}
 
 test('commits signed by the git CLI (SSH): signed, unsigned, unknown key, tampered, expired window', async (t) => {
   const r = await localRepo('ssh-commits');

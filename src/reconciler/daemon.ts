@@ -57,6 +57,7 @@ export interface DaemonOptions {
   /** Root of trust for commit signatures (--trust), and this node's commit signer (--signing-key). */
   trust?: Trust | null;
   signer?: PayloadSigner;
+  trustFrom?: string;
   log?: Logger;
   /** Observability hooks (src/reconciler/metrics): wraps the Git remote (timing every fetch and push) and hears
    * every reconcile's outcome. */
@@ -144,6 +145,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     configPath: o.configPath,
     trust: o.trust,
     signer: o.signer,
+    trustFrom: o.trustFrom,
     log,
     statusSink:
       o.writeStatus === false

@@ -70,6 +70,8 @@ export interface NodeDaemonOptions {
   /** Root of trust for commit signatures (--trust) and this node's commit signer (--signing-key); docs/verification.md. */
   trust?: Trust | null;
   signer?: PayloadSigner;
+  /** Commits reachable from this one need no signature before the first apply (--trust-from). */
+  trustFrom?: string;
   log?: Logger;
   hooks?: NodeDaemonHooks;
 }
@@ -254,6 +256,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     gitTimeoutMs: o.gitTimeoutMs,
     trust: o.trust,
     signer: o.signer,
+    trustFrom: o.trustFrom,
     log,
     wrapRemote: o.hooks?.wrapRemote,
     onReconcile: o.hooks?.onReconcile,

@@ -95,6 +95,11 @@ export interface ReconcilerOptions {
   trust?: Trust | null;
   /** Signs this node's automatic revert commits (--signing-key). */
   signer?: PayloadSigner;
+  /**
+   * Before anything was applied, commits reachable from this one count as verified (history from before the
+   * team signed its commits; --trust-from). Once a revision is applied, that revision is the base instead.
+   */
+  trustFrom?: string;
   clock?: () => Date;
   log?: Logger;
 }
@@ -471,7 +476,7 @@ export class Reconciler {
         remote,
         branch,
         head,
-        base: this.applied,
+        base: this.applied ?? this.o.trustFrom ?? null,
         lastGood: this.appliedModel,
         root: this.o.trust ?? null,
         now: this.clock(),

@@ -42,8 +42,15 @@ interface RunOptions {
   logLevel: LogLevel;
   trust?: string;
   signingKey?: string;
+  trustFrom?: string;
   once: boolean;
   path: string;
+}
+
+/** A full commit id: an abbreviation could name a different commit once the repository grows. */
+function commitId(text: string): string {
+  if (!/^[0-9a-f]{40}$/.test(text)) throw new InvalidArgumentError('expected a full 40-character commit id');
+  return text;
 }
 
 /** Schedules are checked while parsing, so a typo is a usage error before anything starts. */
@@ -103,6 +110,7 @@ function defineRun(cmd: Command): void {
     .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
     .addOption(new Option('--log-level <level>', 'least severe level logged').choices([...LOG_LEVELS]).default('info'))
     .option('--trust <file>', 'root of trust for commit signatures: SSH allowed_signers lines and/or armored OpenPGP public keys; every new commit must then be signed (docs/verification.md)')
+    .option('--trust-from <commit>', 'full id of a commit whose history counts as verified until this node has applied a revision (repositories with unsigned history from before signing)', commitId)
     .option('--signing-key <file>', "sign this node's status and automatic-revert commits (unencrypted OpenSSH or OpenPGP private key)")
     .option('--once', 'reconcile once, print the outcome and exit', false);
 }
@@ -187,6 +195,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         hooks,
         trust,
         signer,
+        trustFrom: values.trustFrom,
       });
       current = { desired: () => nd!.daemon.reconciler.desired };
     } catch (err) {

@@ -4,7 +4,7 @@
 import { parseSshPublicKeyText, type SshPublicKey } from './ssh-key.js';
 
 export interface AllowedSigner {
-  principals: string[]; // patterns (`*` and `?` wildcards allowed, as in ssh-keygen)
+  principals: string[]; // named as the signer; not matched against the committer (git does not either)
   namespaces: string[] | null; // null: any namespace
   validAfter: Date | null;
   validBefore: Date | null;
@@ -128,10 +128,4 @@ export function parseTrustText(text: string, name: string): TrustText {
     }
   }
   return out;
-}
-
-/** ssh-keygen's principal patterns: `*` any run, `?` one character; a leading `!` negation is not allowed here. */
-export function principalMatches(pattern: string, principal: string): boolean {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
-  return re.test(principal);
 }
