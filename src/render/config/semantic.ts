@@ -66,6 +66,8 @@ interface LbNode {
   name: string;
   allowed: IpCidr[];
   snat: IpAddress | null;
+  /** spec.addresses given: backends accept IP-in-IP only from lb node addresses (docs/backend.md) */
+  hasAddresses: boolean;
 }
 
 export function checkSemantics(input: SemanticInput, emit: Emit): void {
@@ -228,7 +230,7 @@ function checkNode(
     emit('error', doc, ['spec', 'snatPorts'], `spec.snatPorts: min ${spec.snatPorts.min} is above max ${spec.snatPorts.max}`);
   if (spec.role === 'lb') {
     if (spec.allowedVips.length === 0) emit('warning', doc, ['spec', 'role'], `lb node '${name}' has no spec.allowedVips, so it serves no VIP`);
-    lbNodes.push({ name, allowed, snat });
+    lbNodes.push({ name, allowed, snat, hasAddresses: spec.addresses.length > 0 });
   }
 }
 
@@ -289,6 +291,10 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
     const servingLbs = ctx.lbNodes.filter((n) => n.allowed.some((c) => cidrContains(c, vip)));
     if (servingLbs.length === 0) {
       emit('error', doc, ['spec', 'vip'], `spec.vip: ${canon} is outside spec.allowedVips of every lb node, so no node would serve it`);
+    }
+    if (mode !== 'snat' && encap === 'ipip') {
+      for (const n of servingLbs.filter((x) => !x.hasAddresses))
+        emit('warning', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: lb node '${n.name}' may serve ${canon} but has no spec.addresses; backends decapsulate IP-in-IP only from lb node addresses, so its tunnels will be refused`);
     }
     if (encap === 'ipopt' && vip.family === 6) {
       emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: ipopt is IPv4 only, but the VIP ${canon} is IPv6 (use l2 or ipip)`);
