@@ -55,7 +55,6 @@ export function decodeBase64Strict(text: string, field: string): Uint8Array {
 }
 
 const utf8 = new TextEncoder();
-const hashOut = new Uint32Array(4);
 let idBytes = new Uint8Array(128);
 
 /** UTF-8 bytes of `id` in a reused buffer (identity strings are ASCII; others take the slow path). */
@@ -69,12 +68,33 @@ function encodeId(id: string): Uint8Array {
   return idBytes.subarray(0, id.length);
 }
 
+// Murmur3 of backend identities, memoised per seed: every render hashes the same reals again (for every revision
+// and every service they are in), and hashing a 40-byte identity in 32-bit halves costs more than a backend's
+// share of the fill. KatranLb likewise computes a real's hash once, when the real is added. Bounded: the memo is
+// dropped when it is full or the seed changes. The result depends only on (id, seed), so builds stay pure.
+const MEMO_MAX = 65536;
+let memoSeed = -1;
+const memo = new Map<string, Uint32Array>();
+
+function identityHash(id: string, seed: number): Uint32Array {
+  if (seed !== memoSeed || memo.size >= MEMO_MAX) {
+    memo.clear();
+    memoSeed = seed;
+  }
+  let h = memo.get(id);
+  if (!h) {
+    h = murmur3x64_128(encodeId(id), seed, new Uint32Array(4));
+    memo.set(id, h);
+  }
+  return h;
+}
+
 /** The Maglev permutation parameters of one backend: offset = h1 mod M, skip = h2 mod (M-1) + 1. */
 export function maglevOffsetSkip(id: string, tableSize: number, seed: number): { offset: number; skip: number } {
-  murmur3x64_128(encodeId(id), seed, hashOut);
+  const h = identityHash(id, seed);
   return {
-    offset: u64Mod(hashOut[0]!, hashOut[1]!, tableSize),
-    skip: u64Mod(hashOut[2]!, hashOut[3]!, tableSize - 1) + 1,
+    offset: u64Mod(h[0]!, h[1]!, tableSize),
+    skip: u64Mod(h[2]!, h[3]!, tableSize - 1) + 1,
   };
 }
 
