@@ -10,7 +10,7 @@
 import { execFile } from 'node:child_process';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { DataPlane, Op } from '../bpf/dataplane/index.js';
+import type { DataPlane, ExecuteOptions, Op } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
 import { canonicalIp } from '../render/ip.js';
 
@@ -280,14 +280,14 @@ async function reconcileSysctls(host: Host, state: OwnershipState, opts: Backend
 export function withBackendVips(dp: DataPlane, opts: BackendVipsOptions): DataPlane {
   let applied: string[] | null = null; // localVips of the last successful apply (null: not known in this process)
   let planned: DesiredState | null = null; // the state of the last plan(): execute() makes its VIPs local
-  const execute = async (ops: Op[]) => {
+  const execute = async (ops: Op[], exec?: ExecuteOptions) => {
     const want = planned?.localVips;
-    if (!want) return dp.execute(ops);
+    if (!want) return dp.execute(ops, exec);
     const before = applied ?? (await ownedVips(opts.stateFile));
     await reconcileBackendVips([...new Set([...before, ...want])], opts);
     let report;
     try {
-      report = await dp.execute(ops);
+      report = await dp.execute(ops, exec);
     } catch (e) {
       await reconcileBackendVips(before, opts).catch(() => undefined); // best effort; the apply error is what matters
       throw e;

@@ -138,6 +138,9 @@ function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** A plan this long is announced before it runs (its progress follows every couple of seconds). */
+const LARGE_PLAN_OPS = 1000;
+
 /** Delay before a failed status write is tried again (the writer already retried races and timeouts). */
 const STATUS_RETRY_MS = 5000;
 
@@ -432,7 +435,7 @@ export class Reconciler {
     const delay = Math.min(this.retry.maxMs, this.retry.baseMs * 2 ** (attempts - 1));
     const changed = this.fetchFailure?.reason !== reason;
     this.fetchFailure = { reason, attempts, retryAt: this.clock().getTime() + delay };
-    this.log.warn(`fetch failed (attempt ${attempts}, retry in ${delay} ms): ${reason}`);
+    this.log.warn(`fetch failed (attempt ${attempts}, retry in ${delay} ms): ${reason}`, { stage: 'fetch', reason, attempts, retryMs: delay });
     this.condition('Ready', 'False', 'FetchFailed', reason);
     this.condition('Reconciling', 'True', 'FetchFailed', `retrying in ${Math.round(delay / 1000)} s (attempt ${attempts})`);
     if (changed) this.publish('fetch failed');
@@ -530,7 +533,11 @@ export class Reconciler {
       try {
         plan = await this.dp.plan(desired);
         mark('plan');
-        report = await this.dp.execute(plan);
+        if (plan.length >= LARGE_PLAN_OPS) this.log.info(`applying ${head.slice(0, 12)}: ${plan.length} ops`, { revision: head, stage: 'apply', ops: plan.length });
+        report = await this.dp.execute(plan, {
+          onProgress: (done, total, r) => this.log.info(`applying ${head.slice(0, 12)}: ${done}/${total} ops, ${r.mapWrites} map writes so far`,
+            { revision: head, stage: 'apply', done, total, mapWrites: r.mapWrites }),
+        });
         mark('apply');
         this.countReport(report);
       } catch (err) {
@@ -592,7 +599,11 @@ export class Reconciler {
     for (const w of warnings) this.log.warn(w);
     this.log.info(
       `${result} ${head.slice(0, 12)} (${trigger}${adopting && this.o.adoptedRevision ? `, adopted pinned state of ${this.o.adoptedRevision.slice(0, 12)}` : ''}): ` +
-        `${report.mapWrites} map writes, ${report.mapDeletes} deletes, ${report.ringSwitches} ring switches`,
+        `${report.mapWrites} map writes, ${report.mapDeletes} deletes, ${report.ringSwitches} ring switches ` +
+        `(${desired.services.length} services, ${desired.reals.length} reals, ${desired.vips.length} listeners)`,
+      { revision: head, stage: 'apply', result, trigger, mapWrites: report.mapWrites, mapDeletes: report.mapDeletes,
+        ringSwitches: report.ringSwitches, services: desired.services.length, reals: desired.reals.length, listeners: desired.vips.length,
+        ...(changed ? { durationMs: Object.values(this.timings).reduce((a, b) => a + b, 0) } : {}) },
     );
     this.publish(adopting ? `start (${trigger})` : trigger);
     return changed
@@ -704,7 +715,8 @@ export class Reconciler {
       retryAt: retryable ? this.clock().getTime() + delay : Infinity,
     });
     this.lastAttempt = this.lastFailure = this.attempt(head, 'failed', stage, reason);
-    this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`);
+    this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`,
+      { revision: head, stage, reason, ...(retryable ? { retryMs: delay } : {}) });
 
     // The revert first: it is what brings the fleet back; the status write can follow.
     this.condition('Ready', 'False', STAGE_REASON[stage], `${head.slice(0, 12)} failed at ${stage}: ${reason}`);
@@ -787,7 +799,8 @@ export class Reconciler {
         this.appliedDesired = desired;
         await this.refreshServices(desired);
       }
-      this.log.info(`re-rendered ${candidate ? 'candidate' : this.applied?.slice(0, 12)} (${why}): ${r.mapWrites} map writes`);
+      this.log.info(`re-rendered ${candidate ? 'candidate' : this.applied?.slice(0, 12)} (${why}): ${r.mapWrites} map writes`,
+        { stage: 'health', reason: why, mapWrites: r.mapWrites, mapDeletes: r.mapDeletes, ringSwitches: r.ringSwitches });
       return r;
     });
     // Publish even without a ring change: in consensus mode peers vote with what this node observes.
@@ -826,7 +839,8 @@ export class Reconciler {
     }
     this.counters.driftRepairs++;
     this.driftRepaired = `repaired ${drift.differences.length} differences: ${drift.differences.slice(0, 3).join('; ')}`;
-    this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`);
+    this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`,
+      { stage: 'drift', count: drift.differences.length, mapWrites: report.mapWrites });
     await this.refreshServices(desired);
     return { differences: drift.differences, report, why: `drift repaired: ${drift.differences.length} differences` };
   }

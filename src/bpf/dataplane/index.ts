@@ -18,9 +18,9 @@ import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
-import { EMPTY_REPORT, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
-export type { ApplyReport, DataPlane, LiveState, Op, ReadLiveOptions } from './types.js';
+export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
 export { ringDigest } from './rings.js';
 
 export interface LbDataPlaneOptions {
@@ -247,7 +247,7 @@ class LbDataPlane implements DataPlane {
     return this.execute(await this.plan(desired));
   }
 
-  async execute(ops: Op[]): Promise<ApplyReport> {
+  async execute(ops: Op[], opts: ExecuteOptions = {}): Promise<ApplyReport> {
     if (!this.obj) await this.load(this.sizing ?? undefined);
     const m = this.maps;
     const report: ApplyReport = { ...EMPTY_REPORT };
@@ -341,9 +341,15 @@ class LbDataPlane implements DataPlane {
     };
 
     try {
+      let reported = performance.now();
       for (let i = 0; i < ops.length; i++) {
         const o = ops[i]!;
         report.ops++;
+        // the loop is synchronous: a long one says how far it got, every couple of seconds (checked every 64 ops)
+        if (opts.onProgress && (report.ops & 63) === 0 && performance.now() - reported >= PROGRESS_INTERVAL_MS) {
+          opts.onProgress(report.ops, ops.length, report);
+          reported = performance.now();
+        }
         switch (o.op) {
           case 'settings.set':
             put(m.config, encodeU32(0), encodeConfig(o.value));

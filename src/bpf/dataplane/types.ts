@@ -27,13 +27,21 @@ export interface ReadLiveOptions {
   verify?: boolean;
 }
 
+export interface ExecuteOptions {
+  /** Progress of a long execute: called at most every PROGRESS_INTERVAL_MS with the ops done so far. */
+  onProgress?(done: number, total: number, report: ApplyReport): void;
+}
+
+/** How often a long execute reports progress. */
+export const PROGRESS_INTERVAL_MS = 2000;
+
 export interface DataPlane {
   /** What the node's maps hold. Cheap by default: rings are identified by their map, not read (see docs). */
   readLive(opts?: ReadLiveOptions): Promise<LiveState>;
   /** The ops that would take the live maps to `desired` (validated first; nothing is written). */
   plan(desired: DesiredState): Promise<Op[]>;
   /** Runs `ops` in order; on any failure undoes what it did (the previous state stays intact) and throws. */
-  execute(ops: Op[]): Promise<ApplyReport>;
+  execute(ops: Op[], opts?: ExecuteOptions): Promise<ApplyReport>;
   /** readLive + plan + execute. */
   apply(desired: DesiredState): Promise<ApplyReport>;
   counters(): Promise<Record<string, number | Record<string, number>>>;
