@@ -14,7 +14,8 @@ import { verifyCommitRaw } from '../src/reconciler/verify/verify-commit.js';
 import { verifyRange, DEFAULT_POLICY } from '../src/reconciler/verify/verify-range.js';
 import { writeCommitObject } from '../src/reconciler/source/git-objects.js';
 import { wireString, wireUint32 } from '../src/reconciler/verify/ssh-wire.js';
-import { git, tempDir } from './reconcile-helpers.js';
+import { git, tempDir, configFiles, clusterYaml } from './reconcile-helpers.js';
+import { parseConfig, formatDiagnostic } from '../src/render/config/index.js';
 import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, type GpgKey } from './verify-helpers.js';
 
 const execFileP = promisify(execFile);
@@ -264,4 +265,21 @@ test('node signing keys: commits written by gitlb are signed so that git itself 
   }
   await t.throwsAsync(loadSigningKey('-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n', 'k'), { message: /^k: / });
   await t.throwsAsync(loadSigningKey('hello', 'k'), { message: /neither an OpenSSH private key nor/ });
+});
+
+test('Cluster.spec.verification: defaults, and bad values refused at the field with file:line:col', (t) => {
+  const parse = (verification: string) => {
+    const files = configFiles(['lb-1'], ['198.51.100.10']);
+    files['cluster.yaml'] = clusterYaml() + `  verification: ${verification}\n`;
+    return parseConfig(Object.entries(files).map(([path, text]) => ({ path, content: new TextEncoder().encode(text) })));
+  };
+  t.deepEqual(parse('{ mode: enforce }').model?.cluster.spec.verification, { mode: 'enforce', formats: ['openpgp', 'ssh'], signersFile: 'trust/allowed_signers' });
+  t.is(parseConfig(Object.entries(configFiles(['lb-1'], ['198.51.100.10'])).map(([path, text]) => ({ path, content: new TextEncoder().encode(text) }))).model?.cluster.spec.verification, undefined);
+  const errors = (v: string) => parse(v).diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic).join('\n');
+  t.regex(errors('{ mode: strict }'), /^cluster\.yaml:8:\d+: error: .*mode/m);
+  t.regex(errors('{ formats: [ssh, ssh] }'), /^cluster\.yaml:8:\d+: error: .*formats/m);
+  t.regex(errors('{ formats: [x509] }'), /^cluster\.yaml:8:\d+: error: .*formats/m);
+  t.regex(errors('{ signersFile: ../keys }'), /^cluster\.yaml:8:\d+: error: .*repository-relative path/m);
+  t.regex(errors('{ signersFile: trust/signers.yaml }'), /^cluster\.yaml:8:\d+: error: spec\.verification\.signersFile: 'trust\/signers\.yaml' is a YAML path/m);
+  t.regex(errors('{ signersFile: status/keys }'), /^cluster\.yaml:8:\d+: error: spec\.verification\.signersFile: 'status\/keys' is under status\//m);
 });
