@@ -11,7 +11,7 @@ ADDON    := src/bpf/napi/build/Release/gitlb_bpf.node
 ADDON_SRC := $(wildcard src/bpf/napi/*.cc src/bpf/napi/*.h src/bpf/napi/binding.gyp)
 AVA_FLAGS ?=
 
-.PHONY: deps build bpf addon ts test demo clean lab-clean bench
+.PHONY: deps build bpf addon ts test demo clean lab-clean bench install install-tree
 
 deps: node_modules/.package-lock.json
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -47,6 +47,28 @@ test: build
 
 demo: build
 	bin/gitlb demo
+
+# `make install`: the runtime tree under $(PREFIX) (compiled JS, BPF objects, the addon, schemas, production
+# node_modules), the systemd unit, an environment file to fill in (kept when present) and /usr/local/bin/gitlb.
+# DESTDIR stages it elsewhere (packaging, tests).
+PREFIX ?= /opt/gitlb
+SYSTEMD_DIR ?= /etc/systemd/system
+RUNTIME := package.json package-lock.json bin dist schemas README.md docs
+install: build install-tree
+
+install-tree:
+	@set -e; root="$(DESTDIR)$(PREFIX)"; mkdir -p "$$root"; \
+	for d in $(RUNTIME) build src node_modules; do rm -rf "$$root/$$d"; done; \
+	cp -a $(RUNTIME) "$$root/"; \
+	mkdir -p "$$root/build/bpf" "$$root/src/bpf/napi/build/Release"; \
+	cp build/bpf/*.o "$$root/build/bpf/"; cp $(ADDON) "$$root/src/bpf/napi/build/Release/"; \
+	cp -a node_modules "$$root/"; (cd "$$root" && npm prune --omit=dev --no-audit --no-fund --loglevel=error >/dev/null); \
+	install -D -m 0644 deploy/systemd/gitlb.service "$(DESTDIR)$(SYSTEMD_DIR)/gitlb.service"; \
+	sed -i 's|/opt/gitlb|$(PREFIX)|g' "$(DESTDIR)$(SYSTEMD_DIR)/gitlb.service"; \
+	[ -e "$(DESTDIR)/etc/gitlb/gitlb.env" ] || install -D -m 0600 deploy/systemd/gitlb.env "$(DESTDIR)/etc/gitlb/gitlb.env"; \
+	mkdir -p "$(DESTDIR)/usr/local/bin" "$(DESTDIR)/var/lib/gitlb"; ln -sfn "$(PREFIX)/bin/gitlb" "$(DESTDIR)/usr/local/bin/gitlb"; \
+	echo "installed gitlb in $$root; unit $(DESTDIR)$(SYSTEMD_DIR)/gitlb.service; settings $(DESTDIR)/etc/gitlb/gitlb.env"; \
+	if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload || true; fi
 
 bench: build
 	@for b in bench/*/run; do echo "== $$b"; $$b || exit 1; done
