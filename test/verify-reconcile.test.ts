@@ -171,6 +171,10 @@ test.serial('enforce: a signed chain applies; unsigned, unknown-key, tampered an
   t.is(v.code, 1, v.stdout);
   t.regex(v.stdout, /REFUSED commit [0-9a-f]{12} by test <test@example.com>: unsigned/);
   t.regex(v.stdout, /1 of 2 commit\(s\) refused/);
+  // Over HTTP, from a shallow temporary cache that deepens until BASE is there.
+  const vu = await cli('verify', '--repo', r.url, '--range', `${c2}..main`, '--trust', trustFile);
+  t.is(vu.code, 1, vu.stdout);
+  t.regex(vu.stdout, new RegExp(`REFUSED commit ${unsigned.slice(0, 12)} .*: unsigned[\\s\\S]*ok +commit ${tip.slice(0, 12)} .*alice@example.com`));
 
   // Unknown key, tampered commit, expired OpenPGP key: each refused with its reason.
   const refusal = async (make: () => Promise<string>, reason: string) => {

@@ -30,14 +30,24 @@ async function resolveName(gitdir: string, rev: string): Promise<string> {
   }
 }
 
+/** A fetched cache is shallow: deepen (doubling, up to 4096 commits) until `oid` is there. */
+async function deepenUntilPresent(remote: GitRemote, branch: string, oid: string): Promise<void> {
+  const present = () => git.readCommit({ fs, gitdir: remote.gitdir, oid }).then(() => true, () => false);
+  for (let extra = 16; !(await present()) && extra <= 4096; extra *= 2) await remote.deepen(branch, extra);
+  if (!(await present())) throw new Error(`${oid.slice(0, 12)} is not in the history of '${branch}' (searched 4096 commits)`);
+}
+
 /** A name or id with git's `~N` / `^N` suffixes (HEAD~2, main^2). */
-async function resolveRev(gitdir: string, rev: string): Promise<string> {
+async function resolveRev(gitdir: string, rev: string, deepen?: () => Promise<void>): Promise<string> {
   const m = /^(.*?)((?:[~^]\d*)*)$/.exec(rev)!;
   let oid = await resolveName(gitdir, m[1]!);
   for (const [, op, n] of m[2]!.matchAll(/([~^])(\d*)/g)) {
     const count = n === '' ? 1 : Number(n);
     for (let i = 0; i < (op === '~' ? count : 1); i++) {
-      const { commit } = await git.readCommit({ fs, gitdir, oid });
+      const { commit } = await git.readCommit({ fs, gitdir, oid }).catch(async () => {
+        await deepen?.(); // a shallow cache may not hold the parents yet
+        return git.readCommit({ fs, gitdir, oid });
+      });
       const parent = commit.parent[op === '^' ? Math.max(count, 1) - 1 : 0];
       if (!parent || (op === '^' && count === 0)) {
         if (op === '^' && count === 0) break;
@@ -89,10 +99,14 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
-      if (cache && !(await remote.fetch(values.branch, { depth: 1 }))) throw new UsageError(`branch '${values.branch}' not found`);
+      const fetched = cache ? await remote.fetch(values.branch, { depth: 1 }) : null;
+      if (cache && !fetched) throw new UsageError(`branch '${values.branch}' not found`);
+      // In a fetched cache the branch is a remote-tracking ref: its name means the fetched head.
+      const resolve = (rev: string) => (fetched && rev === values.branch ? Promise.resolve(fetched) : resolveRev(remote.gitdir, rev, () => remote.deepen(values.branch, 64)));
       const [baseRev, headRev] = parts.length === 2 ? [parts[0]!, parts[1]!] : [null, parts[0]!];
-      const head = await resolveRev(remote.gitdir, headRev);
-      const base = baseRev ? await resolveRev(remote.gitdir, baseRev) : null;
+      const head = await resolve(headRev);
+      const base = baseRev ? await resolve(baseRev) : null;
+      if (base && cache) await deepenUntilPresent(remote, values.branch, base);
       const baseModel = base ? parseConfig(await readRevisionFiles(remote.gitdir, base)).model : null;
       const policy = { ...policyFor(baseModel, true), mode: 'enforce' as const };
       const r = await verifyRange({
