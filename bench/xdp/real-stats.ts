@@ -1,4 +1,4 @@
-// Runs inside the bench namespace (see real-stats-bench.ts): what the per-real counters cost on the hot path.
+// Runs inside the bench namespace (bench.ts with XDP_BENCH_MEASURE=real-stats.ts): what the per-real counters cost on the hot path.
 // The LB program is measured twice in the same run, alternating on the same harness, packets and maps: as built
 // (build/bpf/xdp_lb.o) and built with -DLB_BENCH_NO_REAL_STATS (per-real counting compiled out), each net of the
 // harness floor (an empty XDP program). BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1.

@@ -37,26 +37,21 @@ function memo<T>(read: () => T): () => T {
 
 type Labels = Record<string, string>;
 
-/** A counter whose value is the kernel's: every scrape sets it from `values()`. */
-function kernelCounter(reg: Registry, name: string, help: string, labelNames: string[], values: () => Array<[Labels, number]>): void {
-  new Counter({
-    name, help, labelNames, registers: [reg],
-    collect() {
-      this.reset();
-      for (const [labels, v] of values()) this.inc(labels, v);
-    },
-  });
+/** A counter or gauge whose value is the kernel's: every scrape sets it from `values()`. */
+function kernelMetric(kind: 'counter' | 'gauge', reg: Registry, name: string, help: string, labelNames: string[],
+  values: () => Array<[Labels, number]>): void {
+  const collect = function (this: Counter | Gauge) {
+    this.reset();
+    for (const [labels, v] of values()) {
+      if (this instanceof Gauge) this.set(labels, v);
+      else this.inc(labels, v);
+    }
+  };
+  if (kind === 'counter') new Counter({ name, help, labelNames, registers: [reg], collect });
+  else new Gauge({ name, help, labelNames, registers: [reg], collect });
 }
-
-function kernelGauge(reg: Registry, name: string, help: string, labelNames: string[], values: () => Array<[Labels, number]>): void {
-  new Gauge({
-    name, help, labelNames, registers: [reg],
-    collect() {
-      this.reset();
-      for (const [labels, v] of values()) this.set(labels, v);
-    },
-  });
-}
+const kernelCounter = kernelMetric.bind(null, 'counter');
+const kernelGauge = kernelMetric.bind(null, 'gauge');
 
 const DROP_PREFIX = 'drop_';
 const PASS_PREFIX = 'pass_';
