@@ -4,7 +4,9 @@
 import test from 'ava';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { rmSync } from 'node:fs';
+import { rmSync, readFileSync } from 'node:fs';
+import { parse } from 'yaml';
+import { runCli } from '../src/cli/main.js';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseSshSignature, verifySshSignature, signSshMessage } from '../src/reconciler/verify/sshsig.js';
@@ -282,4 +284,56 @@ test('Cluster.spec.verification: defaults, and bad values refused at the field w
   t.regex(errors('{ signersFile: ../keys }'), /^cluster\.yaml:8:\d+: error: .*repository-relative path/m);
   t.regex(errors('{ signersFile: trust/signers.yaml }'), /^cluster\.yaml:8:\d+: error: spec\.verification\.signersFile: 'trust\/signers\.yaml' is a YAML path/m);
   t.regex(errors('{ signersFile: status/keys }'), /^cluster\.yaml:8:\d+: error: spec\.verification\.signersFile: 'status\/keys' is under status\//m);
+});
+
+/** `gitlb …` in this process, capturing what it prints. */
+async function cli(args: string[]): Promise<{ code: number; out: string }> {
+  const [out, err] = [process.stdout.write, process.stderr.write];
+  let text = '';
+  process.stdout.write = process.stderr.write = ((chunk: string | Uint8Array) => ((text += String(chunk)), true)) as typeof process.stdout.write;
+  try {
+    return { code: await runCli(args), out: text };
+  } finally {
+    [process.stdout.write, process.stderr.write] = [out, err];
+  }
+}
+
+test('the CI snippets verify every commit of a pull request: their gitlb verify commands run on a PR-shaped repository', async (t) => {
+  const d = await dir('ci-verify');
+  const alice = await sshKey(d, 'alice');
+  const trust = join(d, 'trust');
+  await writeFile(trust, signerLine('alice@example.com', alice) + '\n');
+  const origin = join(d, 'origin');
+  await git(d, 'init', '-q', '-b', 'main', origin);
+  await signedCommit(origin, configFiles(['lb-1'], ['198.51.100.1']), 'base', { ssh: alice });
+  const clone = join(d, 'clone');
+  await git(d, 'clone', '-q', origin, clone);
+  await git(clone, 'checkout', '-qb', 'change');
+  const unsigned = await signedCommit(clone, { 'README.md': 'x\n' }, 'unsigned', null);
+  await signedCommit(clone, configFiles(['lb-1'], ['198.51.100.1', '198.51.100.2']), 'add a real', { ssh: alice });
+  const read = (f: string) => parse(readFileSync(new URL(`../deploy/ci/${f}`, import.meta.url), 'utf8'));
+  const lines = [
+    ...read('github-actions.yml').jobs.verify.steps.map((s: { run?: string }) => s.run ?? ''),
+    ...read('gitlab-ci.yml')['gitlb-verify'].script,
+  ] as string[];
+  const commands = lines.map((l) => /(?:"\$GITLB_IMAGE"|^gitlb) (verify .*)$/.exec(l.trim())?.[1]).filter((c): c is string => !!c);
+  t.is(commands.length, 2);
+  const run = async (command: string) => {
+    const head = await git(clone, 'rev-parse', 'HEAD');
+    const vars: Record<string, string> = { GITHUB_BASE_REF: 'main', CI_MERGE_REQUEST_TARGET_BRANCH_NAME: 'main', PR_HEAD: head, CI_COMMIT_SHA: head, GITLB_TRUST: trust };
+    const args = command.split(' ').map((a) => a.replace(/^"(.*)"$/, '$1').replace(/\$(\w+)/g, (_, v: string) => vars[v] ?? `$${v}`));
+    return cli(args.map((a) => (a === '.' ? clone : a === '/trust' ? trust : a)));
+  };
+  for (const c of commands) {
+    const r = await run(c);
+    t.is(r.code, 1, r.out);
+    t.regex(r.out, new RegExp(`REFUSED commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
+  }
+  // Signed again on the branch (rebase re-signing every commit): both snippets pass.
+  await git(clone, '-c', 'gpg.format=ssh', '-c', `user.signingkey=${alice.private}`, 'rebase', '-q', '--exec', 'git -c gpg.format=ssh -c user.signingkey=' + alice.private + ' commit -q --amend --no-edit -S', 'main');
+  for (const c of commands) {
+    const r = await run(c);
+    t.is(r.code, 0, r.out);
+    t.regex(r.out, /2 commit\(s\) verified/);
+  }
 });
