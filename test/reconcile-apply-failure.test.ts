@@ -7,7 +7,7 @@ import test from 'ava';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { LB_CAPACITY, openLbDataPlane } from '../src/bpf/dataplane/index.js';
-import { encodeVipKey } from '../src/bpf/dataplane/codec.js';
+import { encodeVipKey, encodeVipValue } from '../src/bpf/dataplane/codec.js';
 import { BpfMap } from '../src/bpf/libbpf.js';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
 import { Reconciler } from '../src/reconciler/reconcile.js';
