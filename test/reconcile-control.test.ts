@@ -151,6 +151,17 @@ test.serial('a hanging fetch ends at its deadline and is recorded; a health re-r
   t.is((await rec.reconcile('retry')).kind, 'unchanged');
   t.is(getCondition(rec.snapshot().conditions, 'Ready')?.status, 'True');
   t.true(validStatus(rec.snapshot()), JSON.stringify(validStatus.errors));
+
+  // A head that fails validation, then a partition, then recovery: Ready names the validation failure again.
+  await push(repo, { 'services/web.yaml': weighted(1).replace('198.51.100.10', 'not-an-address') }, 'typo');
+  t.is((await rec.reconcile('poll')).kind, 'failed');
+  r.hang(true);
+  t.is((await rec.reconcile('poll')).kind, 'failed');
+  t.is(getCondition(rec.snapshot().conditions, 'Ready')?.reason, 'FetchFailed');
+  r.hang(false);
+  await rec.reconcile('retry');
+  t.is(getCondition(rec.snapshot().conditions, 'Ready')?.reason, 'ValidationFailed');
+  t.is(getCondition(rec.snapshot().conditions, 'Stalled')?.status, 'True');
 });
 
 test('gitlb run --once against an unreachable remote exits 1 and says the fetch failed', async (t) => {

@@ -403,10 +403,11 @@ export class Reconciler {
     if (this.fetchFailure) {
       this.log.info(`fetch recovered after ${this.fetchFailure.attempts} failed attempts`);
       this.fetchFailure = null;
-      if (head === this.applied && !this.adopting) {
-        this.succeeded(head);
-        this.publish('fetch recovered');
-      }
+      // Say again why the head is not applied, or that it is: the conditions still name the fetch failure.
+      const failedHead = this.failed.get(head);
+      if (failedHead) this.failureConditions(head, failedHead);
+      else if (head === this.applied && !this.adopting) this.succeeded(head);
+      if (failedHead || (head === this.applied && !this.adopting)) this.publish('fetch recovered');
     }
 
     if (this.decommissioned === head) return { kind: 'decommissioned', revision: head };
@@ -719,14 +720,7 @@ export class Reconciler {
       { revision: head, stage, reason, ...(retryable ? { retryMs: delay } : {}) });
 
     // The revert first: it is what brings the fleet back; the status write can follow.
-    this.condition('Ready', 'False', STAGE_REASON[stage], `${head.slice(0, 12)} failed at ${stage}: ${reason}`);
-    if (retryable) {
-      this.condition('Reconciling', 'True', STAGE_REASON[stage], `retrying in ${Math.round(delay / 1000)} s (attempt ${attempts})`);
-      this.condition('Stalled', 'False', STAGE_REASON[stage], 'the failure is transient');
-    } else {
-      this.condition('Reconciling', 'False', STAGE_REASON[stage], 'waiting for a new commit');
-      this.condition('Stalled', 'True', STAGE_REASON[stage], `${head.slice(0, 12)} cannot be applied: ${reason}`);
-    }
+    this.failureConditions(head, this.failed.get(head)!);
 
     // Only a revision whose own content is bad is reverted, and only by lb nodes (backends would race them with
     // less information: they run no health gate).
@@ -735,6 +729,20 @@ export class Reconciler {
       rollback = await this.autoRevert(head, stage, reason);
     this.publish(`failed at ${stage}`);
     return rollback ? { kind: 'failed', revision: head, stage, reason, rollback } : { kind: 'failed', revision: head, stage, reason };
+  }
+
+  /** Ready/Reconciling/Stalled for a head that failed (also re-stated when a fetch recovers onto it). */
+  private failureConditions(head: string, f: FailedRevision): void {
+    const reason = STAGE_REASON[f.stage];
+    this.condition('Ready', 'False', reason, `${head.slice(0, 12)} failed at ${f.stage}: ${f.reason}`);
+    if (f.retryable) {
+      const inS = Math.max(0, Math.round((f.retryAt - this.clock().getTime()) / 1000));
+      this.condition('Reconciling', 'True', reason, `retrying in ${inS} s (attempt ${f.attempts})`);
+      this.condition('Stalled', 'False', reason, 'the failure is transient');
+    } else {
+      this.condition('Reconciling', 'False', reason, 'waiting for a new commit');
+      this.condition('Stalled', 'True', reason, `${head.slice(0, 12)} cannot be applied: ${f.reason}`);
+    }
   }
 
   private role(model: ConfigModel | null): 'lb' | 'backend' {
