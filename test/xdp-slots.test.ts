@@ -1,12 +1,14 @@
 // Dense slots of the LB data plane (docs/datapath.md, Maps): every real gets a slot of its own that
 // lb_real_slots names it in, connection-table hits find the real through it, a removed real's entries miss,
 // reals adopted from pins without slots are given slots at load, and a service's traffic counters live in the
-// stats slot its listeners carry, zeroed when the slot is given to another service. The real program runs
+// stats slot its listeners carry, zeroed when the slot is given to another service. Listeners and settings pinned
+// in the older, shorter layouts are carried over at load. The real program runs
 // through BPF_PROG_TEST_RUN; no interface is involved (the packets stop at the next-hop lookup, after the
 // connection table and the counters this checks).
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
+import { BpfMap, MapType } from '../src/bpf/libbpf.js';
 import { encodeReal, encodeU32, realSlotOf } from '../src/bpf/dataplane/codec.js';
 import { makeState } from './lib/lb-state.js';
 import { TCP_FLAGS, frame, ipPacket } from './lib/packets.js';
@@ -98,4 +100,30 @@ test.serial('service traffic is counted in the slot its listeners carry; a reuse
   t.like((await dp!.counters())['service:7'], { packets: 0, bytes: 0, newFlows: 0 });
   await run(ack('203.0.113.12', 42000));
   t.like((await dp!.counters())['service:7'], { packets: 1 });
+});
+
+test.serial('listeners and settings pinned in the older layouts (8-byte lb_vips values, 64-byte lb_config) are carried over', async (t) => {
+  const want = state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 7, vip: '203.0.113.12', real: 3 }], { 3: REALS[3] });
+  await dp!.apply(want);
+  const o = dp!.object()!;
+  const vips = o.map('lb_vips').entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v.subarray(0, 8))] as const);
+  const config = Buffer.from(o.map('lb_config').lookup(encodeU32(0))!.subarray(0, 64));
+  dp!.close();
+  dp = null;
+  for (const [name, valueSize, type, maxEntries, entries] of [
+    ['lb_vips', 8, MapType.hash, 4096, vips], ['lb_config', 64, MapType.array, 1, [[encodeU32(0), config]]],
+  ] as const) {
+    rmSync(`${PIN}/${name}`);
+    const m = BpfMap.create({ name, type, keySize: name === 'lb_vips' ? 20 : 4, valueSize, maxEntries });
+    for (const [k, v] of entries) m.update(k, v);
+    m.pin(`${PIN}/${name}`);
+    m.close();
+  }
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  t.is(dp.object()!.map('lb_vips').valueSize, 12);
+  t.deepEqual(await dp.plan(want), [], 'nothing to re-apply: listeners, markers and settings came across');
+  const slotsOf = dp.object()!.map('lb_vips').entries().filter(([k]) => k.readUInt16BE(16) !== 0).map(([, v]) => v.readUInt32LE(8));
+  t.is(new Set(slotsOf).size, 2, 'one stats slot per service');
+  t.like(await run(ack('203.0.113.12', 43000)), { ct_miss: 1 });
+  t.like((await dp.counters())['service:7'], { packets: 1 });
 });

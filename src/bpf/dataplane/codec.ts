@@ -86,6 +86,9 @@ export function encodeVipValue(v: VipValue): Buffer {
   return b;
 }
 
+/** An lb_vips key with port 0 and proto 0: a VIP address marker, not a listener. */
+export const isMarkerKey = (k: Buffer): boolean => k.readUInt16BE(16) === 0 && k[18] === 0;
+
 export function decodeVipValue(b: Buffer): VipValue {
   return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]!, statsSlot: b.readUInt32LE(8) };
 }

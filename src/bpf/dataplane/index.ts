@@ -10,7 +10,7 @@ import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
-  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, realSlotOf,
+  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
   encodeVipValue, familyOf,
 } from './codec.js';
 import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, type RingInfo } from './rings.js';
@@ -18,6 +18,7 @@ import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
+import { readOldPins, restoreOldPins } from './migrate.js';
 import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
 export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
@@ -95,7 +96,6 @@ const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
 const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
   mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0, statsSlot });
-const isMarkerKey = (k: Buffer) => k.readUInt16BE(16) === 0 && k[18] === 0;
 
 /** Service id -> its stats slot, as the listeners in lb_vips carry it. */
 function serviceSlots(vips: BpfMap): Map<number, number> {
@@ -142,7 +142,9 @@ class LbDataPlane implements DataPlane {
       for (const [name, n] of Object.entries(snatMapSizes(desired))) mapMaxEntries[name] ??= n;
     }
     // sizes come from the pins, so a pin is incompatible only when a newer program changed its layout or flags
-    // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing
+    // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing; listeners and
+    // settings in an older layout are carried over (migrate.ts)
+    const old = readOldPins(this.opts.pinRoot);
     const obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries,
       replaceIncompatiblePins: true });
     try {
@@ -163,6 +165,7 @@ class LbDataPlane implements DataPlane {
         serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
       };
       this.obj = obj;
+      restoreOldPins(old, this.maps);
       this.repairRealSlots();
       if (this.opts.interface && existsSync(pinned(LINK_PIN))) await this.attach();
     } catch (e) {
