@@ -1,13 +1,14 @@
 // BGP in the lab (issue 14), real BIRD on the router and on both lb nodes, real gitlb run daemons, real traffic
 // through network namespaces. One lab for the whole file. Timers: hold 3 s, keepalive 1 s (sample config).
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { labNs, restartBird } from '../src/lab/lab.js';
+import { LAB_METRICS_PORT, metricsAddress } from '../src/lab/prometheus.js';
 import { nsExec, sleep } from '../src/lab/netns.js';
 import { isAlive, spawnDetached, stopLabProcess, type LabProcess } from '../src/lab/processes.js';
-import { measureFailover, routerNextHops, waitForHops } from '../src/demo/failover.js';
+import { measureFailover, routerNextHops, waitForHops, type FailoverResult } from '../src/demo/failover.js';
 import { runTraffic } from '../src/demo/traffic.js';
 import { commitAndPush, startE2eLab, waitApplied, type E2eLab } from './e2e-lab.js';
 
@@ -57,9 +58,10 @@ async function waitStatus(l: E2eLab, node: string, re: RegExp, timeoutMs = 30_00
   return false;
 }
 
-/** lb-1's own /metrics (the daemon's default listen address, inside its namespace). */
+/** A node's /metrics, where the lab has its daemon listen (its segment address, for the lab's Prometheus). */
 async function metricsOf(l: E2eLab, node: string): Promise<string> {
-  return (await nsExec(labNs(l.state, node), ['curl', '-sS', '-m', '5', 'http://127.0.0.1:9462/metrics'])).stdout;
+  const at = metricsAddress(l.state.plan.nodes.find((n) => n.name === node)!.addresses)!;
+  return (await nsExec(labNs(l.state, node), ['curl', '-sS', '-m', '5', `http://${at}:${LAB_METRICS_PORT}/metrics`])).stdout;
 }
 
 const daemonOf = (l: E2eLab, node: string): LabProcess => [...l.state.processes].reverse().find((p) => p.role === 'daemon' && p.node === node)!;
@@ -88,10 +90,24 @@ test.serial('(2) state: drain on lb-1 by commit: the router drops its next hop, 
   t.timeout(180_000);
   const l = need();
   let rev = '';
+  try {
+    await drainChecks(t, l, async () => {
+      rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'Drain lb-1');
+      return rev;
+    });
+  } finally {
+    // Undrain even when a check above failed, so the later tests start from both lb nodes announcing.
+    if (rev) await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1');
+  }
+  t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 60_000), null, 'lb-1 announces again after undrain');
+});
+
+async function drainChecks(t: ExecutionContext, l: E2eLab, drain: () => Promise<string>): Promise<void> {
+  let rev = '';
   const res = await measureFailover(l.state, {
     ...FAILOVER,
     event: async () => {
-      rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'Drain lb-1');
+      rev = await drain();
     },
   });
   t.log(`drain: route ${res.hopsBefore.join(',')} -> ${res.hopsAfter.join(',')} ${res.routeChangeMs} ms after the push; ${res.survived}/${res.flows} connections survived, ${res.switchedBackend} switched backend`);
@@ -109,10 +125,7 @@ test.serial('(2) state: drain on lb-1 by commit: the router drops its next hop, 
   t.true(await waitStatus(l, 'lb-1', /state: "?withdrawn: draining"?/), statusText(l, 'lb-1'));
   t.regex(statusText(l, 'lb-2'), /state: announced/);
   t.regex(await metricsOf(l, 'lb-1'), /gitlb_bgp_vip_withdrawn\{vip="203\.0\.113\.10",reason="draining",node="lb-1"\} 1/);
-
-  await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1');
-  t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 60_000), null, 'lb-1 announces again after undrain');
-});
+}
 
 test.serial('(3) all reals of one VIP down: only that VIP is withdrawn, by both lb nodes; back when they recover', async (t) => {
   t.timeout(120_000);
@@ -140,6 +153,16 @@ test.serial('(3) all reals of one VIP down: only that VIP is withdrawn, by both 
 test.serial('(4) SIGTERM: with --withdraw-on-exit the routes go before the process exits; without, they stay and traffic flows', async (t) => {
   t.timeout(180_000);
   const l = need();
+  try {
+    await sigtermChecks(t, l);
+  } finally {
+    // Back to the lab's normal daemon (also when a check failed): it announces again.
+    if (!isAlive(daemonOf(l, 'lb-1'))) restartDaemon(l, 'lb-1', [], 'again');
+  }
+  t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 90_000, 200), null);
+});
+
+async function sigtermChecks(t: ExecutionContext, l: E2eLab): Promise<void> {
   // Without the flag (the lab's daemons): the routes stay and the pinned data plane keeps forwarding.
   t.is(await stopLabProcess(daemonOf(l, 'lb-1'), 10_000), 'stopped');
   await sleep(4000); // longer than the hold time: nothing is withdrawn
@@ -163,26 +186,26 @@ test.serial('(4) SIGTERM: with --withdraw-on-exit the routes go before the proce
   t.false(isAlive(proc), 'the daemon exited');
   t.true(routeGoneWhileAlive, 'the router dropped lb-1 while its daemon was still running');
   t.deepEqual(await routerNextHops(l.state, VIPS4[0]!), [LB2]);
-
-  // Back to the lab's normal daemon: it announces again.
-  restartDaemon(l, 'lb-1', [], 'again');
-  t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 90_000, 200), null);
-});
+}
 
 test.serial('(5) lb-1 BIRD dead without a word: the router hold timer removes its next hop, flows continue through lb-2', async (t) => {
   t.timeout(120_000);
   const l = need();
   const bird = birdOf(l, 'lb-1');
-  const res = await measureFailover(l.state, {
-    ...FAILOVER,
-    // SIGSTOP: the session's socket stays open and no keepalive comes, as when the machine dies. (A SIGKILL closes
-    // the socket, and the router drops the session at once, without waiting for the hold timer.)
-    event: async () => {
-      process.kill(bird.pid, 'SIGSTOP');
-    },
-  });
+  let res: FailoverResult;
+  try {
+    res = await measureFailover(l.state, {
+      ...FAILOVER,
+      // SIGSTOP: the session's socket stays open and no keepalive comes, as when the machine dies. (A SIGKILL closes
+      // the socket, and the router drops the session at once, without waiting for the hold timer.)
+      event: async () => {
+        process.kill(bird.pid, 'SIGSTOP');
+      },
+    });
+  } finally {
+    process.kill(bird.pid, 'SIGKILL');
+  }
   t.log(`silent failure: route ${res.hopsBefore.join(',')} -> ${res.hopsAfter.join(',')} ${res.routeChangeMs} ms after SIGSTOP; ${res.survived}/${res.flows} connections survived`);
-  process.kill(bird.pid, 'SIGKILL');
   t.deepEqual(res.hopsAfter, [LB2]);
   t.not(res.routeChangeMs, null);
   // Hold time 3 s, keepalives every 1 s: not at once (a closed socket would be), and bounded.
