@@ -153,7 +153,7 @@ export async function chapterAddBackend(ctx: DemoContext): Promise<string> {
   await ctx.operator.run(['git', 'diff'], { cwd: ctx.clone });
   await ctx.operator.run(['git', 'commit', '--quiet', '-am', 'shop: add be-3 with weight 100'], { cwd: ctx.clone, show: 0 });
   ctx.n.say('Before pushing, `gitlb plan` shows what the change does to traffic, e.g. for a pull-request review:');
-  await ctx.operator.run(['gitlb', 'plan', '--base', 'HEAD~1', '--head', 'HEAD'], { cwd: ctx.clone, allow: [1], show: 30 });
+  await ctx.operator.run(['gitlb', 'plan', '--base', 'HEAD~1', '--head', 'HEAD'], { cwd: ctx.clone, show: 30 });
   await ctx.operator.run(['git', 'push', '--quiet', 'origin', 'main'], { cwd: ctx.clone, show: 0 });
   const rev = await headRevision(ctx);
   const applied = await waitApplied(ctx, rev, [...ctx.view.lbNodes, 'be-3']);

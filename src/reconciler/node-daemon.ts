@@ -3,7 +3,6 @@
 // observation feed (consensus mode), the BGP announcer, and the scheduled tasks of an lb node (neighbour
 // refresh, SNAT sweep).
 // src/cli/commands/run.ts only parses flags into NodeDaemonOptions.
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
@@ -115,13 +114,10 @@ async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Prom
 
 /** Decommission: the data plane handle is closed; remove VIPs we added, then the pins (which detaches links). */
 async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logger): Promise<void> {
-  if (role === 'backend' && o.interface) {
-    const { reconcileBackendVips } = await import('./backend-vips.js');
-    await reconcileBackendVips([], { stateFile: join(o.cacheDir, 'backend-vips.json'), nodeInterface: o.interface });
-  }
-  const pinDir = join(o.pinRoot, o.node);
-  rmSync(pinDir, { recursive: true, force: true });
-  log.info(`decommissioned: removed ${pinDir}${role === 'backend' ? ' and the VIPs this node had added' : ''}`);
+  // The same removal as `gitlb down` (VIPs, pins, links checked detached); this process's own handles are closed.
+  const { takeNodeDown } = await import('./node-down.js');
+  const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir: o.cacheDir, interface: o.interface });
+  log.info(`decommissioned ${role} node: removed ${r.pinDir} (${r.links.length} links detached)${r.vips.length ? ` and VIPs ${r.vips.join(' ')}` : ''}`);
 }
 
 /**
