@@ -2,10 +2,9 @@
 // from 8 to 12 bytes (the service's stats slot) and lb_config from 64 to 68 (the new-flow rate). The loader
 // re-creates such pins empty (replaceIncompatiblePins); without this, VIP traffic would go to the kernel until
 // the first apply after the upgrade. Read before the load, written into the new maps right after it.
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { BpfMap } from '../libbpf.js';
+import type { BpfMap } from '../libbpf.js';
 import { encodeU32, isMarkerKey } from './codec.js';
+import { withMap } from './pinned-stats.js';
 
 /** What old-layout pins held; null fields when the pin was absent or already had the current layout. */
 export interface OldPins {
@@ -16,26 +15,15 @@ export interface OldPins {
 const OLD_VIP_VALUE = 8;
 const OLD_CONFIG = 64;
 
-function readPin<T>(pinRoot: string, name: string, fn: (m: BpfMap) => T): T | null {
-  const path = join(pinRoot, name);
-  if (!existsSync(path)) return null;
-  const m = BpfMap.open(path, name);
-  try {
-    return fn(m);
-  } finally {
-    m.close();
-  }
-}
-
 export function readOldPins(pinRoot: string): OldPins {
   return {
-    vips: readPin(pinRoot, 'lb_vips', (m) => (m.valueSize === OLD_VIP_VALUE
-      ? m.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v)] as [Buffer, Buffer]) : null)),
-    config: readPin(pinRoot, 'lb_config', (m) => {
+    vips: withMap(pinRoot, 'lb_vips', (m) => (m.valueSize === OLD_VIP_VALUE
+      ? m.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v)] as [Buffer, Buffer]) : null)) ?? null,
+    config: withMap(pinRoot, 'lb_config', (m) => {
       if (m.valueSize !== OLD_CONFIG) return null;
-      const v = m.lookup(Buffer.alloc(4));
+      const v = m.lookup(encodeU32(0));
       return v ? Buffer.from(v) : null;
-    }),
+    }) ?? null,
   };
 }
 

@@ -40,7 +40,8 @@ const u32 = (n: number) => {
   return b;
 };
 
-function withMap<T>(dir: string, name: string, fn: (m: BpfMap) => T): T | undefined {
+/** Opens the map pinned as `dir`/`name`, runs `fn` on it and closes it; undefined when nothing is pinned there. */
+export function withMap<T>(dir: string, name: string, fn: (m: BpfMap) => T): T | undefined {
   const path = join(dir, name);
   if (!existsSync(path)) return undefined;
   const m = BpfMap.open(path, name);
