@@ -1,8 +1,11 @@
 // The shipped alert rules, evaluated by Prometheus's own promtool on recorded series
 // (deploy/prometheus/gitlb-rules.test.yml): digest disagreement, node behind, revision disagreement, real down,
-// drops rising, SNAT ports near exhaustion — each fires when it should and stays quiet when it should.
+// drops rising, SNAT ports near exhaustion — each fires when it should and stays quiet when it should; and the
+// dashboard's queries are valid PromQL.
 import test from 'ava';
 import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -23,4 +26,23 @@ test('promtool: a wrong expectation fails (the rule tests can fail)', (t) => {
   const r = spawnSync('sh', ['-c', 'f=$(mktemp -p . .broken-XXXX.yml) && cat > "$f" && promtool test rules "$f"; rc=$?; rm -f "$f"; exit $rc'],
     { cwd: dir, input: broken, encoding: 'utf8' });
   t.not(r.status, 0, 'promtool must report the mismatch');
+});
+
+test('promtool: every query of the Grafana dashboard is valid PromQL', (t) => {
+  const dash = JSON.parse(readFileSync(join(dir, '..', 'grafana', 'gitlb-dashboard.json'), 'utf8')) as
+    { panels: { title: string; targets?: { expr: string }[] }[]; templating: { list: { query: string }[] } };
+  const exprs = dash.panels.flatMap((p) => (p.targets ?? []).map((x) => ({ title: p.title, expr: x.expr })));
+  t.true(exprs.length >= 20, `${exprs.length} queries`);
+  // Grafana's variables as Prometheus would see them after substitution
+  const promql = (e: string) => e.replaceAll('$__rate_interval', '1m').replaceAll('$node', '.*');
+  const rules = 'groups:\n  - name: dashboard\n    rules:\n' +
+    exprs.map((x, i) => `      - record: dashboard_query_${i}\n        expr: ${JSON.stringify(promql(x.expr))}\n`).join('');
+  const dirTmp = mkdtempSync(join(tmpdir(), 'gitlb-dash-'));
+  try {
+    writeFileSync(join(dirTmp, 'dashboard.yml'), rules);
+    const r = spawnSync('promtool', ['check', 'rules', join(dirTmp, 'dashboard.yml')], { encoding: 'utf8' });
+    t.is(r.status, 0, r.stdout + r.stderr);
+  } finally {
+    rmSync(dirTmp, { recursive: true, force: true });
+  }
 });
