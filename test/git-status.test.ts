@@ -6,31 +6,11 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { HttpRemote, LocalRemote } from '../src/reconciler/source/git-remote.js';
 import { StatusWriter } from '../src/reconciler/status/status-writer.js';
-import { emptyCounters, parseStatus, type NodeStatus } from '../src/reconciler/status/status-doc.js';
+import { parseStatus, type NodeStatus } from '../src/reconciler/status/status-doc.js';
 import { readAllStatuses, readHistory, lbDigestsAgree } from '../src/reconciler/status/status-report.js';
-import { git, servedRepo, commitFiles, tempDir } from './reconcile-helpers.js';
+import { git, servedRepo, commitFiles, tempDir, nodeStatus } from './reconcile-helpers.js';
 
-function sampleStatus(node: string, applied: string | null, digest = 'a'.repeat(64)): NodeStatus {
-  const now = new Date().toISOString();
-  return {
-    apiVersion: 'gitlb/v1',
-    kind: 'NodeStatus',
-    node,
-    role: 'lb',
-    branch: 'main',
-    appliedRevision: applied,
-    appliedAt: applied ? now : null,
-    lastAttempt: applied ? { revision: applied, result: 'applied', at: now } : null,
-    lastFailure: null,
-    warnings: [],
-    services: [
-      { name: 'web', id: 1, tableSize: 251, digest, reals: [{ address: '198.51.100.10', weight: 1, state: 'active', healthy: true, entries: 251 }] },
-    ],
-    counters: emptyCounters(),
-    startedAt: now,
-    updatedAt: now,
-  };
-}
+const sampleStatus = (node: string, applied: string | null, digest = 'a'.repeat(64)): NodeStatus => nodeStatus(node, applied, { digest });
 
 const schema = JSON.parse(readFileSync(new URL('../schemas/status.schema.json', import.meta.url), 'utf8'));
 const ajv = new Ajv2020({ allErrors: true });

@@ -5,6 +5,7 @@ import { mkdtemp, mkdir, writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { startGitHttpServer, type GitHttpServer } from '../src/lab/git-http-server.js';
+import { emptyCounters, type NodeStatus } from '../src/reconciler/status/status-doc.js';
 
 const execFileP = promisify(execFile);
 
@@ -121,4 +122,39 @@ export function configFiles(nodes: string[], reals: string[], o: { policy?: 'aut
   for (const n of nodes) files[`nodes/${n}.yaml`] = lbNodeYaml(n);
   files['services/web.yaml'] = serviceYaml('web', '203.0.113.10', reals);
   return files;
+}
+
+/** A node's status document as a daemon writes it (applied `applied` just now); `o` overrides any field. */
+export function nodeStatus(
+  node: string,
+  applied: string | null,
+  o: Partial<NodeStatus> & { digest?: string; reals?: string[]; down?: string } = {},
+): NodeStatus {
+  const now = new Date().toISOString();
+  const { digest, reals, down, ...fields } = o;
+  return {
+    apiVersion: 'gitlb/v1',
+    kind: 'NodeStatus',
+    node,
+    role: 'lb',
+    branch: 'main',
+    appliedRevision: applied,
+    appliedAt: applied ? now : null,
+    lastAttempt: applied ? { revision: applied, result: 'applied', at: now } : null,
+    lastFailure: null,
+    warnings: [],
+    services: [
+      {
+        name: 'web',
+        id: 1,
+        tableSize: 251,
+        digest: digest ?? 'a'.repeat(64),
+        reals: (reals ?? ['198.51.100.10']).map((address, _, all) => ({ address, weight: 100, state: 'active' as const, healthy: address !== down, entries: Math.floor(251 / all.length) })),
+      },
+    ],
+    counters: emptyCounters(),
+    startedAt: now,
+    updatedAt: now,
+    ...fields,
+  };
 }

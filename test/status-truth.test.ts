@@ -4,39 +4,12 @@ import test from 'ava';
 import { join } from 'node:path';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { gitlbInProcess as gitlb } from './helpers/cli-repo.js';
-import { servedRepo, commitFiles, configFiles, git, type ServedRepo } from './reconcile-helpers.js';
-import { emptyCounters, serialiseStatus, type NodeStatus } from '../src/reconciler/status/status-doc.js';
+import { servedRepo, commitFiles, configFiles, git, nodeStatus, type ServedRepo } from './reconcile-helpers.js';
+import { serialiseStatus, type NodeStatus } from '../src/reconciler/status/status-doc.js';
 
 const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
 
-function status(node: string, applied: string, o: Partial<NodeStatus> & { digest?: string; down?: string } = {}): NodeStatus {
-  const now = new Date().toISOString();
-  return {
-    apiVersion: 'gitlb/v1',
-    kind: 'NodeStatus',
-    node,
-    role: 'lb',
-    branch: 'main',
-    appliedRevision: applied,
-    appliedAt: now,
-    lastAttempt: { revision: applied, result: 'applied', at: now },
-    lastFailure: null,
-    warnings: [],
-    services: [
-      {
-        name: 'web',
-        id: 1,
-        tableSize: 251,
-        digest: o.digest ?? 'a'.repeat(64),
-        reals: ['198.51.100.10', '198.51.100.11'].map((address) => ({ address, weight: 100, state: 'active' as const, healthy: address !== o.down, entries: 125 })),
-      },
-    ],
-    counters: emptyCounters(),
-    startedAt: now,
-    updatedAt: now,
-    ...o,
-  };
-}
+const status = (node: string, applied: string, o: Parameters<typeof nodeStatus>[2] = {}) => nodeStatus(node, applied, { reals: ['198.51.100.10', '198.51.100.11'], ...o });
 
 /** Replaces the status branch with these files (one commit, force-pushed as a node would never do; fine here). */
 async function publish(repo: ServedRepo, statuses: NodeStatus[]): Promise<void> {
