@@ -32,9 +32,8 @@ export interface DemoOptions {
   requests?: number;
   write?: (s: string) => void;
   /**
-   * XDP attach mode of the lb daemons. Default generic: on this lab's veth links native XDP_TX frames wait for
-   * the peer's NAPI poll, which on a busy 2-core machine adds 100-150 ms per packet (bench/e2e/run: ~200 req/s
-   * native vs ~10k req/s generic, same run conditions). Generic runs the same program, in the skb path.
+   * XDP attach mode of the lb daemons. Default auto: native, which each daemon checks really transmits on the lab's
+   * veth links (the switch ports run an XDP_PASS program), else generic (docs/datapath.md, "Native XDP").
    */
   xdpMode?: 'native' | 'generic' | 'auto';
 }
@@ -88,7 +87,7 @@ export async function runDemo(o: DemoOptions = {}): Promise<number> {
     n.say('Network namespaces: clients, a router with an ECMP route to the VIPs over lb-1 and lb-2, three backends\n' +
       'running an HTTP server that names itself, and a Git server with a copy of sample-config-repo/.\n' +
       'A `gitlb run` daemon starts on every lb and backend node. (Same as `gitlb lab up`.)');
-    const xdpMode = o.xdpMode ?? 'generic';
+    const xdpMode = o.xdpMode ?? 'auto';
     // The daemons are started here rather than by labUp, to pass the XDP mode (see DemoOptions.xdpMode).
     // The whole build (lab up, then the daemons) is one promise, so an interrupt can wait for it to settle.
     const build = (async () => {

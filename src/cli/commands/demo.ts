@@ -24,9 +24,9 @@ Ctrl-C.`,
       .option('--requests <n>', 'HTTP requests per spread measurement (default 200)', intIn(10, 5000))
       .option('--state-dir <dir>', `lab state directory (default ${DEFAULT_DEMO_STATE_DIR})`)
       .addOption(
-        new Option('--xdp-mode <mode>', 'XDP attach mode of the lb daemons (generic: native XDP on the lab veth links adds ~100 ms per packet on a busy machine; see docs/demo.md)')
+        new Option('--xdp-mode <mode>', 'XDP attach mode of the lb daemons (auto: native where the daemon sees it forward, else generic; see docs/datapath.md)')
           .choices(['generic', 'native', 'auto'])
-          .default('generic'),
+          .default('auto'),
       ),
   async run(opts) {
     return runDemo({
