@@ -6,6 +6,7 @@ import { mkdir, readFile, writeFile, chmod, readdir } from 'node:fs/promises';
 import { join, dirname } from 'node:path';
 import { git } from './reconcile-helpers.js';
 import { loadTrust, type Trust } from '../src/reconciler/verify/trust.js';
+import { runCli } from '../src/cli/main.js';
 
 const execFileP = promisify(execFile);
 
@@ -113,4 +114,16 @@ export async function trustOf(text: string): Promise<Trust> {
   const t = await loadTrust(text, 'trust');
   if (t.problems.length) throw new Error(t.problems.join('; '));
   return t;
+}
+
+/** `gitlb …` in this process (status, verify, history), capturing stdout and stderr: no second Node start-up. */
+export async function cli(...args: string[]): Promise<{ code: number; stdout: string }> {
+  const [out, err] = [process.stdout.write, process.stderr.write];
+  let text = '';
+  process.stdout.write = process.stderr.write = ((chunk: string | Uint8Array) => ((text += String(chunk)), true)) as typeof process.stdout.write;
+  try {
+    return { code: await runCli(args), stdout: text };
+  } finally {
+    [process.stdout.write, process.stderr.write] = [out, err];
+  }
 }

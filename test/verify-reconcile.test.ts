@@ -17,9 +17,8 @@ import { parseStatus, type NodeStatus } from '../src/reconciler/status/status-do
 import type { Trust } from '../src/reconciler/verify/trust.js';
 import { loadSigningKey, type CommitSigner } from '../src/reconciler/verify/signing-key.js';
 import { verifyCommitRaw } from '../src/reconciler/verify/verify-commit.js';
-import { runCli } from '../src/cli/main.js';
 import { git, servedRepo, tempDir, configFiles, clusterYaml, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
-import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, type SshKey } from './verify-helpers.js';
+import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, cli, type SshKey } from './verify-helpers.js';
 
 const execFileP = promisify(execFile);
 const MAIN = new URL('../src/cli/main.ts', import.meta.url).pathname;
@@ -93,23 +92,6 @@ async function gitlb(...args: string[]): Promise<{ code: number; stdout: string 
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
     return { code: e.code, stdout: e.stdout + e.stderr };
-  }
-}
-
-/** `gitlb …` in this process (status, verify, history): the same code without a second Node start-up. */
-async function cli(...args: string[]): Promise<{ code: number; stdout: string }> {
-  const out = process.stdout.write;
-  const err = process.stderr.write;
-  let text = '';
-  const capture = ((chunk: string | Uint8Array) => ((text += String(chunk)), true)) as typeof process.stdout.write;
-  process.stdout.write = capture;
-  process.stderr.write = capture;
-  try {
-    const code = await runCli(args);
-    return { code, stdout: text };
-  } finally {
-    process.stdout.write = out;
-    process.stderr.write = err;
   }
 }
 

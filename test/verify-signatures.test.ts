@@ -6,7 +6,6 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { rmSync, readFileSync } from 'node:fs';
 import { parse } from 'yaml';
-import { runCli } from '../src/cli/main.js';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseSshSignature, verifySshSignature, signSshMessage } from '../src/reconciler/verify/sshsig.js';
@@ -18,7 +17,7 @@ import { writeCommitObject } from '../src/reconciler/source/git-objects.js';
 import { wireString, wireUint32 } from '../src/reconciler/verify/ssh-wire.js';
 import { git, tempDir, configFiles, clusterYaml } from './reconcile-helpers.js';
 import { parseConfig, formatDiagnostic } from '../src/render/config/index.js';
-import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, type GpgKey } from './verify-helpers.js';
+import { sshKey, signerLine, gpgKey, signedCommit, tamperedCommit, trustOf, cli, type GpgKey } from './verify-helpers.js';
 
 const execFileP = promisify(execFile);
 const cleanups: (() => unknown)[] = [];
@@ -286,18 +285,6 @@ test('Cluster.spec.verification: defaults, and bad values refused at the field w
   t.regex(errors('{ signersFile: status/keys }'), /^cluster\.yaml:8:\d+: error: spec\.verification\.signersFile: 'status\/keys' is under status\//m);
 });
 
-/** `gitlb …` in this process, capturing what it prints. */
-async function cli(args: string[]): Promise<{ code: number; out: string }> {
-  const [out, err] = [process.stdout.write, process.stderr.write];
-  let text = '';
-  process.stdout.write = process.stderr.write = ((chunk: string | Uint8Array) => ((text += String(chunk)), true)) as typeof process.stdout.write;
-  try {
-    return { code: await runCli(args), out: text };
-  } finally {
-    [process.stdout.write, process.stderr.write] = [out, err];
-  }
-}
-
 test('the CI snippets verify every commit of a pull request: their gitlb verify commands run on a PR-shaped repository', async (t) => {
   const d = await dir('ci-verify');
   const alice = await sshKey(d, 'alice');
@@ -322,18 +309,18 @@ test('the CI snippets verify every commit of a pull request: their gitlb verify 
     const head = await git(clone, 'rev-parse', 'HEAD');
     const vars: Record<string, string> = { GITHUB_BASE_REF: 'main', CI_MERGE_REQUEST_TARGET_BRANCH_NAME: 'main', PR_HEAD: head, CI_COMMIT_SHA: head, GITLB_TRUST: trust };
     const args = command.split(' ').map((a) => a.replace(/^"(.*)"$/, '$1').replace(/\$(\w+)/g, (_, v: string) => vars[v] ?? `$${v}`));
-    return cli(args.map((a) => (a === '.' ? clone : a === '/trust' ? trust : a)));
+    return cli(...args.map((a) => (a === '.' ? clone : a === '/trust' ? trust : a)));
   };
   for (const c of commands) {
     const r = await run(c);
-    t.is(r.code, 1, r.out);
-    t.regex(r.out, new RegExp(`REFUSED commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
+    t.is(r.code, 1, r.stdout);
+    t.regex(r.stdout, new RegExp(`REFUSED commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
   }
   // Signed again on the branch (rebase re-signing every commit): both snippets pass.
   await git(clone, '-c', 'gpg.format=ssh', '-c', `user.signingkey=${alice.private}`, 'rebase', '-q', '--exec', 'git -c gpg.format=ssh -c user.signingkey=' + alice.private + ' commit -q --amend --no-edit -S', 'main');
   for (const c of commands) {
     const r = await run(c);
-    t.is(r.code, 0, r.out);
-    t.regex(r.out, /2 commit\(s\) verified/);
+    t.is(r.code, 0, r.stdout);
+    t.regex(r.stdout, /2 commit\(s\) verified/);
   }
 });
