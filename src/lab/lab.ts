@@ -419,6 +419,8 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
     // lb nodes with BGP: the generated file the node's BIRD includes, and that BIRD's own control socket.
     if (supports('--bird-config') && state.plan.bird?.lbs.some((l) => l.node === node.name))
       args.push('--bird-config', birdGenerated(state.stateDir, node.name), '--bird-socket', birdSocket(state.stateDir, node.name));
+    // Static routing: there is no BIRD to drive (the config may still have BGP settings).
+    else if (supports('--bird-socket') && !state.plan.bird && !(opts.extraArgs ?? []).includes('--bird-socket')) args.push('--bird-socket', 'off');
     // /metrics on the lab segment, where the lab's Prometheus (router namespace) scrapes it
     const metricsAt = metricsAddress(node.addresses);
     if (supports('--metrics') && metricsAt) args.push('--metrics', `${metricsAt.includes(':') ? `[${metricsAt}]` : metricsAt}:${LAB_METRICS_PORT}`);

@@ -104,7 +104,7 @@ function defineRun(cmd: Command): void {
     .option('--peer-listen <addr:port>', "where to serve observations to peers (default: this node's first address at --peer-port)")
     .option('--peer-port <port>', 'the port every lb daemon serves observations on', port, DEFAULT_PEER_PORT)
     .option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file to write, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)")
-    .option('--bird-socket <path>', "BIRD's control socket for birdc configure", '/run/bird/bird.ctl')
+    .option('--bird-socket <path>', "BIRD's control socket for birdc configure; off: do not drive BIRD even when the config has BGP settings", '/run/bird/bird.ctl')
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
     .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
@@ -189,7 +189,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         ...(peerSecret && { peer: { secret: peerSecret, port: values.peerPort, listen: values.peerListen } }),
         gitTimeoutMs: Math.round(values.gitTimeout * 1000),
         configPath: values.path,
-        bird: { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
+        bird: values.birdSocket === 'off' ? undefined : { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
         once: values.once,
         log,
         hooks,
