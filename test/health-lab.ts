@@ -54,12 +54,24 @@ export function model(services: ServiceDoc[], lbNodes: string[] = ['lb1'], healt
   };
 }
 
+/** The message of a daemon log line, whether it is a JSON line (pino, the default off a terminal) or plain text. */
+export function logMessage(line: string): string {
+  if (!line.startsWith('{')) return line;
+  try {
+    const msg = (JSON.parse(line) as { msg?: unknown }).msg;
+    return typeof msg === 'string' ? msg : '';
+  } catch {
+    return line;
+  }
+}
+
 /** Waits for lines of a child's stdout; `next(pred)` resolves with the first (future or buffered) matching line. */
 export class LineTap {
   private readonly buffered: string[] = [];
   private readonly waiters: { pred: (l: string) => boolean; resolve: (l: string) => void }[] = [];
-  constructor(child: ChildProcess) {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
+  /** `stream`: the daemon logs to stderr (pino), the test helpers print their events on stdout. */
+  constructor(child: ChildProcess, stream: 'stdout' | 'stderr' = 'stdout') {
+    createInterface({ input: child[stream]! }).on('line', (line) => {
       const i = this.waiters.findIndex((w) => w.pred(line));
       if (i >= 0) this.waiters.splice(i, 1)[0]!.resolve(line);
       else this.buffered.push(line);

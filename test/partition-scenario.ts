@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
 import { labUp, labDown, labNs, type LabState } from '../src/lab/lab.js';
 import { nsSpawn, nsExec, stopChild, waitForPort } from '../src/lab/netns.js';
-import { LineTap } from './health-lab.js';
+import { LineTap, logMessage } from './health-lab.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 const VIP = '203.0.113.10';
@@ -65,7 +65,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     lb = nsSpawn(lbNs, [process.execPath, '--import', 'tsx', join(here, '..', 'src', 'cli', 'main.ts'), 'run', '--repo', state.git!.repoUrl, '--node', 'lb-1',
       '--interface', 'eth0', '--xdp-mode', 'generic', '--pin-root', pinRoot, '--cache-dir', join(work, 'cache'), '--poll', '1', '--git-timeout', '2'],
       { stdio: ['ignore', 'pipe', 'pipe'] });
-    const lbOut = new LineTap(lb);
+    const lbOut = new LineTap(lb, 'stderr');
     let fetchFailures = 0;
     lb.stderr!.on('data', (b: Buffer) => {
       const text = b.toString();
@@ -84,7 +84,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       }
     };
 
-    await lbOut.next((l) => /^applied [0-9a-f]{12}/.test(l), 60_000, 'first apply');
+    await lbOut.next((l) => /^applied [0-9a-f]{12}/.test(logMessage(l)), 60_000, 'first apply');
     // Ready when new connections reach every backend (health checks up, neighbours resolved).
     for (let i = 0; ; i++) {
       const seen = new Set((await burst(30, 10)).map((f) => f.result));

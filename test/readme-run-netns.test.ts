@@ -6,7 +6,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createNetns, cleanupRun, nsName, nsSpawn, run, stopChild, waitForPort } from '../src/lab/netns.js';
-import { LineTap } from './health-lab.js';
+import { LineTap, logMessage } from './health-lab.js';
 import { git, tempDir, commitFiles, configFiles } from './reconcile-helpers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -18,7 +18,9 @@ test.after.always(async () => {
 });
 
 test('the README `gitlb run` line polls the branch by default and applies a new commit', async (t) => {
-  const line = /^bin\/gitlb (run --repo URL [^\n]*)$/m.exec(readFileSync(join(ROOT, 'README.md'), 'utf8'))?.[1];
+  // The command as a shell would run it: a trailing `# comment` is not part of it.
+  const line = /^bin\/gitlb (run --repo URL [^\n]*)$/m.exec(readFileSync(join(ROOT, 'README.md'), 'utf8'))?.[1]
+    ?.replace(/\s+#.*$/, '');
   t.truthy(line, 'README shows a gitlb run line');
   t.false(/--poll|--webhook/.test(line!), `the README line relies on the defaults: ${line}`);
 
@@ -42,15 +44,15 @@ test('the README `gitlb run` line polls the branch by default and applies a new 
   const server = nsSpawn(ns, [...tsx, join(ROOT, 'src/lab/servers/git-server.ts'), '--root', root, '--host', '127.0.0.1', '--port', '8080'], { stdio: 'ignore' });
   await waitForPort(ns, 8080);
   const args = line!.split(/\s+/).map((a) => (a === 'URL' ? 'http://127.0.0.1:8080/config.git' : a));
-  const daemon = nsSpawn(ns, [...tsx, join(ROOT, 'src/cli/main.ts'), ...args, '--pin-root', PIN, '--cache-dir', join(root, 'cache')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const out = new LineTap(daemon);
+  const daemon = nsSpawn(ns, [...tsx, join(ROOT, 'src/cli/main.ts'), ...args, '--pin-root', PIN, '--cache-dir', join(root, 'cache')], { stdio: ['ignore', 'inherit', 'pipe'] });
+  const out = new LineTap(daemon, 'stderr');
   try {
-    await out.next((l) => /^applied [0-9a-f]{12}/.test(l), 60_000, 'first apply');
+    await out.next((l) => /^applied [0-9a-f]{12}/.test(logMessage(l)), 60_000, 'first apply');
     const next = await commitFiles(work, configFiles(['lb-1'], [...reals, '198.51.100.12']), 'one more real');
     await git(work, 'push', '-q', 'origin', 'main');
     const pushedAt = Date.now();
     // The default poll is 30 s plus up to 10 % jitter: the new commit must be applied within one period or so.
-    await out.next((l) => l.startsWith(`applied ${next.slice(0, 12)}`), 45_000, 'the pushed commit applied by the poll');
+    await out.next((l) => logMessage(l).startsWith(`applied ${next.slice(0, 12)}`), 45_000, 'the pushed commit applied by the poll');
     t.log(`pushed -> applied by the default poll after ${Date.now() - pushedAt} ms`);
   } finally {
     await stopChild(daemon, 5000);
