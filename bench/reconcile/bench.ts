@@ -1,12 +1,15 @@
 // See ./run. Prints figures; quote medians (the machine is shared).
 import { rmSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { startDaemon, type Daemon } from '../../src/reconciler/daemon.js';
 import { githubSignature } from '../../src/reconciler/triggers/webhook.js';
 import { Reconciler } from '../../src/reconciler/reconcile.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml, configFiles } from '../../test/reconcile-helpers.js';
+import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml } from '../../test/reconcile-helpers.js';
+import { readConfigDir } from '../../src/reconciler/source/read-dir.js';
+import { SCALE, scaleFile, scaleFileOf, scaleFiles } from '../scale/config.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-bench-${process.pid}`;
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
@@ -23,26 +26,47 @@ async function waitApplied(d: Daemon, rev: string, timeoutMs = 60_000): Promise<
   }
 }
 
-async function latency(mode: 'webhook' | 'poll'): Promise<number[]> {
+/** A config and the change each round commits: `change(i)` returns the files to write. */
+interface Scenario { name: string; files: Record<string, string>; change(i: number): Record<string, string>; initialTimeoutMs: number }
+
+/** The sample config repository (sample-config-repo/), node lb-1; each round moves one real's weight in web.yaml. */
+async function sampleScenario(): Promise<Scenario> {
+  const files: Record<string, string> = {};
+  for (const f of await readConfigDir('sample-config-repo')) files[f.path] = new TextDecoder().decode(f.content);
+  const web = files['services/web.yaml']!;
+  if (!/weight: 100/.test(web)) throw new Error('sample-config-repo/services/web.yaml: no "weight: 100" to change');
+  return { name: 'sample config', files, initialTimeoutMs: 60_000,
+    change: (i) => ({ 'services/web.yaml': web.replace('weight: 100', `weight: ${90 - (i % 5)}`) }) };
+}
+
+/** 1,000 services x 100 reals (bench/scale/config.ts); each round changes one real's weight of one service. */
+function scaleScenario(): Scenario {
+  return { name: `${SCALE.services} services x ${SCALE.reals} reals`, files: scaleFiles(), initialTimeoutMs: 900_000,
+    change: (i) => {
+      const svc = (i * 97) % SCALE.services;
+      return { [scaleFileOf(svc)]: scaleFile(Math.floor(svc / 100), SCALE, new Map([[svc, (r: number) => (r === i % SCALE.reals ? 50 : 100)]])) };
+    } };
+}
+
+async function latency(mode: 'webhook' | 'poll', scenario: Scenario): Promise<number[]> {
   const repo = await servedRepo();
   const cache = await tempDir(`bench-${mode}`);
   const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, mode) });
   const secret = 'bench-secret';
   let d: Daemon | undefined;
   try {
-    const reals = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
-    const first = await commitFiles(repo.work, configFiles(['lb-1'], reals), 'initial');
+    const first = await commitFiles(repo.work, scenario.files, 'initial');
     await git(repo.work, 'push', '-q', 'origin', 'main');
     d = await startDaemon({
       repo: repo.url, branch: 'main', node: 'lb-1', dataPlane: dp, cacheDir: cache, log: quiet,
       ...(mode === 'webhook' ? { webhook: { listen: '127.0.0.1:0', secret } } : { poll: '1' }),
     });
-    await waitApplied(d, first);
+    await waitApplied(d, first, scenario.initialTimeoutMs);
     await d.idle();
     const out: number[] = [];
     const stages: Record<string, number[]> = {};
     for (let i = 0; i < ROUNDS; i++) {
-      const rev = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', reals.slice(0, 1 + (i % 3))) }, `change ${i}`);
+      const rev = await commitFiles(repo.work, scenario.change(i), `change ${i}`);
       await git(repo.work, 'push', '-q', 'origin', 'main');
       const t0 = Date.now(); // the push has landed on the server
       if (mode === 'webhook') {
@@ -54,7 +78,7 @@ async function latency(mode: 'webhook' | 'poll'): Promise<number[]> {
       for (const [k, v] of Object.entries(d.reconciler.timings)) (stages[k] ??= []).push(v);
       await d.idle(); // let the status write finish before the next round
     }
-    console.log(`  ${mode} reconcile stages (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
+    console.log(`    stages (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
     return out;
   } finally {
     await d?.stop();
@@ -93,7 +117,7 @@ async function oneRealChange(): Promise<void> {
       await git(repo.work, 'push', '-q', 'origin', 'main');
       const o = await r.reconcile('bench');
       if (o.kind !== 'applied') throw new Error(JSON.stringify(o));
-      rows.push(`  ${label.padEnd(17)} mapWrites=${o.report.mapWrites} (ring entries ${o.report.changedRingEntries}, ideal M/N≈${Math.round(M / N)}), mapDeletes=${o.report.mapDeletes}, ringSwitches=${o.report.ringSwitches}`);
+      rows.push(`  ${label.padEnd(17)} ops=${o.report.ops}, mapWrites=${o.report.mapWrites} (a new ring of ${o.report.changedRingEntries} entries, switched in with one outer-map update), mapDeletes=${o.report.mapDeletes}, ringSwitches=${o.report.ringSwitches}`);
     }
     console.log(`one-real change at M=${M}, N=${N}:\n${rows.join('\n')}`);
     const again = await r.reconcile('bench');
@@ -106,10 +130,19 @@ async function oneRealChange(): Promise<void> {
 }
 
 try {
-  console.log(`commit-to-applied latency, from push landed to applied in the kernel maps (${ROUNDS} rounds each)`);
-  console.log(`  by webhook:      ${fmt(await latency('webhook'))}`);
-  console.log(`  by poll (1 s):   ${fmt(await latency('poll'))}   (expected ~ half the poll interval + one reconcile)`);
-  await oneRealChange();
+  const only = process.argv[2]; // 'sample', 'scale' or 'writes' runs just that part
+  console.log(`commit-to-applied latency, from push landed to applied in the kernel maps (${ROUNDS} rounds each; ` +
+    `load average ${loadavg().map((x) => x.toFixed(1)).join(' ')} on this shared machine)`);
+  if (!only || only === 'sample') {
+    const sample = await sampleScenario();
+    console.log(`  ${sample.name}, by webhook (goal <= 1 s): ${fmt(await latency('webhook', sample))}`);
+    console.log(`  ${sample.name}, by poll (1 s): ${fmt(await latency('poll', sample))}   (expected ~ half the poll interval + one reconcile)`);
+  }
+  if (!only || only === 'scale') {
+    const scale = scaleScenario();
+    console.log(`  ${scale.name}, by webhook (goal <= 3 s): ${fmt(await latency('webhook', scale))}`);
+  }
+  if (!only || only === 'writes') await oneRealChange();
 } finally {
   rmSync(PIN_BASE, { recursive: true, force: true });
 }
