@@ -3,7 +3,9 @@
 // (nothing changed -> no ops), readLive without reading rings, capacity (many large rings on a running node),
 // and undo of a failed execute. No traffic and no interfaces: maps and programs only, per-run bpffs directory.
 import test from 'ava';
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { BpfMap, MapType } from '../src/bpf/libbpf.js';
 import { openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
 import { buildMaglevTable } from '../src/render/maglev.js';
 import { describeOp, type Op } from '../src/render/ops.js';
@@ -35,9 +37,14 @@ test.after.always(() => {
 });
 
 test.serial('one-real change at M=65537, N=100: one new ring, one switch, the real deleted after it', async (t) => {
+  // a pin of the single shared ring of earlier versions is removed at load
+  const old = BpfMap.create({ name: 'lb_ring', type: MapType.array, keySize: 4, valueSize: 4, maxEntries: 16 });
+  old.pin(join(PIN, 'lb_ring'));
+  old.close();
   dp = await openLbDataPlane({ pinRoot: PIN });
   const first = await dp.apply(state(ringAll));
   t.is(first.ringSwitches, 1);
+  t.false(existsSync(join(PIN, 'lb_ring')));
   const ops = await dp.plan(state(ringMinusOne));
   t.deepEqual(ops.map((o) => o.op), ['ring.fill', 'service.switch', 'real.delete']);
   t.log(ops.map(describeOp).join('\n'));

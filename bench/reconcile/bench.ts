@@ -13,7 +13,9 @@ import { SCALE, scaleFile, scaleFileOf, scaleFiles } from '../scale/config.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-bench-${process.pid}`;
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
-const quiet = { info: () => {}, warn: () => {} };
+const stamp = (level: string) => (msg: string) => console.log(`    [${new Date().toISOString().slice(11, 23)} ${level}] ${msg}`);
+// BENCH_LOG=1 shows the daemon's log with timestamps (where the time between the webhook and applied goes)
+const quiet = process.env.BENCH_LOG ? { info: stamp('info'), warn: stamp('warn') } : { info: () => {}, warn: () => {} };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const fmt = (xs: number[]) => `median ${median(xs)} ms (min ${Math.min(...xs)}, max ${Math.max(...xs)}, n=${xs.length})`;
@@ -69,6 +71,7 @@ async function latency(mode: 'webhook' | 'poll', scenario: Scenario): Promise<nu
       const rev = await commitFiles(repo.work, scenario.change(i), `change ${i}`);
       await git(repo.work, 'push', '-q', 'origin', 'main');
       const t0 = Date.now(); // the push has landed on the server
+      if (process.env.BENCH_LOG) stamp('bench')(`round ${i}: pushed ${rev.slice(0, 12)}`);
       if (mode === 'webhook') {
         const body = JSON.stringify({ ref: 'refs/heads/main', after: rev });
         await fetch(d.webhook!.url, { method: 'POST', body, headers: { 'x-hub-signature-256': githubSignature(secret, Buffer.from(body)) } });
@@ -78,7 +81,7 @@ async function latency(mode: 'webhook' | 'poll', scenario: Scenario): Promise<nu
       for (const [k, v] of Object.entries(d.reconciler.timings)) (stages[k] ??= []).push(v);
       await d.idle(); // let the status write finish before the next round
     }
-    console.log(`    stages (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
+    console.log(`    stages of the reconcile pass (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
     return out;
   } finally {
     await d?.stop();

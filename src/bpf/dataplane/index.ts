@@ -1,7 +1,7 @@
 // The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, reads what the
 // maps hold (LiveState), plans with the one planner (src/render/ops.ts) and executes the ops with undo
 // (make-before-break, one outer-map update per ring switch), and sums the counters. Map layout: docs/datapath.md.
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import { checkXdpForwarding, type ForwardingCheck } from '../xdp-forwarding.js';
@@ -167,6 +167,9 @@ class LbDataPlane implements DataPlane {
       this.obj = obj;
       restoreOldPins(old, this.maps);
       this.repairRealSlots();
+      // Pins of the single shared ring of earlier versions: unused now (rings live in lb_rings). Unlinking a pin
+      // frees nothing a running program still holds; it only stops the old ring outliving the upgrade.
+      for (const stale of ['lb_ring', 'lb_services']) rmSync(pinned(stale), { force: true });
       if (this.opts.interface && existsSync(pinned(LINK_PIN))) await this.attach();
     } catch (e) {
       this.obj = null;
