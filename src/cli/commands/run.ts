@@ -163,7 +163,10 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         });
         log.info(`metrics on ${metricsServer.url}/metrics`, { stage: 'metrics' });
       } catch (err) {
-        if (values.metrics !== undefined || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw new UsageError(`--metrics: ${(err as Error).message}`);
+        if (values.metrics !== undefined || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') {
+          const msg = (err as Error).message;
+          throw new UsageError(msg.startsWith('--metrics') ? msg : `--metrics ${metricsListen}: ${msg}`);
+        }
         log.warn(`metrics: default address ${metricsListen} is in use; running without metrics (pass --metrics ADDR:PORT)`, { stage: 'metrics' });
       }
     }
