@@ -165,6 +165,14 @@ class LoadWorker : public Napi::AsyncWorker {
         int r = bpf_map__set_pin_path(m, pin.c_str());
         if (r) return Fail(r, "set pin path of map '" + std::string(bpf_map__name(m)) + "'");
       }
+    } else {
+      // No pin root: nothing is pinned. Without this, libbpf pins LIBBPF_PIN_BY_NAME maps under its default
+      // /sys/fs/bpf and silently reuses whatever another load left there (stale layouts break later loads).
+      bpf_map* m;
+      bpf_object__for_each_map(m, obj_) {
+        int r = bpf_map__set_pin_path(m, nullptr);
+        if (r) return Fail(r, "clear pin path of map '" + std::string(bpf_map__name(m)) + "'");
+      }
     }
     int r = bpf_object__load(obj_);
     if (r) {
