@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import git from 'isomorphic-git';
-import { defineCommand, UsageError } from '../command.js';
+import { defineCommand, formatOption, UsageError } from '../command.js';
 import { isUrl, openRemote, type GitRemote } from '../../reconciler/source/git-remote.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import { readRevisionFiles } from '../../reconciler/source/git-objects.js';
@@ -66,6 +66,7 @@ interface VerifyOptions {
   branch: string;
   credentialsFile?: string;
   json: boolean;
+  format: 'text' | 'json';
 }
 
 export const command = defineCommand<VerifyOptions>({
@@ -84,7 +85,8 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       .option('--trust <file>', 'root of trust: SSH allowed_signers lines and/or armored OpenPGP public keys')
       .option('--branch <name>', 'with a URL: the branch to fetch', 'main')
       .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
-      .option('--json', 'print the verdicts as JSON', false),
+      .option('--json', 'same as --format json', false)
+      .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {policy, verdicts, failures, notes}')),
   async run(values) {
     const repo = values.repo;
     const range = values.range ?? (isUrl(repo) ? values.branch : 'HEAD');
@@ -118,7 +120,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
         now: new Date(),
         deepen: (extra) => remote.deepen(values.branch, extra),
       });
-      if (values.json) process.stdout.write(JSON.stringify({ policy, ...r }, null, 2) + '\n');
+      if (values.json || values.format === 'json') process.stdout.write(JSON.stringify({ policy, ...r }, null, 2) + '\n');
       else {
         for (const v of r.verdicts) process.stdout.write(`${v.ok ? 'ok    ' : 'REFUSED'} ${describeVerdict(v)}${v.subject ? ` — ${v.subject}` : ''}\n`);
         for (const n of r.notes) process.stdout.write(`note: signers list: ${n}\n`);
