@@ -84,6 +84,35 @@ test('weight, state and mode changes are reported with gainers and losers', (t) 
   t.is(json.changed, true);
 });
 
+test('plan warns about dispatch changes: encap changes are safe in any apply order, DSR <-> SNAT is not', (t) => {
+  const withDispatch = (dispatch: { mode: 'dsr' | 'hybrid' | 'snat'; encap?: 'l2' | 'ipip' | 'ipopt' }) => {
+    const m = baseModel();
+    svc(m, 'web').spec.dispatch = dispatch;
+    return m;
+  };
+  const warnings = (a: Parameters<typeof withDispatch>[0], b: Parameters<typeof withDispatch>[0]) =>
+    planChanges(withDispatch(a), withDispatch(b)).services.find((s) => s.name === 'web')?.warnings ?? [];
+
+  const l2ToIpip = warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'dsr', encap: 'ipip' });
+  t.is(l2ToIpip.length, 1);
+  t.regex(l2ToIpip[0]!, /80\/TCP dsr-l2 -> dsr-ipip: backends accept l2, ipip and ipopt .* any order/);
+  t.regex(l2ToIpip[0]!, /open connections keep working/);
+  const ipipToIpopt = warnings({ mode: 'dsr', encap: 'ipip' }, { mode: 'dsr', encap: 'ipopt' });
+  t.regex(ipipToIpopt[0]!, /dsr-ipip -> dsr-ipopt: .*connections open at the switch break/);
+
+  const toSnat = warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'snat' });
+  t.is(toSnat.length, 1);
+  t.regex(toSnat[0]!, /80\/TCP dsr-l2 -> snat: between DSR and SNAT .* can fail until every node has applied/);
+  // hybrid keeps TCP on DSR: only the encap of the TCP port changes, no DSR <-> SNAT flip.
+  t.deepEqual(warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'hybrid', encap: 'l2' }), []);
+  t.deepEqual(warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'dsr', encap: 'l2' }), []);
+
+  const plan = planChanges(withDispatch({ mode: 'dsr', encap: 'l2' }), withDispatch({ mode: 'dsr', encap: 'ipopt' }));
+  t.regex(formatPlanText(plan), /\n {2}warning: dispatch 80\/TCP dsr-l2 -> dsr-ipopt: /);
+  t.regex(formatPlanMarkdown(plan), /\n- \*\*warning\*\*: dispatch 80\/TCP dsr-l2 → dsr-ipopt: /);
+  t.is(JSON.parse(planToJson(plan)).services[0].warnings.length, 1);
+});
+
 test('added and removed services, table size change moves everything, node changes', (t) => {
   const head = baseModel();
   head.services = head.services.filter((s) => s.metadata.name !== 'api');

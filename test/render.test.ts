@@ -169,7 +169,7 @@ test('ids and tables are stable across revisions: reordering, adding a service, 
   t.is(realId(base, '198.51.100.11'), rawStableId('real', '198.51.100.11'));
 });
 
-test('backend node: services that list its address, localVips for l2/ipip DSR only', (t) => {
+test('backend node: services that list its address, localVips for every DSR encap, none for snat', (t) => {
   const be1 = renderDesiredState(sampleModel(), 'be-1');
   t.is(be1.role, 'backend');
   t.deepEqual(be1.services.map((s) => s.name).sort(), ['dns', 'web']);

@@ -306,7 +306,7 @@ test.serial('full be_conns (LRU, 64 entries): new flows are still recorded, evic
 });
 
 // ---- the pure part: which be_vips entries a desired state asks for --------------------------------------------
-test('desiredVipEntries: one address entry per ipip VIP, one listener per ipopt VIP:port:protocol, none for l2/snat', (t) => {
+test('desiredVipEntries: every DSR VIP gets an address entry and a listener per port:protocol, whatever its encap; none for snat', (t) => {
   const base = { serviceId: 1, hashSourcePort: false } as const;
   const entries = desiredVipEntries({
     vips: [
@@ -317,9 +317,17 @@ test('desiredVipEntries: one address entry per ipip VIP, one listener per ipopt 
       { ...base, vip: '192.0.2.40', family: 4, port: 53, protocol: 'UDP', targetPort: 53, forwarding: 'snat' },
     ],
   });
+  const address = (a: string, family: 4 | 6) => ({ address: a, family, port: 0, protocol: null, flags: VIP_FLAG_IPIP, targetPort: 0 });
+  const listener = (a: string, family: 4 | 6, port: number, protocol: 'TCP' | 'UDP', targetPort: number) =>
+    ({ address: a, family, port, protocol, flags: VIP_FLAG_IPOPT, targetPort });
   t.deepEqual(entries, [
-    { address: '192.0.2.10', family: 4, port: 0, protocol: null, flags: VIP_FLAG_IPIP, targetPort: 0 },
-    { address: '2001:db8:f::20', family: 6, port: 53, protocol: 'UDP', flags: VIP_FLAG_IPOPT, targetPort: 5353 },
+    address('192.0.2.10', 4),
+    listener('192.0.2.10', 4, 443, 'TCP', 443),
+    listener('192.0.2.10', 4, 80, 'TCP', 80),
+    address('192.0.2.30', 4),
+    listener('192.0.2.30', 4, 80, 'TCP', 80),
+    address('2001:db8:f::20', 6),
+    listener('2001:db8:f::20', 6, 53, 'UDP', 5353),
   ]);
   // Round trip through the map encoding.
   for (const e of entries) t.deepEqual(decodeVipEntry(encodeVipKey(e), encodeVipValue(e)), e);

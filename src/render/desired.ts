@@ -90,8 +90,9 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         forwarding,
         hashSourcePort: spec.hash.sourcePort,
       });
-      // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP.
-      if (forwarding === 'dsr-l2' || forwarding === 'dsr-ipip') localVips.add(spec.vip);
+      // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP. It owns
+      // it for ipopt too: lb nodes may still (or already) send l2 or ipip while an encap change rolls out.
+      if (forwarding !== 'snat') localVips.add(spec.vip);
     }
   }
 

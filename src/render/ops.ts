@@ -130,18 +130,19 @@ export function desiredMarkers(d: DesiredState): LiveVipMarker[] {
 }
 
 /**
- * The be_vips entries a backend node needs: one address entry per VIP reached by IP-in-IP, one listener entry
- * per ipopt VIP:port:protocol. l2 VIPs need no entry (the VIP is local) and snat traffic arrives as ordinary
- * packets. Sorted by identity, duplicates merged.
+ * The be_vips entries a backend node needs. Every DSR VIP:port:protocol gets both kinds, whatever encap the
+ * service names now: an address entry (decapsulate IP-in-IP to the VIP) and a listener entry (trust the ipopt
+ * option naming it). lb nodes and backends apply an encap change (l2, ipip, ipopt) at different moments, so a
+ * backend must take every form until and after its own apply (docs/backend.md). snat traffic arrives as ordinary
+ * packets and needs no entry. Sorted by identity, duplicates merged.
  */
 export function desiredBackendVips(d: Pick<DesiredState, 'vips'>): BackendVip[] {
   const byId = new Map<string, BackendVip>();
   for (const v of d.vips) {
-    let e: BackendVip | null = null;
-    if (v.forwarding === 'dsr-ipip') e = { kind: 'address', address: v.vip, family: v.family, port: 0, protocol: null, targetPort: 0 };
-    else if (v.forwarding === 'dsr-ipopt')
-      e = { kind: 'listener', address: v.vip, family: v.family, port: v.port, protocol: v.protocol, targetPort: v.targetPort };
-    if (e) byId.set(backendVipId(e), e);
+    if (v.forwarding === 'snat') continue;
+    const address: BackendVip = { kind: 'address', address: v.vip, family: v.family, port: 0, protocol: null, targetPort: 0 };
+    const listener: BackendVip = { kind: 'listener', address: v.vip, family: v.family, port: v.port, protocol: v.protocol, targetPort: v.targetPort };
+    for (const e of [address, listener]) byId.set(backendVipId(e), e);
   }
   return [...byId.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, e]) => e);
 }

@@ -65,6 +65,7 @@ export function formatPlanText(plan: Plan): string {
       }
       out.push(`  ${tableLine(s)}`);
       for (const e of s.explanations) out.push(`  why: ${e}`);
+      for (const w of s.warnings) out.push(`  warning: ${w}`);
       const { gaining, losing } = shareMovers(s);
       for (const r of gaining) out.push(`  gains: ${r.address} ${pct(r.shareBefore)} -> ${pct(r.shareAfter)} (${signedPoints(r.shareAfter - r.shareBefore)} points)`);
       for (const r of losing) out.push(`  loses: ${r.address} ${pct(r.shareBefore)} -> ${pct(r.shareAfter)} (${signedPoints(r.shareAfter - r.shareBefore)} points)`);
@@ -114,6 +115,7 @@ export function formatPlanMarkdown(plan: Plan): string {
       }
       out.push(`- ${md(tableLine(s))}`);
       for (const e of s.explanations) out.push(`- ${md(e.replaceAll(' -> ', ' → '))}`);
+      for (const w of s.warnings) out.push(`- **warning**: ${md(w.replaceAll(' -> ', ' → '))}`);
       out.push('');
       const { gaining, losing } = shareMovers(s);
       if (gaining.length || losing.length) {

@@ -2,7 +2,8 @@
 // Tables are compared as every node would build them, all reals assumed healthy: the share of table entries whose
 // backend changes is the share of new connections that will land on a different real.
 import type { ConfigModel, ServiceDoc, NodeDoc } from './model.js';
-import { modelIds } from './desired.js';
+import type { Forwarding } from './state.js';
+import { modelIds, resolveForwarding } from './desired.js';
 import { buildServiceTable, identityPort, serviceTableSize, type ServiceTable } from './service-table.js';
 
 /** Same shape as src/render/config's Diagnostic (kept structural so plan does not depend on the parser). */
@@ -50,6 +51,8 @@ export interface ServicePlan {
   movedShare: number;
   /** Sentences saying why flows move when the reason is not visible in the reals (e.g. a new identity port). */
   explanations: string[];
+  /** Risks of the rollout itself that no share shows: dispatch mode and encap changes (see dispatchWarnings). */
+  warnings: string[];
 }
 
 export interface NodePlan {
@@ -209,7 +212,45 @@ function planService(
     movedEntries: moved,
     movedShare: size > 0 ? moved / size : 0,
     explanations: explain(fields, moved, size),
+    warnings: base && head ? dispatchWarnings(base, head) : [],
   };
+}
+
+/**
+ * What a dispatch change does while lb nodes and backends apply it one by one. Backends take l2, ipip and ipopt
+ * for every DSR VIP they serve (docs/backend.md), so an encap change drops no new connection in any apply order;
+ * a change between DSR and SNAT does, and connections open at the switch break when the socket they reach changes
+ * (l2/ipip arrive at VIP:port, ipopt and snat at real:targetPort).
+ */
+function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
+  const out: string[] = [];
+  const before = new Map(base.spec.ports.map((p) => [`${p.port}/${p.protocol}`, resolveForwarding(base, p.protocol)]));
+  const changed = head.spec.ports
+    .map((p) => ({ port: `${p.port}/${p.protocol}`, from: before.get(`${p.port}/${p.protocol}`), to: resolveForwarding(head, p.protocol) }))
+    .filter((c): c is { port: string; from: Forwarding; to: Forwarding } => c.from !== undefined && c.from !== c.to);
+  const modeFlips = changed.filter((c) => (c.from === 'snat') !== (c.to === 'snat'));
+  const encapFlips = changed.filter((c) => c.from !== 'snat' && c.to !== 'snat');
+  if (modeFlips.length > 0) {
+    out.push(
+      `dispatch ${modeFlips.map((c) => `${c.port} ${c.from} -> ${c.to}`).join(', ')}: between DSR and SNAT the backends ` +
+        `must own the VIP exactly while an lb node still sends (or already sends) DSR packets; lb nodes and backends ` +
+        `apply one by one, so new connections to these ports can fail until every node has applied, and open ` +
+        `connections break. Change it when the service is drained, or move it to another VIP.`,
+    );
+  }
+  if (encapFlips.length > 0) {
+    const socketMoves = encapFlips.filter((c) => (c.from === 'dsr-ipopt') !== (c.to === 'dsr-ipopt'));
+    out.push(
+      `dispatch ${encapFlips.map((c) => `${c.port} ${c.from} -> ${c.to}`).join(', ')}: backends accept l2, ipip and ` +
+        `ipopt for every DSR VIP they serve, so lb nodes and backends may apply this in any order without failing new ` +
+        `connections` +
+        (socketMoves.length > 0
+          ? `; connections open at the switch break, because with ipopt the real answers on its own address and ` +
+            `targetPort and with l2/ipip on the VIP.`
+          : '; open connections keep working (the real sees the same packet).'),
+    );
+  }
+  return out;
 }
 
 /** Why flows move when no real was added or removed: the causes a reader cannot see in the reals' lines. */

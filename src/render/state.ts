@@ -70,6 +70,6 @@ export interface DesiredState {
   reals: DesiredReal[]; // sorted by id
   services: DesiredService[]; // sorted by id
   vips: DesiredVip[]; // sorted by (vip, port, protocol)
-  /** For backend nodes: VIPs this node must own locally (l2/ipip dsr) — canonical, sorted. */
+  /** For backend nodes: VIPs this node must own locally (every dsr encap, see desired.ts) — canonical, sorted. */
   localVips: string[];
 }
