@@ -180,7 +180,9 @@ test.after.always(async () => {
 
 test.serial('the backend set-up installed both programs, wrote the VIP map and made the ipip VIPs local', async (t) => {
   t.true(backendSetup.attached);
-  t.is(backendSetup.report.mapWrites, 10); // 2 ipip address entries + 4 ipopt listeners + 4 tunnel endpoints
+  // Every DSR VIP gets an address entry and a listener per port (any encap, docs/backend.md): 2 ipip VIPs x (1 + 1),
+  // 2 ipopt VIPs x (1 + 2), and 4 tunnel endpoints.
+  t.is(backendSetup.report.mapWrites, 14);
   t.deepEqual(backendSetup.owned.addresses, [A4.ipipVip, A6.ipipVip], 'ownership recorded');
   t.true(backendSetup.deviceAddrs.includes(A4.ipipVip) && backendSetup.deviceAddrs.includes(A6.ipipVip));
   t.false(backendSetup.deviceAddrs.includes(A4.optVip), 'ipopt VIPs stay off the host');
@@ -240,17 +242,17 @@ test.serial('a service leaving: its entries are deleted, its VIP released, and t
   const without = { ...desired, vips: desired.vips.filter((v) => v.vip !== A6.ipipVip), localVips: [A4.ipipVip] };
   const r = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired: without });
   t.is(r.report.mapWrites, 0);
-  t.is(r.report.mapDeletes, 1);
+  t.is(r.report.mapDeletes, 2); // its address entry and its TCP listener
   t.false(r.deviceAddrs.includes(A6.ipipVip), 'VIP released');
   t.deepEqual(r.owned.addresses, [A4.ipipVip]);
-  t.is(r.counters.vip_entries, 5);
+  t.is(r.counters.vip_entries, 8);
   t.false(r.live.vips.some((v: DesiredVip) => v.vip === A6.ipipVip));
   const before = stat('ipip_not_vip');
   await t.throwsAsync(clientRun(TCP_CLIENT, A6.ipipVip, VIP_PORT));
   t.true(stat('ipip_not_vip') > before, 'the tunnelled SYN was seen and passed untouched');
   // And back: the VIP works again.
   const back = await labNode(NS.backend, 'backend', { pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired });
-  t.is(back.report.mapWrites, 1);
+  t.is(back.report.mapWrites, 2);
   const ok = await clientRun(TCP_CLIENT, A6.ipipVip, VIP_PORT);
   t.is(ok.remote, `${A6.ipipVip} ${VIP_PORT}`);
 });
