@@ -1,6 +1,7 @@
 // The reconciler's control path against a real Git server (git http-backend) and the real LB data plane (pinned
 // BPF maps under a per-run bpffs directory, attached to no interface): Git deadlines, a health re-render that
-// does not wait for a hanging fetch, conditions in status, the share-based health gate, and decommissioning.
+// does not wait for a hanging fetch, conditions in status, and decommissioning by node daemons (pins released).
+// The kernel-free control logic (health gate, revert policy, decommission) is in reconcile-unit.test.ts.
 import test from 'ava';
 import net from 'node:net';
 import { execFile } from 'node:child_process';
@@ -16,9 +17,8 @@ import { Reconciler } from '../src/reconciler/reconcile.js';
 import { StatusWriter } from '../src/reconciler/status/status-writer.js';
 import { parseStatus } from '../src/reconciler/status/status-doc.js';
 import { CONDITION_REASONS, getCondition } from '../src/reconciler/status/conditions.js';
-import { HealthService } from '../src/reconciler/health/service.js';
 import { startNodeDaemon } from '../src/reconciler/node-daemon.js';
-import { git, servedRepo, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, type ServedRepo } from './reconcile-helpers.js';
+import { git, servedRepo, commitFiles, tempDir, configFiles, type ServedRepo } from './reconcile-helpers.js';
 
 const execFileP = promisify(execFile);
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
@@ -179,32 +179,6 @@ test('gitlb run --once against an unreachable remote exits 1 and says the fetch 
   t.regex(r.stdout, /fetch failed/);
 });
 
-test.serial('scaling every weight 198 -> 10 moves no flows: the health gate passes and nothing is reverted', async (t) => {
-  const files = { 'cluster.yaml': clusterYaml({ policy: 'auto', tableSize: 1021 }), 'nodes/lb-1.yaml': lbNodeYaml('lb-1'), 'services/web.yaml': weighted(198) };
-  const repo = await repoWith(files);
-  const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, 'scale') });
-  cleanups.push(() => dp.close());
-  const health = new HealthService({ node: 'lb-1' });
-  cleanups.push(() => health.checker.stop());
-  const remote = new HttpRemote(repo.url, join(await cache('scale'), 'git'));
-  const rec = new Reconciler({
-    node: 'lb-1', branch: 'main', remote, dataPlane: dp, log: quiet,
-    health: () => health.view(),
-    postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
-    onApplied: (m) => health.update(m),
-  });
-  t.is((await rec.reconcile('start')).kind, 'applied');
-  const digest = (await dp.readLive()).services[0]!.digest;
-  const scaled = await push(repo, { 'services/web.yaml': weighted(10) }, 'scale every weight 198 -> 10');
-  const o = await rec.reconcile('poll');
-  t.is(o.kind, 'applied', JSON.stringify(o));
-  t.is(rec.appliedRevision, scaled);
-  t.is((await dp.readLive()).services[0]!.digest, digest, 'the same table: no flow moved');
-  t.is(rec.counters.rollbacksPushed, 0);
-  await git(repo.work, 'pull', '-q', 'origin', 'main');
-  t.is(await git(repo.work, 'rev-parse', 'HEAD'), scaled, 'no revert on the branch');
-});
-
 test.serial('decommission by pull request: the removed node tears down and reports it, nobody reverts, the other node applies it', async (t) => {
   const repo = await repoWith(configFiles(['lb-1', 'lb-2'], REALS, { policy: 'auto' }));
   const start = async (node: string) => {
@@ -239,27 +213,6 @@ test.serial('decommission by pull request: the removed node tears down and repor
   t.is(s.lastAttempt?.result, 'decommissioned');
   t.is(getCondition(s.conditions, 'Ready')?.reason, 'Decommissioned');
   t.true(validStatus(s), JSON.stringify(validStatus.errors));
-});
-
-test.serial('only lb nodes push an automatic revert: a backend-role reconciler records the failure and stands down', async (t) => {
-  const repo = await repoWith(configFiles(['lb-1'], REALS, { policy: 'auto' }));
-  const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, 'role') });
-  cleanups.push(() => dp.close());
-  const writer = (remote: HttpRemote) => new StatusWriter({ remote, branch: 'gitlb-status', node: 'lb-1' });
-  const remote = new HttpRemote(repo.url, join(await cache('role'), 'git'));
-  const w = writer(remote);
-  const rec = new Reconciler({ node: 'lb-1', branch: 'main', remote, dataPlane: dp, role: 'backend', log: quiet, statusSink: async (st, _b, why) => void (await w.write(st, why)) });
-  t.is((await rec.reconcile('start')).kind, 'applied');
-  const bad = await push(repo, { 'services/web.yaml': weighted(1).replace('198.51.100.10', 'not-an-address') }, 'bad');
-  const o = await rec.reconcile('poll');
-  t.is(o.kind, 'failed');
-  t.falsy(o.kind === 'failed' && o.rollback, 'no revert attempted');
-  await rec.flushStatus();
-  await git(repo.work, 'pull', '-q', 'origin', 'main');
-  t.is(await git(repo.work, 'rev-parse', 'HEAD'), bad);
-  const s = await statusOnBranch(repo, 'lb-1');
-  t.is(getCondition(s.conditions, 'Stalled')?.status, 'True');
-  t.is(getCondition(s.conditions, 'Stalled')?.reason, 'ValidationFailed');
 });
 
 test.serial('with Git reachable, the status branch reflects a health flip within 5 s', async (t) => {

@@ -336,30 +336,3 @@ test.serial('local repository: a commit is picked up by the ref watch; the node\
     await d.stop();
   }
 });
-
-test.serial('a health change re-renders the applied revision and applies only the difference', async (t) => {
-  const files = configFiles(['lb-1'], REALS);
-  const { repo } = await repoWith(files);
-  const dp = await dataPlane('health');
-  cleanups.push(() => dp.close());
-  const down = new Set<string>();
-  const r = new Reconciler({
-    node: 'lb-1',
-    branch: 'main',
-    remote: new HttpRemote(repo.url, join(await cache('health'), 'git')),
-    dataPlane: dp,
-    health: () => ({ isHealthy: (_svc: string, address: string) => !down.has(address) }),
-    log: quiet,
-  });
-  t.is((await r.reconcile('test')).kind, 'applied');
-  t.is(await r.refreshHealth('nothing changed'), null);
-  down.add(REALS[0]!);
-  const report = await r.refreshHealth('real down');
-  t.truthy(report);
-  t.true(report!.changedRingEntries > 0);
-  const ring = (await dp.readLive({ tables: true })).services[0]!.ring!;
-  const downId = r.desired!.reals.find((x) => x.address === REALS[0])!.id;
-  t.false(ring.includes(downId), 'the unhealthy real left the ring');
-  t.is(r.snapshot().services[0]?.reals.find((x) => x.address === REALS[0])?.healthy, false);
-  t.is(r.snapshot().services[0]?.digest, (await dp.readLive()).services[0]!.digest);
-});

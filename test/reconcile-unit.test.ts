@@ -1,0 +1,347 @@
+// The reconciler's unit tier (docs/reconciler.md, "Test tiers"): no root, no BPF, no namespaces. Real `git`
+// commits in a local repository (read through LocalRemote, as `gitlb run <path>` does) and the in-memory data
+// plane, which plans with the one planner and executes with its all-or-nothing semantics. The kernel's own
+// behaviour (pins, map capacity, attachment, packets) stays in the kernel and netns tiers.
+import test from 'ava';
+import { readFileSync, rmSync } from 'node:fs';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { MemoryDataPlane } from '../src/bpf/dataplane/memory.js';
+import { parseConfig } from '../src/render/config/index.js';
+import { renderDesiredState } from '../src/render/desired.js';
+import { planOps } from '../src/render/ops.js';
+import { LocalRemote } from '../src/reconciler/source/git-remote.js';
+import { Reconciler, type ReconcilerOptions } from '../src/reconciler/reconcile.js';
+import { getCondition } from '../src/reconciler/status/conditions.js';
+import { HealthService } from '../src/reconciler/health/service.js';
+import { git, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, serviceYaml } from './reconcile-helpers.js';
+
+const REALS = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
+const T0 = Date.parse('2026-11-29T10:00:00Z');
+const dirs: string[] = [];
+const ajv = new Ajv2020({ allErrors: true });
+(addFormats as unknown as (a: Ajv2020) => void)(ajv);
+const validStatus = ajv.compile(JSON.parse(readFileSync(new URL('../schemas/status.schema.json', import.meta.url), 'utf8')));
+
+test.after.always(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** A local repository on branch main with `files` committed. */
+async function repoWith(files: Record<string, string | null>): Promise<{ work: string; rev: string }> {
+  const work = await tempDir('unit');
+  dirs.push(work);
+  await git(work, 'init', '-q', '-b', 'main');
+  return { work, rev: await commitFiles(work, files, 'initial config') };
+}
+
+/** A reconciler of `node` on the local repository with a controllable clock. */
+function reconciler(work: string, dp: MemoryDataPlane, node = 'lb-1', o: Partial<ReconcilerOptions> = {}) {
+  const clock = { now: T0 };
+  const r = new Reconciler({
+    node, branch: 'main', remote: new LocalRemote(work), dataPlane: dp, retry: { baseMs: 1000, maxMs: 8000 },
+    clock: () => new Date(clock.now), ...o,
+  });
+  return { r, clock };
+}
+
+function desiredOf(files: Record<string, string>, node = 'lb-1') {
+  const parsed = parseConfig(Object.entries(files).map(([path, c]) => ({ path, content: new TextEncoder().encode(c) })));
+  return renderDesiredState(parsed.model!, node);
+}
+
+function weighted(weight: number): string {
+  return [
+    'apiVersion: gitlb/v1', 'kind: Service', 'metadata: { name: web }', 'spec:', '  vip: 203.0.113.10',
+    '  ports: [{ port: 80, protocol: TCP }]', '  dispatch: { mode: dsr, encap: l2 }', '  reals:',
+    ...REALS.map((r) => `    - { address: ${r}, weight: ${weight} }`), '',
+  ].join('\n');
+}
+
+const cond = (r: Reconciler, type: 'Ready' | 'Reconciling' | 'Stalled' | 'Degraded') => getCondition(r.snapshot().conditions, type);
+
+test('first revision applied; re-apply, a commit that changes nothing and a restart write nothing', async (t) => {
+  const files = configFiles(['lb-1'], REALS);
+  const { work, rev } = await repoWith(files);
+  const dp = new MemoryDataPlane();
+  const { r } = reconciler(work, dp);
+
+  const first = await r.reconcile('start');
+  t.is(first.kind, 'applied', JSON.stringify(first));
+  t.is(r.appliedRevision, rev);
+  const desired = desiredOf(files);
+  t.deepEqual(planOps(await dp.readLive(), desired), [], 'the data plane holds exactly the rendered state');
+  t.is((await dp.readLive()).services[0]!.digest, desired.services[0]!.digest);
+  t.is(dp.executed.length, 1);
+  t.true(first.kind === 'applied' && first.report.mapWrites > 0);
+  t.is(cond(r, 'Ready')?.status, 'True');
+  const s = r.snapshot();
+  t.true(validStatus(s), JSON.stringify(validStatus.errors));
+  t.deepEqual(s.services[0]!.reals.map((x) => x.address).sort(), REALS);
+
+  // Same head again: nothing is planned or executed.
+  t.is((await r.reconcile('poll')).kind, 'unchanged');
+  t.is(dp.executed.length, 1);
+
+  // A new commit that does not change the config: recorded as applied, zero map operations.
+  const readme = await commitFiles(work, { 'README.md': 'notes\n' }, 'docs only');
+  const o = await r.reconcile('poll');
+  t.is(r.appliedRevision, readme);
+  t.true(o.kind === 'unchanged' || o.kind === 'applied');
+  t.is(r.lastReport!.mapWrites + r.lastReport!.mapDeletes + r.lastReport!.ringSwitches, 0);
+  t.deepEqual(dp.executed.at(-1), [], 'an empty plan');
+
+  // A restart on the same data plane adopts it: the first reconcile writes nothing.
+  const { r: again } = reconciler(work, dp, 'lb-1', { adoptedRevision: readme });
+  const adopted = await again.reconcile('start');
+  t.is(again.appliedRevision, readme);
+  t.is(again.counters.mapWrites + again.counters.mapDeletes, 0, JSON.stringify(adopted));
+});
+
+test('an invalid revision keeps the last good state; its condition names the file; it is not retried', async (t) => {
+  const { work, rev: good } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+  const before = await dp.readLive({ tables: true });
+
+  const bad = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad');
+  const o = await r.reconcile('poll');
+  t.is(o.kind, 'failed');
+  if (o.kind === 'failed') {
+    t.is(o.stage, 'validate');
+    t.regex(o.reason, /services\/web\.yaml:\d+:\d+/, 'the reason names file:line:col');
+    t.falsy(o.rollback, 'policy manual: no revert');
+  }
+  t.is(r.appliedRevision, good);
+  t.deepEqual(await dp.readLive({ tables: true }), before, 'nothing was written');
+  t.is(dp.executed.length, 1);
+  t.is(cond(r, 'Ready')?.reason, 'ValidationFailed');
+  t.is(cond(r, 'Ready')?.status, 'False');
+  t.is(cond(r, 'Stalled')?.status, 'True');
+  t.is(cond(r, 'Reconciling')?.status, 'False');
+  const s = r.snapshot();
+  t.is(s.appliedRevision, good);
+  t.is(s.lastFailure?.revision, bad);
+  t.is(s.lastFailure?.stage, 'validate');
+  t.true(validStatus(s), JSON.stringify(validStatus.errors));
+  t.is(r.nextRetryAt, null, 'a content failure is not retried');
+  clock.now += 3_600_000;
+  t.is((await r.reconcile('poll')).kind, 'failed');
+  t.is(r.counters.failures, 1, 'the same bad head is not tried again');
+});
+
+test('an apply failure mid-plan leaves the previous state intact and is retried with backoff until it succeeds', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+  const before = await dp.readLive({ tables: true });
+  const good = r.appliedRevision;
+
+  // A new real and a new service: the fault hits the listener, after a real and a ring were written.
+  const next = await commitFiles(work, {
+    'services/web.yaml': serviceYaml('web', '203.0.113.10', [...REALS, '198.51.100.13']),
+    'services/api.yaml': serviceYaml('api', '203.0.113.11', REALS),
+  }, 'one more real, one more service');
+  dp.injectFault({ kind: 'vip.put', nth: 1, errno: 'E2BIG', times: Infinity });
+  const o = await r.reconcile('poll');
+  t.is(o.kind, 'failed');
+  if (o.kind === 'failed') {
+    t.is(o.stage, 'apply');
+    t.regex(o.reason, /vip\.put.*E2BIG/);
+  }
+  t.deepEqual(await dp.readLive({ tables: true }), before, 'the partial apply was undone');
+  t.is(r.appliedRevision, good);
+  t.is(cond(r, 'Ready')?.reason, 'ApplyFailed');
+  t.is(cond(r, 'Reconciling')?.status, 'True');
+  t.is(cond(r, 'Stalled')?.status, 'False');
+
+  // Backoff: 1 s, then 2 s, 4 s; nothing is attempted before the retry time.
+  t.is(r.nextRetryAt!.getTime() - clock.now, 1000);
+  t.is((await r.reconcile('too early')).kind, 'waiting');
+  t.is(dp.failures, 1);
+  for (const delay of [2000, 4000]) {
+    clock.now = r.nextRetryAt!.getTime();
+    t.is((await r.reconcile('retry')).kind, 'failed');
+    t.is(r.nextRetryAt!.getTime() - clock.now, delay);
+  }
+  t.is(dp.failures, 3);
+  t.deepEqual(await dp.readLive({ tables: true }), before);
+
+  // The condition clears: the next retry applies the same revision.
+  dp.clearFault();
+  clock.now = r.nextRetryAt!.getTime();
+  t.is((await r.reconcile('retry')).kind, 'applied');
+  t.is(r.appliedRevision, next);
+  t.is(r.nextRetryAt, null);
+  t.is((await dp.readLive()).services.length, 2);
+  t.is(cond(r, 'Ready')?.status, 'True');
+});
+
+test('EINVAL from the data plane (the node cannot represent the revision) is not retried', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+  await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(0, 2)) }, 'one real fewer');
+  dp.injectFault({ nth: 1, errno: 'EINVAL', times: Infinity });
+  const o = await r.reconcile('poll');
+  t.true(o.kind === 'failed' && o.stage === 'apply');
+  t.is(r.nextRetryAt, null);
+  t.is(cond(r, 'Stalled')?.status, 'True');
+  clock.now += 3_600_000;
+  await r.reconcile('poll');
+  t.is(dp.failures, 1, 'not tried again');
+});
+
+test('a health change re-renders the applied revision and applies only the difference', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const down = new Set<string>();
+  const { r } = reconciler(work, dp, 'lb-1', { health: () => ({ isHealthy: (_svc: string, address: string) => !down.has(address) }) });
+  t.is((await r.reconcile('start')).kind, 'applied');
+  t.is(await r.refreshHealth('nothing changed'), null);
+  t.is(dp.executed.length, 1, 'no execute when nothing changed');
+
+  down.add(REALS[0]!);
+  const report = await r.refreshHealth('real down');
+  t.truthy(report);
+  const ops = dp.executed.at(-1)!;
+  t.deepEqual(ops.map((o) => o.op), ['ring.fill', 'service.switch'], 'only the ring of the service changes');
+  const ring = (await dp.readLive({ tables: true })).services[0]!.ring!;
+  const downId = r.desired!.reals.find((x) => x.address === REALS[0])!.id;
+  t.false(ring.includes(downId), 'the unhealthy real left the ring');
+  t.is(r.snapshot().services[0]?.reals.find((x) => x.address === REALS[0])?.healthy, false);
+  t.is(r.snapshot().services[0]?.digest, (await dp.readLive()).services[0]!.digest);
+  t.is(cond(r, 'Degraded')?.reason, 'RealsUnhealthy');
+
+  down.clear();
+  await r.refreshHealth('real up');
+  t.true(dp.executed.at(-1)!.every((o) => o.op === 'ring.fill' || o.op === 'service.switch'));
+  t.true((await dp.readLive({ tables: true })).services[0]!.ring!.includes(downId), 'the recovered real is back');
+  t.is(cond(r, 'Degraded')?.status, 'False');
+});
+
+test('scaling every weight 198 -> 10 moves no flows: the share-based health gate passes and nothing is reverted', async (t) => {
+  const files = { 'cluster.yaml': clusterYaml({ policy: 'auto', tableSize: 1021 }), 'nodes/lb-1.yaml': lbNodeYaml('lb-1'), 'services/web.yaml': weighted(198) };
+  const { work } = await repoWith(files);
+  const dp = new MemoryDataPlane();
+  // No healthCheck in the config (type none): the service runs no probes, so the gate judges table shares only.
+  const health = new HealthService({ node: 'lb-1' });
+  t.teardown(() => health.checker.stop());
+  const { r } = reconciler(work, dp, 'lb-1', {
+    health: () => health.view(), postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }), onApplied: (m) => health.update(m),
+  });
+  t.is((await r.reconcile('start')).kind, 'applied');
+  const digest = (await dp.readLive()).services[0]!.digest;
+  const scaled = await commitFiles(work, { 'services/web.yaml': weighted(10) }, 'scale every weight 198 -> 10');
+  const o = await r.reconcile('poll');
+  t.is(o.kind, 'applied', JSON.stringify(o));
+  t.is(r.appliedRevision, scaled);
+  t.is((await dp.readLive()).services[0]!.digest, digest, 'the same table: no flow moved');
+  t.is(r.counters.rollbacksPushed, 0);
+  t.is(await git(work, 'rev-parse', 'main'), scaled, 'no revert on the branch');
+});
+
+test('decommission: the node not named any more tears down and reports it, nobody reverts; named again, it rebuilds', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1', 'lb-2'], REALS, { policy: 'auto' }));
+  const dps = { 'lb-1': new MemoryDataPlane(), 'lb-2': new MemoryDataPlane() };
+  let teardowns = 0;
+  const lb1 = reconciler(work, dps['lb-1'], 'lb-1').r;
+  const lb2 = reconciler(work, dps['lb-2'], 'lb-2', {
+    teardown: async () => {
+      teardowns++;
+      dps['lb-2'].reset();
+    },
+    reopenDataPlane: async () => dps['lb-2'].reopen(),
+  }).r;
+  for (const r of [lb1, lb2]) t.is((await r.reconcile('start')).kind, 'applied');
+
+  const gone = await commitFiles(work, { 'nodes/lb-2.yaml': null }, 'decommission lb-2');
+  t.is((await lb1.reconcile('poll')).kind, 'applied');
+  t.is((await lb2.reconcile('poll')).kind, 'decommissioned');
+  t.is((await lb2.reconcile('poll')).kind, 'decommissioned', 'stays decommissioned, nothing retried');
+  t.is(teardowns, 1);
+  t.true(dps['lb-2'].isClosed, 'the data plane handle was closed before the teardown');
+  t.is(lb1.appliedRevision, gone);
+  t.is(lb1.counters.rollbacksPushed + lb2.counters.rollbacksPushed, 0);
+  t.is(await git(work, 'rev-parse', 'main'), gone, 'no revert on the branch');
+  const s = lb2.snapshot();
+  t.is(s.lastAttempt?.result, 'decommissioned');
+  t.is(getCondition(s.conditions, 'Ready')?.reason, 'Decommissioned');
+  t.deepEqual(s.services, []);
+  t.true(validStatus(s), JSON.stringify(validStatus.errors));
+
+  await commitFiles(work, { 'nodes/lb-2.yaml': lbNodeYaml('lb-2') }, 'lb-2 is back');
+  t.is((await lb2.reconcile('poll')).kind, 'applied');
+  t.deepEqual(planOps(await dps['lb-2'].readLive(), lb2.desired!), []);
+  t.is(cond(lb2, 'Ready')?.status, 'True');
+});
+
+test('auto-revert: only lb nodes, only for content-bad revisions, never a revert of a revert', async (t) => {
+  const { work, rev: good } = await repoWith(configFiles(['lb-1'], REALS, { policy: 'auto' }));
+
+  // A backend-role node records the failure and stands down.
+  const be = reconciler(work, new MemoryDataPlane(), 'lb-1', { role: 'backend' }).r;
+  const lb = reconciler(work, new MemoryDataPlane(), 'lb-1').r;
+  for (const r of [be, lb]) t.is((await r.reconcile('start')).kind, 'applied');
+
+  // A node-local failure (apply) is not the revision's fault: no revert.
+  const dpLocal = new MemoryDataPlane();
+  const local = reconciler(work, dpLocal, 'lb-1').r;
+  t.is((await local.reconcile('start')).kind, 'applied');
+  const fine = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(0, 2)) }, 'one real fewer');
+  dpLocal.injectFault({ nth: 1, errno: 'ENOMEM', times: Infinity });
+  const lo = await local.reconcile('poll');
+  t.true(lo.kind === 'failed' && lo.stage === 'apply' && !lo.rollback, JSON.stringify(lo));
+  t.is(await git(work, 'rev-parse', 'main'), fine);
+  for (const r of [be, lb]) t.is((await r.reconcile('poll')).kind, 'applied');
+
+  // A content-bad revision: the backend records it and pushes nothing; the lb node reverts it.
+  const bad = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
+  const bo = await be.reconcile('poll');
+  t.true(bo.kind === 'failed' && bo.stage === 'validate');
+  t.falsy(bo.kind === 'failed' && bo.rollback, 'no revert attempted by a backend');
+  t.is(await git(work, 'rev-parse', 'main'), bad);
+  t.is(getCondition(be.snapshot().conditions, 'Stalled')?.reason, 'ValidationFailed');
+
+  const o = await lb.reconcile('poll');
+  t.true(o.kind === 'failed' && o.rollback?.pushed === true, JSON.stringify(o));
+  const revert = await git(work, 'rev-parse', 'main');
+  t.is(await git(work, 'rev-parse', 'main^'), bad, 'exactly one commit after the bad one');
+  t.is(await git(work, 'rev-parse', 'main^{tree}'), await git(work, 'rev-parse', `${fine}^{tree}`), 'the revert restores the last good tree');
+  t.regex(await git(work, 'log', '-1', '--format=%B', 'main'), new RegExp(`This reverts commit ${bad}[\\s\\S]*validate`));
+  t.is(lb.counters.rollbacksPushed, 1);
+  t.is((await lb.reconcile('poll')).kind, 'applied');
+  t.is(lb.appliedRevision, revert);
+
+  // A bad revert is not reverted again.
+  const badRevert = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) },
+    `Revert "one real fewer"\n\nThis reverts commit ${fine}.`);
+  const ro = await lb.reconcile('poll');
+  t.true(ro.kind === 'failed' && ro.rollback?.pushed === false, JSON.stringify(ro));
+  t.is(await git(work, 'rev-parse', 'main'), badRevert);
+  t.is(lb.counters.rollbacksPushed, 1);
+  t.truthy(good);
+});
+
+test('memory data plane: plans with the planner, a fault fails exactly its op and undoes, `times` executes in a row', async (t) => {
+  const desired = desiredOf(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const ops = await dp.plan(desired);
+  t.deepEqual(ops, planOps((await dp.readLive()), desired));
+  dp.injectFault({ kind: 'real.put', nth: 2, errno: 'ENOSPC', times: 2 });
+  for (let i = 0; i < 2; i++) {
+    const err = await t.throwsAsync(dp.execute(ops));
+    t.is((err as { code?: string }).code, 'ENOSPC');
+    t.regex(err!.message, new RegExp(`^real\\.put \\(op ${ops.findIndex((x) => x.op === 'real.put') + 2} of ${ops.length}\\)`));
+    t.deepEqual(planOps(await dp.readLive(), desired), ops, 'nothing of the failed execute stayed');
+  }
+  const report = await dp.execute(ops);
+  t.is(report.ops, ops.length);
+  t.is(report.ringSwitches, 1);
+  t.deepEqual(await dp.plan(desired), []);
+  dp.close();
+  await t.throwsAsync(dp.readLive(), { message: /after close/ });
+});
