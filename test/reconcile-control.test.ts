@@ -18,7 +18,7 @@ import { StatusWriter } from '../src/reconciler/status/status-writer.js';
 import { parseStatus } from '../src/reconciler/status/status-doc.js';
 import { CONDITION_REASONS, getCondition } from '../src/reconciler/status/conditions.js';
 import { startNodeDaemon } from '../src/reconciler/node-daemon.js';
-import { git, servedRepo, commitFiles, tempDir, configFiles, type ServedRepo } from './reconcile-helpers.js';
+import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml, type ServedRepo } from './reconcile-helpers.js';
 
 const execFileP = promisify(execFile);
 const MAIN = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
@@ -61,13 +61,7 @@ async function statusOnBranch(repo: ServedRepo, node: string) {
   return parseStatus(await git(repo.work, 'show', `FETCH_HEAD:status/${node}.yaml`));
 }
 
-function weighted(weight: number): string {
-  return [
-    'apiVersion: gitlb/v1', 'kind: Service', 'metadata: { name: web }', 'spec:', '  vip: 203.0.113.10',
-    '  ports: [{ port: 80, protocol: TCP }]', '  dispatch: { mode: dsr, encap: l2 }', '  reals:',
-    ...REALS.map((r) => `    - { address: ${r}, weight: ${weight} }`), '',
-  ].join('\n');
-}
+const weighted = (weight: number): string => serviceYaml('web', '203.0.113.10', REALS, { weight });
 
 /** A TCP relay in front of the Git server that can stop answering (connections accepted, nothing forwarded). */
 async function relay(to: URL): Promise<{ url: string; hang(on: boolean): void; close(): Promise<void> }> {

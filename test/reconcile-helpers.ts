@@ -100,7 +100,7 @@ export function lbNodeYaml(name: string): string {
   ].join('\n');
 }
 
-export function serviceYaml(name: string, vip: string, reals: string[], o: { port?: number; tableSize?: number } = {}): string {
+export function serviceYaml(name: string, vip: string, reals: string[], o: { port?: number; tableSize?: number; weight?: number } = {}): string {
   return [
     'apiVersion: gitlb/v1',
     'kind: Service',
@@ -111,7 +111,7 @@ export function serviceYaml(name: string, vip: string, reals: string[], o: { por
     '  dispatch: { mode: dsr, encap: l2 }',
     ...(o.tableSize ? [`  maglev: { tableSize: ${o.tableSize} }`] : []),
     '  reals:',
-    ...reals.map((r) => `    - { address: ${r} }`),
+    ...reals.map((r) => `    - { address: ${r}${o.weight !== undefined ? `, weight: ${o.weight}` : ''} }`),
     '',
   ].join('\n');
 }

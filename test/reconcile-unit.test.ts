@@ -50,13 +50,7 @@ function desiredOf(files: Record<string, string>, node = 'lb-1') {
   return renderDesiredState(parsed.model!, node);
 }
 
-function weighted(weight: number): string {
-  return [
-    'apiVersion: gitlb/v1', 'kind: Service', 'metadata: { name: web }', 'spec:', '  vip: 203.0.113.10',
-    '  ports: [{ port: 80, protocol: TCP }]', '  dispatch: { mode: dsr, encap: l2 }', '  reals:',
-    ...REALS.map((r) => `    - { address: ${r}, weight: ${weight} }`), '',
-  ].join('\n');
-}
+const weighted = (weight: number): string => serviceYaml('web', '203.0.113.10', REALS, { weight });
 
 const cond = (r: Reconciler, type: 'Ready' | 'Reconciling' | 'Stalled' | 'Degraded') => getCondition(r.snapshot().conditions, type);
 
