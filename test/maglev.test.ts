@@ -312,6 +312,17 @@ test('property: the table does not depend on input order', (t) => {
   }
 });
 
+test('property: a table does not depend on the builds before it (reused working arrays, memoised hashes)', (t) => {
+  const small = reals(7, (i) => 1 + (i % 3));
+  const reference = specificationTable(small, 1021, 5);
+  t.deepEqual(buildMaglevTable(small, 1021, 5), reference);
+  buildMaglevTable(reals(300, (i) => 1 + (i % 9)), 16381, 5); // larger N and M, weighted
+  buildMaglevTable(reals(50), 4093, 5); // same identities at another table size
+  buildMaglevTable(small, 1021, 6); // another seed drops the memo
+  t.deepEqual(buildMaglevTable(small, 1021, 5), reference);
+  t.deepEqual(buildMaglevTable(reals(7), 1021, 5), specificationTable(reals(7), 1021, 5)); // equal weights after weighted
+});
+
 test('property: zero-weight backends get no entries; no backends give an all-zero table', (t) => {
   const list = reals(4, (i) => (i === 2 ? 0 : 1));
   const counts = countEntries(buildMaglevTable(list, 251, 1));

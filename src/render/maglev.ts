@@ -70,50 +70,64 @@ function encodeId(id: string): Uint8Array {
 
 // Murmur3 of backend identities, memoised per seed: every render hashes the same reals again (for every revision
 // and every service they are in), and hashing a 40-byte identity in 32-bit halves costs more than a backend's
-// share of the fill. KatranLb likewise computes a real's hash once, when the real is added. Bounded: the memo is
-// dropped when it is full or the seed changes. The result depends only on (id, seed), so builds stay pure.
+// share of the fill. KatranLb likewise computes a real's hash once, when the real is added. Each entry also keeps
+// the offset and skip for the last table size it was used with (a cluster mostly uses one size), so a build does
+// no 64-bit modulo either. Bounded: the memo is dropped when it is full or the seed changes. Every value depends
+// only on (id, seed, M), so builds stay pure.
+interface Identity {
+  hash: Uint32Array; // [h1.hi, h1.lo, h2.hi, h2.lo]
+  m: number; // table size of offset and skip below (0: not computed yet)
+  offset: number;
+  skip: number;
+}
 const MEMO_MAX = 65536;
 let memoSeed = -1;
-const memo = new Map<string, Uint32Array>();
+const memo = new Map<string, Identity>();
 
-function identityHash(id: string, seed: number): Uint32Array {
+/** The memo entry of `id`, with offset and skip computed for table size `m`. */
+function identity(id: string, seed: number, m: number): Identity {
   if (seed !== memoSeed || memo.size >= MEMO_MAX) {
     memo.clear();
     memoSeed = seed;
   }
-  let h = memo.get(id);
-  if (!h) {
-    h = murmur3x64_128(encodeId(id), seed, new Uint32Array(4));
-    memo.set(id, h);
+  let e = memo.get(id);
+  if (!e) {
+    e = { hash: murmur3x64_128(encodeId(id), seed, new Uint32Array(4)), m: 0, offset: 0, skip: 0 };
+    memo.set(id, e);
   }
-  return h;
+  if (e.m !== m) {
+    const h = e.hash;
+    e.offset = u64Mod(h[0]!, h[1]!, m);
+    e.skip = u64Mod(h[2]!, h[3]!, m - 1) + 1;
+    e.m = m;
+  }
+  return e;
 }
 
 /** The Maglev permutation parameters of one backend: offset = h1 mod M, skip = h2 mod (M-1) + 1. */
 export function maglevOffsetSkip(id: string, tableSize: number, seed: number): { offset: number; skip: number } {
-  const h = identityHash(id, seed);
-  return {
-    offset: u64Mod(h[0]!, h[1]!, tableSize),
-    skip: u64Mod(h[2]!, h[3]!, tableSize - 1) + 1,
-  };
+  const e = identity(id, seed, tableSize);
+  return { offset: e.offset, skip: e.skip };
 }
 
 function compareIds(a: MaglevBackend, b: MaglevBackend): number {
-  // Code-unit order; identity strings are ASCII, so this is Go's byte order (cmp.Compare on strings).
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+  // Code-unit order; identity strings are ASCII, so this is Go's byte order (cmp.Compare on strings). The
+  // equality test is cheap (interned or hashed strings) and lets duplicates be found next to each other.
+  return a.id < b.id ? -1 : a.id === b.id ? 0 : 1;
 }
 
-function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed: number): void {
+/** Validates the inputs and returns all backends sorted by identity (a copy; duplicates are found as neighbours). */
+function checkedSorted(backends: readonly MaglevBackend[], tableSize: number, seed: number): MaglevBackend[] {
   if (!isPrime(tableSize) || tableSize > MAX_TABLE_SIZE) {
     throw new Error(`maglev: table size ${tableSize} must be a prime below ${MAX_TABLE_SIZE + 1}`);
   }
   if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`maglev: seed ${seed} is not a u32`);
-  const seen = new Set<string>();
+  const sorted = backends.slice().sort(compareIds);
   let weightSum = 0;
-  for (const b of backends) {
+  for (let k = 0; k < sorted.length; k++) {
+    const b = sorted[k]!;
     weightSum += b.weight;
-    if (seen.has(b.id)) throw new Error(`maglev: duplicate backend identity '${b.id}'`);
-    seen.add(b.id);
+    if (k > 0 && sorted[k - 1]!.id === b.id) throw new Error(`maglev: duplicate backend identity '${b.id}'`);
     if (!Number.isInteger(b.weight) || b.weight < 0 || b.weight > 0xffffffff) {
       throw new Error(`maglev: backend '${b.id}' has invalid weight ${b.weight}`);
     }
@@ -124,6 +138,7 @@ function checkInputs(backends: readonly MaglevBackend[], tableSize: number, seed
   if (weightSum * tableSize >= 2 ** 52) {
     throw new Error(`maglev: total weight ${weightSum} is too large for table size ${tableSize} (weight sum x M must be < 2^52)`);
   }
+  return sorted;
 }
 
 /** Smallest turn t >= 0 with (t + 1) * w >= f, for integers f >= 0, w >= 1 (exact: no rounded division decides). */
@@ -159,14 +174,13 @@ function nextSetBit(bits: Int32Array, start: number): number {
  * at a turn computed exactly (firstEligibleTurn). Eligible backends sit in a bitset, the others in per-turn buckets;
  * "the next backend in order that is eligible" is a next-set-bit query. The result is the specification's turn order.
  */
-function weightedTurnOwners(weight: Float64Array, m: number): Int32Array {
-  const n = weight.length;
-  const owners = new Int32Array(m);
+function weightedTurnOwners(weight: Float64Array, n: number, m: number): Int32Array {
+  const owners = scratchOwners(m);
   let weightSum = 0;
   for (let i = 0; i < n; i++) weightSum += weight[i]!;
   const counter = new Float64Array(n);
   const eligible = new Int32Array((n + 31) >>> 5);
-  const bucketHead = new Int32Array(m).fill(-1); // backends that become eligible at turn t
+  const bucketHead = scratchBucketHead(m); // backends that become eligible at turn t
   const bucketNext = new Int32Array(n);
   // A backend whose next eligible turn is `turn` goes into the bitset when that turn has come, else into its bucket.
   for (let i = 0; i < n; i++) {
@@ -195,57 +209,90 @@ function weightedTurnOwners(weight: Float64Array, m: number): Int32Array {
   return owners;
 }
 
+// Working arrays reused from build to build (a render builds many tables of the same size): sized by the largest
+// N or M seen so far and re-initialised by every build before use, so no result depends on an earlier build.
+let backendCapacity = 0;
+let positionScratch = new Int32Array(0); // slot of the backend's next permutation candidate
+let skipScratch = new Int32Array(0); // skip - M (see the fill loop)
+let weightScratch = new Float64Array(0);
+let realIdScratch = new Uint32Array(0);
+let ownersScratch = new Int32Array(0);
+let bucketScratch = new Int32Array(0);
+
+function reserveBackends(n: number): void {
+  if (n <= backendCapacity) return;
+  backendCapacity = Math.max(n, 2 * backendCapacity);
+  positionScratch = new Int32Array(backendCapacity);
+  skipScratch = new Int32Array(backendCapacity);
+  weightScratch = new Float64Array(backendCapacity);
+  realIdScratch = new Uint32Array(backendCapacity);
+}
+
+/** Turn owners, M entries (every one is written by weightedTurnOwners). */
+function scratchOwners(m: number): Int32Array {
+  if (ownersScratch.length < m) ownersScratch = new Int32Array(m);
+  return ownersScratch;
+}
+
+/** Bucket heads, M entries, all -1. */
+function scratchBucketHead(m: number): Int32Array {
+  if (bucketScratch.length < m) bucketScratch = new Int32Array(m);
+  return bucketScratch.fill(-1, 0, m);
+}
+
 /**
  * Builds the Maglev lookup table of `tableSize` entries for `backends`; each entry is the realId of the backend
  * that owns it, or 0 for every entry when no backend has a positive weight. Deterministic: depends only on the
  * set of (id, weight, realId), the size and the seed — never on the order of `backends`.
  */
 export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: number, seed: number): Uint32Array {
-  checkInputs(backends, tableSize, seed);
-  const table = new Uint32Array(tableSize);
-  const live = backends.filter((b) => b.weight > 0).sort(compareIds);
-  const n = live.length;
+  const sorted = checkedSorted(backends, tableSize, seed);
+  const m = tableSize;
+  const table = new Uint32Array(m);
+  reserveBackends(sorted.length);
+  // Locals, not the module's bindings, in the loops below.
+  const position = positionScratch;
+  const skipLessM = skipScratch;
+  const weights = weightScratch;
+  const realIds = realIdScratch;
+  let n = 0; // backends with a positive weight, in identity order
+  let equal = true;
+  for (const b of sorted) {
+    if (b.weight === 0) continue;
+    const e = identity(b.id, seed, m);
+    position[n] = e.offset;
+    skipLessM[n] = e.skip - m;
+    weights[n] = b.weight;
+    realIds[n] = b.realId;
+    if (b.weight !== weights[0]) equal = false;
+    n++;
+  }
   if (n === 0) return table;
 
-  const m = tableSize;
-  const position = new Int32Array(n); // slot of the backend's next permutation candidate
-  const skip = new Int32Array(n);
-  const weight = new Float64Array(n);
-  const realId = new Uint32Array(n);
-  for (let i = 0; i < n; i++) {
-    const b = live[i]!;
-    const p = maglevOffsetSkip(b.id, m, seed);
-    position[i] = p.offset;
-    skip[i] = p.skip;
-    weight[i] = b.weight;
-    realId[i] = b.realId;
-  }
-
   // With equal weights no turn is ever passed on (proof in docs/maglev.md §5): the turn order is round robin.
-  let equal = true;
-  for (let k = 1; k < n; k++) if (weight[k] !== weight[0]) equal = false;
-  const owners = equal ? null : weightedTurnOwners(weight, m);
+  const turnOwner = equal ? null : weightedTurnOwners(weights, n, m);
 
-  // Each turn, its owner takes the first still-empty slot of its permutation (offset + j·skip mod M).
+  // Each turn, its owner takes the first still-empty slot of its permutation (offset + j·skip mod M). Stepping is
+  // `slot += skip - M`, then `+ M` back when that went negative: the sign bit makes the mask, so there is no
+  // division and no branch (a wrap-around branch would be taken at random, about half of the time).
   let roundRobin = n - 1;
   for (let t = 0; t < m; t++) {
     let i: number;
-    if (owners === null) {
+    if (turnOwner === null) {
       roundRobin = roundRobin + 1 === n ? 0 : roundRobin + 1;
       i = roundRobin;
     } else {
-      i = owners[t]!;
+      i = turnOwner[t]!;
     }
-    const step = skip[i]!;
+    const step = skipLessM[i]!;
     let slot = position[i]!;
     while (table[slot] !== 0) {
       slot += step;
-      if (slot >= m) slot -= m;
+      slot += (slot >> 31) & m;
     }
-    table[slot] = realId[i]!;
+    table[slot] = realIds[i]!;
     slot += step;
-    if (slot >= m) slot -= m;
-    position[i] = slot;
+    position[i] = slot + ((slot >> 31) & m);
   }
   return table;
 }
