@@ -10,6 +10,7 @@ import { expectedShares, loadModel, renderFor } from './lab-view.js';
 import { runTraffic, tally, formatSpread, pct, type Tally } from './traffic.js';
 import { appliedRevision, digestTable, readNodeStatus, waitForLocalApplied, waitForStatuses } from './status-watch.js';
 import { sleep } from '../lab/netns.js';
+import { waitForAnnounced } from './failover.js';
 
 export interface DemoContext {
   n: Narrator;
@@ -115,6 +116,20 @@ export async function chapterDigests(ctx: DemoContext): Promise<void> {
   else {
     ctx.failures.push('lb nodes do not report equal digests for the applied revision');
     ctx.n.warn('digests missing or different');
+  }
+  await waitForAnnouncements(ctx);
+}
+
+/** Before the first traffic chapter: with BGP, every VIP routed by the router over every lb node. */
+async function waitForAnnouncements(ctx: DemoContext): Promise<void> {
+  const { state } = ctx.view;
+  if (!state.plan.bird) return; // static ECMP routes are in place from lab up
+  const vips = (await loadModel(ctx.clone)).services.map((s) => s.spec.vip);
+  const lbs = ctx.view.lbNodes.length;
+  ctx.n.say(`(waiting until the router has learnt all ${vips.length} VIPs by BGP from ${lbs} lb nodes ...)`);
+  if ((await waitForAnnounced(state, vips, 60_000)) === null) {
+    ctx.failures.push(`the router did not learn every VIP from ${lbs} lb nodes by BGP within 60 s`);
+    ctx.n.warn('VIP routes missing at the router');
   }
 }
 

@@ -26,6 +26,17 @@ export async function waitForHops(state: LabState, vips: string[], done: (hops: 
   }
 }
 
+/**
+ * With BGP the router has no route to a VIP until every lb node's BIRD session is up and announces it (BIRD waits
+ * a few seconds before its first connect), which is later than the daemons' first apply and status push: traffic
+ * sent before that gets ENETUNREACH from the router. Resolves to the milliseconds until every VIP in `vips` had one
+ * next hop per lb node, or null after `timeoutMs`.
+ */
+export async function waitForAnnounced(state: LabState, vips: string[], timeoutMs: number): Promise<number | null> {
+  const lbs = state.plan.bird?.lbs.length ?? 0;
+  return waitForHops(state, vips, (hops) => hops.length === lbs, timeoutMs, 200);
+}
+
 export interface FailoverOptions {
   vip: string;
   port: number;

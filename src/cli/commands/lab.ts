@@ -78,6 +78,16 @@ async function up(o: LabOptions): Promise<number> {
     stateDir: o.stateDir,
     log,
   });
+  // With BGP the VIPs have no route until every lb node's BIRD announces them, seconds after the daemons start:
+  // return only once the lab forwards (or say which VIPs are missing).
+  if (o.daemons && state.plan.bird && state.daemons.some((d) => d.started)) {
+    const { loadConfigModel } = await import('../../lab/load-config.js');
+    const { waitForAnnounced } = await import('../../demo/failover.js');
+    const vips = (await loadConfigModel(state.configDir)).services.map((s) => s.spec.vip);
+    const ms = await waitForAnnounced(state, vips, 30_000);
+    log(ms === null ? `warning: after 30 s the router does not yet route every VIP over every lb node (see 'router ECMP' below)`
+      : `router: every VIP (${vips.length}) learnt by BGP from ${state.plan.bird.lbs.length} lb nodes`);
+  }
   const status = await labStatus(state.stateDir);
   if (status) process.stdout.write(formatLabStatus(status));
   return 0;
