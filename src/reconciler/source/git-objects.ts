@@ -32,6 +32,29 @@ const MAX_TREE_DEPTH = 16;
  * and once the total passes the size cap, and each file is cut one byte past the per-file cap, so parseConfig
  * still sees — and reports — every limit that was exceeded.
  */
+/**
+ * Blobs by object id. Ids name their content, so an entry is never stale: a revision usually changes a few files
+ * of many, and reading (inflating) the others again was most of a reconcile at 1,000 services. Bounded in bytes;
+ * the oldest go first. Callers only read the bytes.
+ */
+const blobCache = new Map<string, Uint8Array>();
+let blobCacheBytes = 0;
+const BLOB_CACHE_BYTES = 2 * LIMITS.maxTotalBytes;
+
+async function readBlobCached(gitdir: string, oid: string, cache: object): Promise<Uint8Array> {
+  const hit = blobCache.get(oid);
+  if (hit) return hit;
+  const { blob } = await git.readBlob({ fs, gitdir, oid, cache });
+  blobCache.set(oid, blob);
+  blobCacheBytes += blob.length;
+  for (const [k, v] of blobCache) {
+    if (blobCacheBytes <= BLOB_CACHE_BYTES) break;
+    blobCache.delete(k);
+    blobCacheBytes -= v.length;
+  }
+  return blob;
+}
+
 export async function readRevisionFiles(gitdir: string, oid: string, configPath = ''): Promise<RevisionFile[]> {
   const out: RevisionFile[] = [];
   const cache = {};
@@ -46,7 +69,7 @@ export async function readRevisionFiles(gitdir: string, oid: string, configPath 
         if (entry.path.startsWith('.') || (!prefix && entry.path === 'status') || depth >= MAX_TREE_DEPTH) continue;
         await walkTree(entry.oid, path, depth + 1);
       } else if (entry.type === 'blob' && isConfigPath(path)) {
-        const { blob } = await git.readBlob({ fs, gitdir, oid: entry.oid, cache });
+        const blob = await readBlobCached(gitdir, entry.oid, cache);
         if (entry.mode === SYMLINK_MODE) {
           out.push({ path, content: new Uint8Array(), symlinkTarget: new TextDecoder().decode(blob.subarray(0, 4096)) });
           continue;

@@ -99,7 +99,7 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
     const kind = kindOf(doc, emit);
     if (!kind) continue;
     if (kind === 'Cluster') clusterDocs.push(doc);
-    const issues = validateDocument(kind, doc.data);
+    const issues = validateCached(kind, doc.data);
     for (const issue of issues) emit('error', doc, issue.path, issue.message, issue.part);
     if (issues.length === 0) (valid[kind] as Located<unknown>[]).push({ doc, data: doc.data });
   }
@@ -139,6 +139,18 @@ function parseYamlCached(path: string, text: string): ReturnType<typeof parseYam
     if (yamlMemo.size > LIMITS.maxFiles) yamlMemo.delete(yamlMemo.keys().next().value!);
   }
   return hit.result;
+}
+
+/** Schema verdicts of documents remembered from an unchanged file (same objects: see parseYamlCached). */
+const schemaMemo = new WeakMap<object, { kind: Kind; issues: ReturnType<typeof validateDocument> }>();
+
+function validateCached(kind: Kind, data: unknown): ReturnType<typeof validateDocument> {
+  const key = data as object;
+  const hit = schemaMemo.get(key);
+  if (hit && hit.kind === kind) return hit.issues;
+  const issues = validateDocument(kind, data);
+  schemaMemo.set(key, { kind, issues });
+  return issues;
 }
 
 function kindOf(doc: YamlDocument, emit: Emit): Kind | null {
