@@ -339,3 +339,53 @@ test('memory data plane: plans with the planner, a fault fails exactly its op an
   dp.close();
   await t.throwsAsync(dp.readLive(), { message: /after close/ });
 });
+
+test('a failed fetch is recorded and retried with backoff while the data plane keeps its state; recovery clears it', async (t) => {
+  const { work, rev } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+  await git(work, 'branch', '-q', '-m', 'main', 'elsewhere'); // the branch is gone from the source
+  for (const delay of [1000, 2000]) {
+    const o = await r.reconcile('poll');
+    t.true(o.kind === 'failed' && o.stage === 'fetch' && /branch 'main' not found/.test(o.reason), JSON.stringify(o));
+    t.is(r.nextRetryAt!.getTime() - clock.now, delay);
+    clock.now = r.nextRetryAt!.getTime();
+  }
+  t.is(cond(r, 'Ready')?.reason, 'FetchFailed');
+  t.is(cond(r, 'Reconciling')?.status, 'True');
+  t.is(r.appliedRevision, rev);
+  t.is(dp.executed.length, 1, 'nothing executed while the source was unreachable');
+  await git(work, 'branch', '-q', '-m', 'elsewhere', 'main');
+  t.is((await r.reconcile('poll')).kind, 'unchanged');
+  t.is(cond(r, 'Ready')?.status, 'True');
+  t.is(r.nextRetryAt, null);
+});
+
+test('a force-push is applied with a warning; drift is repaired, counted and shown as Degraded until a clean check', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(0, 2)) }, 'two reals');
+  const dp = new MemoryDataPlane();
+  const { r } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+
+  await git(work, 'reset', '-q', '--hard', 'HEAD~1');
+  const rewritten = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(1)) }, 'rewritten');
+  const o = await r.reconcile('poll');
+  t.is(o.kind, 'applied', JSON.stringify(o));
+  t.true(o.kind === 'applied' && o.warnings.some((w) => /^force-push: /.test(w)));
+  t.is(r.appliedRevision, rewritten);
+  t.is(r.counters.forcePushes, 1);
+
+  t.deepEqual((await r.checkDrift()).differences, []);
+  const live = await dp.readLive();
+  const real = live.reals[0]!;
+  dp.tamper([{ op: 'real.put', real: { ...real, address: '198.51.100.99' }, before: real }, { op: 'vip.delete', vip: live.vips[0]! }]);
+  const drift = await r.checkDrift();
+  t.is(drift.differences.length, 2, drift.differences.join('; '));
+  t.deepEqual(planOps(await dp.readLive(), r.desired!), [], 'repaired');
+  t.is(r.counters.driftRepairs, 1);
+  t.is(cond(r, 'Degraded')?.reason, 'DriftRepaired');
+  t.deepEqual((await r.checkDrift()).differences, []);
+  t.is(cond(r, 'Degraded')?.reason, 'Healthy');
+});
