@@ -227,19 +227,21 @@ test.serial('cleanStale removes only prefixed namespaces whose creator is dead',
   // A pid that certainly existed and is now dead: a child that has exited and been reaped.
   const dead = spawnSync('true').pid!;
   t.false(pidAlive(dead));
-  const staleNs = `glb${dead}-t-stale`;
-  const liveNs = nsName('t-live');
-  const keptNs = `glb${dead}-t-kept`;
-  const foreignNs = `xglb${dead}-t-foreign`; // not our prefix: must never be touched
+  // A prefix of this test's own: a sweep over plain 'glb' would race with other tests' labs tearing down.
+  const prefix = 'glbcs';
+  const staleNs = `${prefix}${dead}-t-stale`;
+  const liveNs = `${prefix}${process.pid}-t-live`;
+  const keptNs = `${prefix}${dead}-t-kept`;
+  const foreignNs = `x${prefix}${dead}-t-foreign`; // not our prefix: must never be touched
   spawnSync('ip', ['netns', 'add', staleNs]);
   spawnSync('ip', ['netns', 'add', keptNs]);
   spawnSync('ip', ['netns', 'add', foreignNs]);
   await createNetns(liveNs);
   try {
-    const preview = await cleanStale('glb', { dryRun: true, keep: [keptNs] });
+    const preview = await cleanStale(prefix, { dryRun: true, keep: [keptNs] });
     t.true(preview.includes(staleNs));
     t.true(listNetns().includes(staleNs));
-    const removed = await cleanStale('glb', { keep: [keptNs] });
+    const removed = await cleanStale(prefix, { keep: [keptNs] });
     t.true(removed.includes(staleNs));
     t.false(removed.includes(liveNs));
     t.false(removed.includes(keptNs));

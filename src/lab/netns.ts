@@ -134,7 +134,9 @@ export async function createNetns(name: string): Promise<void> {
 export async function deleteNetns(name: string): Promise<void> {
   createdNamespaces.delete(name);
   if (!listNetns().includes(name)) return;
-  await run(['ip', 'netns', 'del', name]);
+  const r = await exec(['ip', 'netns', 'del', name]);
+  // Gone between the listing and the delete (its owner tore it down at the same moment): nothing left to do.
+  if (r.code !== 0 && listNetns().includes(name)) await run(['ip', 'netns', 'del', name]);
 }
 
 /** Process ids currently running inside namespace `name` (`ip netns pids`). */
