@@ -67,6 +67,23 @@ test.serial('readLive identifies rings by their map: no table is read unless ask
   t.deepEqual(verified.services.map((s) => [s.id, s.digest, s.mapId]), a.services.map((s) => [s.id, s.digest, s.mapId]));
 });
 
+test.serial('a ring changed in place by another writer is found within one pass over the services', async (t) => {
+  const ring = dp!.object()!.map('lb_rings').openInner(Buffer.from([1, 0, 0, 0]))!;
+  const slot = Buffer.alloc(4);
+  slot.writeUInt32LE(5);
+  const before = ring.lookup(slot)!;
+  ring.update(slot, Buffer.from([99, 0, 0, 0]));
+  ring.close();
+  const services = (await dp!.readLive()).services.length;
+  let found: string[] = [];
+  for (let i = 0; i < services && found.length === 0; i++)
+    found = (await dp!.plan(state(ringMinusOne))).map((o) => o.op);
+  t.deepEqual(found, ['ring.fill', 'service.switch'], 'the tampered ring is replaced by a new one');
+  await dp!.apply(state(ringMinusOne));
+  t.deepEqual(await dp!.plan(state(ringMinusOne)), []);
+  t.not(before.readUInt32LE(0), 99);
+});
+
 test.serial('a restarted data plane adopts the pinned maps and plans nothing when nothing changed', async (t) => {
   dp?.close();
   dp = await openLbDataPlane({ pinRoot: PIN });
