@@ -13,9 +13,10 @@ export const command = defineCommand<DemoOptions>({
   name: 'demo',
   summary: 'build the lab, show config, digests, traffic, a commit, a revert and a health drain, tear down',
   description: `Builds the network-namespace lab (as 'gitlb lab up') with a 'gitlb run' daemon on every node, then narrates:
-the config and its Maglev digests (equal on both lb nodes), HTTP traffic spread by weight, a commit adding a
-backend with its 'gitlb plan' and the new spread, the status branch, a 'git revert', and a backend killed and
-drained by health checks. Every command shown runs for real. The lab is removed at the end, on error and on
+the config and its Maglev digests (equal on both lb nodes), HTTP traffic spread by weight, the same counts seen
+by Prometheus, a commit adding a backend with its 'gitlb plan' and the new spread, the status branch, a 'git
+revert', a backend killed and drained by health checks, and (with BGP settings) an lb node drained by commit.
+Every command shown runs for real. The lab is removed at the end, on error and on
 Ctrl-C.`,
   exitStatus: 'Exit status: 0 every check passed, 1 a check or step failed, 2 usage error.',
   define: (cmd) =>
