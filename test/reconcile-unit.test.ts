@@ -1,7 +1,8 @@
 // The reconciler's unit tier (docs/reconciler.md, "Test tiers"): no root, no BPF, no namespaces. Real `git`
 // commits in a local repository (read through LocalRemote, as `gitlb run <path>` does) and the in-memory data
 // plane, which plans with the one planner and executes with its all-or-nothing semantics. The kernel's own
-// behaviour (pins, map capacity, attachment, packets) stays in the kernel and netns tiers.
+// behaviour (pins, map capacity, attachment, packets) stays in the kernel and netns tiers. One test races two
+// daemons over the HTTP Git server (git http-backend on 127.0.0.1), which needs no root either.
 import test from 'ava';
 import { readFileSync, rmSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
@@ -13,12 +14,14 @@ import { planOps } from '../src/render/ops.js';
 import { LocalRemote } from '../src/reconciler/source/git-remote.js';
 import { Reconciler, type ReconcilerOptions } from '../src/reconciler/reconcile.js';
 import { getCondition } from '../src/reconciler/status/conditions.js';
+import { startDaemon } from '../src/reconciler/daemon.js';
 import { HealthService } from '../src/reconciler/health/service.js';
-import { git, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, serviceYaml } from './reconcile-helpers.js';
+import { git, servedRepo, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, serviceYaml } from './reconcile-helpers.js';
 
 const REALS = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
 const T0 = Date.parse('2026-11-29T10:00:00Z');
 const dirs: string[] = [];
+const quiet = { info: () => {}, warn: () => {} };
 const ajv = new Ajv2020({ allErrors: true });
 (addFormats as unknown as (a: Ajv2020) => void)(ajv);
 const validStatus = ajv.compile(JSON.parse(readFileSync(new URL('../schemas/status.schema.json', import.meta.url), 'utf8')));
@@ -389,3 +392,46 @@ test('a force-push is applied with a warning; drift is repaired, counted and sho
   t.deepEqual((await r.checkDrift()).differences, []);
   t.is(cond(r, 'Degraded')?.reason, 'Healthy');
 });
+
+test('auto-rollback over the HTTP Git server: with two daemons racing, exactly one revert is pushed and both apply it', async (t) => {
+  const files = configFiles(['lb-1', 'lb-2'], REALS, { policy: 'auto' });
+  const repo = await servedRepo();
+  t.teardown(() => repo.cleanup());
+  const good = await commitFiles(repo.work, files, 'initial config');
+  await git(repo.work, 'push', '-q', 'origin', 'main');
+  const daemons = await Promise.all(
+    ['lb-1', 'lb-2'].map(async (node) => {
+      const cacheDir = await tempDir(`rb-${node}`);
+      dirs.push(cacheDir);
+      return startDaemon({ repo: repo.url, branch: 'main', node, dataPlane: new MemoryDataPlane(), cacheDir, poll: '2', log: quiet });
+    }),
+  );
+  try {
+    await Promise.all(daemons.map((d) => d.idle()));
+    for (const d of daemons) t.is(d.reconciler.appliedRevision, good);
+
+    const bad = await commitFiles(repo.work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['not-an-address']) }, 'bad change');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    for (const d of daemons) d.trigger('test'); // both at once
+
+    // Wait until both nodes applied something newer than `bad` (the revert).
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 300));
+      if (daemons.every((d) => d.reconciler.appliedRevision !== good && d.reconciler.appliedRevision !== bad)) break;
+    }
+    // Let a few more polls pass: nothing else may be pushed (no loop).
+    await new Promise((r) => setTimeout(r, 2500));
+    await Promise.all(daemons.map((d) => d.idle()));
+    await git(repo.work, 'pull', '-q', 'origin', 'main');
+    const revert = await git(repo.work, 'rev-parse', 'HEAD');
+    t.is(await git(repo.work, 'rev-parse', 'HEAD^'), bad, 'exactly one commit after the bad one');
+    t.regex(await git(repo.work, 'log', '-1', '--format=%B'), new RegExp(`This reverts commit ${bad}[\\s\\S]*validate`));
+    t.is(await git(repo.work, 'rev-parse', 'HEAD^{tree}'), await git(repo.work, 'rev-parse', `${good}^{tree}`));
+    for (const d of daemons) t.is(d.reconciler.appliedRevision, revert);
+    t.is(daemons.reduce((n, d) => n + d.reconciler.counters.rollbacksPushed, 0), 1);
+  } finally {
+    await Promise.all(daemons.map((d) => d.stop()));
+  }
+});
+
