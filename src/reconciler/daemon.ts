@@ -9,7 +9,7 @@ import type { DataPlane } from '../bpf/dataplane/index.js';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { readFileAt } from './source/git-objects.js';
-import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type Outcome, type PostApplyGate } from './reconcile.js';
+import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type Outcome, type PostApplyGate, type PreApplyGate } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
 import { parseStatus, statusPath, type StatusBgp } from './status/status-doc.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
@@ -40,6 +40,7 @@ export interface DaemonOptions {
   statusBranch?: string; // override Cluster.spec.status.branch
   writeStatus?: boolean; // default true
   health?: () => HealthView | undefined;
+  preApplyGate?: PreApplyGate;
   postApplyGate?: PostApplyGate;
   onApplied?: (model: ConfigModel) => void;
   statusHealth?: () => unknown;
@@ -135,6 +136,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     reopenDataPlane: o.reopenDataPlane,
     adoptedRevision: await adoptedRevision(remote, o.statusBranch ?? DEFAULT_STATUS_BRANCH, o, stateFile),
     health: o.health,
+    preApplyGate: o.preApplyGate,
     postApplyGate: o.postApplyGate,
     onApplied: o.onApplied,
     statusHealth: o.statusHealth,

@@ -258,6 +258,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     onReconcile: o.hooks?.onReconcile,
     ...(health && {
       health: () => health.view(),
+      preApplyGate: health.preApplyGate({ maxCapacityLossShare: 0.5 }),
       postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
       onApplied: (model: ConfigModel) => health.update(model),
       statusHealth: () => health.status(),

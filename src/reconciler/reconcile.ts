@@ -52,6 +52,14 @@ export type PostApplyGate = (ctx: {
   model: ConfigModel;
 }) => Promise<{ pass: boolean; reason: string }>;
 
+/**
+ * Pre-apply health gate: probes the reals a revision adds or changes before anything is applied. pass=false fails
+ * the revision at `health` while the last good state keeps serving; `health`, when given, is the view the
+ * revision is rendered with (reals that failed their probation unhealthy).
+ */
+export type PreApplyGate = (ctx: { revision: string; beforeModel: ConfigModel | null; model: ConfigModel })
+  => Promise<{ pass: boolean; reason: string; health?: HealthView }>;
+
 export interface Logger {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
@@ -74,6 +82,7 @@ export interface ReconcilerOptions {
   /** Revision the pinned data plane serves (from local state or this node's status file); adopted at start. */
   adoptedRevision?: string | null;
   health?: () => HealthView | undefined;
+  preApplyGate?: PreApplyGate;
   postApplyGate?: PostApplyGate;
   /** Called with the model the data plane now serves (after an apply, or when adopting after a restart). */
   onApplied?: (model: ConfigModel) => void;
@@ -516,10 +525,24 @@ export class Reconciler {
     if (!model.nodes.some((n) => n.metadata.name === node)) return this.decommission(head, model);
     if (this.decommissioned) await this.recommission();
 
+    // New or changed reals are probed before they can receive a connection (make-before-break for health).
+    let healthView = this.o.health?.();
+    if (this.o.preApplyGate && !adopting && this.appliedModel) {
+      let pre;
+      try {
+        pre = await this.o.preApplyGate({ revision: head, beforeModel: this.appliedModel, model });
+      } catch (err) {
+        pre = { pass: false, reason: `pre-apply probe error: ${errorText(err)}` };
+      }
+      if (!pre.pass) return this.fail(head, 'health', pre.reason, model);
+      if (pre.health) healthView = pre.health;
+      mark('probe');
+    }
+
     // Render.
     let desired: DesiredState;
     try {
-      desired = renderDesiredState(model, node, this.o.health?.());
+      desired = renderDesiredState(model, node, healthView);
     } catch (err) {
       return this.fail(head, 'render', errorText(err), model);
     }

@@ -59,13 +59,16 @@ export class HealthChecker {
     this.sem = new Semaphore(opts.maxInFlight ?? 64);
   }
 
-  /** Installs the checks a revision asks for. Unchanged checks keep their state and rhythm. */
-  update(model: ConfigModel): void {
+  /**
+   * Installs the checks a revision asks for. Unchanged checks keep their state and rhythm. A new or changed check
+   * starts from `unknown`, or from its entry in `seeds` (a probation result for exactly this check definition).
+   */
+  update(model: ConfigModel, seeds?: ReadonlyMap<string, { fingerprint: string; health: RealHealth }>): void {
     this.model = model;
     const wanted = new Map(checkTargets(model).map((t) => [t.key, t]));
     for (const [key, t] of this.tracked) {
       const next = wanted.get(key);
-      if (!next || fingerprint(next) !== t.fingerprint) this.untrack(key, t);
+      if (!next || checkFingerprint(next) !== t.fingerprint) this.untrack(key, t);
     }
     for (const [key, target] of wanted) {
       const t = this.tracked.get(key);
@@ -73,10 +76,17 @@ export class HealthChecker {
         t.target = target; // same check; rise/fall may still have been retuned
         continue;
       }
-      const fresh: Tracked = { target, fingerprint: fingerprint(target), health: initialHealth(Date.now()), abort: new AbortController(), running: false };
+      const seed = seeds?.get(key);
+      const health = seed && seed.fingerprint === checkFingerprint(target) ? { ...seed.health } : initialHealth(Date.now());
+      const fresh: Tracked = { target, fingerprint: checkFingerprint(target), health, abort: new AbortController(), running: false };
       this.tracked.set(key, fresh);
       if (this.started) this.schedule(fresh, firstDelay(key, target.intervalMs));
     }
+  }
+
+  /** The checks of `model` this checker has no result for yet: new (service, real) pairs and changed checks. */
+  untried(model: ConfigModel): CheckTarget[] {
+    return checkTargets(model).filter((t) => this.tracked.get(t.key)?.fingerprint !== checkFingerprint(t));
   }
 
   start(): void {
@@ -206,7 +216,8 @@ export class HealthChecker {
   }
 }
 
-function fingerprint(t: CheckTarget): string {
+/** A check's definition (what is probed, how): a different one starts over. */
+export function checkFingerprint(t: CheckTarget): string {
   return JSON.stringify(t.probe);
 }
 

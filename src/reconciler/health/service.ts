@@ -14,7 +14,10 @@ import { decideHealth, agreementMode, type HealthDecision } from './agreement.js
 import { HealthChecker, type HealthChange } from './checker.js';
 import { healthGate, type GateResult, type GateState } from './gate.js';
 import { healthStatus, type HealthStatus } from './status.js';
-import { checkTargets } from './targets.js';
+import { checkTargets, targetKey } from './targets.js';
+import { checkFingerprint } from './checker.js';
+import type { RealHealth } from './hysteresis.js';
+import { probation } from './probation.js';
 
 export interface HealthServiceOptions {
   node: string;
@@ -29,9 +32,15 @@ export interface HealthServiceOptions {
 export type HealthPostApplyGate = (ctx: { revision: string; before: DesiredState | null; beforeModel?: ConfigModel | null; after: DesiredState; model: ConfigModel })
   => Promise<{ pass: boolean; reason: string }>;
 
+/** Same shape as reconcile.ts's PreApplyGate: pass=false fails the revision at `health` before anything is applied. */
+export type HealthPreApplyGate = (ctx: { revision: string; beforeModel: ConfigModel | null; model: ConfigModel })
+  => Promise<{ pass: boolean; reason: string; health?: HealthView }>;
+
 export class HealthService {
   readonly checker: HealthChecker;
   private model: ConfigModel | null = null;
+  /** Probation results of the revision being applied; the checker starts those checks from them (update()). */
+  private seeds = new Map<string, { fingerprint: string; health: RealHealth }>();
   private readonly clock: () => number;
   private lastFailOpen = '';
 
@@ -43,7 +52,8 @@ export class HealthService {
   /** Installs the checks of a revision and starts checking (idempotent; unchanged checks keep their state). */
   update(model: ConfigModel): void {
     this.model = model;
-    this.checker.update(model);
+    this.checker.update(model, this.seeds);
+    this.seeds = new Map();
     this.checker.start();
   }
 
@@ -110,6 +120,41 @@ export class HealthService {
     };
   }
 
+  /**
+   * The pre-apply gate (make-before-break for health): every check the new revision adds or changes (a new real,
+   * a new address, port or target port, a new check) is probed before the revision is applied, `rise` successes
+   * in a row admitting the real, `fall` failures in a row (or the deadline) refusing it. The revision fails at
+   * `health` when the refused reals would cost a service more than `maxCapacityLossShare` of its healthy table
+   * share (the same share comparison as the post-apply gate); nothing has been applied then, so the last good
+   * state keeps serving. Otherwise render gets a view in which refused reals are unhealthy (no table entries) and
+   * the checker later starts those checks from the probation result, so they earn entries only by `rise` successes.
+   */
+  preApplyGate(opts: { maxCapacityLossShare: number; deadlineMs?: number }): HealthPreApplyGate {
+    return async ({ beforeModel, model }) => {
+      if (!beforeModel) return { pass: true, reason: 'first revision on this node: nothing to protect' };
+      const untried = this.checker.untried(model);
+      if (untried.length === 0) return { pass: true, reason: 'no new or changed checks' };
+      const results = await probation(untried, { deadlineMs: opts.deadlineMs ?? probationDeadlineMs(untried) });
+      const verdict = new Map(results.map((r) => [r.target.key, r.health.state === 'up']));
+      const downBefore = localDownSet(this.checker.observations());
+      const downAfter: Record<string, string[]> = {};
+      for (const [svc, addrs] of Object.entries(downBefore)) downAfter[svc] = addrs.filter((a) => !verdict.has(targetKey(svc, a)));
+      for (const r of results) if (!verdict.get(r.target.key)) (downAfter[r.target.service] ??= []).push(r.target.address);
+      const gate = healthGate(observedTable(beforeModel, this.o.node, downBefore), observedTable(model, this.o.node, downAfter), opts.maxCapacityLossShare);
+      const refused = results.filter((r) => !verdict.get(r.target.key));
+      const refusedText = refused.map((r) => `${r.target.service}/${r.target.address}:${r.target.probe.port} ` +
+        `(${r.health.last?.detail ?? 'no result before the deadline'}, ${r.checks} checks)`).join(', ');
+      if (!gate.pass) return { pass: false, reason: `new or changed reals not healthy before traffic: ${refusedText}; ${gate.reason}` };
+      for (const r of results) this.seeds.set(r.target.key, { fingerprint: checkFingerprint(r.target), health: r.health });
+      const base = this.view();
+      return {
+        pass: true,
+        reason: refused.length ? `admitted without ${refusedText}; ${gate.reason}` : `${results.length} new or changed checks passed`,
+        health: { isHealthy: (svc, addr) => verdict.get(targetKey(svc, addr)) ?? base?.isHealthy(svc, addr) ?? true },
+      };
+    };
+  }
+
   async judge(beforeModel: ConfigModel | null, downBefore: Record<string, string[]>, model: ConfigModel, maxLossShare: number, settleTimeoutMs?: number): Promise<GateResult> {
     const settleMs = settleTimeoutMs ?? worstSettleMs(model);
     const settled = await this.settled(model, settleMs);
@@ -132,6 +177,13 @@ function observedTable(model: ConfigModel, node: string, down: Record<string, st
       reals: s.reals.map((r) => ({ address: r.address, entries: r.entries, healthy: r.state === 'active' && !(down[s.name]?.includes(r.address) ?? false) })),
     })),
   };
+}
+
+/** Long enough for the slowest probation to finish: max(rise, fall) probes, each up to interval/timeout, plus one. */
+function probationDeadlineMs(targets: readonly { rise: number; fall: number; intervalMs: number; probe: { timeoutMs: number } }[]): number {
+  let worst = 0;
+  for (const t of targets) worst = Math.max(worst, (Math.max(t.rise, t.fall) + 1) * Math.max(t.intervalMs, t.probe.timeoutMs));
+  return worst;
 }
 
 /** Long enough for the slowest check to reach `down`: spread of the first check + fall probes, each up to interval/timeout. */
