@@ -1,6 +1,6 @@
 // The contract between the reconciler and a node's data plane (lb: XDP, ./index.ts; backend: TC,
-// ../backend/index.ts). Both read what the kernel holds as a LiveState, plan with the one pure planner
-// (src/render/ops.ts) and execute the resulting ops with undo.
+// ../backend/index.ts; in memory for the reconciler's unit tier, ./memory.ts). Each reads what it holds as a
+// LiveState, plans with the one pure planner (src/render/ops.ts) and executes the resulting ops with undo.
 import type { DesiredState } from '../../render/state.js';
 import type { LiveState, Op } from '../../render/ops.js';
 import type { BpfMap } from '../libbpf.js';
