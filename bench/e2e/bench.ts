@@ -12,6 +12,7 @@ import { labDown, labUp, labNs, startDaemons, type LabState } from '../../src/la
 import { nsArgv, run, waitForPort } from '../../src/lab/netns.js';
 import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { runTraffic } from '../../src/demo/traffic.js';
+import { waitForAnnounced } from '../../src/demo/failover.js';
 import { wrk, type WrkResult } from './wrk.js';
 
 const { values } = parseArgs({
@@ -95,6 +96,9 @@ async function labWithMode(stateDir: string, mode: string): Promise<LabState> {
   const head = (await run(['git', '--git-dir', state.git!.bare, 'rev-parse', 'main'])).stdout.trim();
   const w = await waitForLocalApplied(state.stateDir, state.plan.nodes.map((n) => n.name), head, 120_000);
   if (!w.ok) throw new Error(`the daemons of ${w.missing.join(', ')} did not apply the config within 120 s`);
+  // With BGP, measure only once the router spreads every VIP over both lb nodes (BIRD connects seconds later).
+  if (state.plan.bird && (await waitForAnnounced(state, MODES.map((t) => new URL(t.url).hostname), 60_000)) === null)
+    throw new Error(`the router does not route every VIP over every lb node within 60 s (${mode})`);
   const client = labNs(state, 'client');
   // Every VIP answers before measuring (a first request through each path also warms neighbour entries).
   for (const t of [...MODES, DIRECT]) {
