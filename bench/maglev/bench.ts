@@ -113,6 +113,32 @@ for (const weighted of [false, true]) {
     }
   }
 }
+// Cold builds: a new seed for every build drops the identity-hash memo, so each build hashes all N identities
+// (Murmur3 in 32-bit halves) as a daemon's first render does. Katran's peer has no such row: its endpoints
+// carry hashes computed when the reals were added.
+console.log('\ncold (identity hashes not memoised: a new seed every build), equal weights');
+console.log(`       M      N   median ms   min ms${baseline ? '   baseline median / min ms   gitlb/baseline' : ''}`);
+let coldSeed = 1;
+for (const m of [16381, 65537]) {
+  for (const n of [100, 1000]) {
+    const list = backends(n, false);
+    const times: number[] = [];
+    const baseRuns: number[] = [];
+    for (let r = 0; r < runs; r++) {
+      for (const [build, into] of [[buildMaglevTable, times], ...(baseline ? [[baseline, baseRuns] as const] : [])] as const) {
+        const seed = coldSeed++;
+        const t0 = process.hrtime.bigint();
+        build(list, m, seed);
+        into.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      }
+    }
+    const ours = summary(times);
+    const base = baseline && summary(baseRuns);
+    console.log(`${String(m).padStart(8)} ${String(n).padStart(6)} ${ours.ms.toFixed(3).padStart(11)} ${ours.min.toFixed(3).padStart(8)}${base
+      ? `${pair(base.ms, base.min, 3).padStart(27)} ${pair(ours.ms / base.ms, ours.min / base.min, 2).padStart(16)}` : ''}`);
+  }
+}
+
 const mem = process.memoryUsage();
 console.log(`\nprocess: rss ${(mem.rss / 1048576).toFixed(1)} MiB, heapUsed ${(mem.heapUsed / 1048576).toFixed(1)} MiB`);
 if (baseline) console.log(`baseline: ${process.env.MAGLEV_BASELINE} (gitlb/baseline < 1: this revision is faster)`);

@@ -6,21 +6,23 @@
 // caller-owned Uint32Array so hashing allocates nothing.
 
 // Scratch register for the 64-bit helpers: each helper leaves its result in R = [hi, lo]. A typed array, not two
-// `let`s, because module-level numbers above 2^30 would be boxed on every store.
-const R = new Uint32Array(2);
+// `let`s, because module-level numbers above 2^30 would be boxed on every store; an Int32Array, not a
+// Uint32Array, because a Uint32Array load of a value above 2^31 becomes a double, and the halves here are mostly
+// that large (the bits are the same; readers that need the unsigned value apply >>> 0). Measured: 0.97 -> 0.52 µs
+// per 36-byte identity, together with the division-free mulHigh32.
+const R = new Int32Array(2);
 
-/** High 32 bits of the unsigned 64-bit product of two unsigned 32-bit numbers. */
+/** High 32 bits of the unsigned 64-bit product of two unsigned 32-bit numbers (16-bit limbs, no division). */
 function mulHigh32(a: number, b: number): number {
   const a0 = a & 0xffff;
   const a1 = a >>> 16;
   const b0 = b & 0xffff;
   const b1 = b >>> 16;
+  // Every partial sum stays below 2^32, so it is exact whether the engine keeps it as an integer or a double.
   const low = a0 * b0;
-  const cross1 = a1 * b0;
-  const cross2 = a0 * b1;
-  // All partial products are below 2^32, so these sums are exact in a double.
-  const middle = (low >>> 16) + (cross1 & 0xffff) + cross2;
-  return (a1 * b1 + (cross1 >>> 16) + Math.floor(middle / 65536)) >>> 0;
+  const mid1 = a1 * b0 + (low >>> 16);
+  const mid2 = a0 * b1 + (mid1 & 0xffff);
+  return (a1 * b1 + (mid1 >>> 16) + (mid2 >>> 16)) >>> 0;
 }
 
 /** (ah:al) * (bh:bl) mod 2^64 -> R. */
@@ -33,9 +35,9 @@ function mul64(ah: number, al: number, bh: number, bl: number): void {
 
 /** (ah:al) + (bh:bl) mod 2^64 -> R. */
 function add64(ah: number, al: number, bh: number, bl: number): void {
-  const lo = al + bl;
-  R[1] = lo >>> 0;
-  R[0] = (ah + bh + (lo > 0xffffffff ? 1 : 0)) >>> 0;
+  const lo = (al >>> 0) + (bl >>> 0); // halves may arrive signed (from R): compare the carry unsigned
+  R[1] = lo | 0;
+  R[0] = (ah + bh + (lo > 0xffffffff ? 1 : 0)) | 0;
 }
 
 /** Rotate (h:l) left by r bits, 0 < r < 64 -> R. */
