@@ -60,6 +60,9 @@ const peerCases: PeerCase[] = [
     gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
 ];
 const harnessProg = (o: BpfObject) => o.programs()[0]!;
+// XDP_BENCH_ONLY=<text>: only the peer cases whose name contains it (case-insensitive), and not the other modes
+const ONLY = process.env.XDP_BENCH_ONLY?.toLowerCase();
+const cases = ONLY ? peerCases.filter((c) => c.name.toLowerCase().includes(ONLY)) : peerCases;
 
 /** Alternating runs: floor, gitlb, Katran; medians of each and of the net figures. */
 async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: number[]; katran: number[] }> {
@@ -89,7 +92,7 @@ for (const c of peerCases) {
 console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1`);
 console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'gitlb'.padStart(7)}${katran ? ` ${'Katran'.padStart(7)} ${'gitlb/Katran'.padStart(12)}` : ''}   (ns net of the floor; raw runs below)`);
 let failed = false;
-for (const c of peerCases) {
+for (const c of cases) {
   try {
     const r = await measureCase(c);
     const floor = median(r.floor);
@@ -108,23 +111,25 @@ if (katran) console.log('        maps as KatranLb fills them: per-CPU LRU tables
 
 // gitlb's other forwarding modes (no peer)
 const { measure } = measurer({ runs: RUNS, ctxFor, counter: gitlbCounter });
-const others = [
+const others = ONLY ? [] : [
   { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), counter: ['ct_hit', 'tx'] },
   { name: 'dsr-l2 SYN (ring + ct insert)', data: pkt('203.0.113.10', TCP_FLAGS.SYN), counter: ['ct_miss', 'tx'] },
   { name: 'dsr-ipopt SYN (ring + ct insert + option)', data: pkt('203.0.113.12', TCP_FLAGS.SYN), counter: ['ct_miss', 'tx'] },
 ];
 for (const p of others) lb.testRun({ data: p.data, ctxIn: ctxFor(p.data.length) });
-loadHarness(restoreObj, others[0]!.data, empty.program('xdp_empty'));
-const floor = await measure(harnessProg(restoreObj), others[0]!.data, 2, REPEAT);
-console.log(`\ngitlb's other modes (restore harness, floor ${floor.ns} ns)`);
-for (const p of others) {
-  try {
-    loadHarness(restoreObj, p.data, lb);
-    const h = await measure(harnessProg(restoreObj), p.data, 3, REPEAT, p.counter);
-    console.log(`${p.name.padEnd(42)} ${String(h.ns - floor.ns).padStart(7)} ns net   runs ${h.runs.join(' ')}`);
-  } catch (e) {
-    failed = true;
-    console.log(`${p.name.padEnd(42)} FAILED: ${(e as Error).message}`);
+if (others.length) {
+  loadHarness(restoreObj, others[0]!.data, empty.program('xdp_empty'));
+  const floor = await measure(harnessProg(restoreObj), others[0]!.data, 2, REPEAT);
+  console.log(`\ngitlb's other modes (restore harness, floor ${floor.ns} ns)`);
+  for (const p of others) {
+    try {
+      loadHarness(restoreObj, p.data, lb);
+      const h = await measure(harnessProg(restoreObj), p.data, 3, REPEAT, p.counter);
+      console.log(`${p.name.padEnd(42)} ${String(h.ns - floor.ns).padStart(7)} ns net   runs ${h.runs.join(' ')}`);
+    } catch (e) {
+      failed = true;
+      console.log(`${p.name.padEnd(42)} FAILED: ${(e as Error).message}`);
+    }
   }
 }
 katran?.close();

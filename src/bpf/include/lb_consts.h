@@ -42,10 +42,12 @@
 #define LB_MAX_REALS 65536
 #define LB_CT_DEFAULT_ENTRIES 65536
 #define LB_MAX_SRC4 8
-/* Next-hop cache: slots per CPU (power of two) and how long a fib result is reused. Neighbour changes
- * (a real's MAC, a new route) are seen within this time. */
+/* Next-hop cache: slots per CPU (power of two) and how long a fib result is reused, in jiffies: the verifier
+ * turns bpf_jiffies64() into one load, where a clock helper is a call on every forwarded packet. 100 jiffies
+ * is 0.1 s at HZ=1000, 0.4 s at HZ=250 and 1 s at HZ=100, so neighbour changes (a real's MAC, a new route)
+ * are seen within at most a second whatever the kernel's HZ. */
 #define LB_NH_CACHE_SLOTS 1024
-#define LB_NH_CACHE_NS 1000000000ULL
+#define LB_NH_CACHE_JIFFIES 100
 
 /* Global per-reason counters (index into lb_counters). Keep in sync with COUNTER_NAMES in codec.ts. */
 enum lb_counter {

@@ -62,16 +62,16 @@ static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, cons
 }
 
 /* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address.
- * Results are kept per CPU for LB_NH_CACHE_NS (bpf_fib_lookup is the most expensive step of a packet). */
+ * Results are kept per CPU for LB_NH_CACHE_JIFFIES (bpf_fib_lookup is the most expensive step of a packet). */
 static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, __u32 real_id, int want_src,
 				       struct lb_next_hop *nh)
 {
 	__u32 slot = real->slot & (LB_NH_CACHE_SLOTS - 1); /* dense slots: distinct reals below 1024 never share */
 	struct lb_nexthop_entry *c = bpf_map_lookup_elem(&lb_nexthop_cache, &slot);
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 now = bpf_jiffies64();
 
 	if (c && c->real_id == real_id && c->in_ifindex == ctx->ingress_ifindex && c->want_src == !!want_src &&
-	    now < c->expires_ns) {
+	    now < c->expires) {
 		__builtin_memcpy(nh->dmac, c->dmac, 6);
 		__builtin_memcpy(nh->smac, c->smac, 6);
 		nh->ifindex = c->out_ifindex;
@@ -93,7 +93,7 @@ static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real 
 		__builtin_memcpy(c->src6, nh->src6, 16);
 		__builtin_memcpy(c->dmac, nh->dmac, 6);
 		__builtin_memcpy(c->smac, nh->smac, 6);
-		c->expires_ns = now + LB_NH_CACHE_NS;
+		c->expires = now + LB_NH_CACHE_JIFFIES;
 	}
 	return 0;
 }

@@ -74,7 +74,7 @@ struct lb_rate_window {
 
 /* lb_nexthop_cache slot (per CPU, direct-mapped by real id): a bpf_fib_lookup result kept briefly. */
 struct lb_nexthop_entry {
-	__u64 expires_ns;   /* bpf_ktime_get_coarse_ns() deadline */
+	__u64 expires;      /* bpf_jiffies64() deadline */
 	__u32 real_id;      /* tag: which real this slot holds */
 	__u32 in_ifindex;   /* tag: the lookup's input interface */
 	__u32 out_ifindex;
