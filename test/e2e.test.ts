@@ -2,7 +2,7 @@
 // server), driven by `gitlb run` daemons that follow the sample config over HTTP. One lab for the file (its
 // namespaces carry the anchor pid prefix `glb<pid>-`), removed in teardown.
 import test from 'ava';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   captureAtLbPorts,
@@ -198,4 +198,82 @@ test.serial('a backend removed by git commit under load: flows on the other back
   t.false(b.some((x) => x.backend === 'be-3'), 'no new flow reaches the removed backend');
   t.true(wasOnBe3 > 0, 'some flows were on be-3 before');
   t.true(movedFromOthers.length <= Math.ceil(count * 0.02), 'flows on the other backends stay (Maglev moves ~0.1% of their slots)');
+});
+
+/** A lab daemon's pid and every descendant (the daemon may run under a wrapper): the processes to pause. */
+function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  const out: number[] = [];
+  const walk = (pid: number) => {
+    out.push(pid);
+    for (const c of children.get(pid) ?? []) walk(c);
+  };
+  walk(root);
+  return out;
+}
+
+test.serial('web l2 -> ipip -> ipopt under load, the backends applying each change last: zero failed connections', async (t) => {
+  t.timeout(240_000);
+  const l = need();
+  const backends = l.state.daemons.filter((d) => l.view.backendNodes.includes(d.node) && d.pid);
+  t.is(backends.length, l.view.backendNodes.length, 'every backend daemon runs');
+  const pause = (sig: 'SIGSTOP' | 'SIGCONT') => {
+    for (const d of backends) for (const pid of processTree(d.pid!)) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  };
+  // New connections all along: bursts of fresh connections, one after the other, until told to stop.
+  const records: FlowRecord[] = [];
+  let loading = true;
+  const load = (async () => {
+    while (loading) {
+      const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: '203.0.113.10', port: 80, count: 24, concurrency: 8, sources: l.view.clientsV4, timeoutMs: 3000 });
+      records.push(...r.records);
+    }
+  })();
+  const phases: string[] = [];
+  let encap = 'l2';
+  try {
+    await new Promise((r) => setTimeout(r, 1000));
+    for (const next of ['ipip', 'ipopt']) {
+      pause('SIGSTOP');
+      try {
+        const rev = await commitAndPush(l, 'services/web.yaml', (text) => text.replace(`encap: ${encap}`, `encap: ${next}`), `web: encap ${encap} -> ${next}`);
+        await waitApplied(l, rev, l.view.lbNodes);
+        const before = records.length;
+        await new Promise((r) => setTimeout(r, 2000)); // the lb nodes send `next`, the backends still run `encap`
+        phases.push(`${encap} -> ${next}: ${records.length - before} connections while only the lb nodes had applied`);
+        pause('SIGCONT');
+        await waitApplied(l, rev, l.view.backendNodes);
+      } finally {
+        pause('SIGCONT');
+      }
+      encap = next;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  } finally {
+    loading = false;
+    await load;
+  }
+  for (const p of phases) t.log(p);
+  const failed = records.filter((r) => !r.backend);
+  t.log(`${records.length} new connections across both changes, ${failed.length} failed${failed.length ? `: ${failed.slice(0, 3).map((f) => f.error).join('; ')}` : ''}`);
+  t.true(records.length > 100, 'the load ran across both changes');
+  t.is(failed.length, 0, 'zero failed connections');
+  const rev = await commitAndPush(l, 'services/web.yaml', (text) => text.replace(`encap: ${encap}`, 'encap: l2'), 'web: back to encap l2');
+  await waitApplied(l, rev, [...l.view.lbNodes, ...l.view.backendNodes]);
 });
