@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Command, defineCommand, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
-import { startNodeDaemon, StartError } from '../../reconciler/node-daemon.js';
+import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
 import { DEFAULT_PEER_PORT } from '../../reconciler/health/peer-http.js';
@@ -12,25 +12,16 @@ import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsSe
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
 import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.js';
 
-interface RunOptions {
-  repo: string;
-  branch: string;
-  node: string;
-  role?: 'lb' | 'backend';
-  interface?: string;
-  xdpMode: 'native' | 'generic' | 'auto';
-  pinRoot: string;
+/** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
+interface RunOptions extends Pick<NodeDaemonOptions,
+  'repo' | 'branch' | 'node' | 'role' | 'interface' | 'xdpMode' | 'pinRoot' | 'credentialsFile' | 'drift' | 'statusBranch' |
+  'health' | 'peerPoll' | 'trustFrom' | 'once'> {
   cacheDir?: string;
-  credentialsFile?: string;
   webhook?: string;
   webhookSecretFile?: string;
   poll: string;
   gitTimeout: number;
-  drift?: string;
-  statusBranch?: string;
   status: boolean;
-  health: boolean;
-  peerPoll: string;
   peerSecretFile?: string;
   peerListen?: string;
   peerPort: number;
@@ -42,8 +33,6 @@ interface RunOptions {
   logLevel: LogLevel;
   trust?: string;
   signingKey?: string;
-  trustFrom?: string;
-  once: boolean;
   path: string;
 }
 
