@@ -9,6 +9,7 @@ import { BpfMap, BpfObject, type TcAttachment } from '../libbpf.js';
 import type { DesiredState } from '../../render/state.js';
 import { EMPTY_LIVE, planOps, type BackendVip } from '../../render/ops.js';
 import { checkBtfLayout } from '../codec.js';
+import { perCpuCounters } from '../counters.js';
 import { EMPTY_REPORT, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type LiveState, type Op } from '../dataplane/types.js';
 import {
   BTF_LAYOUTS,
@@ -181,12 +182,7 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
     },
 
     async counters() {
-      const key = Buffer.alloc(4);
-      const out: Record<string, number> = {};
-      STAT_NAMES.forEach((name, i) => {
-        key.writeUInt32LE(i);
-        out[name] = Number(stats.lookupPerCpuSum(key)?.[0] ?? 0n);
-      });
+      const out: Record<string, number> = perCpuCounters(stats, STAT_NAMES);
       out.vip_entries = vips.keys().length;
       out.connections = conns.keys().length;
       return out;

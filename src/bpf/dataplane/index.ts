@@ -5,6 +5,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import { checkXdpForwarding, type ForwardingCheck } from '../xdp-forwarding.js';
+import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
@@ -444,21 +445,16 @@ class LbDataPlane implements DataPlane {
   }
 
   async counters(): Promise<Record<string, number | Record<string, number>>> {
-    const out: Record<string, number | Record<string, number>> = {};
-    if (!this.obj) return out;
+    if (!this.obj) return {};
     const m = this.maps;
-    COUNTER_NAMES.forEach((name, i) => {
-      out[name] = Number(m.counters.lookupPerCpuSum(encodeU32(i))?.[0] ?? 0n);
-    });
-    const traffic = (sums: bigint[] | null) =>
-      sums && { packets: Number(sums[0]), bytes: Number(sums[1]), newFlows: Number(sums[2]) };
+    const out: Record<string, number | Record<string, number>> = perCpuCounters(m.counters, COUNTER_NAMES);
     // traffic sits in array slots: a service's is the slot its listeners name, a real's the slot of lb_reals
     for (const [id, slot] of serviceSlots(m.vips)) {
-      const t = traffic(m.serviceStats.lookupPerCpuSum(encodeU32(slot)));
+      const t = trafficAt(m.serviceStats, slot);
       if (t) out[`service:${id}`] = t;
     }
     for (const [k, v] of m.reals.entries()) {
-      const t = traffic(m.realStats.lookupPerCpuSum(encodeU32(realSlotOf(v))));
+      const t = trafficAt(m.realStats, realSlotOf(v));
       if (t) out[`real:${k.readUInt32LE(0)}`] = t;
     }
     Object.assign(out, snatCounters(this.obj));

@@ -4,11 +4,12 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
+import { perCpuCounters, trafficAt, type Traffic } from '../counters.js';
 import { COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
 
-export interface Traffic { packets: number; bytes: number; newFlows: number }
+export type { Traffic };
 
 export interface LbListener { vip: string; port: number; protocol: string; serviceId: number; mode: string }
 
@@ -52,22 +53,12 @@ export function withMap<T>(dir: string, name: string, fn: (m: BpfMap) => T): T |
   }
 }
 
-function perCpuArray<N extends string>(m: BpfMap, names: readonly N[]): Record<N, number> {
-  const out = {} as Record<N, number>;
-  names.forEach((name, i) => {
-    out[name] = Number(m.lookupPerCpuSum(u32(i))?.[0] ?? 0n);
-  });
-  return out;
-}
-
-const trafficOf = (s: bigint[]): Traffic => ({ packets: Number(s[0]), bytes: Number(s[1]), newFlows: Number(s[2]) });
-
 /** Traffic of ids kept in a per-CPU array at dense slots (id -> slot). */
 function trafficBySlot(m: BpfMap, slots: Iterable<readonly [number, number]>): Map<number, Traffic> {
   const out = new Map<number, Traffic>();
   for (const [id, slot] of slots) {
-    const s = m.lookupPerCpuSum(u32(slot));
-    if (s) out.set(id, trafficOf(s));
+    const t = trafficAt(m, slot);
+    if (t) out.set(id, t);
   }
   return out;
 }
@@ -90,7 +81,7 @@ export function isBackendPinRoot(dir: string): boolean {
 /** The lb node's counters under `dir` (its pin root), or null when nothing is pinned there. */
 export function readLbStats(dir: string): LbStats | null {
   if (!isLbPinRoot(dir)) return null;
-  const counters = withMap(dir, 'lb_counters', (m) => perCpuArray(m, COUNTER_NAMES))!;
+  const counters = withMap(dir, 'lb_counters', (m) => perCpuCounters(m, COUNTER_NAMES))!;
   // traffic sits in per-CPU arrays at dense slots: a real's is lb_real.slot, a service's the stats slot its
   // listeners carry (lb_vip_value.stats_slot)
   const realEntries = withMap(dir, 'lb_reals', (m) => m.entries()) ?? [];
@@ -115,7 +106,7 @@ export function readLbStats(dir: string): LbStats | null {
 }
 
 function readSnat(dir: string): LbStats['snat'] {
-  const counters = withMap(dir, SNAT_MAPS.stats, (m) => perCpuArray(m, SNAT_COUNTER_NAMES)) ?? {};
+  const counters = withMap(dir, SNAT_MAPS.stats, (m) => perCpuCounters(m, SNAT_COUNTER_NAMES)) ?? {};
   const cfg = withMap(dir, SNAT_MAPS.config, (m) => {
     const v = m.lookup(u32(0));
     return v ? decodeSnatConfig(Buffer.from(v)) : null;
@@ -149,5 +140,5 @@ export interface BackendStats { counters: Record<(typeof BACKEND_STAT_NAMES)[num
 /** A backend node's decap/rewrite counters under `dir`, or null when nothing is pinned there. */
 export function readBackendStats(dir: string): BackendStats | null {
   if (!isBackendPinRoot(dir)) return null;
-  return { counters: withMap(dir, 'be_stats', (m) => perCpuArray(m, BACKEND_STAT_NAMES))! };
+  return { counters: withMap(dir, 'be_stats', (m) => perCpuCounters(m, BACKEND_STAT_NAMES))! };
 }

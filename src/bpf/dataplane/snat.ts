@@ -3,6 +3,7 @@
 // The settings are planned as SnatSettings (src/render/ops.ts) and written by ./index.ts; layouts are checked
 // against BTF at load (checkSnatLayouts).
 import type { BpfMap, BpfObject } from '../libbpf.js';
+import { perCpuCounters } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
 import { DEFAULT_SNAT_PORTS, SNAT_TIMEOUTS_S, desiredSnat, type SnatSettings } from '../../render/ops.js';
 import { addr16, addrText, encodeFlowKey, type FlowKey } from './codec.js';
@@ -233,13 +234,5 @@ export function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs()): number
 
 /** lb_snat_stats summed over CPUs, by name. */
 export function snatCounters(obj: BpfObject | null): Record<string, number> {
-  const out: Record<string, number> = {};
-  if (!obj) return out;
-  const stats = obj.map(SNAT_MAPS.stats);
-  SNAT_COUNTER_NAMES.forEach((name, i) => {
-    const key = Buffer.alloc(4);
-    key.writeUInt32LE(i);
-    out[name] = Number(stats.lookupPerCpuSum(key)?.[0] ?? 0n);
-  });
-  return out;
+  return obj ? perCpuCounters(obj.map(SNAT_MAPS.stats), SNAT_COUNTER_NAMES) : {};
 }
