@@ -87,3 +87,34 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await repo.cleanup();
   }
 });
+
+// A node taken down on purpose (`gitlb down --repo`) serves nothing: while the config still names it, `gitlb status`
+// shows it DOWN and exits 1 even inside the behind-grace period; once the config no longer names it, that is fine.
+test.serial('gitlb status reports a node recorded by gitlb down as down while the config names it', async (t) => {
+  const repo = await servedRepo();
+  const pins = join(repo.root, 'no-pins');
+  try {
+    const head = await commitFiles(repo.work, configFiles(['lb-1', 'lb-2'], ['198.51.100.10']), 'config');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    await publish(repo, [status('lb-1', head, { reals: ['198.51.100.10'] }), status('lb-2', head, { reals: ['198.51.100.10'] })]);
+    const down = await gitlb(['down', '--node', 'lb-2', '--pin-root', pins, '--cache-dir', join(repo.root, 'cache'), '--repo', repo.url]);
+    t.is(down.code, 0, down.stdout + down.stderr);
+    const st = await gitlb(['status', '--repo', repo.url]);
+    t.is(st.code, 1, st.stdout);
+    t.regex(st.stdout, /lb-2\s+lb\s+\(none\)\s+DOWN/);
+    t.regex(st.stdout, /lb-2: down \(gitlb down\): .*the config still names it/);
+    t.notRegex(st.stdout, /lb-2: behind/, 'one reason, not two');
+
+    // Removed from the config: down is where it should be; lb-1 applies the new head.
+    const next = await commitFiles(repo.work, { 'nodes/lb-2.yaml': null }, 'remove lb-2');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    await publish(repo, [status('lb-1', next, { reals: ['198.51.100.10'] })]);
+    const down2 = await gitlb(['down', '--node', 'lb-2', '--pin-root', pins, '--cache-dir', join(repo.root, 'cache'), '--repo', repo.url]);
+    t.is(down2.code, 0, down2.stdout + down2.stderr);
+    const gone = await gitlb(['status', '--repo', repo.url]);
+    t.is(gone.code, 0, gone.stdout);
+    t.regex(gone.stdout, /lb-2\s+lb\s+\(none\)\s+DOWN/);
+  } finally {
+    await repo.cleanup();
+  }
+});

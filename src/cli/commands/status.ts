@@ -38,7 +38,7 @@ nodes' Maglev table digests), READY (the Ready condition), UNHEALTHY (active rea
 LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission), conditions that are not
 fine, and a verdict listing every problem. Nodes the config names that wrote no status are listed as problems.`,
   exitStatus: `Exit status: 0 OK; 1 a node failed its last attempt, is behind the branch longer than --behind-grace, is stale,
-wrote no status, or the lb nodes' digests differ (also when the status cannot be read); 2 usage error.`,
+wrote no status, was taken down (gitlb down) while the config still names it, or the lb nodes' digests differ (also when the status cannot be read); 2 usage error.`,
   define: (cmd) =>
     addStatusReadOptions(cmd)
       .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {ok, head, problems, nodes[] with each node\'s verdict and status}'))

@@ -36,6 +36,8 @@ export interface NodeVerdict {
   warnings: string[];
   conditions: Condition[];
   missing: boolean;
+  /** Its data plane was removed on purpose (`gitlb down`, or decommissioned): it serves nothing. */
+  down: boolean;
   /** lb nodes with BGP: per VIP announced or withdrawn (and why), BIRD's last error (docs/bgp.md). */
   bgp?: NodeBgpVerdict;
   /** One line per reason this node makes the exit status non-zero. */
@@ -81,9 +83,15 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       (Array.isArray(svc.reals) ? svc.reals : []).filter((r) => r.state === 'active' && r.healthy === false).map((r) => `${svc.name}/${r.address}`),
     );
     const digestVerdict: NodeVerdict['digests'] = s.role === 'backend' || services.length === 0 ? '-' : differs ? 'differ' : 'agree';
+    // A node whose data plane was removed on purpose serves nothing, whatever the grace period: a problem while
+    // the config still names it (traffic is meant to reach it), the expected state once the config dropped it.
+    const ready = Array.isArray(s.conditions) ? s.conditions.find((c) => c.type === 'Ready') : undefined;
+    const down = (ready?.status === 'False' && ready.reason === 'Decommissioned') || s.lastAttempt?.result === 'decommissioned';
+    const named = input.configNodes.some((n) => n.name === s.node);
     const problems: string[] = [];
+    if (down && named) problems.push(`${s.node}: down (gitlb down): ${ready?.message ?? 'decommissioned'}; the config still names it (remove it from the config, or start gitlb run)`);
     if (failed) problems.push(`${s.node}: last attempt failed at ${failed.stage ?? '?'} (${failed.revision.slice(0, 12)}): ${failed.reason ?? ''}`.trim());
-    if (behind && behindMs! > input.behindGraceMs) {
+    if (behind && !down && behindMs! > input.behindGraceMs) {
       problems.push(`${s.node}: behind the branch for ${formatAge(behindMs!)} (applied ${s.appliedRevision?.slice(0, 12) ?? 'nothing'}, head ${input.head!.oid.slice(0, 12)})`);
     }
     if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
@@ -105,6 +113,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       warnings: Array.isArray(s.warnings) ? s.warnings.map(String) : [],
       conditions: Array.isArray(s.conditions) ? s.conditions : [],
       missing: false,
+      down,
       ...(bgp ? { bgp } : {}),
       problems,
     };
@@ -127,6 +136,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       warnings: [],
       conditions: [],
       missing: true,
+      down: false,
       problems: [`${n.name}: no status written (the config names this node; is its daemon running?)`],
     });
   }
@@ -153,7 +163,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     n.node,
     n.role,
     n.missing ? '(no status)' : n.applied ? n.applied.slice(0, 12) : '(none)',
-    n.missing ? '-' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
+    n.missing ? '-' : n.down ? 'DOWN' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
     n.ageMs === null ? (n.missing ? '-' : 'STALE (never)') : `${n.stale ? 'STALE ' : ''}${formatAge(n.ageMs)} ago`,
     n.digests,
     readyText(n.conditions),
