@@ -9,7 +9,8 @@
 //             one without the secret can inject votes. A replayed old body carries its old publishedAt, which the
 //             quorum's staleness bound already discounts.
 // Bodies are capped (1 MiB) and parsed by peerObservations like a status file.
-import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { request, type IncomingMessage, type Server } from 'node:http';
+import { createLimitedServer } from '../http-limits.js';
 import { createHmac } from 'node:crypto';
 import { safeEqual } from '../triggers/webhook.js';
 import type { NodeObservations } from '../../render/health-quorum.js';
@@ -50,7 +51,7 @@ export interface PeerServer {
 /** Serves this node's `{ node, health }` (health: HealthService.status()) to peers that know the secret. */
 export async function startPeerServer(o: { host: string; port: number; node: string; secret: string; health: () => unknown;
   log?: { warn(m: string): void } }): Promise<PeerServer> {
-  const server: Server = createServer((req, res) => {
+  const server: Server = createLimitedServer((req, res) => {
     req.resume();
     if (req.method !== 'GET' || req.url !== PEER_PATH) {
       res.writeHead(404).end();
@@ -64,7 +65,6 @@ export async function startPeerServer(o: { host: string; port: number; node: str
     const body = Buffer.from(JSON.stringify({ node: o.node, health: o.health() ?? null }));
     res.writeHead(200, { 'content-type': 'application/json', 'x-gitlb-signature': `sha256=${mac(o.secret, body)}` }).end(body);
   });
-  server.on('clientError', (_err, socket) => socket.destroy());
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => resolve());

@@ -1,6 +1,7 @@
 // The metrics endpoint of `gitlb run`: GET /metrics (Prometheus text format) and GET /healthz (200 once the node
 // serves an applied revision, 503 before; Kubernetes readiness and the lab's Prometheus use it).
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
+import { createLimitedServer } from '../http-limits.js';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { parseListen } from '../triggers/webhook.js';
@@ -20,7 +21,7 @@ export interface MetricsServerOptions {
 
 export async function startMetricsServer(o: MetricsServerOptions): Promise<MetricsServer> {
   const { host, port } = parseListen(o.listen, '--metrics');
-  const server: Server = createServer((req, res) => {
+  const server: Server = createLimitedServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();

@@ -1,7 +1,8 @@
 // Webhook trigger: an HTTP endpoint that Git hosting calls on push. Authenticated with a shared secret:
 // GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` or GitLab's `X-Gitlab-Token: <secret>`.
 // Comparisons are constant-time; bodies are capped; pushes to other branches (the status branch!) are ignored.
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createLimitedServer } from '../http-limits.js';
 import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 
@@ -91,7 +92,7 @@ function reply(res: ServerResponse, status: number, text: string): void {
 export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
   const maxBody = o.maxBodyBytes ?? 1 << 20;
   const stats = { accepted: 0, rejected: 0, ignored: 0 };
-  const server = createServer((req, res) => {
+  const server = createLimitedServer((req, res) => {
     if (req.method !== 'POST') return reply(res, 405, 'POST only');
     const declared = Number(req.headers['content-length'] ?? 0);
     if (declared > maxBody) {
@@ -136,8 +137,6 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
       reply(res, 202, 'reconcile scheduled');
     });
   });
-  server.requestTimeout = 10_000;
-  server.headersTimeout = 5_000;
   await new Promise<void>((ok, fail) => {
     server.once('error', fail);
     server.listen(o.port, o.host, () => ok());

@@ -1,0 +1,25 @@
+// Limits shared by the daemon's HTTP listeners (metrics, peer observations, webhook). They face the network from a
+// root process, so a client that trickles its headers or body (slowloris) must be cut off within seconds: Node's
+// defaults hold such a connection for 60 s (headers) or 300 s (request), checked only every 30 s.
+import { createServer, type RequestListener, type Server } from 'node:http';
+
+export const HTTP_LIMITS = {
+  headersTimeout: 5_000,
+  requestTimeout: 10_000,
+  /** How often Node checks the two timeouts above (its default, 30 s, would dominate them). */
+  connectionsCheckingInterval: 1_000,
+  keepAliveTimeout: 5_000,
+  maxHeaderSize: 16 * 1024,
+  /** Open connections per listener; beyond it new ones are closed at once. */
+  maxConnections: 64,
+} as const;
+
+/** node:http's createServer with HTTP_LIMITS applied. */
+export function createLimitedServer(handler: RequestListener): Server {
+  const { maxConnections, ...options } = HTTP_LIMITS;
+  const server = createServer(options, handler);
+  server.maxConnections = maxConnections;
+  // A malformed or timed-out request: drop the socket without an answer (never echo anything about it).
+  server.on('clientError', (_err, socket) => socket.destroy());
+  return server;
+}
