@@ -4,9 +4,9 @@
 // tc_backend.o under BPF_PROG_TEST_RUN. Serial: one loaded object, its map refilled per encap.
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
-import { desiredTunnelAddrs, desiredVipEntries, encodeAddrKey, encodeAddrValue, encodeVipKey, encodeVipValue } from '../src/bpf/backend/codec.js';
-import { checkBackendLayouts } from '../src/bpf/backend/index.js';
+import { desiredVipEntries, encodeVipKey, encodeVipValue } from '../src/bpf/backend/codec.js';
 import type { DesiredVip, Forwarding } from '../src/render/state.js';
+import { loadBackendProgs } from './lib/backend-prog.js';
 import { encapFrame, eth, frame, ipPacket, ipoptFrame, type L4Spec } from './lib/packets-backend.js';
 
 const V4 = { lb: '203.0.113.1', real: '203.0.113.2', client: '198.51.100.7', vip: '192.0.2.10', other: '192.0.2.99' };
@@ -17,11 +17,7 @@ let obj: BpfObject;
 let ingress: BpfProgram;
 
 test.before(async () => {
-  obj = await BpfObject.load('tc_backend');
-  checkBackendLayouts(obj);
-  ingress = obj.program('backend_ingress');
-  for (const e of desiredTunnelAddrs({ addresses: [V4.real, V6.real], lbAddresses: [V4.lb, V6.lb] }))
-    obj.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
+  ({ obj, ingress } = await loadBackendProgs(V4, V6));
 });
 
 test.after.always(() => obj?.close());

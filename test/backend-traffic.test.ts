@@ -15,7 +15,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BpfMap } from '../src/bpf/libbpf.js';
-import { STAT_NAMES, type StatName } from '../src/bpf/backend/codec.js';
+import type { StatName } from '../src/bpf/backend/codec.js';
+import { readBackendStats } from '../src/bpf/dataplane/pinned-stats.js';
 import { packageRoot } from '../src/bpf/paths.js';
 import { ensurePinDir } from '../src/bpf/bpffs.js';
 import type { DesiredState, DesiredVip } from '../src/render/state.js';
@@ -125,15 +126,11 @@ async function clientRun(code: string, host: string, port: number): Promise<any>
   return JSON.parse(r.stdout.trim());
 }
 
+/** One counter of the pinned backend data plane, read as /metrics and `gitlb top` read it. */
 function stat(name: StatName): number {
-  const m = BpfMap.open(join(pins.backend, 'be_stats'));
-  try {
-    const key = Buffer.alloc(4);
-    key.writeUInt32LE(STAT_NAMES.indexOf(name));
-    return Number(m.lookupPerCpuSum(key)![0]);
-  } finally {
-    m.close();
-  }
+  const s = readBackendStats(pins.backend);
+  if (!s) throw new Error(`no backend data plane pinned at ${pins.backend}`);
+  return s.counters[name];
 }
 
 let backendSetup: any;

@@ -4,13 +4,10 @@
 // (test/lib/hostile.ts) and every drop accounted for by exactly one counter. docs/backend.md, "Hostile packets".
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
-import {
-  STAT_NAMES, VIP_FLAG_IPIP, VIP_FLAG_IPOPT, desiredTunnelAddrs, encodeAddrKey, encodeAddrValue, encodeConnKey, encodeVipKey,
-  encodeVipValue, type StatName,
-} from '../src/bpf/backend/codec.js';
-import { checkBackendLayouts } from '../src/bpf/backend/index.js';
+import { STAT_NAMES, desiredTunnelAddrs, encodeConnKey, type StatName } from '../src/bpf/backend/codec.js';
 import { encapFrame, eth, frame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from './lib/packets-backend.js';
 import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, IPPROTO } from './lib/packets.js';
+import { addTunnelVips, backendStats, loadBackendProgs } from './lib/backend-prog.js';
 import { bitFlips, mutations, outputProblems, tally, truncations } from './lib/hostile.js';
 
 const V4 = { lb: '203.0.113.1', real: '203.0.113.2', client: '198.51.100.7', ipipVip: '192.0.2.10', optVip: '192.0.2.20', stranger: '203.0.113.66' };
@@ -25,27 +22,12 @@ let ingress: BpfProgram;
 let egress: BpfProgram;
 
 test.before(async () => {
-  obj = await BpfObject.load('tc_backend');
-  checkBackendLayouts(obj);
-  ingress = obj.program('backend_ingress');
-  egress = obj.program('backend_egress');
-  for (const e of desiredTunnelAddrs({ addresses: [V4.real, V6.real], lbAddresses: [V4.lb, V6.lb] }))
-    obj.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
-  for (const [a, family] of [[V4, 4], [V6, 6]] as const) {
-    obj.map('be_vips').update(encodeVipKey({ address: a.ipipVip, family, port: 0, protocol: null }), encodeVipValue({ flags: VIP_FLAG_IPIP, targetPort: 0 }));
-    for (const protocol of ['TCP', 'UDP'] as const)
-      obj.map('be_vips').update(encodeVipKey({ address: a.optVip, family, port: VIP_PORT, protocol }), encodeVipValue({ flags: VIP_FLAG_IPOPT, targetPort: TARGET_PORT }));
-  }
+  ({ obj, ingress, egress } = await loadBackendProgs(V4, V6));
+  addTunnelVips(obj, { v4: V4, v6: V6 }, VIP_PORT, TARGET_PORT);
 });
 test.after.always(() => obj?.close());
 
-function stats(): Record<StatName, number> {
-  const key = Buffer.alloc(4);
-  return Object.fromEntries(STAT_NAMES.map((n, i) => {
-    key.writeUInt32LE(i);
-    return [n, Number(obj.map('be_stats').lookupPerCpuSum(key)![0])];
-  })) as Record<StatName, number>;
-}
+const stats = () => backendStats(obj);
 function run(prog: BpfProgram, data: Buffer) {
   const before = stats();
   const r = prog.testRun({ data, dataOutSize: data.length + 256 });

@@ -5,22 +5,17 @@
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
 import {
-  STAT_NAMES,
   VIP_FLAG_IPIP,
   VIP_FLAG_IPOPT,
   decodeConnEntry,
   decodeVipEntry,
-  desiredTunnelAddrs,
   desiredVipEntries,
-  encodeAddrKey,
-  encodeAddrValue,
   formatAddr,
   encodeConnKey,
   encodeVipKey,
   encodeVipValue,
   type StatName,
 } from '../src/bpf/backend/codec.js';
-import { checkBackendLayouts } from '../src/bpf/backend/index.js';
 import {
   PROTO,
   addrBytes,
@@ -34,6 +29,7 @@ import {
   parse,
   type L4Spec,
 } from './lib/packets-backend.js';
+import { addTunnelVips, backendStats, loadBackendProgs } from './lib/backend-prog.js';
 
 // Addresses: LB 203.0.113.1, this backend (real) 203.0.113.2, client 198.51.100.7; VIPs in 192.0.2.0/24.
 const V4 = { lb: '203.0.113.1', real: '203.0.113.2', client: '198.51.100.7', ipipVip: '192.0.2.10', optVip: '192.0.2.20', otherVip: '192.0.2.99' };
@@ -47,30 +43,13 @@ let ingress: BpfProgram;
 let egress: BpfProgram;
 
 test.before(async () => {
-  obj = await BpfObject.load('tc_backend');
-  checkBackendLayouts(obj);
-  ingress = obj.program('backend_ingress');
-  egress = obj.program('backend_egress');
-  const vips = obj.map('be_vips');
-  for (const e of desiredTunnelAddrs({ addresses: [V4.real, V6.real], lbAddresses: [V4.lb, V6.lb] }))
-    obj.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
-  for (const [a, family] of [[V4, 4], [V6, 6]] as const) {
-    vips.update(encodeVipKey({ address: a.ipipVip, family, port: 0, protocol: null }), encodeVipValue({ flags: VIP_FLAG_IPIP, targetPort: 0 }));
-    for (const protocol of ['TCP', 'UDP'] as const)
-      vips.update(
-        encodeVipKey({ address: a.optVip, family, port: VIP_PORT, protocol }),
-        encodeVipValue({ flags: VIP_FLAG_IPOPT, targetPort: TARGET_PORT }),
-      );
-  }
+  ({ obj, ingress, egress } = await loadBackendProgs(V4, V6));
+  addTunnelVips(obj, { v4: V4, v6: V6 }, VIP_PORT, TARGET_PORT);
 });
 
 test.after.always(() => obj?.close());
 
-function stat(name: StatName): number {
-  const key = Buffer.alloc(4);
-  key.writeUInt32LE(STAT_NAMES.indexOf(name));
-  return Number(obj.map('be_stats').lookupPerCpuSum(key)![0]);
-}
+const stat = (name: StatName): number => backendStats(obj)[name];
 
 /** Runs `prog` on `data`; returns action, output and how each named counter moved. */
 function run(prog: BpfProgram, data: Buffer, watch: StatName[] = []) {
