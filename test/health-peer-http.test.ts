@@ -73,3 +73,26 @@ test('the feed reads peers directly, reports changes, and keeps a vanished peer\
   await feed.refresh();
   t.is(warnings.length, seen, `one warning per distinct problem, not one per round: ${warnings.join(' | ')}`);
 });
+
+test('a recorded answer replayed to a later request is dropped: the answer MAC binds the request it answers', async (t) => {
+  const srv = await startPeerServer({ host: '127.0.0.1', port: 0, node: 'lb-2', secret: SECRET, health: () => health(false) });
+  t.teardown(() => srv.close());
+  // Record one genuine exchange, as someone on the path between the lb nodes could.
+  const ts = Date.now() - 5_000;
+  const auth = `${ts}.${createHmac('sha256', SECRET).update(`GET ${PEER_PATH} lb-1 ${ts}`).digest('hex')}`;
+  const recorded = await fetch(`${srv.url}${PEER_PATH}`, { headers: { 'x-gitlb-peer': 'lb-1', 'x-gitlb-peer-auth': auth } });
+  t.is(recorded.status, 200);
+  const sig = recorded.headers.get('x-gitlb-signature')!;
+  const body = Buffer.from(await recorded.arrayBuffer());
+  // The replayer answers every later request with the recorded, genuinely signed answer.
+  const replay = createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/json', 'x-gitlb-signature': sig }).end(body);
+  });
+  await new Promise<void>((r) => replay.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => replay.close(() => r())));
+  const url = `http://127.0.0.1:${(replay.address() as { port: number }).port}`;
+  await t.throwsAsync(fetchPeerObservations(url, { node: 'lb-1', peer: 'lb-2', secret: SECRET, timeoutMs: 2000 }), { message: /signature does not match/ });
+  // The genuine server still answers a fresh request.
+  t.false((await fetchPeerObservations(srv.url, { node: 'lb-1', peer: 'lb-2', secret: SECRET, timeoutMs: 2000 })).observations.web![A]!.up);
+});

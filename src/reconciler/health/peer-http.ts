@@ -5,9 +5,10 @@
 //   request   X-Gitlb-Peer: <reader node>   X-Gitlb-Peer-Auth: <unix ms>.<hex HMAC(secret, "GET <path> <reader> <ms>")>
 //             refused with 401 when the MAC is wrong or the time is more than 30 s off (a recorded request replays
 //             for at most that long, and only ever reads).
-//   response  X-Gitlb-Signature: sha256=<hex HMAC(secret, body)>; a reader drops a body whose MAC is wrong, so no
-//             one without the secret can inject votes. A replayed old body carries its old publishedAt, which the
-//             quorum's staleness bound already discounts.
+//   response  X-Gitlb-Signature: sha256=<hex HMAC(secret, "<request's X-Gitlb-Peer-Auth>\n" body)>; a reader drops
+//             a body whose MAC is wrong, so no one without the secret can inject votes, and since the MAC covers the
+//             request it answers, a recorded answer cannot be replayed to a later request (which would otherwise
+//             pin a peer's old vote until the quorum's staleness bound retired it).
 // Bodies are capped (1 MiB) and parsed by peerObservations like a status file.
 import { request, type IncomingMessage, type Server } from 'node:http';
 import { createLimitedServer } from '../http-limits.js';
@@ -27,6 +28,11 @@ function mac(secret: string, text: string | Buffer): string {
 
 function requestAuth(secret: string, reader: string, now: number): string {
   return `${now}.${mac(secret, `GET ${PEER_PATH} ${reader} ${now}`)}`;
+}
+
+/** The answer's MAC: over the request's auth value and the body, so an answer is valid for one request only. */
+function answerMac(secret: string, requestAuth: string, body: Buffer): string {
+  return `sha256=${mac(secret, Buffer.concat([Buffer.from(`${requestAuth}\n`), body]))}`;
 }
 
 /** Checks a reader's request headers; null when accepted, else why not. */
@@ -63,7 +69,7 @@ export async function startPeerServer(o: { host: string; port: number; node: str
       return;
     }
     const body = Buffer.from(JSON.stringify({ node: o.node, health: o.health() ?? null }));
-    res.writeHead(200, { 'content-type': 'application/json', 'x-gitlb-signature': `sha256=${mac(o.secret, body)}` }).end(body);
+    res.writeHead(200, { 'content-type': 'application/json', 'x-gitlb-signature': answerMac(o.secret, req.headers['x-gitlb-peer-auth'] as string, body) }).end(body);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -80,9 +86,10 @@ export async function startPeerServer(o: { host: string; port: number; node: str
 /** Reads one peer's observations; throws with the reason when the peer is unreachable, refuses, or fails the MAC. */
 export function fetchPeerObservations(url: string, o: { node: string; peer: string; secret: string; timeoutMs: number }): Promise<NodeObservations> {
   return new Promise((resolve, reject) => {
+    const auth = requestAuth(o.secret, o.node, Date.now());
     const req = request(`${url}${PEER_PATH}`, {
       method: 'GET',
-      headers: { 'x-gitlb-peer': o.node, 'x-gitlb-peer-auth': requestAuth(o.secret, o.node, Date.now()) },
+      headers: { 'x-gitlb-peer': o.node, 'x-gitlb-peer-auth': auth },
       signal: AbortSignal.timeout(o.timeoutMs),
     }, (res) => {
       const chunks: Buffer[] = [];
@@ -97,7 +104,7 @@ export function fetchPeerObservations(url: string, o: { node: string; peer: stri
         if (res.statusCode !== 200) return reject(new Error(`peer ${o.peer}: HTTP ${res.statusCode}`));
         const body = Buffer.concat(chunks);
         const sig = res.headers['x-gitlb-signature'];
-        if (typeof sig !== 'string' || !safeEqual(sig, `sha256=${mac(o.secret, body)}`))
+        if (typeof sig !== 'string' || !safeEqual(sig, answerMac(o.secret, auth, body)))
           return reject(new Error(`peer ${o.peer}: answer signature does not match the shared secret`));
         let doc: unknown;
         try {
