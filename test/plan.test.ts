@@ -107,6 +107,18 @@ test('plan warns about dispatch changes: encap changes are safe in any apply ord
   t.deepEqual(warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'hybrid', encap: 'l2' }), []);
   t.deepEqual(warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'dsr', encap: 'l2' }), []);
 
+  // An ipopt targetPort change is order-dependent (backends check it): warned; with snat it is not.
+  const retarget = (encap: 'ipopt' | undefined, mode: 'dsr' | 'snat') => {
+    const [b, h] = [withDispatch({ mode, ...(encap && { encap }) }), withDispatch({ mode, ...(encap && { encap }) })];
+    svc(b, 'web').spec.ports = [{ port: 80, protocol: 'TCP', targetPort: 8080 }];
+    svc(h, 'web').spec.ports = [{ port: 80, protocol: 'TCP', targetPort: 9090 }];
+    return planChanges(b, h).services.find((s) => s.name === 'web')!.warnings;
+  };
+  const ipoptRetarget = retarget('ipopt', 'dsr');
+  t.is(ipoptRetarget.length, 1);
+  t.regex(ipoptRetarget[0]!, /^targetPort of 80\/TCP 8080 -> 9090 with ipopt: /);
+  t.deepEqual(retarget(undefined, 'snat'), []);
+
   const plan = planChanges(withDispatch({ mode: 'dsr', encap: 'l2' }), withDispatch({ mode: 'dsr', encap: 'ipopt' }));
   t.regex(formatPlanText(plan), /\n {2}warning: dispatch 80\/TCP dsr-l2 -> dsr-ipopt: /);
   t.regex(formatPlanMarkdown(plan), /\n- \*\*warning\*\*: dispatch 80\/TCP dsr-l2 → dsr-ipopt: /);

@@ -238,6 +238,23 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
         `connections break. Change it when the service is drained, or move it to another VIP.`,
     );
   }
+  // ipopt backends trust an option only at the listener's targetPort: while lb nodes and backends disagree on it,
+  // the options an lb node sends are refused and the replies leave from the real's own address.
+  const target = (s: ServiceDoc, key: string) => {
+    const p = s.spec.ports.find((x) => `${x.port}/${x.protocol}` === key);
+    return p ? (p.targetPort ?? p.port) : undefined;
+  };
+  const retargeted = head.spec.ports
+    .map((p) => `${p.port}/${p.protocol}`)
+    .filter((k) => before.has(k) && target(base, k) !== target(head, k) &&
+      (before.get(k) === 'dsr-ipopt' || resolveForwarding(head, k.endsWith('/UDP') ? 'UDP' : 'TCP') === 'dsr-ipopt'));
+  if (retargeted.length > 0) {
+    out.push(
+      `targetPort of ${retargeted.map((k) => `${k} ${target(base, k)} -> ${target(head, k)}`).join(', ')} with ipopt: a backend ` +
+        `trusts the option only at the targetPort of its own revision, so until every lb node and backend has applied, ` +
+        `new connections through a node that disagrees fail.`,
+    );
+  }
   if (encapFlips.length > 0) {
     const socketMoves = encapFlips.filter((c) => (c.from === 'dsr-ipopt') !== (c.to === 'dsr-ipopt'));
     out.push(
