@@ -3,8 +3,8 @@
 // Bodies are streamed both ways; gzip request bodies are passed through (http-backend inflates them itself).
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { spawn, type ChildProcess } from 'node:child_process';
-import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
+import { listenHttp } from '../reconciler/http-limits.js';
 
 export interface GitHttpServerOptions {
   /** Directory holding the repositories; URL path `/<name>.git/...` maps to `<projectRoot>/<name>.git`. */
@@ -145,19 +145,12 @@ export async function startGitHttpServer(options: GitHttpServerOptions): Promise
     });
   });
 
-  await new Promise<void>((ok, fail) => {
-    server.once('error', fail);
-    server.listen(opts.port, opts.host, () => ok());
-  });
-  const addr = server.address() as AddressInfo;
-  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const listening = await listenHttp(server, opts.port, opts.host);
   return {
-    url: `http://${host}:${addr.port}`,
-    close: () =>
-      new Promise<void>((ok) => {
-        for (const c of children) c.kill('SIGTERM');
-        server.close(() => ok());
-        server.closeAllConnections();
-      }),
+    url: listening.url,
+    close: () => {
+      for (const c of children) c.kill('SIGTERM');
+      return listening.close();
+    },
   };
 }

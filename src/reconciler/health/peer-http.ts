@@ -11,7 +11,7 @@
 //             pin a peer's old vote until the quorum's staleness bound retired it).
 // Bodies are capped (1 MiB) and parsed by peerObservations like a status file.
 import { request, type IncomingMessage, type Server } from 'node:http';
-import { createLimitedServer } from '../http-limits.js';
+import { createLimitedServer, listenHttp } from '../http-limits.js';
 import { createHmac } from 'node:crypto';
 import { safeEqual } from '../triggers/webhook.js';
 import type { NodeObservations } from '../../render/health-quorum.js';
@@ -71,16 +71,7 @@ export async function startPeerServer(o: { host: string; port: number; node: str
     const body = Buffer.from(JSON.stringify({ node: o.node, health: o.health() ?? null }));
     res.writeHead(200, { 'content-type': 'application/json', 'x-gitlb-signature': answerMac(o.secret, req.headers['x-gitlb-peer-auth'] as string, body) }).end(body);
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port, o.host, () => resolve());
-  });
-  const addr = server.address() as { port: number };
-  const host = o.host.includes(':') ? `[${o.host}]` : o.host;
-  return {
-    url: `http://${host}:${addr.port}`,
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
+  return listenHttp(server, o.port, o.host);
 }
 
 /** Reads one peer's observations; throws with the reason when the peer is unreachable, refuses, or fails the MAC. */

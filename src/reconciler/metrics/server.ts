@@ -1,8 +1,7 @@
 // The metrics endpoint of `gitlb run`: GET /metrics (Prometheus text format) and GET /healthz (200 once the node
 // serves an applied revision, 503 before; Kubernetes readiness and the lab's Prometheus use it).
 import type { Server } from 'node:http';
-import { createLimitedServer } from '../http-limits.js';
-import type { AddressInfo } from 'node:net';
+import { createLimitedServer, listenHttp } from '../http-limits.js';
 import type { Registry } from 'prom-client';
 import { parseListen } from '../triggers/webhook.js';
 
@@ -44,21 +43,7 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
     }
     res.writeHead(404, { 'content-type': 'text/plain' }).end('try /metrics or /healthz\n');
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  const listening = await listenHttp(server, port, host);
   server.unref(); // never the reason a process stays alive (a failed start must still exit)
-  const a = server.address() as AddressInfo;
-  const hostText = a.family === 'IPv6' ? `[${a.address}]` : a.address;
-  return {
-    url: `http://${hostText}:${a.port}`,
-    close: () => new Promise((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
-  };
+  return listening;
 }

@@ -2,9 +2,8 @@
 // GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` or GitLab's `X-Gitlab-Token: <secret>`.
 // Comparisons are constant-time; bodies are capped; pushes to other branches (the status branch!) are ignored.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimitedServer } from '../http-limits.js';
+import { createLimitedServer, listenHttp } from '../http-limits.js';
 import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 
 export interface WebhookOptions {
   host: string;
@@ -137,21 +136,8 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
       reply(res, 202, 'reconcile scheduled');
     });
   });
-  await new Promise<void>((ok, fail) => {
-    server.once('error', fail);
-    server.listen(o.port, o.host, () => ok());
-  });
-  const addr = server.address() as AddressInfo;
-  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  return {
-    url: `http://${host}:${addr.port}/`,
-    stats,
-    close: () =>
-      new Promise<void>((ok) => {
-        server.close(() => ok());
-        server.closeAllConnections();
-      }),
-  };
+  const listening = await listenHttp(server, o.port, o.host);
+  return { url: `${listening.url}/`, stats, close: listening.close };
 }
 
 /** Parses `ADDR:PORT` (`[v6]:PORT` for IPv6). */
