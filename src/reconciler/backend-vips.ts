@@ -7,7 +7,7 @@
 // It touches nothing it did not create: what it created (the device, each address, each sysctl with its
 // previous value) is recorded in a state file *before* the change is made, and only recorded things are ever
 // removed or restored. An address that was already there is reported as `foreign` and left alone.
-import { execFile } from 'node:child_process';
+import { runFile, type FileResult } from './run-file.js';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { DataPlane, ExecuteOptions, Op } from '../bpf/dataplane/index.js';
@@ -55,14 +55,9 @@ const EMPTY_STATE: OwnershipState = { version: 1, device: null, createdDevice: f
 class Host {
   constructor(private readonly netns?: string) {}
 
-  private exec(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  private exec(argv: string[]): Promise<FileResult> {
     const full = this.netns ? ['ip', 'netns', 'exec', this.netns, ...argv] : argv;
-    return new Promise((resolve) => {
-      execFile(full[0]!, full.slice(1), { timeout: 15_000 }, (err, stdout, stderr) => {
-        const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : 1) : 0;
-        resolve({ code, stdout: String(stdout), stderr: String(stderr) });
-      });
-    });
+    return runFile(full[0]!, full.slice(1), 15_000);
   }
 
   async run(argv: string[]): Promise<string> {

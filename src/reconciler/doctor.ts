@@ -5,7 +5,7 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir, release } from 'node:os';
 import { dirname, join } from 'node:path';
-import { execFile } from 'node:child_process';
+import { runFile } from './run-file.js';
 import { loadCredentials, redactUrl } from './source/credentials.js';
 import { isUrl, openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
@@ -113,11 +113,7 @@ async function checkPrograms(pinRoot: string): Promise<CheckResult[]> {
   return out;
 }
 
-function run(cmd: string, args: string[]): Promise<{ code: number; stdout: string }> {
-  return new Promise((resolve) => {
-    execFile(cmd, args, { timeout: 5000 }, (err, stdout) => resolve({ code: err ? 1 : 0, stdout }));
-  });
-}
+const run = (cmd: string, args: string[]) => runFile(cmd, args, 5000);
 
 async function checkClock(): Promise<CheckResult> {
   // Status times, staleness and the SNAT expiry all read the clock; a clock NTP keeps in step is what they assume.

@@ -1,10 +1,10 @@
 // Taking a node's data plane down on purpose (`gitlb down`): the VIPs it put on a local device, then its pins —
 // the pinned XDP / TC links are the last reference to the attachments, so unpinning them detaches the programs.
 // A link that a running process still holds would stay attached: that is refused before anything is removed.
-import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { reconcileBackendVips } from './backend-vips.js';
+import { runFile } from './run-file.js';
 
 export interface NodeDownOptions {
   node: string;
@@ -27,14 +27,7 @@ export interface NodeDownReport {
   nothingToDo: boolean;
 }
 
-function bpftool(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile('bpftool', ['-j', ...args], { timeout: 15_000 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const bpftool = (args: string[]) => runFile('bpftool', ['-j', ...args], 15_000);
 
 interface BpfObjectInfo {
   id: number;

@@ -3,7 +3,7 @@
 // asks BIRD to reload (`birdc configure`). BIRD itself is started and supervised elsewhere (systemd, the lab);
 // gitlb never speaks BGP. A failed write or reload is retried on the next tick.
 import { readFile, rename, writeFile } from 'node:fs/promises';
-import { execFile } from 'node:child_process';
+import { runFile } from '../run-file.js';
 import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
 import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
 import type { ConfigModel } from '../../render/model.js';
@@ -36,13 +36,10 @@ export interface BgpStatus {
 
 const TIMEOUT_MS = 10_000;
 
-function run(file: string, args: string[]): Promise<{ code: number; out: string }> {
-  return new Promise((resolve) => {
-    execFile(file, args, { timeout: TIMEOUT_MS, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : 1) : 0;
-      resolve({ code, out: `${stdout}${stderr}`.trim() });
-    });
-  });
+/** birdc answers on stdout or stderr depending on the error: both, as one text. */
+async function run(file: string, args: string[]): Promise<{ code: number; out: string }> {
+  const r = await runFile(file, args, TIMEOUT_MS);
+  return { code: r.code, out: `${r.stdout}${r.stderr}`.trim() };
 }
 
 /** Asks the kernel (through `ip -d -j link`) whether an XDP program is attached to `iface`, in any mode. */
