@@ -111,3 +111,14 @@ test.serial('BIRD not answering on its socket: reported as an error, nothing cou
   // The status still says what the node would announce.
   t.true(a.status().vips.every((v) => v.state === 'announced'));
 });
+
+test.serial('the generated file (it holds session passwords) is 0600 even when a stale .tmp with a wider mode is left over', async (t) => {
+  const m = goodModel();
+  const file = join(dir, 'leftover.conf');
+  writeFileSync(`${file}.tmp`, 'stale\n', { mode: 0o644 });
+  const a = new BgpAnnouncer({ node: 'lb-1', configFile: file, birdSocket: join(dir, 'nobody.ctl'),
+    applied: () => ({ model: m, desired: renderDesiredState(m, 'lb-1') }), xdpAttached: async () => true });
+  await a.sync();
+  t.regex(readFileSync(file, 'utf8'), /password "s3cret"/);
+  t.is(statSync(file).mode & 0o777, 0o600);
+});

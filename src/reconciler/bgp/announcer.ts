@@ -2,7 +2,7 @@
 // tick it renders the node's BIRD configuration from the applied revision, writes it when the text changed and
 // asks BIRD to reload (`birdc configure`). BIRD itself is started and supervised elsewhere (systemd, the lab);
 // gitlb never speaks BGP. A failed write or reload is retried on the next tick.
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { runFile } from '../run-file.js';
 import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
 import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
@@ -124,7 +124,10 @@ export class BgpAnnouncer {
     try {
       const onDisk = await readFile(this.o.configFile, 'utf8').catch(() => null);
       if (onDisk !== text) {
-        await writeFile(`${this.o.configFile}.tmp`, text, { mode: 0o600 }); // may hold session passwords
+        // It may hold session passwords: created afresh with 0600 ('wx' refuses a leftover file or a planted
+        // symlink, whose mode or target writeFile would otherwise keep).
+        await rm(`${this.o.configFile}.tmp`, { force: true });
+        await writeFile(`${this.o.configFile}.tmp`, text, { mode: 0o600, flag: 'wx' });
         await rename(`${this.o.configFile}.tmp`, this.o.configFile);
       }
       const r = await run(this.o.birdc ?? 'birdc', ['-s', this.o.birdSocket, 'configure']);
