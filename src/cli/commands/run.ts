@@ -1,6 +1,6 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md). This file only parses flags; the daemon
 // is assembled in src/reconciler/node-daemon.ts.
-import { readFileSync } from 'node:fs';
+import { readSecretFile } from '../../reconciler/secret-file.js';
 import { join } from 'node:path';
 import { type Command, defineCommand, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
@@ -118,11 +118,11 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
   async run(values) {
     let webhook;
     if (values.webhook) {
-      const secret = values.webhookSecretFile ? readFileSync(values.webhookSecretFile, 'utf8').trim() : process.env.GITLB_WEBHOOK_SECRET;
+      const secret = values.webhookSecretFile ? readSecretFile(values.webhookSecretFile, '--webhook-secret-file').trim() : process.env.GITLB_WEBHOOK_SECRET;
       if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
       webhook = { listen: values.webhook, secret };
     }
-    const peerSecret = values.peerSecretFile ? readFileSync(values.peerSecretFile, 'utf8').trim() : process.env.GITLB_PEER_SECRET;
+    const peerSecret = values.peerSecretFile ? readSecretFile(values.peerSecretFile, '--peer-secret-file').trim() : process.env.GITLB_PEER_SECRET;
     if (peerSecret !== undefined && peerSecret.length < 16) throw new UsageError('the peer secret must be at least 16 characters');
     const poll = values.poll === 'off' ? undefined : values.poll;
     if (!poll && !webhook && /^https?:\/\//i.test(values.repo))

@@ -1,6 +1,6 @@
 // Git credentials for HTTP remotes: from the environment or a file, handed to isomorphic-git's onAuth.
 // Secrets never reach a log line: every URL printed goes through redactUrl().
-import { readFileSync } from 'node:fs';
+import { readSecretFile, type Warn } from '../secret-file.js';
 
 export interface GitCredentials {
   username: string;
@@ -15,12 +15,12 @@ export const USERNAME_ENV = 'GITLB_GIT_USERNAME';
  * `username` and `token` (or `password`). The environment (GITLB_GIT_TOKEN, GITLB_GIT_USERNAME) wins over the file.
  * Returns undefined when none are configured (anonymous access, or userinfo embedded in the URL).
  */
-export function loadCredentials(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): GitCredentials | undefined {
+export function loadCredentials(opts: { file?: string; env?: NodeJS.ProcessEnv; warn?: Warn } = {}): GitCredentials | undefined {
   const env = opts.env ?? process.env;
   let username: string | undefined;
   let password: string | undefined;
   if (opts.file) {
-    const lines = readCredentialsFile(opts.file);
+    const lines = readCredentialsFile(opts.file, opts.warn);
     if (lines.length === 1 && !lines[0]!.includes('=')) password = lines[0];
     else {
       for (const line of lines) {
@@ -45,22 +45,9 @@ export function loadCredentials(opts: { file?: string; env?: NodeJS.ProcessEnv }
 /** The command-line option the file comes from (`gitlb run`, `status`, `history`): errors name it. */
 const CREDENTIALS_OPTION = '--credentials-file';
 
-const READ_ERRORS: Record<string, string> = {
-  ENOENT: 'no such file',
-  EISDIR: 'is a directory, not a file',
-  EACCES: 'permission denied',
-  ENOTDIR: 'a part of the path is not a directory',
-};
-
 /** The meaningful lines of a credentials file; every failure names the option and the file, never the content. */
-function readCredentialsFile(file: string): string[] {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? '';
-    throw new Error(`${CREDENTIALS_OPTION} ${file}: cannot read: ${READ_ERRORS[code] ?? code ?? 'error'}`);
-  }
+function readCredentialsFile(file: string, warn?: Warn): string[] {
+  const text = readSecretFile(file, CREDENTIALS_OPTION, warn);
   const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
   if (lines.length === 0) throw new Error(`${CREDENTIALS_OPTION} ${file}: the file is empty (expected a token, or username= and token= lines)`);
   return lines;

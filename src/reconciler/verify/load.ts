@@ -4,6 +4,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { loadTrust, type Trust } from './trust.js';
 import { MAX_TRUST_BYTES } from './allowed-signers.js';
 import { loadSigningKey, type CommitSigner } from './signing-key.js';
+import { readSecretFile, type Warn } from '../secret-file.js';
 
 async function readCapped(file: string, what: string): Promise<string> {
   const st = await stat(file);
@@ -18,6 +19,6 @@ export async function loadTrustFile(file: string): Promise<Trust> {
   return t;
 }
 
-export async function loadSigningKeyFile(file: string): Promise<CommitSigner> {
-  return loadSigningKey(await readCapped(file, 'signing key'), file);
+export async function loadSigningKeyFile(file: string, warn?: Warn): Promise<CommitSigner> {
+  return loadSigningKey(readSecretFile(file, '--signing-key', warn), file);
 }

@@ -1,0 +1,43 @@
+// Files holding secrets (--credentials-file, --signing-key; --webhook-secret-file and --peer-secret-file read the
+// same way): capped, regular files only, and a warning naming the file (never its content) when group or others
+// may read it.
+import test from 'ava';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCredentials } from '../src/reconciler/source/credentials.js';
+import { loadSigningKeyFile } from '../src/reconciler/verify/load.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'gitlb-secret-files-'));
+test.after.always(() => rmSync(dir, { recursive: true, force: true }));
+
+test('a credentials file readable by others is used, with a warning that names the file and not the token', (t) => {
+  const file = join(dir, 'token-0644');
+  writeFileSync(file, 'ghp_secret_token\n');
+  chmodSync(file, 0o644);
+  const warnings: string[] = [];
+  t.deepEqual(loadCredentials({ file, env: {}, warn: (m) => warnings.push(m) }), { username: 'gitlb', password: 'ghp_secret_token' });
+  t.is(warnings.length, 1);
+  t.regex(warnings[0]!, /--credentials-file .*token-0644 holds a secret but its mode is 0644; chmod 600/);
+  t.false(warnings[0]!.includes('ghp_secret_token'));
+  chmodSync(file, 0o600);
+  loadCredentials({ file, env: {}, warn: (m) => warnings.push(m) });
+  t.is(warnings.length, 1, 'no warning for 0600');
+});
+
+test('an oversized or non-regular credentials file is refused before it is read', (t) => {
+  const big = join(dir, 'big');
+  writeFileSync(big, 'x'.repeat(2 * 1024 * 1024), { mode: 0o600 });
+  t.throws(() => loadCredentials({ file: big, env: {} }), { message: /--credentials-file .*big: larger than 65536 bytes/ });
+  t.throws(() => loadCredentials({ file: '/dev/null', env: {} }), { message: /--credentials-file \/dev\/null: not a regular file/ });
+  t.throws(() => loadCredentials({ file: join(dir, 'absent'), env: {} }), { message: /cannot read: no such file/ });
+});
+
+test('a signing key readable by others is warned about', async (t) => {
+  const file = join(dir, 'key-0640');
+  writeFileSync(file, 'not a key\n');
+  chmodSync(file, 0o640);
+  const warnings: string[] = [];
+  await t.throwsAsync(loadSigningKeyFile(file, (m) => warnings.push(m)));
+  t.regex(warnings.join('\n'), /--signing-key .*key-0640 holds a secret but its mode is 0640/);
+});
