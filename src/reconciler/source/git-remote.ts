@@ -131,21 +131,27 @@ export class HttpRemote implements GitRemote {
     return out;
   }
 
+  /** One branch, no tags, within the deadline; `relative`: `depth` more commits below what is already here. */
+  private fetchBranch(what: string, branch: string, depth: number, relative = false) {
+    return withDeadline(`${what} from ${this.description}`, this.timeoutMs, (signal) => git.fetch({
+      fs,
+      http: httpClient(signal),
+      gitdir: this.gitdir,
+      url: this.url,
+      ref: branch,
+      remoteRef: branch,
+      singleBranch: true,
+      tags: false,
+      depth,
+      relative,
+      onAuth: this.onAuth,
+    }));
+  }
+
   async fetch(branch: string, opts: { depth?: number } = {}): Promise<string | null> {
     await this.ensureInit();
     try {
-      const r = await withDeadline(`fetch of ${branch} from ${this.description}`, this.timeoutMs, (signal) => git.fetch({
-        fs,
-        http: httpClient(signal),
-        gitdir: this.gitdir,
-        url: this.url,
-        ref: branch,
-        remoteRef: branch,
-        singleBranch: true,
-        tags: false,
-        depth: opts.depth ?? SHALLOW_DEPTH,
-        onAuth: this.onAuth,
-      }));
+      const r = await this.fetchBranch(`fetch of ${branch}`, branch, opts.depth ?? SHALLOW_DEPTH);
       return r.fetchHead;
     } catch (err) {
       const code = (err as { code?: string }).code;
@@ -161,19 +167,7 @@ export class HttpRemote implements GitRemote {
   async deepen(branch: string, extra: number): Promise<void> {
     await this.ensureInit();
     try {
-      await withDeadline(`deepening ${branch} from ${this.description}`, this.timeoutMs, (signal) => git.fetch({
-        fs,
-        http: httpClient(signal),
-        gitdir: this.gitdir,
-        url: this.url,
-        ref: branch,
-        remoteRef: branch,
-        singleBranch: true,
-        tags: false,
-        depth: extra,
-        relative: true,
-        onAuth: this.onAuth,
-      }));
+      await this.fetchBranch(`deepening ${branch}`, branch, extra, true);
     } catch (err) {
       throw this.clean(err);
     }
