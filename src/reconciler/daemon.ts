@@ -5,32 +5,25 @@
 // reconciler's data-plane lock with the apply sections.
 import { mkdir, readFile, writeFile, rename } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { DataPlane } from '../bpf/dataplane/index.js';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { readFileAt } from './source/git-objects.js';
-import { Reconciler, DEFAULT_STATUS_BRANCH, type Logger, type Outcome, type PostApplyGate, type PreApplyGate } from './reconcile.js';
+import { Reconciler, DEFAULT_STATUS_BRANCH, type Outcome, type ReconcilerOptions } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
-import { parseStatus, statusPath, type StatusBgp } from './status/status-doc.js';
+import { parseStatus, statusPath } from './status/status-doc.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
 import { SerialRunner } from './triggers/serial-runner.js';
-import type { HealthView } from '../render/desired.js';
-import type { ConfigModel } from '../render/model.js';
-import type { Trust } from './verify/trust.js';
-import type { PayloadSigner } from './source/git-objects.js';
 
 /** An idle node rewrites its status at least this often (checked on the drift schedule, every 60 s by default). */
 export const STATUS_HEARTBEAT_MS = 5 * 60_000;
 
-export interface DaemonOptions {
+/** Options the daemon hands to its Reconciler unchanged are declared (and documented) on ReconcilerOptions. */
+export interface DaemonOptions extends Pick<ReconcilerOptions,
+  'node' | 'branch' | 'dataPlane' | 'reopenDataPlane' | 'health' | 'preApplyGate' | 'postApplyGate' | 'onApplied' | 'statusHealth' |
+  'statusBgp' | 'retry' | 'role' | 'teardown' | 'configPath' | 'trust' | 'signer' | 'trustFrom' | 'log'> {
   repo: string; // URL or local path
-  branch: string;
-  node: string;
-  dataPlane: DataPlane;
-  /** Reopens the data plane on the same pins (drift repair re-reads the kernel maps). */
-  reopenDataPlane?: () => Promise<DataPlane>;
   cacheDir: string; // per node: Git cache and local state
   credentialsFile?: string;
   webhook?: { listen: string; secret: string; maxBodyBytes?: number };
@@ -39,27 +32,10 @@ export interface DaemonOptions {
   watchLocal?: boolean; // chokidar on a local repository's refs (default true for local paths)
   statusBranch?: string; // override Cluster.spec.status.branch
   writeStatus?: boolean; // default true
-  health?: () => HealthView | undefined;
-  preApplyGate?: PreApplyGate;
-  postApplyGate?: PostApplyGate;
-  onApplied?: (model: ConfigModel) => void;
-  statusHealth?: () => unknown;
-  statusBgp?: () => StatusBgp | null;
-  retry?: { baseMs: number; maxMs: number };
   /** Deadline of every Git operation (fetch, push, status write round), default 10 s. */
   gitTimeoutMs?: number;
-  role?: 'lb' | 'backend';
-  /** Removes this node's data plane when the config stops naming it (decommission). */
-  teardown?: () => Promise<void>;
-  /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
-  configPath?: string;
   /** See STATUS_HEARTBEAT_MS. */
   statusHeartbeatMs?: number;
-  /** Root of trust for commit signatures (--trust), and this node's commit signer (--signing-key). */
-  trust?: Trust | null;
-  signer?: PayloadSigner;
-  trustFrom?: string;
-  log?: Logger;
   /** Observability hooks (src/reconciler/metrics): wraps the Git remote (timing every fetch and push) and hears
    * every reconcile's outcome. */
   wrapRemote?: (remote: GitRemote) => GitRemote;
