@@ -41,3 +41,14 @@ test('a signing key readable by others is warned about', async (t) => {
   await t.throwsAsync(loadSigningKeyFile(file, (m) => warnings.push(m)));
   t.regex(warnings.join('\n'), /--signing-key .*key-0640 holds a secret but its mode is 0640/);
 });
+
+test('gitlb run refuses a webhook secret shorter than 16 characters (a GitLab token is compared as it is)', async (t) => {
+  const { gitlbInProcess } = await import('./helpers/cli-repo.js');
+  const file = join(dir, 'webhook-short');
+  writeFileSync(file, 'hunter2\n', { mode: 0o600 });
+  const r = await gitlbInProcess(['run', '--node', 'lb-1', '--repo', join(dir, 'no-repo'), '--interface', 'gitlbnone0', '--metrics', 'off',
+    '--webhook', '127.0.0.1:0', '--webhook-secret-file', file, '--once']);
+  t.is(r.code, 2, r.stdout + r.stderr);
+  t.regex(r.stderr, /webhook secret must be at least 16 characters/);
+  t.false(r.stderr.includes('hunter2'));
+});

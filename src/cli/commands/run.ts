@@ -120,6 +120,8 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
     if (values.webhook) {
       const secret = values.webhookSecretFile ? readSecretFile(values.webhookSecretFile, '--webhook-secret-file').trim() : process.env.GITLB_WEBHOOK_SECRET;
       if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
+      // GitLab's X-Gitlab-Token is the secret itself: a short one is guessable by anyone who can reach the port.
+      if (secret.length < 16) throw new UsageError('the webhook secret must be at least 16 characters');
       webhook = { listen: values.webhook, secret };
     }
     const peerSecret = values.peerSecretFile ? readSecretFile(values.peerSecretFile, '--peer-secret-file').trim() : process.env.GITLB_PEER_SECRET;
