@@ -118,3 +118,22 @@ test.serial('gitlb status reports a node recorded by gitlb down as down while th
     await repo.cleanup();
   }
 });
+
+// Status files are written by other nodes (and quote config text in failure reasons): printing them must not let
+// terminal control sequences through to the operator's terminal.
+test.serial('gitlb status prints control characters from status files escaped, not raw', async (t) => {
+  const repo = await servedRepo();
+  try {
+    const head = await commitFiles(repo.work, configFiles(['lb-1'], ['198.51.100.10']), 'config');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    const evil = 'bad \x1b]0;owned\x07\x1b[2J\x9b31m name';
+    const failedAt = { revision: head, result: 'failed' as const, stage: 'apply' as const, reason: evil, at: ago(0) };
+    await publish(repo, [status('lb-1', head, { reals: ['198.51.100.10'], warnings: [evil], lastAttempt: failedAt, lastFailure: failedAt })]);
+    const st = await gitlb(['status', '--repo', repo.url]);
+    t.is(st.code, 1);
+    t.regex(st.stdout, /lb-1: warning: bad \\x1b\]0;owned\\x07\\x1b\[2J\\x9b31m name/);
+    t.notRegex(st.stdout, /[\x00-\x08\x0b-\x1f\x7f-\x9f]/);
+  } finally {
+    await repo.cleanup();
+  }
+});

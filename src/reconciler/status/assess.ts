@@ -183,5 +183,13 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const head = v.head ? `head ${v.head.slice(0, 12)}${v.headCommittedAt ? ` (committed ${formatAge(now.getTime() - Date.parse(v.headCommittedAt))} ago)` : ''}` : 'no config branch';
   const summary = `${v.nodes.length} node(s); ${head}; table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
   const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
-  return [...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join('');
+  return printable([...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join(''));
+}
+
+/**
+ * Status files are written by other nodes and quote config text (failure reasons): control characters other than
+ * the newline are shown as \xNN, so no escape sequence reaches the operator's terminal.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\x00-\x09\x0b-\x1f\x7f-\x9f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
