@@ -92,6 +92,30 @@ function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifinde
   }
 }
 
+/** Switches our pinned link `own` to `prog` atomically; closes it when the kernel refuses. */
+function updateOwnLink(own: number, prog: ProgramRef, what: string): void {
+  try {
+    named(`program '${prog.name}': update ${what}`, () => native().linkUpdate(own, prog.fd));
+  } catch (e) {
+    native().closeFd(own);
+    throw e;
+  }
+}
+
+/** Pins the link just created (when there is a pin path); a link that cannot be pinned is detached again. */
+function pinNewLink(fd: number, prog: ProgramRef, pinPath: string | undefined, what: string): void {
+  try {
+    if (pinPath) {
+      ensurePinDir(dirname(pinPath));
+      named(`program '${prog.name}': pin ${what}`, () => native().objPin(fd, pinPath));
+    }
+  } catch (e) {
+    native().linkDetach(fd);
+    native().closeFd(fd);
+    throw e;
+  }
+}
+
 /**
  * Attaches to `ifname` through a BPF link. With `pinPath`, the link is pinned (it survives this
  * process) and an existing pinned link of ours there is switched to this program atomically.
@@ -103,12 +127,7 @@ export function attachXdp(prog: ProgramRef, ifname: string, mode: 'native' | 'ge
   const ifindex = named(`program '${prog.name}'`, () => n.ifNameToIndex(ifname));
   const own = openOwnPinnedLink(pinPath, LINK_TYPE_XDP, ifindex);
   if (own !== null) {
-    try {
-      named(`program '${prog.name}': update XDP link on ${ifname}`, () => n.linkUpdate(own, prog.fd));
-    } catch (e) {
-      n.closeFd(own);
-      throw e;
-    }
+    updateOwnLink(own, prog, `XDP link on ${ifname}`);
     const q = n.xdpQuery(ifindex);
     return { mode: q.attachMode === 2 ? 'generic' : 'native', ifindex, linkId: n.linkInfo(own).id, pinPath,
       replaced: true, ...linkAttachment(own, pinPath) };
@@ -128,16 +147,7 @@ export function attachXdp(prog: ProgramRef, ifname: string, mode: 'native' | 'ge
       lastErr = e;
       continue;
     }
-    try {
-      if (pinPath) {
-        ensurePinDir(dirname(pinPath));
-        named(`program '${prog.name}': pin XDP link`, () => n.objPin(fd, pinPath));
-      }
-    } catch (e) {
-      n.linkDetach(fd);
-      n.closeFd(fd);
-      throw e;
-    }
+    pinNewLink(fd, prog, pinPath, 'XDP link');
     return { mode: m, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
   }
   throw lastErr;
@@ -201,15 +211,10 @@ function attachClsact(prog: ProgramRef, ifname: string, ifindex: number, directi
 
 function attachTcx(prog: ProgramRef, ifname: string, ifindex: number, direction: 'ingress' | 'egress', pinPath?: string): TcAttachment {
   const n = native();
-  const attachType = direction === 'ingress' ? n.attachTcxIngress : n.attachTcxEgress;
+  const attachType = tcxAttachType(direction);
   const own = openOwnPinnedLink(pinPath, LINK_TYPE_TCX, ifindex, attachType);
   if (own !== null) {
-    try {
-      named(`program '${prog.name}': update TC link on ${ifname}`, () => n.linkUpdate(own, prog.fd));
-    } catch (e) {
-      n.closeFd(own);
-      throw e;
-    }
+    updateOwnLink(own, prog, `TC link on ${ifname}`);
     return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
   }
   const same = queryTc(ifname, direction).find((p) => p.name === prog.name.slice(0, 15));
@@ -218,16 +223,7 @@ function attachTcx(prog: ProgramRef, ifname: string, ifindex: number, direction:
       `'${same.name}' not pinned at ${pinPath ?? '(no pin)'}; refusing to attach a second copy`, { attached: same });
   const fd = named(`program '${prog.name}': attach TC ${direction} to ${ifname}`, () =>
     n.linkCreate(prog.fd, ifindex, attachType, 0));
-  try {
-    if (pinPath) {
-      ensurePinDir(dirname(pinPath));
-      named(`program '${prog.name}': pin TC link`, () => n.objPin(fd, pinPath));
-    }
-  } catch (e) {
-    n.linkDetach(fd);
-    n.closeFd(fd);
-    throw e;
-  }
+  pinNewLink(fd, prog, pinPath, 'TC link');
   return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
 }
 
