@@ -37,32 +37,21 @@ function trickle(url: string, head: string, maxSeconds: number): Promise<number>
 // Generous bound under a loaded machine, still far below Node's 60 s default.
 const BOUND_S = 25;
 
-test('metrics server cuts off a client that trickles its headers', async (t) => {
-  const m = await startMetricsServer({ listen: '127.0.0.1:0', registry: new Registry(), notReady: () => null });
-  try {
-    const s = await trickle(m.url, 'GET /metrics HTTP/1.1\r\nHost: x\r\n', BOUND_S);
-    t.true(s < BOUND_S, `closed after ${s} s`);
-  } finally {
-    await m.close();
-  }
-});
+const listeners: { name: string; head: string; start: () => Promise<{ url: string; close(): Promise<void> }> }[] = [
+  { name: 'metrics server', head: 'GET /metrics HTTP/1.1', start: () => startMetricsServer({ listen: '127.0.0.1:0', registry: new Registry(), notReady: () => null }) },
+  { name: 'peer observation server', head: 'GET /v1/health/observations HTTP/1.1',
+    start: () => startPeerServer({ host: '127.0.0.1', port: 0, node: 'lb-1', secret: 's'.repeat(32), health: () => null }) },
+  { name: 'webhook', head: 'POST / HTTP/1.1', start: () => startWebhook({ host: '127.0.0.1', port: 0, secret: 's'.repeat(32), branch: 'main', onTrigger: () => {} }) },
+];
 
-test('peer observation server cuts off a client that trickles its headers', async (t) => {
-  const p = await startPeerServer({ host: '127.0.0.1', port: 0, node: 'lb-1', secret: 's'.repeat(32), health: () => null });
-  try {
-    const s = await trickle(p.url, 'GET /v1/health/observations HTTP/1.1\r\nHost: x\r\n', BOUND_S);
-    t.true(s < BOUND_S, `closed after ${s} s`);
-  } finally {
-    await p.close();
-  }
-});
-
-test('webhook cuts off a client that trickles its headers', async (t) => {
-  const w = await startWebhook({ host: '127.0.0.1', port: 0, secret: 's'.repeat(32), branch: 'main', onTrigger: () => {} });
-  try {
-    const s = await trickle(w.url, 'POST / HTTP/1.1\r\nHost: x\r\n', BOUND_S);
-    t.true(s < BOUND_S, `closed after ${s} s`);
-  } finally {
-    await w.close();
-  }
-});
+for (const l of listeners) {
+  test(`${l.name} cuts off a client that trickles its headers`, async (t) => {
+    const server = await l.start();
+    try {
+      const s = await trickle(server.url, `${l.head}\r\nHost: x\r\n`, BOUND_S);
+      t.true(s < BOUND_S, `closed after ${s} s`);
+    } finally {
+      await server.close();
+    }
+  });
+}
