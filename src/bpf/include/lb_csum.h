@@ -5,6 +5,7 @@
 #define LB_CSUM_H
 
 #include <linux/types.h>
+#include <bpf/bpf_helpers.h>
 
 /* Checksums read headers written through other struct types: this type may alias them, so the compiler
  * cannot move the reads ahead of the writes (strict aliasing). */
@@ -29,6 +30,24 @@ static __always_inline __u64 lb_csum_words(const void *buf, int n)
 	for (int i = 0; i < n; i++)
 		sum += w[i];
 	return sum;
+}
+
+/* Adds `len` bytes (a multiple of 4, at most max_words*4; max_words a constant) of the packet from `start` to
+ * *sum; -1 when they run past data_end. */
+static __always_inline int lb_csum_packet(void *start, void *data_end, __u32 len, int max_words, __u64 *sum)
+{
+	lb_word_t *w = start;
+
+	for (int i = 0; i < max_words; i++) {
+		if (i * 4 >= len)
+			break;
+		barrier_var(w);
+		if ((void *)(w + 1) > data_end)
+			return -1;
+		*sum += *w;
+		w++;
+	}
+	return 0;
 }
 
 /* RFC 1624 incremental update for a 32-bit field change */

@@ -229,18 +229,7 @@ static __always_inline int lb_ipv4_hdr_sum(void *data, void *data_end, __u32 l3_
 {
 	if (l3_off > 18)
 		return -1;
-	lb_word_t *w = data + l3_off;
-
-	for (int i = 0; i < LB_IPV4_MAX_HDR_LEN / 4; i++) {
-		if (i * 4 >= hdr_len)
-			break;
-		barrier_var(w);
-		if ((void *)(w + 1) > data_end)
-			return -1;
-		*sum += *w;
-		w++;
-	}
-	return 0;
+	return lb_csum_packet(data + l3_off, data_end, hdr_len, LB_IPV4_MAX_HDR_LEN / 4, sum);
 }
 
 /* Whether the client's IPv4 header checksum is right. Checked before any rewrite that recomputes the whole

@@ -80,23 +80,6 @@ static __always_inline int lb_write_reply_l2(void *data, void *data_end, __u32 l
 	return 0;
 }
 
-/* Sum `len` bytes (multiple of 4, at most max_words*4) of the packet from `start`. */
-static __always_inline int lb_csum_packet(void *start, void *data_end, __u32 len, __u64 *sum)
-{
-	lb_word_t *w = start;
-
-	for (int i = 0; i < 20; i++) {
-		if (i * 4 >= len)
-			break;
-		barrier_var(w);
-		if ((void *)(w + 1) > data_end)
-			return -1;
-		*sum += *w;
-		w++;
-	}
-	return 0;
-}
-
 /* Turn the client's frame into the frame of a reply in place: grow the front by `grow` bytes (the reply's
  * IP + ICMP headers), cut the tail so `keep` bytes of the client's packet remain after them (the quote),
  * and write the reply's L2 header. The caller re-reads ctx->data / data_end and fills in L3 and ICMP. */
@@ -163,7 +146,7 @@ static __always_inline int lb_icmp4_frag_needed(struct xdp_md *ctx, const struct
 
 	if (quote > LB_IPV4_MAX_HDR_LEN + LB_ICMP_QUOTE_L4)
 		return -1;
-	if (lb_csum_packet(icmp, data_end, sizeof(*icmp) + quote, &sum))
+	if (lb_csum_packet(icmp, data_end, sizeof(*icmp) + quote, 20, &sum))
 		return -1;
 	icmp->checksum = lb_csum_fold(sum);
 	return 0;
@@ -207,7 +190,7 @@ static __always_inline int lb_icmp6_too_big(struct xdp_md *ctx, const struct lb_
 	__u64 sum = lb_csum_words(p->dst, 4) + lb_csum_words(p->src, 4);
 
 	sum += bpf_htonl(body) + bpf_htonl(LB_IPPROTO_ICMPV6);
-	if (lb_csum_packet(icmp, data_end, body, &sum))
+	if (lb_csum_packet(icmp, data_end, body, 20, &sum))
 		return -1;
 	icmp->checksum = lb_csum_fold(sum);
 	return 0;
