@@ -15,11 +15,23 @@ const STATES = ['up', 'down', 'unknown'] as const;
 export class HealthMetrics {
   private readonly transitions: Counter<'service' | 'real' | 'to'>;
   private sources: HealthSources | null = null;
+  /** Label sets of the transitions counter, to prune those of reals no longer checked. */
+  private readonly counted = new Map<string, { service: string; real: string; to: string }>();
 
   constructor(reg: Registry) {
     const self = this;
     this.transitions = new Counter({ name: 'gitlb_health_transitions_total', help: 'Health state flips of a real, by new state',
-      labelNames: ['service', 'real', 'to'], registers: [reg] });
+      labelNames: ['service', 'real', 'to'], registers: [reg],
+      // Reals leave with config changes; their series go with them, so /metrics stays bounded by the current config.
+      collect() {
+        const checked = self.sources?.snapshot().services;
+        if (!checked) return;
+        for (const [key, labels] of self.counted) {
+          if (checked[labels.service]?.reals[labels.real]) continue;
+          this.remove(labels);
+          self.counted.delete(key);
+        }
+      } });
     new Gauge({ name: 'gitlb_real_health_state', help: 'Checked health of a real: 1 for its current state (up, down, unknown)',
       labelNames: ['service', 'real', 'state'], registers: [reg],
       collect() {
@@ -59,6 +71,8 @@ export class HealthMetrics {
   }
 
   observeChange(e: HealthChange): void {
-    this.transitions.inc({ service: e.service, real: e.address, to: e.to });
+    const labels = { service: e.service, real: e.address, to: e.to };
+    this.counted.set(`${labels.service}\n${labels.real}\n${labels.to}`, labels);
+    this.transitions.inc(labels);
   }
 }
