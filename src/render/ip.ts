@@ -121,10 +121,31 @@ export function formatIp(addr: { family: Family; bytes: Uint8Array }): string {
   return `${hex.slice(0, bestStart).join(':')}::${hex.slice(bestStart + bestLen).join(':')}`;
 }
 
+/** What validation and the model need of one address text, parsed once per distinct text (see parseIp). */
+export interface AddressFacts {
+  family: Family;
+  canonical: string;
+  /** unusableAddressReason of the address */
+  unusable: string | null;
+}
+
+/** Facts of `text` as an address, or null when it is not one. Shared objects: callers must not write to them. */
+export function addressFacts(text: string): AddressFacts | null {
+  let hit = factsByText.get(text);
+  if (hit === undefined) {
+    const a = parseIp(text);
+    hit = a && { family: a.family, canonical: formatIp(a), unusable: unusableAddressReason(a) };
+    if (factsByText.size >= PARSED_IPS_MAX) factsByText.clear();
+    factsByText.set(text, hit);
+  }
+  return hit;
+}
+
+const factsByText = new Map<string, AddressFacts | null>();
+
 /** Canonical text of an address, or null when `text` is not an address. */
 export function canonicalIp(text: string): string | null {
-  const a = parseIp(text);
-  return a ? formatIp(a) : null;
+  return addressFacts(text)?.canonical ?? null;
 }
 
 export function parseCidr(text: string): IpCidr | null {

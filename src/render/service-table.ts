@@ -55,24 +55,54 @@ export function buildServiceTable(
   health?: HealthView,
 ): ServiceTable {
   const tableSize = serviceTableSize(cluster, svc);
-  const seed = maglevSeedFromBase64(cluster.maglev.seed);
-  const { port, protocol } = identityPort(svc.spec.ports);
-  const listed: DesiredServiceReal[] = [];
-  const backends: MaglevBackend[] = [];
+  // Everything the table depends on beyond the ServiceDoc itself: the ids and health of its listed reals.
+  const ids: number[] = [];
+  const healthy: boolean[] = [];
   for (const real of svc.spec.reals) {
     if (real.state === 'disabled') continue;
     const realId = realIds.get(real.address);
     if (realId === undefined) throw new Error(`internal: no id for real ${real.address} of ${svc.metadata.name}`);
-    const healthy = health ? health.isHealthy(svc.metadata.name, real.address) : true;
-    listed.push({ realId, address: real.address, weight: real.weight, state: real.state, healthy, entries: 0 });
-    if (real.state === 'active' && healthy && real.weight > 0) {
+    ids.push(realId);
+    healthy.push(health ? health.isHealthy(svc.metadata.name, real.address) : true);
+  }
+  const prev = tableMemo.get(svc);
+  if (prev && prev.tableSize === tableSize && prev.seed === cluster.maglev.seed && sameValues(prev.ids, ids) && sameValues(prev.healthy, healthy)) {
+    return prev.table;
+  }
+  const seed = maglevSeedFromBase64(cluster.maglev.seed);
+  const { port, protocol } = identityPort(svc.spec.ports);
+  const listed: DesiredServiceReal[] = [];
+  const backends: MaglevBackend[] = [];
+  let k = 0;
+  for (const real of svc.spec.reals) {
+    if (real.state === 'disabled') continue;
+    const realId = ids[k]!;
+    const up = healthy[k++]!;
+    listed.push({ realId, address: real.address, weight: real.weight, state: real.state, healthy: up, entries: 0 });
+    if (real.state === 'active' && up && real.weight > 0) {
       backends.push({ id: maglevBackendId(real.address, port, protocol), weight: real.weight, realId });
     }
   }
   const { ring, digest, counts } = memoTable(backends, tableSize, seed);
   for (const r of listed) r.entries = counts.get(r.realId) ?? 0;
   listed.sort((a, b) => a.realId - b.realId);
-  return { tableSize, ring, digest, reals: listed };
+  const table = { tableSize, ring, digest, reals: listed };
+  tableMemo.set(svc, { tableSize, seed: cluster.maglev.seed, ids, healthy, table });
+  return table;
+}
+
+/**
+ * The last table of each ServiceDoc with what it was built from. The config stage hands out the same ServiceDoc
+ * for a service whose document did not change (config/build-model.ts), so re-rendering 1,000 services after a
+ * one-service commit or a health flip compares ids and health instead of rebuilding 1,000 memo keys. Tables are
+ * shared between results and never written.
+ */
+const tableMemo = new WeakMap<ServiceDoc, { tableSize: number; seed: string; ids: number[]; healthy: boolean[]; table: ServiceTable }>();
+
+function sameValues<T>(a: readonly T[], b: readonly T[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 interface BuiltTable { ring: Uint32Array; digest: string; counts: Map<number, number> }

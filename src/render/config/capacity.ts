@@ -3,20 +3,20 @@
 // naming the node, rather than failing at apply on that node. Rings have no shared capacity (one map per
 // service), so the table sizes are not limited here beyond the schema.
 import { DATAPLANE_LIMITS } from './limits.js';
-import { cidrContains, formatIp, parseCidr, parseIp } from '../ip.js';
+import { canonicalIp, cidrContains, formatIp, parseCidr, parseIp } from '../ip.js';
 import type { Located, RawNode, RawService } from './raw.js';
 import type { Emit } from './semantic.js';
 
 export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services: Located<RawService>[]): void {
-  const parsed = services.map(({ data }) => ({ data, vip: parseIp(data.spec.vip) }));
+  const parsed = services.map(({ data }) => ({ data, vip: parseIp(data.spec.vip), reals: enabledReals(data) }));
   for (const { doc, data } of nodes) {
     if (data.spec.role !== 'lb') continue;
     const allowed = data.spec.allowedVips.map(parseCidr).filter((c) => c !== null);
     const served = parsed.filter((s) => s.vip && allowed.some((c) => cidrContains(c, s.vip!)));
     const markers = new Set(served.map((s) => formatIp(s.vip!)));
     const listeners = served.reduce((n, s) => n + s.data.spec.ports.length, 0);
-    const reals = new Set(served.flatMap((s) => s.data.spec.reals.filter((r) => r.state !== 'disabled').map((r) => parseIp(r.address))
-      .filter((a) => a !== null).map((a) => formatIp(a))));
+    const reals = new Set<string>();
+    for (const s of served) for (const r of s.reals) reals.add(r);
     const over: string[] = [];
     if (served.length > DATAPLANE_LIMITS.lbServices)
       over.push(`${served.length} services (lb_rings holds ${DATAPLANE_LIMITS.lbServices})`);
@@ -28,4 +28,24 @@ export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services:
         `lb node '${data.metadata.name}' would serve ${over.join(', ')}: more than its data plane can ever hold; ` +
         'narrow spec.allowedVips or spread the services over more lb nodes');
   }
+}
+
+/**
+ * Canonical addresses of a service's reals that are not disabled, remembered per schema-valid document: documents
+ * of an unchanged file are the same objects in the next revision (index.ts parseYamlCached) and are not written
+ * after their schema pass, so a revision changing one service recomputes one list of 1,000.
+ */
+const enabledMemo = new WeakMap<RawService, string[]>();
+
+function enabledReals(data: RawService): string[] {
+  let out = enabledMemo.get(data);
+  if (!out) {
+    out = [];
+    for (const r of data.spec.reals) {
+      const canonical = r.state !== 'disabled' ? canonicalIp(r.address) : null;
+      if (canonical !== null) out.push(canonical);
+    }
+    enabledMemo.set(data, out);
+  }
+  return out;
 }

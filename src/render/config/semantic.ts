@@ -2,7 +2,7 @@
 // YAML node a person has to change. Runs only on documents that passed their schema.
 import { LIMITS } from './limits.js';
 import { checkLbCapacity } from './capacity.js';
-import { type Family, type IpAddress, type IpCidr, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
+import { type AddressFacts, type Family, type IpAddress, type IpCidr, addressFacts, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
 import type { Severity } from './diagnostics.js';
@@ -171,14 +171,18 @@ function checkVerification(emit: Emit, cluster: Located<RawCluster>): void {
 }
 
 function checkAddress(emit: Emit, doc: YamlDocument, path: PathSegment[], text: string): IpAddress | null {
-  const a = parseIp(text);
+  return checkAddressFacts(emit, doc, path, text) ? parseIp(text) : null;
+}
+
+/** checkAddress for callers that need only the family and canonical text (the reals: 100,000 at scale). */
+function checkAddressFacts(emit: Emit, doc: YamlDocument, path: PathSegment[], text: string): AddressFacts | null {
+  const a = addressFacts(text);
   if (!a) {
     emit('error', doc, path, `${label(path)}: '${text}' is not an IPv4 or IPv6 address`);
     return null;
   }
-  const why = unusableAddressReason(a);
-  if (why) {
-    emit('error', doc, path, `${label(path)}: ${text} ${why}`);
+  if (a.unusable) {
+    emit('error', doc, path, `${label(path)}: ${text} ${a.unusable}`);
     return null;
   }
   return a;
@@ -318,20 +322,21 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
 
   // Reals.
   const seen = new Map<string, number>();
+  const vipCanon = vip ? formatIp(vip) : null;
   let usable = 0;
   spec.reals.forEach((r, i) => {
     const path: PathSegment[] = ['spec', 'reals', i, 'address'];
-    const a = checkAddress(emit, doc, path, r.address);
+    const a = checkAddressFacts(emit, doc, path, r.address);
     if (r.state !== 'disabled') usable++;
     if (!a) return;
-    const canon = formatIp(a);
+    const canon = a.canonical;
     const first = seen.get(canon);
     if (first !== undefined) {
       emit('error', doc, path, `spec.reals[${i}].address: ${canon} is already listed as spec.reals[${first}]`);
       return;
     }
     seen.set(canon, i);
-    if (vip && canon === formatIp(vip)) emit('error', doc, path, `spec.reals[${i}].address: a real cannot be the VIP itself`);
+    if (vip && canon === vipCanon) emit('error', doc, path, `spec.reals[${i}].address: a real cannot be the VIP itself`);
     if (vip && a.family !== vip.family) {
       const how = mode === 'snat' ? 'snat (no NAT46/NAT64)' : `${mode} with encap ${encap ?? '?'}`;
       emit('error', doc, path, `spec.reals[${i}].address: ${fam(a.family)} real behind an ${fam(vip.family)} VIP; ${how} cannot carry mixed address families`);

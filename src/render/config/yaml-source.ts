@@ -48,10 +48,10 @@ function positionAt(text: string, offset: number): Position {
 }
 
 /** Offset of the first flow bracket nested deeper than maxDepth, or -1. Linear, no recursion. */
-function excessiveFlowNesting(text: string, maxDepth: number): number {
+function excessiveFlowNesting(lexemes: readonly string[], maxDepth: number): number {
   let offset = 0;
   let depth = 0;
-  for (const token of new Lexer().lex(text)) {
+  for (const token of lexemes) {
     const type = CST.tokenType(token);
     if (type === 'flow-seq-start' || type === 'flow-map-start') {
       if (++depth > maxDepth) return offset;
@@ -82,6 +82,16 @@ function excessiveCstNesting(doc: CST.Document, maxDepth: number): number {
   return -1;
 }
 
+/** What Parser.parse(text) yields, from lexemes of the whole text (yaml's Parser.parse does the same per lexeme). */
+function parseLexemes(lexemes: readonly string[], lines: LineCounter): CST.Token[] {
+  const parser = new Parser(lines.addNewLine);
+  lines.addNewLine(0);
+  const tokens: CST.Token[] = [];
+  for (const lexeme of lexemes) for (const token of parser.next(lexeme)) tokens.push(token);
+  for (const token of parser.end()) tokens.push(token);
+  return tokens;
+}
+
 function nodeStart(node: YamlNode | null | undefined): number | undefined {
   return node?.range?.[0];
 }
@@ -90,7 +100,9 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
   const problems: Problem[] = [];
   const documents: YamlDocument[] = [];
 
-  const deepAt = excessiveFlowNesting(text, LIMITS.maxDepth);
+  // Lexed once: the same lexemes feed the nesting check and then the parser (lexing is a third of parsing).
+  const lexemes = [...new Lexer().lex(text)];
+  const deepAt = excessiveFlowNesting(lexemes, LIMITS.maxDepth);
   if (deepAt >= 0) {
     problems.push({
       severity: 'error',
@@ -104,7 +116,7 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
   const at = (offset: number | undefined): Position => (offset === undefined ? { line: 1, col: 1 } : lines.linePos(offset));
   // The parser (text -> CST) is iterative; the composer (CST -> nodes) recurses. So the CST is
   // measured first: document count and block nesting such as `- - - - ...`.
-  const tokens = [...new Parser(lines.addNewLine).parse(text)];
+  const tokens = parseLexemes(lexemes, lines);
   const docTokens = tokens.filter((t) => t.type === 'document');
   if (docTokens.length > LIMITS.maxDocumentsPerFile) {
     problems.push({
