@@ -77,7 +77,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
       reals: table.reals,
       healthCheck: spec.healthCheck,
     });
-    for (const r of table.reals) reals.set(r.realId, { id: r.realId, address: r.address, family: ipFamily(r.address) });
+    for (const r of table.reals) if (!reals.has(r.realId)) reals.set(r.realId, { id: r.realId, address: r.address, family: ipFamily(r.address) });
     for (const p of spec.ports) {
       const forwarding = resolveForwarding(svc, p.protocol);
       vips.push({

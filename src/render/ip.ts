@@ -221,7 +221,9 @@ export function requireIp(text: string): IpAddress {
 }
 
 export function ipFamily(text: string): Family {
-  return requireIp(text).family;
+  const a = addressFacts(text);
+  if (!a) throw new Error(`'${text}' is not an IP address`);
+  return a.family;
 }
 
 /** Whether `address` lies in `cidr` ("a.b.c.d/len", "x::/len"; a bare address means a host prefix). */
