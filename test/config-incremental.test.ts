@@ -61,3 +61,12 @@ test('the same model rendered with other health gets other tables, and back', (t
   t.not(s1(down).digest, s1(all).digest);
   t.deepEqual(renderDesiredState(m, 'lb-1'), all);
 });
+
+test('a model changed in place after rendering renders anew', (t) => {
+  const m = model(base());
+  const before = renderDesiredState(m, 'lb-1').services.find((x) => x.name === 's1')!;
+  m.services.find((s) => s.metadata.name === 's1')!.spec.reals[0]!.weight = 1;
+  const after = renderDesiredState(m, 'lb-1').services.find((x) => x.name === 's1')!;
+  t.not(after.digest, before.digest);
+  t.is(after.reals.find((r) => r.address === '198.51.100.1')!.weight, 1);
+});

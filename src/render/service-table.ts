@@ -55,22 +55,25 @@ export function buildServiceTable(
   health?: HealthView,
 ): ServiceTable {
   const tableSize = serviceTableSize(cluster, svc);
-  // Everything the table depends on beyond the ServiceDoc itself: the ids and health of its listed reals.
+  const { port, protocol } = identityPort(svc.spec.ports);
+  // Everything the table is made of, per listed real: its id, health, address, weight and state.
   const ids: number[] = [];
   const healthy: boolean[] = [];
+  const inputs: (string | number)[] = [];
   for (const real of svc.spec.reals) {
     if (real.state === 'disabled') continue;
     const realId = realIds.get(real.address);
     if (realId === undefined) throw new Error(`internal: no id for real ${real.address} of ${svc.metadata.name}`);
     ids.push(realId);
     healthy.push(health ? health.isHealthy(svc.metadata.name, real.address) : true);
+    inputs.push(real.address, real.weight, real.state);
   }
-  const prev = tableMemo.get(svc);
-  if (prev && prev.tableSize === tableSize && prev.seed === cluster.maglev.seed && sameValues(prev.ids, ids) && sameValues(prev.healthy, healthy)) {
+  const prev = tableMemo.get(svc.metadata.name);
+  if (prev && prev.tableSize === tableSize && prev.seed === cluster.maglev.seed && prev.port === port && prev.protocol === protocol &&
+    sameValues(prev.ids, ids) && sameValues(prev.healthy, healthy) && sameValues(prev.inputs, inputs)) {
     return prev.table;
   }
   const seed = maglevSeedFromBase64(cluster.maglev.seed);
-  const { port, protocol } = identityPort(svc.spec.ports);
   const listed: DesiredServiceReal[] = [];
   const backends: MaglevBackend[] = [];
   let k = 0;
@@ -87,17 +90,20 @@ export function buildServiceTable(
   for (const r of listed) r.entries = counts.get(r.realId) ?? 0;
   listed.sort((a, b) => a.realId - b.realId);
   const table = { tableSize, ring, digest, reals: listed };
-  tableMemo.set(svc, { tableSize, seed: cluster.maglev.seed, ids, healthy, table });
+  if (tableMemo.size >= TABLE_MEMO_MAX) tableMemo.clear();
+  tableMemo.set(svc.metadata.name, { tableSize, seed: cluster.maglev.seed, port, protocol, ids, healthy, inputs, table });
   return table;
 }
 
 /**
- * The last table of each ServiceDoc with what it was built from. The config stage hands out the same ServiceDoc
- * for a service whose document did not change (config/build-model.ts), so re-rendering 1,000 services after a
- * one-service commit or a health flip compares ids and health instead of rebuilding 1,000 memo keys. Tables are
- * shared between results and never written.
+ * The last table of each service name with everything it was built from (so keyed by content: a hit needs every
+ * input equal). Re-rendering 1,000 services after a one-service commit or a health flip then compares plain values
+ * instead of rebuilding 1,000 memo keys for memoTable (Maglev identities, a sort and a join per service). Tables
+ * are shared between results and never written. At most one entry per name, names capped like services.
  */
-const tableMemo = new WeakMap<ServiceDoc, { tableSize: number; seed: string; ids: number[]; healthy: boolean[]; table: ServiceTable }>();
+interface TableInputs { tableSize: number; seed: string; port: number; protocol: string; ids: number[]; healthy: boolean[]; inputs: (string | number)[] }
+const tableMemo = new Map<string, TableInputs & { table: ServiceTable }>();
+const TABLE_MEMO_MAX = 16_384;
 
 function sameValues<T>(a: readonly T[], b: readonly T[]): boolean {
   if (a.length !== b.length) return false;

@@ -127,21 +127,6 @@ export function buildModel(cluster: Located<RawCluster>, nodes: Located<RawNode>
   return {
     cluster: buildCluster(cluster),
     nodes: nodes.map(buildNode).sort(byName),
-    services: services.map(buildServiceCached).sort(byName),
+    services: services.map(buildService).sort(byName),
   };
-}
-
-/**
- * buildService of a document from an unchanged file: the same document object (index.ts parseYamlCached), not
- * written after validation, gives the same ServiceDoc, so a revision changing one service of 1,000 builds one.
- * Models are read, never written, so consecutive models share the ServiceDocs of unchanged services.
- */
-const serviceMemo = new WeakMap<RawService, { doc: Located<RawService>['doc']; built: ServiceDoc }>();
-
-function buildServiceCached(l: Located<RawService>): ServiceDoc {
-  const hit = serviceMemo.get(l.data);
-  if (hit && hit.doc === l.doc) return hit.built;
-  const built = buildService(l);
-  serviceMemo.set(l.data, { doc: l.doc, built });
-  return built;
 }
