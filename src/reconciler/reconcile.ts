@@ -251,8 +251,8 @@ export class Reconciler {
       counters: { ...this.counters },
       startedAt: this.startedAt,
       updatedAt: now,
-      ...this.healthField(),
-      ...this.bgpField(),
+      ...this.statusSection('health', this.o.statusHealth),
+      ...this.statusSection('bgp', this.o.statusBgp),
       ...(this.verification && { verification: this.verification }),
       ...(this.appliedCommit && { appliedCommit: this.appliedCommit }),
     };
@@ -285,22 +285,13 @@ export class Reconciler {
     this.condition('Stalled', 'False', 'Succeeded', msg);
   }
 
-  private healthField(): { health?: unknown } {
+  /** An optional section of the status file from its provider; left out (and logged) when the provider fails. */
+  private statusSection<K extends string, T>(key: K, read: (() => T | null | undefined) | undefined): Partial<Record<K, T>> {
     try {
-      const h = this.o.statusHealth?.();
-      return h === null || h === undefined ? {} : { health: h };
+      const v = read?.();
+      return v === null || v === undefined ? {} : ({ [key]: v } as Partial<Record<K, T>>);
     } catch (err) {
-      this.log.warn(`health status unavailable: ${errorText(err)}`);
-      return {};
-    }
-  }
-
-  private bgpField(): { bgp?: StatusBgp } {
-    try {
-      const b = this.o.statusBgp?.();
-      return b === null || b === undefined ? {} : { bgp: b };
-    } catch (err) {
-      this.log.warn(`bgp status unavailable: ${errorText(err)}`);
+      this.log.warn(`${key} status unavailable: ${errorText(err)}`);
       return {};
     }
   }
