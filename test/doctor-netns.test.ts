@@ -41,7 +41,7 @@ test('gitlb doctor: ready on a good node, NOT READY with one line per failed che
       server.once('exit', (code) => fail(new Error(`git server exited ${code}`)));
     });
     const secret = join(dir, 'secret');
-    writeFileSync(secret, 's3cret\n');
+    writeFileSync(secret, 's3cret-of-20-chars!\n');
     const doctor = (args: string[]) => nsExec(NS, [process.execPath, '--import', 'tsx', MAIN, 'doctor', '--pin-root', PIN_ROOT, ...args], { cwd: root, timeoutMs: 120_000 });
     const [good, bad] = await Promise.all([
       doctor(['--interface', 'eth0', '--repo', url, '--node', 'lb-1', '--webhook-secret-file', secret]),
@@ -57,7 +57,7 @@ test('gitlb doctor: ready on a good node, NOT READY with one line per failed che
       /^OK {4}xdp mode +eth0: driver veth supports native XDP/m,
       /^OK {4}git +http:\/\/127\.0\.0\.1:\d+\/config\.git: branch main at [0-9a-f]{12}$/m,
       /^OK {4}config +head [0-9a-f]{12} validates; Node 'lb-1' is lb on eth0$/m,
-      /^OK {4}webhook secret +.*secret \(6 characters\)$/m,
+      /^OK {4}webhook secret +.*secret \(19 characters\)$/m,
       /^verdict: ready/m,
     ]) t.regex(good.stdout, line);
     t.is(bad.code, 1, bad.stdout + bad.stderr);

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadCredentials } from '../src/reconciler/source/credentials.js';
 import { loadSigningKeyFile } from '../src/reconciler/verify/load.js';
+import { checkWebhookSecret } from '../src/reconciler/doctor.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gitlb-secret-files-'));
 test.after.always(() => rmSync(dir, { recursive: true, force: true }));
@@ -51,4 +52,17 @@ test('gitlb run refuses a webhook secret shorter than 16 characters (a GitLab to
   t.is(r.code, 2, r.stdout + r.stderr);
   t.regex(r.stderr, /webhook secret must be at least 16 characters/);
   t.false(r.stderr.includes('hunter2'));
+});
+
+test('gitlb doctor judges the webhook secret by the rule gitlb run enforces: 15 characters fail, 16 pass', (t) => {
+  const short = join(dir, 'webhook-15');
+  writeFileSync(short, `${'x'.repeat(15)}\n`, { mode: 0o600 });
+  const r = checkWebhookSecret({ webhookSecretFile: short, env: {} });
+  t.is(r.level, 'fail');
+  t.regex(r.detail, /webhook-15: the webhook secret must be at least 16 characters \(it has 15\); gitlb run --webhook refuses it$/);
+  t.is(checkWebhookSecret({ env: { GITLB_WEBHOOK_SECRET: 'y'.repeat(15) } }).level, 'fail');
+  const good = checkWebhookSecret({ env: { GITLB_WEBHOOK_SECRET: 'y'.repeat(16) } });
+  t.deepEqual([good.level, good.detail], ['ok', 'GITLB_WEBHOOK_SECRET (16 characters)']);
+  t.false(JSON.stringify([r, good]).includes('xxxxxxxx'), 'the secret itself is never shown');
+  t.is(checkWebhookSecret({ env: {} }).level, 'warn');
 });

@@ -6,6 +6,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir, release } from 'node:os';
 import { dirname, join } from 'node:path';
 import { runFile } from './run-file.js';
+import { sharedSecretProblem } from './secret-file.js';
 import { loadCredentials, redactUrl } from './source/credentials.js';
 import { isUrl, openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
@@ -149,17 +150,24 @@ async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
   }
 }
 
-function checkWebhookSecret(o: DoctorOptions): CheckResult {
+/** The webhook secret, judged by the rule `gitlb run --webhook` enforces (too short fails: run would refuse to start). */
+export function checkWebhookSecret(o: Pick<DoctorOptions, 'webhookSecretFile' | 'env'>): CheckResult {
+  let secret: string;
+  let source: string;
   if (o.webhookSecretFile) {
     try {
-      const secret = readFileSync(o.webhookSecretFile, 'utf8').trim();
-      return secret ? ok('webhook secret', `${o.webhookSecretFile} (${secret.length} characters)`) : fail('webhook secret', `${o.webhookSecretFile} is empty`);
+      secret = readFileSync(o.webhookSecretFile, 'utf8').trim();
     } catch (err) {
       return fail('webhook secret', `${o.webhookSecretFile}: cannot read (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
     }
-  }
-  if (o.env.GITLB_WEBHOOK_SECRET) return ok('webhook secret', 'GITLB_WEBHOOK_SECRET is set');
-  return warn('webhook secret', 'none (GITLB_WEBHOOK_SECRET or --webhook-secret-file): needed only with --webhook; polling works without');
+    if (!secret) return fail('webhook secret', `${o.webhookSecretFile} is empty`);
+    source = o.webhookSecretFile;
+  } else if (o.env.GITLB_WEBHOOK_SECRET) {
+    secret = o.env.GITLB_WEBHOOK_SECRET;
+    source = 'GITLB_WEBHOOK_SECRET';
+  } else return warn('webhook secret', 'none (GITLB_WEBHOOK_SECRET or --webhook-secret-file): needed only with --webhook; polling works without');
+  const short = sharedSecretProblem(secret, 'webhook secret');
+  return short ? fail('webhook secret', `${source}: ${short}; gitlb run --webhook refuses it`) : ok('webhook secret', `${source} (${secret.length} characters)`);
 }
 
 export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {

@@ -5,6 +5,15 @@ import { readFileSync, statSync } from 'node:fs';
 
 export const MAX_SECRET_FILE_BYTES = 64 * 1024;
 
+/** Shared secrets (webhook, peer) shorter than this are refused: GitLab's X-Gitlab-Token is the secret itself, so a
+ * short one is guessable by anyone who can reach the port. `gitlb run` and `gitlb doctor` judge by the same rule. */
+export const MIN_SHARED_SECRET_CHARS = 16;
+
+/** Why `secret` cannot serve as the `what` (e.g. 'webhook secret'), or undefined when it can. */
+export function sharedSecretProblem(secret: string, what: string): string | undefined {
+  return secret.length < MIN_SHARED_SECRET_CHARS ? `the ${what} must be at least ${MIN_SHARED_SECRET_CHARS} characters (it has ${secret.length})` : undefined;
+}
+
 const READ_ERRORS: Record<string, string> = {
   ENOENT: 'no such file',
   EISDIR: 'is a directory, not a file',

@@ -1,6 +1,6 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md). This file only parses flags; the daemon
 // is assembled in src/reconciler/node-daemon.ts.
-import { readSecretFile } from '../../reconciler/secret-file.js';
+import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
 import { join } from 'node:path';
 import { type Command, defineCommand, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
@@ -120,12 +120,13 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
     if (values.webhook) {
       const secret = values.webhookSecretFile ? readSecretFile(values.webhookSecretFile, '--webhook-secret-file').trim() : process.env.GITLB_WEBHOOK_SECRET;
       if (!secret) throw new UsageError('--webhook needs a secret: GITLB_WEBHOOK_SECRET or --webhook-secret-file');
-      // GitLab's X-Gitlab-Token is the secret itself: a short one is guessable by anyone who can reach the port.
-      if (secret.length < 16) throw new UsageError('the webhook secret must be at least 16 characters');
+      const short = sharedSecretProblem(secret, 'webhook secret');
+      if (short) throw new UsageError(short);
       webhook = { listen: values.webhook, secret };
     }
     const peerSecret = values.peerSecretFile ? readSecretFile(values.peerSecretFile, '--peer-secret-file').trim() : process.env.GITLB_PEER_SECRET;
-    if (peerSecret !== undefined && peerSecret.length < 16) throw new UsageError('the peer secret must be at least 16 characters');
+    const peerShort = peerSecret === undefined ? undefined : sharedSecretProblem(peerSecret, 'peer secret');
+    if (peerShort) throw new UsageError(peerShort);
     const poll = values.poll === 'off' ? undefined : values.poll;
     if (!poll && !webhook && /^https?:\/\//i.test(values.repo))
       throw new UsageError('--poll off needs --webhook: otherwise nothing would ever fetch the branch again');
