@@ -11,6 +11,9 @@ import { parse, parseAllDocuments } from 'yaml';
 import { gitlbInProcess, tempDir, writeTree, git } from './helpers/cli-repo.js';
 import { configFiles } from './reconcile-helpers.js';
 import { command as runCommand } from '../src/cli/commands/run.js';
+import { startMetricsServer } from '../src/reconciler/metrics/server.js';
+import { parseListen } from '../src/reconciler/triggers/webhook.js';
+import { Registry } from 'prom-client';
 
 const run = promisify(execFile);
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -72,12 +75,45 @@ test('the DaemonSet: host network, bpffs and state as hostPath, only the four ca
   const secrets = c.env.filter((e: { valueFrom?: { secretKeyRef?: unknown } }) => e.valueFrom?.secretKeyRef).map((e: { name: string }) => e.name);
   t.deepEqual(secrets.sort(), ['GITLB_GIT_TOKEN', 'GITLB_WEBHOOK_SECRET']);
   // Kubernetes expands $(VAR) from env; the result must parse as `gitlb run` options.
-  const args = (c.args as string[]).map((a) => a.replace(/\$\((\w+)\)/g, (_, v: string) => ({ GITLB_REPO: 'https://git.example.com/x.git', GITLB_NODE: 'lb-1', GITLB_INTERFACE: 'eth0' })[v] ?? ''));
+  const args = expandArgs(c, { GITLB_REPO: 'https://git.example.com/x.git', GITLB_NODE: 'lb-1', GITLB_INTERFACE: 'eth0', HOST_IP: '192.0.2.7' });
   t.is(args[0], 'run');
   const parsed = runCommand.parse(args.slice(1)).opts;
-  t.like(parsed, { node: 'lb-1', interface: 'eth0', pinRoot: '/sys/fs/bpf/gitlb', metrics: '0.0.0.0:9462', webhook: '0.0.0.0:9000' });
+  t.like(parsed, { node: 'lb-1', interface: 'eth0', pinRoot: '/sys/fs/bpf/gitlb', metrics: '192.0.2.7:9462', webhook: '0.0.0.0:9000' });
   const secret = parseAllDocuments(read('deploy/kubernetes/secret.example.yaml')).map((d) => d.toJS());
   t.deepEqual(Object.keys(secret.find((d) => d.kind === 'Secret').stringData).sort(), ['git-token', 'webhook-secret']);
+});
+
+type Container = { args: string[]; env: { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[]; ports: { name: string; containerPort: number }[]; readinessProbe: { httpGet: { path: string; port: string } } };
+
+/** The container's args as Kubernetes expands them: $(VAR) from the env values given. */
+function expandArgs(c: Container, env: Record<string, string>): string[] {
+  return c.args.map((a) => a.replace(/\$\((\w+)\)/g, (_, v: string) => env[v] ?? ''));
+}
+
+test("the DaemonSet's readiness probe reaches /healthz: --metrics listens on the node's IP (downward API status.hostIP) at the probed port", async (t) => {
+  const ds = parseAllDocuments(read('deploy/kubernetes/daemonset.yaml')).map((d) => d.toJS()).find((d) => d.kind === 'DaemonSet');
+  t.true(ds.spec.template.spec.hostNetwork, 'the pod IP the kubelet probes is the node IP');
+  const c: Container = ds.spec.template.spec.containers[0];
+  const hostIp = c.env.find((e) => e.name === 'HOST_IP');
+  t.is(hostIp?.valueFrom?.fieldRef?.fieldPath, 'status.hostIP');
+  const probe = c.readinessProbe.httpGet;
+  const probedPort = c.ports.find((p) => p.name === probe.port)!.containerPort;
+  // The kubelet of a node whose IP is 127.0.0.1 (the only address this test may serve on): the daemon's metrics
+  // server, started from the expanded --metrics, must answer the probe's path at that address and port.
+  const { metrics } = runCommand.parse(expandArgs(c, { GITLB_REPO: 'https://git.example.com/x.git', GITLB_NODE: 'lb-1', GITLB_INTERFACE: 'eth0', HOST_IP: '127.0.0.1' }).slice(1)).opts;
+  const { host, port } = parseListen(metrics as string, '--metrics');
+  t.deepEqual([host, port], ['127.0.0.1', probedPort]);
+  // The probed port may be taken on a shared test machine: serve on any free one, same address.
+  let ready: string | null = 'no revision applied yet';
+  const server = await startMetricsServer({ listen: `${host}:0`, registry: new Registry(), notReady: () => ready });
+  try {
+    const before = await fetch(`${server.url}${probe.path}`);
+    t.is(before.status, 503, 'not ready before a revision is applied');
+    ready = null;
+    t.is((await fetch(`${server.url}${probe.path}`)).status, 200);
+  } finally {
+    await server.close();
+  }
 });
 
 test('the Dockerfile: a build stage and a runtime stage that copies only built artefacts that make build produces', (t) => {
