@@ -1,18 +1,13 @@
 // Counters the BPF programs keep in per-CPU arrays: every reader (the data plane handles, the pinned-stats reader
 // of /metrics and `gitlb top`) sums them over CPUs the same way, here.
 import type { BpfMap } from './libbpf.js';
-
-const u32 = (n: number): Buffer => {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n);
-  return b;
-};
+import { u32 } from './codec.js';
 
 /** A per-CPU array whose slot i is the counter names[i], summed over CPUs, by name (0 for a missing slot). */
 export function perCpuCounters<N extends string>(m: BpfMap, names: readonly N[]): Record<N, number> {
   const out = {} as Record<N, number>;
   names.forEach((name, i) => {
-    out[name] = Number(m.lookupPerCpuSum(u32(i))?.[0] ?? 0n);
+    out[name] = Number(m.lookupPerCpuSum(u32.encode(i))?.[0] ?? 0n);
   });
   return out;
 }
@@ -25,6 +20,6 @@ export const trafficOf = (s: bigint[]): Traffic => ({ packets: Number(s[0]), byt
 
 /** The traffic at `slot` of a per-CPU traffic array, or null when the slot is out of range. */
 export function trafficAt(m: BpfMap, slot: number): Traffic | null {
-  const s = m.lookupPerCpuSum(u32(slot));
+  const s = m.lookupPerCpuSum(u32.encode(slot));
   return s && trafficOf(s);
 }

@@ -3,6 +3,7 @@
 import { formatIp, ipFamily, requireIp } from '../../render/ip.js';
 import type { Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
+import { u32 } from '../codec.js';
 
 export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'dsr-ipopt': 3, snat: 4 };
 export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat' };
@@ -93,11 +94,7 @@ export function decodeVipValue(b: Buffer): VipValue {
   return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]!, statsSlot: b.readUInt32LE(8) };
 }
 
-export function encodeU32(n: number): Buffer {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n >>> 0);
-  return b;
-}
+export const encodeU32 = u32.encode;
 
 /** lb_real; `slot` is the real's dense index (lb_real_slots, lb_real_stats), chosen by the loader. */
 export function encodeReal(address: string, family: 4 | 6, slot = 0): Buffer {

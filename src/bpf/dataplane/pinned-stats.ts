@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import { perCpuCounters, trafficAt, type Traffic } from '../counters.js';
+import { u32 } from '../codec.js';
 import { COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
@@ -34,12 +35,6 @@ export interface LbStats {
   conntrack: { entries: number; max: number };
   snat: { counters: Record<string, number>; addresses: SnatAddressStats[]; max: number };
 }
-
-const u32 = (n: number) => {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n);
-  return b;
-};
 
 /** Opens the map pinned as `dir`/`name`, runs `fn` on it and closes it; undefined when nothing is pinned there. */
 export function withMap<T>(dir: string, name: string, fn: (m: BpfMap) => T): T | undefined {
@@ -108,7 +103,7 @@ export function readLbStats(dir: string): LbStats | null {
 function readSnat(dir: string): LbStats['snat'] {
   const counters = withMap(dir, SNAT_MAPS.stats, (m) => perCpuCounters(m, SNAT_COUNTER_NAMES)) ?? {};
   const cfg = withMap(dir, SNAT_MAPS.config, (m) => {
-    const v = m.lookup(u32(0));
+    const v = m.lookup(u32.encode(0));
     return v ? decodeSnatConfig(Buffer.from(v)) : null;
   });
   const perFamily = { 4: { n: 0, groups: new Map<string, number>() }, 6: { n: 0, groups: new Map<string, number>() } };
