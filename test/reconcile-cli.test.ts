@@ -47,9 +47,9 @@ test('gitlb run --once, then gitlb status and gitlb history over HTTP', async (t
 
     const st = await gitlb('status', '--repo', repo.url);
     t.is(st.code, 1, `status exits 1 while a node reports a failure: ${st.stderr}${st.stdout}`);
-    t.regex(st.stdout, /NODE\s+ROLE\s+APPLIED\s+BRANCH\s+UPDATED\s+DIGESTS\s+READY\s+UNHEALTHY\s+LAST ERROR/);
-    t.regex(st.stdout, new RegExp(`lb-1\\s+lb\\s+${c1.slice(0, 12)}\\s+behind \\d+s\\s+\\d+s ago\\s+agree\\s+\\S+\\s+0\\s+${bad.slice(0, 12)} validate: services/web.yaml`));
-    t.regex(st.stdout, new RegExp(`lb-2\\s+lb\\s+${c1.slice(0, 12)}\\s+behind \\d+s\\s+\\d+s ago\\s+agree\\s+\\S+\\s+0\\s*\\n`));
+    t.regex(st.stdout, /NODE\s+ROLE\s+XDP\s+APPLIED\s+BRANCH\s+UPDATED\s+DIGESTS\s+READY\s+UNHEALTHY\s+LAST ERROR/);
+    t.regex(st.stdout, new RegExp(`lb-1\\s+lb\\s+\\S+\\s+${c1.slice(0, 12)}\\s+behind \\d+s\\s+\\d+s ago\\s+agree\\s+\\S+\\s+0\\s+${bad.slice(0, 12)} validate: services/web.yaml`));
+    t.regex(st.stdout, new RegExp(`lb-2\\s+lb\\s+\\S+\\s+${c1.slice(0, 12)}\\s+behind \\d+s\\s+\\d+s ago\\s+agree\\s+\\S+\\s+0\\s*\\n`));
     t.regex(st.stdout, /2 node\(s\); head \w{12} .*; table digests agree across nodes/);
 
     const h = await gitlb('history', '--repo', repo.url);

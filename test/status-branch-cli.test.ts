@@ -30,7 +30,7 @@ test('status and history read the branch named by the Cluster document', (t) => 
     // The other four nodes of the sample wrote no status: exit 1, but lb-1's row comes from branch lb-status.
     const st = spawnSync(process.execPath, ['--import', 'tsx', MAIN, 'status', '--repo', repo], { encoding: 'utf8' });
     t.is(st.status, 1, st.stderr);
-    t.regex(st.stdout, new RegExp(`lb-1\\s+lb\\s+${rev.slice(0, 12)}`));
+    t.regex(st.stdout, new RegExp(`lb-1\\s+lb\\s+\\S+\\s+${rev.slice(0, 12)}`));
     const hist = execFileSync(process.execPath, ['--import', 'tsx', MAIN, 'history', '--repo', repo]).toString();
     t.regex(hist, new RegExp(`lb-1\\s+${rev.slice(0, 12)}`));
   } finally {

@@ -33,8 +33,8 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await publish(repo, [status('lb-1', head), status('lb-2', head, { down: '198.51.100.11', warnings: ['force-push: history of main was rewritten'] })]);
     const ok = await st();
     t.is(ok.code, 0, ok.stdout + ok.stderr);
-    t.regex(ok.stdout, /NODE\s+ROLE\s+APPLIED\s+BRANCH\s+UPDATED\s+DIGESTS\s+READY\s+UNHEALTHY\s+LAST ERROR/);
-    t.regex(ok.stdout, new RegExp(`lb-1\\s+lb\\s+${head.slice(0, 12)}\\s+head\\s+\\d+s ago\\s+agree\\s+-\\s+0`));
+    t.regex(ok.stdout, /NODE\s+ROLE\s+XDP\s+APPLIED\s+BRANCH\s+UPDATED\s+DIGESTS\s+READY\s+UNHEALTHY\s+LAST ERROR/);
+    t.regex(ok.stdout, new RegExp(`lb-1\\s+lb\\s+\\S+\\s+${head.slice(0, 12)}\\s+head\\s+\\d+s ago\\s+agree\\s+-\\s+0`));
     t.regex(ok.stdout, /lb-2: unhealthy reals: web\/198\.51\.100\.11/);
     t.regex(ok.stdout, /lb-2: warning: force-push/);
     t.regex(ok.stdout, /verdict: OK/);
@@ -50,7 +50,7 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await publish(repo, [status('lb-1', head), status('lb-2', head, { updatedAt: ago(3_600_000) })]);
     const stale = await st();
     t.is(stale.code, 1);
-    t.regex(stale.stdout, /lb-2\s+lb\s+\w{12}\s+head\s+STALE 60m ago/);
+    t.regex(stale.stdout, /lb-2\s+lb\s+\S+\s+\w{12}\s+head\s+STALE 60m ago/);
     t.regex(stale.stdout, /lb-2: stale: last update 60m ago \(threshold 15m\)/);
     t.is((await st('--stale-after', '2h')).code, 0);
 
@@ -58,7 +58,7 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await publish(repo, [status('lb-1', head), status('lb-2', head, { digest: 'b'.repeat(64) })]);
     const differ = await st();
     t.is(differ.code, 1);
-    t.regex(differ.stdout, /lb-1\s+lb\s+\w{12}\s+head\s+\d+s ago\s+differ/);
+    t.regex(differ.stdout, /lb-1\s+lb\s+\S+\s+\w{12}\s+head\s+\d+s ago\s+differ/);
     t.regex(differ.stdout, /table digests DIFFER across nodes/);
 
     // No status at all from a node the config names.
@@ -74,7 +74,7 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await publish(repo, [status('lb-1', next), status('lb-2', head)]);
     const within = await st();
     t.is(within.code, 0, within.stdout);
-    t.regex(within.stdout, new RegExp(`lb-2\\s+lb\\s+${head.slice(0, 12)}\\s+behind \\d+s`));
+    t.regex(within.stdout, new RegExp(`lb-2\\s+lb\\s+\\S+\\s+${head.slice(0, 12)}\\s+behind \\d+s`));
     const behind = await st('--behind-grace', '0s', '--format', 'json');
     t.is(behind.code, 1);
     const v = JSON.parse(behind.stdout);
@@ -101,7 +101,7 @@ test.serial('gitlb status reports a node recorded by gitlb down as down while th
     t.is(down.code, 0, down.stdout + down.stderr);
     const st = await gitlb(['status', '--repo', repo.url]);
     t.is(st.code, 1, st.stdout);
-    t.regex(st.stdout, /lb-2\s+lb\s+\(none\)\s+DOWN/);
+    t.regex(st.stdout, /lb-2\s+lb\s+\S+\s+\(none\)\s+DOWN/);
     t.regex(st.stdout, /lb-2: down \(gitlb down\): .*the config still names it/);
     t.notRegex(st.stdout, /lb-2: behind/, 'one reason, not two');
 
@@ -113,7 +113,7 @@ test.serial('gitlb status reports a node recorded by gitlb down as down while th
     t.is(down2.code, 0, down2.stdout + down2.stderr);
     const gone = await gitlb(['status', '--repo', repo.url]);
     t.is(gone.code, 0, gone.stdout);
-    t.regex(gone.stdout, /lb-2\s+lb\s+\(none\)\s+DOWN/);
+    t.regex(gone.stdout, /lb-2\s+lb\s+\S+\s+\(none\)\s+DOWN/);
   } finally {
     await repo.cleanup();
   }

@@ -7,6 +7,16 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { setupLab, teardownLab } from './lib/xdp-lab.js';
 import { makeState } from './lib/lb-state.js';
 import { stateToJson } from './lib/xdp-harness.js';
+import { readFileSync, rmSync } from 'node:fs';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { parseStatus } from '../src/reconciler/status/status-doc.js';
+import { assessStatus, formatStatusVerdict } from '../src/reconciler/status/assess.js';
+const schema = JSON.parse(readFileSync(new URL('../schemas/status.schema.json', import.meta.url), 'utf8'));
+
+const ajv = new Ajv2020({ allErrors: true });
+(addFormats as unknown as (a: Ajv2020) => void)(ajv);
+const validateStatus = ajv.compile(schema);
 
 const TAG = 'natx';
 let ns = '';
@@ -16,7 +26,7 @@ const STATE = makeState({ reals: { 1: '198.51.100.11' }, services: [{ id: 1, vip
 test.before(() => ({ ns, pinRoot } = setupLab(TAG)));
 test.after.always(() => teardownLab(TAG));
 
-function open(ifname: string, mode: string, pins: string): { forwarding?: { mode: string; forwards: boolean | null; detail: string }; error?: string; code?: string } {
+function open(ifname: string, mode: string, pins: string): { forwarding?: { mode: string; requested: string; fellBack: boolean; forwards: boolean | null; detail: string }; error?: string; code?: string } {
   const r = spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', new URL('./lib/native-xdp-runner.ts', import.meta.url).pathname,
     `${pinRoot}/${pins}`, ifname, mode], { input: JSON.stringify(stateToJson(STATE)), timeout: 60_000 });
   if (r.status !== 0) throw new Error(`runner failed: ${r.stderr}`);
@@ -27,9 +37,33 @@ const xdpOn = (dev: string) => execFileSync('ip', ['-n', ns, '-d', 'link', 'show
 test.serial("auto: native attaches but cannot forward (peer without NAPI): falls back to generic and says why", (t) => {
   const r = open('lbA', 'auto', 'a');
   t.falsy(r.error, r.error);
-  t.is(r.forwarding!.mode, 'generic');
+  t.like(r.forwarding, { mode: 'generic', requested: 'auto', fellBack: true });
   t.regex(r.forwarding!.detail, /fell back to generic.*0\/4 XDP_TX probe frames/);
   t.is(xdpOn('lbA'), 'xdpgeneric');
+});
+
+test.serial('auto fallback through the reconciler: status/<node>.yaml records xdp generic fellBack (schema-valid), a structured warning is logged, gitlb status shows it', (t) => {
+  rmSync(`${pinRoot}/a`, { recursive: true, force: true }); // the previous test's pinned link: detach it
+  t.is(xdpOn('lbA'), null);
+  const r = spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', new URL('./lib/native-xdp-reconcile-runner.ts', import.meta.url).pathname,
+    `${pinRoot}/r`, 'lbA', 'auto'], { timeout: 90_000 });
+  t.is(r.status, 0, r.stderr.toString());
+  const out = JSON.parse(r.stdout.toString()) as { outcome: string; status: string | null; logs: string[] };
+  t.is(out.outcome, 'applied');
+  const status = parseStatus(out.status!);
+  t.true(validateStatus(status), JSON.stringify(validateStatus.errors));
+  t.like(status.xdp, { mode: 'generic', requested: 'auto', fellBack: true, forwards: null });
+  t.regex(status.xdp!.detail, /fell back to generic.*0\/4 XDP_TX probe frames/);
+  const lines = out.logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+  const warning = lines.find((l) => l['xdpFellBack'] === true);
+  t.like(warning, { level: 'warn', node: 'lb-1', xdpMode: 'generic', xdpRequested: 'auto' }, out.logs.join('\n'));
+  t.is(lines.filter((l) => 'xdpMode' in l).length, 1, 'logged once, not on every status write');
+  t.false(r.stderr.toString().includes('fell back'), 'nothing printed around the logger');
+  const now = new Date();
+  const table = formatStatusVerdict(assessStatus({ statuses: [status], head: null, configNodes: [], now, behindGraceMs: 60_000, staleAfterMs: 60_000 }), now);
+  t.regex(table, /^NODE\s+ROLE\s+XDP\s+APPLIED/m);
+  t.regex(table, /^lb-1\s+lb\s+generic \(fallback\)\s+[0-9a-f]{12}/m);
+  t.regex(table, /^lb-1: xdp generic \(--xdp-mode auto\), native fell back: native XDP could not forward/m);
 });
 
 test.serial('native: refused loudly when the interface cannot forward; nothing stays attached', (t) => {
@@ -43,6 +77,6 @@ test.serial('native: with GRO on the peer (its NAPI runs) the probe frames leave
   execFileSync('ip', ['netns', 'exec', ns, 'ethtool', '-K', 'lbD', 'gro', 'on']);
   const r = open('lbC', 'native', 'c2');
   t.falsy(r.error, r.error);
-  t.deepEqual(r.forwarding, { mode: 'native', forwards: true, detail: 'lbC: 4/4 XDP_TX probe frames transmitted' });
+  t.deepEqual(r.forwarding, { mode: 'native', requested: 'native', fellBack: false, forwards: true, detail: 'lbC: 4/4 XDP_TX probe frames transmitted' });
   t.is(xdpOn('lbC'), 'xdp');
 });

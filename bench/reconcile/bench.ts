@@ -9,6 +9,7 @@ import { Reconciler } from '../../src/reconciler/reconcile.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
 import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml } from '../../test/reconcile-helpers.js';
 import { readConfigDir } from '../../src/reconciler/source/read-dir.js';
+import { serialiseStatus } from '../../src/reconciler/status/status-doc.js';
 import { SCALE, scaleFile, scaleFileOf, scaleFiles } from '../scale/config.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-bench-${process.pid}`;
@@ -87,6 +88,16 @@ async function latency(mode: 'webhook' | 'poll', scenario: Scenario): Promise<nu
       await d.idle(); // let the status write finish before the next round
     }
     console.log(`    stages of the reconcile pass (median ms): ${Object.entries(stages).map(([k, v]) => `${k} ${median(v)}`).join(', ')}`);
+    // The status document written after every apply: its size and the CPU cost of serialising it.
+    const status = d.reconciler.snapshot();
+    const ser: number[] = [];
+    let bytes = 0;
+    for (let i = 0; i < 5; i++) {
+      const t = performance.now();
+      bytes = serialiseStatus(status).length;
+      ser.push(Math.round(performance.now() - t));
+    }
+    console.log(`    status document: ${bytes} bytes, serialise ${fmt(ser)}`);
     return out;
   } finally {
     await d?.stop();

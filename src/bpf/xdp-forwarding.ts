@@ -17,6 +17,15 @@ export interface ForwardingCheck {
   detail: string;
 }
 
+/** How xdp_lb is attached (src/bpf/dataplane): the mode in use, the mode asked for (--xdp-mode), and whether native
+ * attached but could not forward so that generic is in use. Data, not a log line: bpf cannot reach the logger, so the
+ * reconciler logs it and writes it into the node's status. */
+export interface XdpForwarding extends ForwardingCheck {
+  mode: 'native' | 'generic';
+  requested: 'native' | 'generic' | 'auto';
+  fellBack: boolean;
+}
+
 /** Sum of the driver's XDP transmit counters (`ethtool -S`), or null when it has none. */
 function xdpXmitCount(ifname: string): number | null {
   let text: string;

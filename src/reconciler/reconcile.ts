@@ -24,6 +24,7 @@ import type { GitRemote } from './source/git-remote.js';
 import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
+import { describeXdp, statusXdp } from './status/xdp-report.js';
 import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
 import { checkRevision } from './verify/revision-check.js';
 import type { Trust } from './verify/trust.js';
@@ -255,7 +256,22 @@ export class Reconciler {
       ...this.statusSection('bgp', this.o.statusBgp),
       ...(this.verification && { verification: this.verification }),
       ...(this.appliedCommit && { appliedCommit: this.appliedCommit }),
+      ...(this.dp.forwarding && { xdp: statusXdp(this.dp.forwarding) }),
     };
+  }
+
+  private loggedXdp = '';
+
+  /** Logs the data plane's XDP attachment once each time it changes: a fallback from native is a warning. */
+  private noteXdp(): void {
+    const f = this.dp.forwarding;
+    if (!f) return;
+    const line = describeXdp(f);
+    if (line === this.loggedXdp) return;
+    this.loggedXdp = line;
+    const fields = { stage: 'apply', xdpMode: f.mode, xdpRequested: f.requested, xdpFellBack: f.fellBack, forwards: f.forwards };
+    if (f.fellBack || f.forwards === false) this.log.warn(line, fields);
+    else this.log.info(line, fields);
   }
 
   private condition(type: Condition['type'], status: Condition['status'], reason: ConditionReason, message: string): void {
@@ -319,6 +335,7 @@ export class Reconciler {
    * next reconcile; `flushStatus()` waits for everything handed over so far.
    */
   private publish(why: string): void {
+    this.noteXdp();
     if (!this.o.statusSink) return;
     this.lastPublishedMs = this.clock().getTime();
     clearTimeout(this.statusRetry);

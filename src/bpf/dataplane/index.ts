@@ -4,7 +4,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
-import { checkXdpForwarding, type ForwardingCheck } from '../xdp-forwarding.js';
+import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
@@ -217,22 +217,22 @@ class LbDataPlane implements DataPlane {
     const mode = this.opts.xdpMode ?? 'auto';
     this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, mode, pin);
     if (this.attachment.mode !== 'native') {
-      this.forwarding = { mode: this.attachment.mode, forwards: null, detail: 'generic XDP transmits through the stack; not probed' };
+      this.forwarding = { mode: this.attachment.mode, requested: mode, fellBack: false, forwards: null, detail: 'generic XDP transmits through the stack; not probed' };
       return;
     }
     const check = await checkXdpForwarding(ifname);
-    this.forwarding = { mode: 'native', ...check };
+    this.forwarding = { mode: 'native', requested: mode, fellBack: false, ...check };
     if (check.forwards !== false) return;
     this.attachment.detach();
     this.attachment = null;
     if (mode === 'native') throw Object.assign(new Error(`native XDP on ${ifname} cannot forward: ${check.detail}`), { code: 'ENOTSUP' });
     this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, 'generic', pin);
-    this.forwarding = { mode: 'generic', forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
-    console.error(`gitlb: ${this.forwarding.detail}`);
+    // The reconciler reads this (DataPlane.forwarding), logs the fallback and puts it in the node's status.
+    this.forwarding = { mode: 'generic', requested: mode, fellBack: true, forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
   }
 
   /** How xdp_lb is attached and what the forwarding check found (null before the first attach). */
-  forwarding: (ForwardingCheck & { mode: 'native' | 'generic' }) | null = null;
+  forwarding: XdpForwarding | null = null;
 
   private check(desired: DesiredState, rings?: ReadonlySet<number>): void {
     validateDesired(desired, rings);
@@ -574,7 +574,7 @@ function decodeConfigSettings(b: Buffer): LbSettings {
 export type LbDataPlaneHandle = DataPlane & {
   object(): BpfObject | null;
   /** How xdp_lb is attached and whether native XDP was seen to forward (null until attached). */
-  readonly forwarding: (ForwardingCheck & { mode: 'native' | 'generic' }) | null;
+  readonly forwarding: XdpForwarding | null;
 };
 
 export async function openLbDataPlane(opts: LbDataPlaneOptions): Promise<LbDataPlaneHandle> {

@@ -4,6 +4,7 @@
 import type { DesiredState } from '../../render/state.js';
 import type { LiveState, Op } from '../../render/ops.js';
 import type { BpfMap } from '../libbpf.js';
+import type { XdpForwarding } from '../xdp-forwarding.js';
 
 export type { LiveState, Op } from '../../render/ops.js';
 
@@ -46,6 +47,8 @@ export interface DataPlane {
   apply(desired: DesiredState): Promise<ApplyReport>;
   counters(): Promise<Record<string, number | Record<string, number>>>;
   close(): void;
+  /** lb data planes on an interface: how xdp_lb is attached (null until attached; absent for backends). */
+  readonly forwarding?: XdpForwarding | null;
 }
 
 /** An undo log: each step registers how to revert itself; commit steps run only on success. */

@@ -5,6 +5,7 @@ import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
 import { formatTable, lbDigestsByService } from './status-report.js';
 import { bgpOfStatus, formatBgpSection, type NodeBgpVerdict } from './bgp-report.js';
+import { describeXdp, readStatusXdp, xdpColumn, type StatusXdp } from './xdp-report.js';
 
 export interface AssessInput {
   statuses: NodeStatus[];
@@ -40,6 +41,8 @@ export interface NodeVerdict {
   down: boolean;
   /** lb nodes with BGP: per VIP announced or withdrawn (and why), BIRD's last error (docs/bgp.md). */
   bgp?: NodeBgpVerdict;
+  /** lb nodes on an interface: the XDP attach mode in use, and whether native fell back to generic. */
+  xdp?: StatusXdp;
   /** One line per reason this node makes the exit status non-zero. */
   problems: string[];
 }
@@ -97,6 +100,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
     if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's`);
     const bgp = bgpOfStatus(s);
+    const xdp = readStatusXdp(s.xdp);
     if (bgp?.birdError) problems.push(`${s.node}: BIRD did not take the announcements: ${bgp.birdError}`);
     return {
       node: s.node,
@@ -115,6 +119,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       missing: false,
       down,
       ...(bgp ? { bgp } : {}),
+      ...(xdp ? { xdp } : {}),
       problems,
     };
   });
@@ -162,6 +167,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const rows = v.nodes.map((n) => [
     n.node,
     n.role,
+    xdpColumn(n.xdp),
     n.missing ? '(no status)' : n.applied ? n.applied.slice(0, 12) : '(none)',
     n.missing ? '-' : n.down ? 'DOWN' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
     n.ageMs === null ? (n.missing ? '-' : 'STALE (never)') : `${n.stale ? 'STALE ' : ''}${formatAge(n.ageMs)} ago`,
@@ -170,10 +176,11 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     String(n.unhealthy.length),
     n.failed ? `${n.failed.revision.slice(0, 12)} ${n.failed.stage ?? ''}: ${n.failed.reason ?? ''}`.replace(/\s+/g, ' ') : '',
   ]);
-  const out = [formatTable(['NODE', 'ROLE', 'APPLIED', 'BRANCH', 'UPDATED', 'DIGESTS', 'READY', 'UNHEALTHY', 'LAST ERROR'], rows)];
+  const out = [formatTable(['NODE', 'ROLE', 'XDP', 'APPLIED', 'BRANCH', 'UPDATED', 'DIGESTS', 'READY', 'UNHEALTHY', 'LAST ERROR'], rows)];
   const details: string[] = [];
   for (const n of v.nodes) {
     if (n.unhealthy.length) details.push(`${n.node}: unhealthy reals: ${n.unhealthy.join(', ')}`);
+    if (n.xdp && (n.xdp.fellBack || n.xdp.forwards === false)) details.push(`${n.node}: ${describeXdp(n.xdp)}`);
     for (const w of n.warnings) details.push(`${n.node}: warning: ${w}`);
     for (const c of n.conditions) {
       const fine = (c.type === 'Ready' && c.status === 'True') || (c.type !== 'Ready' && c.status === 'False');

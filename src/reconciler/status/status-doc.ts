@@ -2,6 +2,7 @@
 // (schema: schemas/status.schema.json). Pure: building and serialising, no I/O.
 import { stringify, parse } from 'yaml';
 import type { Condition } from './conditions.js';
+import type { StatusXdp } from './xdp-report.js';
 
 export type AttemptResult = 'applied' | 'unchanged' | 'failed' | 'superseded' | 'decommissioned';
 export type FailureStage = 'fetch' | 'verify' | 'validate' | 'render' | 'apply' | 'readback' | 'health' | 'status';
@@ -83,6 +84,8 @@ export interface NodeStatus {
   bgp?: StatusBgp;
   verification?: StatusVerification;
   appliedCommit?: AppliedCommit;
+  /** lb nodes on an interface: the XDP attach mode in use and whether native fell back (src/reconciler/status/xdp-report.ts). */
+  xdp?: StatusXdp;
 }
 
 /** Optional fields: other nodes' files are input and are read defensively. */
