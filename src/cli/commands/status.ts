@@ -32,7 +32,8 @@ export const command = defineCommand<StatusOptions>({
   summary: 'is every node serving the branch head, recently, with agreeing tables? (exit 1 when not)',
   description: `Reads status/<node>.yaml of every node from the status branch (--status-branch, else the config
 branch's Cluster.spec.status.branch, else gitlb-status) and judges it against the head of the config branch and
-the clock. Columns: NODE, ROLE, APPLIED revision, BRANCH (head, or behind for how long since the head was
+the clock. Columns: NODE, ROLE, XDP (attach mode in use: native, generic, or generic (fallback) when native
+could not forward), APPLIED revision, BRANCH (head, or behind for how long since the head was
 committed), UPDATED (age of the status file; STALE past --stale-after), DIGESTS (agree or differ with the other lb
 nodes' Maglev table digests), READY (the Ready condition), UNHEALTHY (active reals its health checks report down),
 LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission), conditions that are not
