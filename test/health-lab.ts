@@ -129,8 +129,9 @@ export class Backend {
 
 export class Runner {
   private constructor(readonly child: ChildProcess, readonly lines: LineTap) {}
-  static async start(ns: string, m: ConfigModel, maxInFlight = 64): Promise<Runner> {
-    const child = nsSpawn(ns, [node, '--import', 'tsx', path.join(here, 'health-runner.ts'), String(maxInFlight)], {
+  /** `vipInterface`: steer via: vip checks through the TC egress program attached to that interface. */
+  static async start(ns: string, m: ConfigModel, maxInFlight = 64, vipInterface?: string): Promise<Runner> {
+    const child = nsSpawn(ns, [node, '--import', 'tsx', path.join(here, 'health-runner.ts'), String(maxInFlight), ...(vipInterface ? [vipInterface] : [])], {
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     const lines = new LineTap(child);

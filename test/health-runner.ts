@@ -1,13 +1,17 @@
 // Runs a real HealthChecker inside an lb namespace, as the lb daemon would: `node --import tsx test/health-runner.ts
-// <maxInFlight>`, model JSON on the first stdin line. Writes JSON lines: {"type":"ready"}, then {"type":"change",...}
+// <maxInFlight> [vipInterface]`, model JSON on the first stdin line. Writes JSON lines: {"type":"ready"}, then {"type":"change",...}
 // for every state flip; answers a stdin line `snapshot` with {"type":"snapshot", ...} (and its own reply latency).
 import { createInterface } from 'node:readline';
 import { HealthChecker, HealthService } from '../src/reconciler/health/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
+import { vipProbeRouter } from '../src/reconciler/health/vip-router.js';
 import type { ConfigModel } from '../src/render/model.js';
 
 const maxInFlight = Number(process.argv[2] ?? 64);
-const checker = new HealthChecker({ maxInFlight });
+// via: vip checks leave through the daemon's own router (TC egress program on this interface), as in the daemon
+const vipInterface = process.argv[3];
+const vipRouter = vipInterface ? vipProbeRouter(() => vipInterface) : undefined;
+const checker = new HealthChecker({ maxInFlight, vipRouter });
 const out = (o: unknown) => process.stdout.write(JSON.stringify(o) + '\n');
 checker.onChange((e) => out({ type: 'change', ...e, observedAt: Date.now() }));
 
@@ -48,7 +52,8 @@ lines.on('line', (line) => {
     out({ type: 'snapshot', snapshot: snap, observations: checker.observations(), replyMs: performance.now() - asked });
   }
 });
-lines.on('close', () => void checker.stop().then(() => process.exit(0)));
-process.on('SIGTERM', () => void checker.stop().then(() => process.exit(0)));
+const exit = () => void checker.stop().then(() => (vipRouter?.close(), process.exit(0)));
+lines.on('close', exit);
+process.on('SIGTERM', exit);
 // The checker's timers are unref'd; this keeps the process alive like the daemon's own loop would.
 setInterval(() => {}, 1 << 30);

@@ -3,8 +3,10 @@
 import test from 'ava';
 import { createHash } from 'node:crypto';
 import {
+  HealthChecker,
   Semaphore,
   checkTargets,
+  describeProbe,
   consensusHealth,
   decideHealth,
   healthGate,
@@ -297,6 +299,23 @@ test('targets: one per non-disabled real of a checked service; port falls back t
   ]);
   const http = targets[1]!.probe;
   t.deepEqual(http.type === 'http' && [http.path, http.expectStatus], ['/healthz', { min: 200, max: 399 }]);
+});
+
+test('targets: via: vip probes connect to the real, carrying the VIP and the service encap; without a probe path they fail', async (t) => {
+  const svc = service('web', { type: 'tcp', port: 80, via: 'vip' }, [A]);
+  svc.spec.dispatch = { mode: 'dsr', encap: 'ipip' };
+  const [target] = checkTargets(model([svc]));
+  t.deepEqual(target!.probe, { type: 'tcp', address: A, port: 80, timeoutMs: 150, via: { vip: svc.spec.vip, encap: 'ipip' } });
+  t.is(describeProbe(target!.probe), `tcp ${svc.spec.vip}:80 via ipip to ${A}`);
+  // a checker with no VipProbeRouter must not probe the real directly (that would be via: real): it fails, saying why
+  const checker = new HealthChecker();
+  const changes: string[] = [];
+  checker.onChange((e) => changes.push(`${e.to} ${e.result.detail}`));
+  checker.update(model([{ ...svc, spec: { ...svc.spec, healthCheck: { ...svc.spec.healthCheck, intervalMs: 100, fall: 1 } } }]));
+  checker.start();
+  for (let i = 0; i < 100 && changes.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  await checker.stop();
+  t.deepEqual(changes, ['down no VIP probe path on this node']);
 });
 
 // ---- status round trip -----------------------------------------------------------------------------------------

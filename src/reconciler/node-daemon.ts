@@ -16,6 +16,7 @@ import { PeerHttpReader, startPeerServer, type PeerServer } from './health/peer-
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
+import { vipProbeRouter } from './health/vip-router.js';
 import { refreshNeighbours } from './neighbours.js';
 import { loadCredentials } from './source/credentials.js';
 import { openRemote } from './source/git-remote.js';
@@ -188,7 +189,9 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // revision that costs too much of the traffic on healthy reals (docs/health.md).
   const runHealth = role === 'lb' && o.health && !o.once;
   let peerFeed: PeerObservationFeed | null = null;
-  const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [] }) : null;
+  // via: vip checks leave from this node's interface through a TC egress program, attached on first use.
+  const vipRouter = runHealth ? vipProbeRouter(() => o.interface ?? own?.spec.interface) : null;
+  const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [], vipRouter: vipRouter ?? undefined }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
   // Consensus mode: peers' observations come straight from the peers over HTTP when the cluster's shared secret
@@ -239,6 +242,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       await bgp?.withdrawAll().catch((err: unknown) => log.warn(`decommission: BGP withdraw failed: ${(err as Error).message}`));
       bgp?.stop();
       await health?.checker.stop();
+      vipRouter?.close();
       await teardown(role, o, log);
     },
     cacheDir: o.cacheDir,
@@ -309,6 +313,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       for (const t of tasks) t.stop();
       await peerServer?.close();
       await health?.checker.stop();
+      vipRouter?.close(); // the probe program is not pinned: it serves only this process's probes
       d.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding
     },
   };

@@ -8,6 +8,18 @@ import { initialHealth, stepHealth, type CheckResult, type HealthState, type Rea
 import { runProbe, describeProbe } from './probes.js';
 import { Semaphore } from './semaphore.js';
 import { checkTargets, type CheckTarget } from './targets.js';
+import type { VipProbeRoute } from '../../bpf/vip-probe.js';
+
+/** Installs the routes of via: vip probes (src/bpf/vip-probe.ts on the lb node's interface). */
+export interface VipProbeRouter {
+  set(routes: VipProbeRoute[]): Promise<void>;
+}
+
+/**
+ * Source ports reserved for via: vip probes, one per target: above the kernel's default ephemeral range
+ * (32768-60999), so no other connection of this host picks one of them. Size = probe_routes max_entries.
+ */
+export const VIP_PROBE_PORTS = { min: 61000, count: 4096 } as const;
 
 export interface HealthChange {
   service: string;
@@ -22,6 +34,8 @@ export interface HealthChange {
 export interface HealthCheckerOptions {
   /** Upper bound on probes (sockets) in flight at once. Default 64. */
   maxInFlight?: number;
+  /** Where via: vip probes are steered; without one they fail (and say why). */
+  vipRouter?: VipProbeRouter;
 }
 
 /** Per-real status for `gitlb status` and status/<node>.yaml. */
@@ -54,9 +68,16 @@ export class HealthChecker {
   private model: ConfigModel | null = null;
   private started = false;
   private checks = 0;
+  private readonly vipRouter?: VipProbeRouter;
+  /** via: vip targets' reserved source ports, by target key. */
+  private readonly vipPorts = new Map<string, number>();
+  /** Settles once the routes of the last update() are installed; its error fails via: vip probes. */
+  private vipRoutes: Promise<string | null> = Promise.resolve(null);
+  private probationTargets: CheckTarget[] = [];
 
   constructor(opts: HealthCheckerOptions = {}) {
     this.sem = new Semaphore(opts.maxInFlight ?? 64);
+    this.vipRouter = opts.vipRouter;
   }
 
   /**
@@ -82,6 +103,52 @@ export class HealthChecker {
       this.tracked.set(key, fresh);
       if (this.started) this.schedule(fresh, firstDelay(key, target.intervalMs));
     }
+    this.probationTargets = [];
+    this.routeVipProbes();
+  }
+
+  /**
+   * Probation (probation.ts) probes targets this checker does not track yet: via: vip ones get their source port
+   * and route here (kept until the next update(), which tracks them with the same port when the revision applies).
+   */
+  probationProbe(targets: readonly CheckTarget[]): (t: CheckTarget, signal?: AbortSignal) => Promise<CheckResult> {
+    if (targets.some((t) => t.probe.via)) {
+      this.probationTargets = targets.filter((t) => t.probe.via);
+      this.routeVipProbes();
+    }
+    return (t, signal) => this.probe(t, signal);
+  }
+
+  /** Reserves a source port per via: vip target and installs the routes before any of those probes runs. */
+  private routeVipProbes(): void {
+    const targets = [...[...this.tracked.values()].map((t) => t.target).filter((t) => t.probe.via), ...this.probationTargets];
+    const wanted = new Set(targets.map((t) => t.key));
+    for (const key of this.vipPorts.keys()) if (!wanted.has(key)) this.vipPorts.delete(key);
+    const used = new Set(this.vipPorts.values());
+    let next = 0;
+    const routes: VipProbeRoute[] = [];
+    for (const t of targets) {
+      let port = this.vipPorts.get(t.key);
+      if (port === undefined) {
+        while (next < VIP_PROBE_PORTS.count && used.has(VIP_PROBE_PORTS.min + next)) next++;
+        if (next >= VIP_PROBE_PORTS.count) continue; // its probes fail: `no source port reserved (at most ${VIP_PROBE_PORTS.count} via: vip checks)`
+        port = VIP_PROBE_PORTS.min + next;
+        used.add(port);
+        this.vipPorts.set(t.key, port);
+      }
+      routes.push({ vip: t.probe.via!.vip, port: t.probe.port, sourcePort: port, real: t.probe.address, encap: t.probe.via!.encap });
+    }
+    const router = this.vipRouter;
+    if (!router) {
+      this.vipRoutes = Promise.resolve(targets.length ? 'no VIP probe path on this node' : null);
+      return;
+    }
+    const previous = this.vipRoutes;
+    // serialised: routes of an older update must not land after newer ones
+    this.vipRoutes = previous.then(() => router.set(routes)).then(
+      () => null,
+      (e: Error) => `VIP probe path: ${e.message}`,
+    );
   }
 
   /** The checks of `model` this checker has no result for yet: new (service, real) pairs and changed checks. */
@@ -183,7 +250,7 @@ export class HealthChecker {
     let release: (() => void) | undefined;
     try {
       release = await this.sem.acquire(signal);
-      const result = await runProbe(t.target.probe, signal);
+      const result = await this.probe(t.target, signal);
       if (signal.aborted || this.tracked.get(t.target.key) !== t) return; // removed or stopped meanwhile: discard
       this.checks++;
       this.record(t, result);
@@ -198,6 +265,15 @@ export class HealthChecker {
         this.schedule(t, begun + t.target.intervalMs - Date.now());
       }
     }
+  }
+
+  /** via: vip probes wait for their route and use their reserved source port; the others run as they are. */
+  private async probe(t: CheckTarget, signal?: AbortSignal): Promise<CheckResult> {
+    if (!t.probe.via) return runProbe(t.probe, signal);
+    const problem = await this.vipRoutes;
+    const sourcePort = this.vipPorts.get(t.key);
+    if (problem || sourcePort === undefined) return { ok: false, detail: problem ?? `no source port reserved (at most ${VIP_PROBE_PORTS.count} via: vip checks)`, at: Date.now(), durationMs: 0 };
+    return runProbe({ ...t.probe, sourcePort }, signal);
   }
 
   private record(t: Tracked, result: CheckResult): void {

@@ -1,6 +1,6 @@
 // Health checks for lb nodes: active checks with hysteresis, the HealthView render uses, agreement across
 // nodes, and the post-apply health gate. See docs/health.md.
-export { HealthChecker, type HealthChange, type HealthCheckerOptions, type HealthSnapshot, type RealHealthStatus } from './checker.js';
+export { HealthChecker, VIP_PROBE_PORTS, type VipProbeRouter, type HealthChange, type HealthCheckerOptions, type HealthSnapshot, type RealHealthStatus } from './checker.js';
 export { decideHealth, agreementMode, DEFAULT_STALE_AFTER_MS, type HealthDecision, type HealthDecisionInput } from './agreement.js';
 export { healthGate, healthyShare, type GateResult, type GateState, type ServiceShare } from './gate.js';
 export { stepHealth, initialHealth, type CheckResult, type HealthState, type RealHealth } from './hysteresis.js';

@@ -3,7 +3,7 @@
 // health; docs/health.md). A target starts `down` here, not `unknown`: the first success alone does not admit it.
 // It ends `up` after `rise` successes in a row, `down` after `fall` failures in a row, or `down` when the deadline
 // passes first. Probes of different targets run concurrently, bounded by one semaphore.
-import { stepHealth, type RealHealth } from './hysteresis.js';
+import { stepHealth, type CheckResult, type RealHealth } from './hysteresis.js';
 import { runProbe } from './probes.js';
 import { Semaphore } from './semaphore.js';
 import type { CheckTarget } from './targets.js';
@@ -15,10 +15,13 @@ export interface ProbationResult {
   checks: number;
 }
 
-export async function probation(targets: readonly CheckTarget[], o: { deadlineMs: number; maxInFlight?: number; signal?: AbortSignal; now?: () => number }): Promise<ProbationResult[]> {
+export async function probation(targets: readonly CheckTarget[], o: { deadlineMs: number; maxInFlight?: number; signal?: AbortSignal; now?: () => number;
+  /** How one probe runs (the checker's, for via: vip routing); default runProbe. */
+  probe?: (t: CheckTarget, signal?: AbortSignal) => Promise<CheckResult> }): Promise<ProbationResult[]> {
   const now = o.now ?? Date.now;
   const end = now() + o.deadlineMs;
   const sem = new Semaphore(o.maxInFlight ?? 64);
+  const probe = o.probe ?? ((t: CheckTarget, signal?: AbortSignal) => runProbe(t.probe, signal));
   return Promise.all(targets.map(async (target): Promise<ProbationResult> => {
     let health: RealHealth = { state: 'down', since: now(), streak: 0 };
     let checks = 0;
@@ -29,7 +32,7 @@ export async function probation(targets: readonly CheckTarget[], o: { deadlineMs
       const release = await sem.acquire(o.signal).catch(() => null);
       if (!release) break;
       try {
-        health = stepHealth(health, await runProbe(target.probe, o.signal), rise, fall).next;
+        health = stepHealth(health, await probe(target, o.signal), rise, fall).next;
         checks++;
       } finally {
         release();

@@ -5,27 +5,41 @@ import net from 'node:net';
 import http from 'node:http';
 import type { CheckResult } from './hysteresis.js';
 
-export interface TcpProbe {
-  type: 'tcp';
-  address: string;
-  port: number;
-  timeoutMs: number;
+/**
+ * healthCheck.via: vip — the probe connects to the real's address from a source port the checker reserved for it;
+ * the TC programs of src/bpf/vip-probe.ts turn it into a packet to `vip` on the wire (l2 or ipip) and the real's
+ * answer from the VIP back into one from the real.
+ */
+export interface ViaVip {
+  vip: string;
+  encap: 'l2' | 'ipip';
 }
 
-export interface HttpProbe {
-  type: 'http';
+interface ProbeBase {
   address: string;
   port: number;
-  path: string;
   timeoutMs: number;
+  via?: ViaVip;
+  /** Local port to connect from (via: vip only; set by the checker, not part of the check's definition). */
+  sourcePort?: number;
+}
+
+export interface TcpProbe extends ProbeBase {
+  type: 'tcp';
+}
+
+export interface HttpProbe extends ProbeBase {
+  type: 'http';
+  path: string;
   expectStatus: { min: number; max: number };
 }
 
 export type Probe = TcpProbe | HttpProbe;
 
 export function describeProbe(p: Probe): string {
-  const host = net.isIPv6(p.address) ? `[${p.address}]` : p.address;
-  return p.type === 'tcp' ? `tcp ${host}:${p.port}` : `http GET ${host}:${p.port}${p.path}`;
+  const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
+  const via = p.via ? ` via ${p.via.encap} to ${p.address}` : '';
+  return (p.type === 'tcp' ? `tcp ${host}:${p.port}` : `http GET ${host}:${p.port}${p.path}`) + via;
 }
 
 export function runProbe(p: Probe, signal?: AbortSignal): Promise<CheckResult> {
@@ -35,23 +49,25 @@ export function runProbe(p: Probe, signal?: AbortSignal): Promise<CheckResult> {
 /** Succeeds when the TCP handshake completes; closes the connection right away. */
 export function tcpProbe(p: TcpProbe, signal?: AbortSignal): Promise<CheckResult> {
   return withDeadline(p.timeoutMs, signal, (finish) => {
-    const socket = net.connect({ host: p.address, port: p.port });
+    const socket = net.connect({ host: p.address, port: p.port, ...local(p) });
     socket.once('connect', () => finish(true, 'connected'));
     socket.once('error', (e: NodeJS.ErrnoException) => finish(false, e.code ?? e.message));
-    return () => socket.destroy();
+    return () => close(socket, p);
   });
 }
 
 /** Succeeds when a GET of `path` answers with a status inside `expectStatus` (inclusive). Body is discarded. */
 export function httpProbe(p: HttpProbe, signal?: AbortSignal): Promise<CheckResult> {
   return withDeadline(p.timeoutMs, signal, (finish) => {
-    const host = net.isIPv6(p.address) ? `[${p.address}]` : p.address;
+    // via: vip asks as a client of the VIP would
+    const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
     const req = http.request({
       host: p.address,
       port: p.port,
       path: p.path,
       method: 'GET',
       agent: false, // one fresh connection per check: a kept-alive socket would hide a dead listener
+      ...local(p),
       headers: { host: `${host}:${p.port}`, 'user-agent': 'gitlb-health', connection: 'close' },
     });
     req.once('response', (res) => {
@@ -61,8 +77,19 @@ export function httpProbe(p: HttpProbe, signal?: AbortSignal): Promise<CheckResu
     });
     req.once('error', (e: NodeJS.ErrnoException) => finish(false, e.code ?? e.message));
     req.end();
-    return () => req.destroy();
+    return () => (req.socket ? close(req.socket, p) : req.destroy());
   });
+}
+
+/** A fixed source port (via: vip) reuses one 4-tuple every interval. */
+function local(p: Probe): { localPort?: number } {
+  return p.sourcePort ? { localPort: p.sourcePort } : {};
+}
+
+/** With a fixed source port, close by RST: a FIN would leave the 4-tuple in TIME_WAIT and fail the next probe. */
+function close(socket: net.Socket, p: Probe): void {
+  if (p.sourcePort && !socket.destroyed && socket.readyState !== 'opening') socket.resetAndDestroy();
+  else socket.destroy();
 }
 
 /** Runs `start`, resolving with the first of: its finish(), the timeout, the abort. Always cleans up the socket. */

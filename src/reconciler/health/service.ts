@@ -11,7 +11,7 @@ import type { DesiredState } from '../../render/state.js';
 import { renderDesiredState } from '../../render/desired.js';
 import { localDownSet, type HealthView, type NodeObservations } from '../../render/health-quorum.js';
 import { decideHealth, agreementMode, type HealthDecision } from './agreement.js';
-import { HealthChecker, type HealthChange } from './checker.js';
+import { HealthChecker, type HealthChange, type VipProbeRouter } from './checker.js';
 import { healthGate, type GateResult, type GateState } from './gate.js';
 import { healthStatus, type HealthStatus } from './status.js';
 import { checkTargets, targetKey } from './targets.js';
@@ -24,6 +24,8 @@ export interface HealthServiceOptions {
   /** Peers' published observations (from the status branch); only read in consensus mode. */
   peers?: () => NodeObservations[];
   maxInFlight?: number;
+  /** Steers via: vip probes (the lb node's VipProbePath); without one they fail. */
+  vipRouter?: VipProbeRouter;
   clock?: () => number;
   log?: { warn(msg: string): void };
 }
@@ -45,7 +47,7 @@ export class HealthService {
   private lastFailOpen = '';
 
   constructor(private readonly o: HealthServiceOptions) {
-    this.checker = new HealthChecker({ maxInFlight: o.maxInFlight });
+    this.checker = new HealthChecker({ maxInFlight: o.maxInFlight, vipRouter: o.vipRouter });
     this.clock = o.clock ?? Date.now;
   }
 
@@ -134,7 +136,7 @@ export class HealthService {
       if (!beforeModel) return { pass: true, reason: 'first revision on this node: nothing to protect' };
       const untried = this.checker.untried(model);
       if (untried.length === 0) return { pass: true, reason: 'no new or changed checks' };
-      const results = await probation(untried, { deadlineMs: opts.deadlineMs ?? probationDeadlineMs(untried) });
+      const results = await probation(untried, { deadlineMs: opts.deadlineMs ?? probationDeadlineMs(untried), probe: this.checker.probationProbe(untried) });
       const verdict = new Map(results.map((r) => [r.target.key, r.health.state === 'up']));
       const downBefore = localDownSet(this.checker.observations());
       const downAfter: Record<string, string[]> = {};

@@ -25,15 +25,21 @@ export function checkTargets(model: ConfigModel): CheckTarget[] {
   for (const svc of model.services) {
     const hc = svc.spec.healthCheck;
     if (hc.type === 'none') continue;
+    const viaVip = hc.via === 'vip';
     const port = checkPort(svc);
+    const encap = svc.spec.dispatch.encap ?? 'l2';
     for (const real of svc.spec.reals) {
       if (real.state === 'disabled') continue;
+      // via: vip probes VIP:port as clients reach it; validation admits it only for dsr l2/ipip IPv4 services
+      const address = real.address;
+      const via = viaVip ? { via: { vip: svc.spec.vip, encap: encap as 'l2' | 'ipip' } } : {};
       const probe: Probe = hc.type === 'tcp'
-        ? { type: 'tcp', address: real.address, port, timeoutMs: hc.timeoutMs }
+        ? { type: 'tcp', address, port, timeoutMs: hc.timeoutMs, ...via }
         : {
             type: 'http',
-            address: real.address,
+            address,
             port,
+            ...via,
             path: hc.path ?? '/',
             timeoutMs: hc.timeoutMs,
             expectStatus: hc.expectStatus ?? { ...DEFAULT_EXPECT_STATUS },
@@ -60,3 +66,4 @@ function checkPort(svc: ServiceDoc): number {
   if (!first) throw new Error(`service ${svc.metadata.name}: healthCheck.port is required when the service has no ports`);
   return first.targetPort ?? first.port;
 }
+

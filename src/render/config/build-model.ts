@@ -97,7 +97,8 @@ export function buildService(l: Located<RawService>): ServiceDoc {
   const firstPort = s.ports[0]!;
   const healthCheck: HealthCheckSpec = {
     type: hc.type,
-    ...(hc.type !== 'none' ? { port: hc.port ?? firstPort.targetPort ?? firstPort.port } : {}),
+    // via: vip probes the VIP's port as clients reach it; via: real the port the real serves
+    ...(hc.type !== 'none' ? { port: hc.port ?? (hc.via === 'vip' ? firstPort.port : firstPort.targetPort ?? firstPort.port) } : {}),
     ...(hc.type === 'http' ? { path: hc.path ?? DEFAULTS.healthCheck.httpPath } : {}),
     intervalMs: durationMs(hc.interval),
     timeoutMs: durationMs(hc.timeout),
@@ -105,6 +106,7 @@ export function buildService(l: Located<RawService>): ServiceDoc {
     fall: hc.fall,
     ...(hc.failMode !== undefined ? { failMode: hc.failMode } : {}),
     ...(hc.expectStatus !== undefined ? { expectStatus: { min: hc.expectStatus.min, max: hc.expectStatus.max } } : {}),
+    ...(hc.via === 'vip' ? { via: 'vip' as const } : {}),
   };
   return {
     apiVersion: 'gitlb/v1',

@@ -46,7 +46,7 @@ export type RawService = RawDocument<
     dispatch: { mode: DispatchMode; encap?: Encap };
     hash: { sourcePort: boolean };
     healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number;
-      failMode?: HealthFailMode; expectStatus?: { min: number; max: number } };
+      failMode?: HealthFailMode; expectStatus?: { min: number; max: number }; via?: 'vip' | 'real' };
     reals: { address: string; weight: number; state: RealState }[];
     maglev?: { tableSize?: number };
   }

@@ -380,6 +380,15 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
   if (hc.type === 'none' && hc.port !== undefined) {
     emit('error', doc, ['spec', 'healthCheck', 'port'], `spec.healthCheck.port: no check is run with type none; set type tcp or http`, 'key');
   }
+  if (hc.via === 'vip') {
+    // the TC egress program of src/bpf/vip-probe.ts steers IPv4 probes by MAC (l2) or outer IPv4 header (ipip)
+    const why = hc.type === 'none' ? 'no check is run with type none'
+      : spec.dispatch.mode !== 'dsr' ? `only dsr services are probed through the VIP (dispatch.mode is ${spec.dispatch.mode})`
+      : (spec.dispatch.encap ?? 'l2') === 'ipopt' ? 'dispatch.encap ipopt is not supported yet; use via: real'
+      : spec.vip.includes(':') ? 'IPv6 VIPs are not supported yet; use via: real'
+      : null;
+    if (why) emit('error', doc, ['spec', 'healthCheck', 'via'], `spec.healthCheck.via: vip: ${why}`);
+  }
   const interval = durationMs(hc.interval);
   const timeout = durationMs(hc.timeout);
   if (interval < 100 || interval > 600_000) {

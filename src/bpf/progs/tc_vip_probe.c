@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Health probes through the VIP path (healthCheck.via: vip; docs/health.md). The lb node's health checker
+ * connects to REAL:port from a source port it reserved for one (service, real), so the kernel routes the probe
+ * and resolves the next hop exactly as for a via: real probe. On TC egress of the lb node's interface,
+ * vip_probe_egress recognises the reserved (real, port, source port) in probe_out and turns the probe into what
+ * a client packet looks like when the XDP program forwards it: destination rewritten to the VIP, then either
+ * sent as is to the real's MAC (dsr-l2) or inside an outer IPv4 header to the real (dsr-ipip). The real answers
+ * from VIP:port straight to the lb node (DSR); vip_probe_ingress (TC ingress, after the XDP program passed the
+ * packet: its destination is the node's own address) finds (VIP, port, source port) in probe_in and puts the
+ * real's address back as the source, so the socket sees its own connection. A real that lost its VIP (l2) or
+ * its decapsulation (ipip) never answers from the VIP, and the probe fails. Every other packet passes untouched.
+ * IPv4 TCP only. */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <stddef.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define PROBE_ENCAP_L2 1
+#define PROBE_ENCAP_IPIP 2
+
+#define IP_OFF sizeof(struct ethhdr)
+#define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
+#define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
+#define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
+#define TCP_CSUM_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, check))
+
+struct probe_key {
+	__be32 addr;  /* egress: the real; ingress: the VIP */
+	__be16 port;  /* the service port probed */
+	__be16 sport; /* the probe's reserved source port */
+};
+
+struct probe_out {
+	__be32 vip;
+	__be32 outer_src; /* ipip: outer source; 0 = the probe's own source address */
+	__u32 encap;      /* PROBE_ENCAP_* */
+};
+
+struct probe_in {
+	__be32 real;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct probe_key);
+	__type(value, struct probe_out);
+} probe_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct probe_key);
+	__type(value, struct probe_in);
+} probe_in SEC(".maps");
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* The IPv4 TCP header pair at the front of an Ethernet frame (no options: probes and their answers carry none
+ * the kernel would add on this path), or NULL. */
+static __always_inline struct iphdr *tcp4(struct __sk_buff *skb, struct tcphdr **tcp)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+
+	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return 0;
+	if (ip->ihl != 5 || ip->protocol != IPPROTO_TCP)
+		return 0;
+	*tcp = (void *)(ip + 1);
+	if ((void *)(*tcp + 1) > data_end)
+		return 0;
+	return ip;
+}
+
+/* Rewrites the 4-byte address at `off` from `from` to `to`, fixing the IPv4 and the TCP (pseudo-header) sums. */
+static __always_inline int rewrite_addr(struct __sk_buff *skb, __u32 off, __be32 from, __be32 to)
+{
+	if (bpf_l4_csum_replace(skb, TCP_CSUM_OFF, from, to, BPF_F_PSEUDO_HDR | sizeof(to)))
+		return -1;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, from, to, sizeof(to)))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &to, sizeof(to), 0) ? -1 : 0;
+}
+
+SEC("tc")
+int vip_probe_egress(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct iphdr *ip = tcp4(skb, &tcp);
+
+	if (!ip)
+		return TC_ACT_OK;
+	struct probe_key key = { .addr = ip->daddr, .port = tcp->dest, .sport = tcp->source };
+	struct probe_out *r = bpf_map_lookup_elem(&probe_out, &key);
+
+	if (!r)
+		return TC_ACT_OK;
+	__be32 real = ip->daddr, src = ip->saddr, vip = r->vip, outer_src = r->outer_src;
+	__u32 encap = r->encap;
+	__u8 tos = ip->tos;
+	__u16 len = bpf_ntohs(ip->tot_len);
+
+	/* the MACs already lead to the real's next hop: the kernel routed the probe to the real's address */
+	if (rewrite_addr(skb, IP_DST_OFF, real, vip))
+		return TC_ACT_SHOT;
+	if (encap == PROBE_ENCAP_L2)
+		return TC_ACT_OK;
+	if (encap != PROBE_ENCAP_IPIP)
+		return TC_ACT_SHOT; /* never let a probe we cannot steer reach the VIP's owner */
+
+	struct iphdr outer = {
+		.version = 4,
+		.ihl = 5,
+		.tos = tos,
+		.tot_len = bpf_htons(len + sizeof(struct iphdr)),
+		.ttl = 64,
+		.protocol = IPPROTO_IPIP,
+		.saddr = outer_src ? outer_src : src,
+		.daddr = real,
+	};
+
+	outer.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&outer, sizeof(outer), 0));
+	if (bpf_skb_adjust_room(skb, sizeof(struct iphdr), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(outer), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int vip_probe_ingress(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct iphdr *ip = tcp4(skb, &tcp);
+
+	if (!ip)
+		return TC_ACT_OK;
+	struct probe_key key = { .addr = ip->saddr, .port = tcp->source, .sport = tcp->dest };
+	struct probe_in *r = bpf_map_lookup_elem(&probe_in, &key);
+
+	if (!r)
+		return TC_ACT_OK;
+	return rewrite_addr(skb, IP_SRC_OFF, ip->saddr, r->real) ? TC_ACT_SHOT : TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";

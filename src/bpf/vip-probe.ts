@@ -1,0 +1,94 @@
+// The lb node's side of `healthCheck.via: vip` (docs/health.md): build/bpf/tc_vip_probe.o on TC egress and
+// ingress of the node's interface, and its maps probe_out ((real, port, probe source port) -> (VIP, encap)) and
+// probe_in ((VIP, port, probe source port) -> real). Not pinned: the programs only serve this process's probes,
+// so they leave with the process (their links close with the fds).
+import { BpfObject, type BpfMap, type TcAttachment } from './libbpf.js';
+
+export const VIP_PROBE_OBJECT = 'tc_vip_probe';
+/** max_entries of probe_out and probe_in (tc_vip_probe.c). */
+export const MAX_VIP_PROBE_ROUTES = 4096;
+
+export interface VipProbeRoute {
+  vip: string;
+  port: number;
+  sourcePort: number;
+  real: string;
+  encap: 'l2' | 'ipip';
+  /** ipip outer source; absent: the probe's own source address. */
+  outerSource?: string;
+}
+
+const ENCAP = { l2: 1, ipip: 2 } as const;
+
+function ipv4(addr: string, what: string): Buffer {
+  const parts = addr.split('.').map(Number);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) throw new Error(`vip probe: ${what} ${addr} is not an IPv4 address`);
+  return Buffer.from(parts);
+}
+
+/** struct probe_key: the peer address (egress: the real, ingress: the VIP), the service port, the source port. */
+function encodeKey(addr: string, what: string, r: VipProbeRoute): Buffer {
+  const b = Buffer.alloc(8);
+  ipv4(addr, what).copy(b, 0);
+  b.writeUInt16BE(r.port, 4);
+  b.writeUInt16BE(r.sourcePort, 6);
+  return b;
+}
+
+/** probe_out entry: the probe leaving towards the real becomes a packet to the VIP. */
+export function encodeOut(r: VipProbeRoute): [Buffer, Buffer] {
+  const v = Buffer.alloc(12);
+  ipv4(r.vip, 'VIP').copy(v, 0);
+  if (r.outerSource) ipv4(r.outerSource, 'outer source').copy(v, 4);
+  v.writeUInt32LE(ENCAP[r.encap], 8);
+  return [encodeKey(r.real, 'real', r), v];
+}
+
+/** probe_in entry: the real's answer from the VIP is given back the real's address. */
+export function encodeIn(r: VipProbeRoute): [Buffer, Buffer] {
+  return [encodeKey(r.vip, 'VIP', r), ipv4(r.real, 'real')];
+}
+
+export class VipProbePath {
+  private constructor(private readonly obj: BpfObject, private readonly links: TcAttachment[]) {}
+
+  /** Loads the programs and attaches them to TC ingress and egress of `ifname` (in the caller's namespace). */
+  static async attach(ifname: string, objectPath = VIP_PROBE_OBJECT): Promise<VipProbePath> {
+    const obj = await BpfObject.load(objectPath);
+    const links: TcAttachment[] = [];
+    try {
+      // ingress first: an answer must never find the egress rewrite without its way back
+      links.push(obj.program('vip_probe_ingress').attachTc(ifname, 'ingress'));
+      links.push(obj.program('vip_probe_egress').attachTc(ifname, 'egress'));
+      return new VipProbePath(obj, links);
+    } catch (e) {
+      for (const l of links) l.detach();
+      obj.close();
+      throw e;
+    }
+  }
+
+  /** Makes probe_in and probe_out exactly `want` (ingress entries written before egress ones, removed after). */
+  set(want: readonly VipProbeRoute[]): void {
+    if (want.length > MAX_VIP_PROBE_ROUTES) throw new Error(`vip probe: ${want.length} routes exceed the limit of ${MAX_VIP_PROBE_ROUTES}`);
+    const into = (map: BpfMap, entries: [Buffer, Buffer][]) => {
+      for (const [k, v] of entries) map.update(k, v);
+      return new Set(entries.map(([k]) => k.toString('hex')));
+    };
+    const prune = (map: BpfMap, keep: Set<string>) => {
+      for (const k of map.keys()) if (!keep.has(k.toString('hex'))) map.delete(k);
+    };
+    const keepIn = into(this.obj.map('probe_in'), want.map(encodeIn));
+    const keepOut = into(this.obj.map('probe_out'), want.map(encodeOut));
+    prune(this.obj.map('probe_out'), keepOut);
+    prune(this.obj.map('probe_in'), keepIn);
+  }
+
+  close(): void {
+    try {
+      for (const l of this.links) l.detach();
+    } finally {
+      this.obj.close();
+    }
+  }
+}
