@@ -97,6 +97,7 @@ async function checkPrograms(pinRoot: string): Promise<CheckResult[]> {
   const out: CheckResult[] = [];
   for (const [name, role] of [
     ['xdp_lb', 'lb'],
+    ['tc_vip_probe', 'lb via-vip'], // healthCheck.via: vip (docs/health.md)
     ['tc_backend', 'backend'],
   ] as const) {
     // bpffs refuses names with a dot: no hidden directory here.
