@@ -226,7 +226,9 @@ export async function chapterHealth(ctx: DemoContext, stopServer: (node: string)
   const statuses = await Promise.all(ctx.view.lbNodes.map((node) => readNodeStatus(ctx.bare, node)));
   const healthLine = statuses.map((s, i) => {
     const real = s?.services.find((x) => x.name === 'web')?.reals.find((x) => x.address === '198.51.100.23');
-    return `${ctx.view.lbNodes[i]}: be-3 ${real ? (real.healthy ? 'healthy' : 'unhealthy') : 'not listed'}, ${real?.entries ?? 0} table entries`;
+    // Status lists only reals that need a look: a healthy active real is counted, not listed.
+    const listed = real ? `${real.healthy ? 'healthy' : 'unhealthy'}, ${real.entries} table entries` : 'healthy and active (not listed)';
+    return `${ctx.view.lbNodes[i]}: be-3 ${s ? listed : 'no status'}`;
   });
   ctx.n.say(`status branch says: ${healthLine.join('; ')}`);
   if (drained) ctx.n.ok('new flows no longer reach be-3; the other backends took its share');

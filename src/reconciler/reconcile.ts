@@ -31,6 +31,7 @@ import type { Trust } from './verify/trust.js';
 import type { PayloadSigner } from './source/git-objects.js';
 import {
   emptyCounters,
+  statusService,
   type AttemptResult,
   type FailureStage,
   type AppliedCommit,
@@ -383,13 +384,7 @@ export class Reconciler {
 
   private servicesFrom(live: { services: { id: number; digest: string }[] }, desired: DesiredState): void {
     const liveDigest = new Map(live.services.map((s) => [s.id, s.digest]));
-    this.lastServices = desired.services.map((s) => ({
-      name: s.name,
-      id: s.id,
-      tableSize: s.tableSize,
-      digest: liveDigest.get(s.id) ?? s.digest,
-      reals: s.reals.map((r) => ({ address: r.address, weight: r.weight, state: r.state, healthy: r.healthy, entries: r.entries })),
-    }));
+    this.lastServices = desired.services.map((s) => statusService(s, liveDigest.get(s.id) ?? s.digest));
   }
 
   private countReport(r: ApplyReport): void {

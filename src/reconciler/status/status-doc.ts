@@ -23,12 +23,38 @@ export interface StatusRealState {
   entries: number;
 }
 
+/** How many reals a service has, by state, and how many its health checks report down. */
+export interface StatusRealCounts {
+  total: number;
+  active: number;
+  drain: number;
+  disabled: number;
+  unhealthy: number;
+}
+
 export interface StatusService {
   name: string;
   id: number;
   tableSize: number;
   digest: string;
+  /** Absent in files written before the counts existed (then `reals` lists every real). */
+  realCounts?: StatusRealCounts;
+  /** The reals that need a look: unhealthy, draining or disabled. Healthy active reals are only counted, so the
+   * document (written after every apply) grows with what is wrong, not with the size of the config. */
   reals: StatusRealState[];
+}
+
+/** The status entry of one rendered service; `digest` as read back from the kernel. */
+export function statusService(s: { name: string; id: number; tableSize: number; reals: readonly StatusRealState[] }, digest: string): StatusService {
+  const realCounts: StatusRealCounts = { total: s.reals.length, active: 0, drain: 0, disabled: 0, unhealthy: 0 };
+  const reals: StatusRealState[] = [];
+  for (const r of s.reals) {
+    realCounts[r.state]++;
+    if (!r.healthy) realCounts.unhealthy++;
+    if (r.healthy && r.state === 'active') continue;
+    reals.push({ address: r.address, weight: r.weight, state: r.state, healthy: r.healthy, entries: r.entries });
+  }
+  return { name: s.name, id: s.id, tableSize: s.tableSize, digest, realCounts, reals };
 }
 
 export interface StatusCounters {
