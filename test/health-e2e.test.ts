@@ -3,16 +3,14 @@
 // A backend is killed while new connections arrive every few ms: new flows stop reaching it once the health check
 // takes it out, and established connections to the other backends carry on without a reset.
 import test from 'ava';
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { labUp, labDown, labNs } from '../src/lab/lab.js';
+import { labNs } from '../src/lab/lab.js';
 import { nsSpawn, stopChild, waitForPort } from '../src/lab/netns.js';
 import type { ChildProcess } from 'node:child_process';
-import { LineTap } from './health-lab.js';
+import { startE2eLab } from './health-lab.js';
 
-const here = fileURLToPath(new URL('.', import.meta.url));
 const VIP = '203.0.113.10';
 const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '198.51.100.23' };
 const interval = 200, fall = 3, rise = 2;
@@ -37,15 +35,9 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
   const configDir = join(work, 'config');
   writeConfig(configDir);
   const t0 = Date.now();
-  const state = await labUp({ configDir, stateDir: join(work, 'lab'), daemons: false, vipsOnLo: true, clientCount: 1 });
+  const lab = await startE2eLab(configDir, work, 'health-e2e', VIP);
+  const { state, lbOut, client, clientOut } = lab;
   t.log(`lab up in ${Date.now() - t0} ms`);
-  const pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}health-e2e`;
-  const lb = nsSpawn(labNs(state, 'lb-1'), [process.execPath, '--import', 'tsx', join(here, 'health-lb-runner.ts'), configDir, 'lb-1', 'eth0', pinRoot],
-    { stdio: ['pipe', 'pipe', 'inherit'] });
-  const lbOut = new LineTap(lb);
-  const client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'],
-    { stdio: ['pipe', 'pipe', 'inherit'] });
-  const clientOut = new LineTap(client);
   let revived: ChildProcess | undefined;
   const ask = async (cmd: string, type: string, timeoutMs = 15_000) => {
     client.stdin!.write(cmd + '\n');
@@ -125,11 +117,6 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
     t.deepEqual(again.filter((f) => f.result.startsWith('error')), []);
   } finally {
     if (revived) await stopChild(revived, 1000);
-    client.stdin!.end();
-    lb.stdin!.end();
-    await Promise.all([stopChild(client, 2000), stopChild(lb, 3000)]);
-    await labDown(state.stateDir);
-    rmSync(work, { recursive: true, force: true });
-    rmSync(pinRoot, { recursive: true, force: true });
+    await lab.stop();
   }
 });

@@ -4,7 +4,9 @@ import type { ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import { rmSync } from 'node:fs';
 import { nsSpawn, stopChild } from '../src/lab/netns.js';
+import { labUp, labDown, labNs, type LabState } from '../src/lab/lab.js';
 import type { ConfigModel, HealthCheckSpec, RealSpec, ServiceDoc } from '../src/render/model.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -163,4 +165,29 @@ export class Runner {
     this.child.stdin!.end();
     return stopChild(this.child, 2000);
   }
+}
+
+/**
+ * The end-to-end health lab (client, router, lb-1, DSR backends with the VIP on lo, from the config in `configDir`):
+ * lb-1 runs test/health-lb-runner.ts (real XDP data plane + HealthService; `runnerArgs` after its four), the client
+ * test/health-client.ts against vip:80. stop() ends both, takes the lab down and removes `work` and the pins.
+ */
+export async function startE2eLab(configDir: string, work: string, name: string, vip: string, runnerArgs: string[] = []) {
+  const state: LabState = await labUp({ configDir, stateDir: path.join(work, 'lab'), daemons: false, vipsOnLo: true, clientCount: 1 });
+  const pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}${name}`;
+  const lb = nsSpawn(labNs(state, 'lb-1'), [node, '--import', 'tsx', path.join(here, 'health-lb-runner.ts'), configDir, 'lb-1', 'eth0', pinRoot, ...runnerArgs],
+    { stdio: ['pipe', 'pipe', 'inherit'] });
+  const client = nsSpawn(labNs(state, 'client'), [node, '--import', 'tsx', path.join(here, 'health-client.ts'), vip, '80'],
+    { stdio: ['pipe', 'pipe', 'inherit'] });
+  return {
+    state, pinRoot, lb, lbOut: new LineTap(lb), client, clientOut: new LineTap(client),
+    async stop() {
+      client.stdin!.end();
+      lb.stdin!.end();
+      await Promise.all([stopChild(client, 2000), stopChild(lb, 3000)]);
+      await labDown(state.stateDir);
+      rmSync(work, { recursive: true, force: true });
+      rmSync(pinRoot, { recursive: true, force: true });
+    },
+  };
 }
