@@ -124,6 +124,31 @@ test('health check port defaults to the first targetPort, http path to /; durati
   t.deepEqual(hc('{type: tcp, port: 9, rise: 1, fall: 10}'), { type: 'tcp', port: 9, intervalMs: 2000, timeoutMs: 1000, rise: 1, fall: 10 });
 });
 
+test('healthCheck.via defaults to vip exactly where the VIP path works (dsr l2/ipip, IPv4, tcp/http), else real', (t) => {
+  const svc = (vip: string, dispatch: string, hc: string) =>
+    `apiVersion: gitlb/v1\nkind: Service\nmetadata: {name: s}\nspec:\n  vip: ${vip}\n  ports: [{port: 80}]\n  dispatch: ${dispatch}\n  healthCheck: ${hc}\n  reals: [{address: ${vip.includes(':') ? '2001:db8::21' : '198.51.100.21'}}]\n`;
+  const parse = (vip: string, dispatch: string, hc = '{type: tcp}') =>
+    parseConfig([file('c.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', svc(vip, dispatch, hc))]);
+  const via = (vip: string, dispatch: string, hc?: string) => {
+    const r = parse(vip, dispatch, hc);
+    t.deepEqual(r.diagnostics.filter((d) => d.severity === 'error'), [], `${vip} ${dispatch} ${hc ?? ''}`);
+    return r.model!.services[0]!.spec.healthCheck.via ?? 'real';
+  };
+  t.is(via('203.0.113.1', '{mode: dsr, encap: l2}'), 'vip');
+  t.is(via('203.0.113.1', '{mode: dsr, encap: ipip}', '{type: http}'), 'vip');
+  t.is(via('203.0.113.1', '{mode: dsr, encap: ipip}', '{type: tcp, via: real}'), 'real'); // explicit real wins
+  t.is(via('203.0.113.1', '{mode: dsr, encap: ipopt}'), 'real');
+  t.is(via('2001:db8:ff::1', '{mode: dsr, encap: ipip}'), 'real');
+  t.is(via('203.0.113.1', '{mode: snat}'), 'real');
+  t.is(via('203.0.113.1', '{mode: hybrid, encap: ipip}'), 'real');
+  t.is(via('203.0.113.1', '{mode: dsr, encap: l2}', '{type: none}'), 'real');
+  // vip probes the VIP's port by default; an explicit via: vip where it cannot work stays an error
+  t.is(parse('203.0.113.1', '{mode: dsr, encap: l2}').model!.services[0]!.spec.healthCheck.port, 80);
+  const bad = parse('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}');
+  t.is(bad.model, null);
+  t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message === 'spec.healthCheck.via: vip: dispatch.encap ipopt is not supported yet; use via: real'));
+});
+
 test('addresses are canonical and lists sorted by name, whatever the file order', async (t) => {
   const files = await readConfigDir(join(fixtures, 'valid', 'multi-doc'));
   t.deepEqual(files.map((f) => f.path), ['all.yaml', 'nested/deeper/alpha.yml']);

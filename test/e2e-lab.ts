@@ -10,6 +10,7 @@ import { labView, loadModel, type LabView } from '../src/demo/lab-view.js';
 import { appliedRevision, waitForLocalApplied, waitForStatuses } from '../src/demo/status-watch.js';
 import { renderDesiredState } from '../src/render/desired.js';
 import { ringSlot } from '../src/bpf/dataplane/flow-hash.js';
+import { VIP_PROBE_PORTS } from '../src/reconciler/health/checker.js';
 import type { ConfigModel } from '../src/render/model.js';
 import type { DesiredState } from '../src/render/state.js';
 import type { FlowRecord } from '../src/demo/traffic.js';
@@ -132,7 +133,9 @@ export async function captureAtLbPorts<T>(
   const ports = lab.state.plan.nodes.filter((n) => n.role === 'lb' && (!lbNodes || lbNodes.includes(n.name))).map((n) => n.switchPort);
   const { spawn } = await import('node:child_process');
   const procs = ports.map((p) => {
-    const argv = nsArgv(sw, ['tcpdump', '-l', '-n', '-i', p, `host ${vip}`]);
+    // not the lb nodes' own via: vip health probes (and their answers), which use the reserved source ports
+    const probes = `portrange ${VIP_PROBE_PORTS.min}-${VIP_PROBE_PORTS.min + VIP_PROBE_PORTS.count - 1}`;
+    const argv = nsArgv(sw, ['tcpdump', '-l', '-n', '-i', p, `host ${vip} and not ${probes}`]);
     const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let ready: () => void;

@@ -1,5 +1,5 @@
 // A minimal health-aware lb node for the end-to-end health test, run inside an lb namespace:
-//   node --import tsx test/health-lb-runner.ts <configDir> <node> <interface> <pinRoot> [via-vip]
+//   node --import tsx test/health-lb-runner.ts <configDir> <node> <interface> <pinRoot>
 // Loads the config, opens the real XDP data plane, checks the reals with a HealthService, and re-renders and
 // applies on every health flip (what the daemon does, without Git). JSON lines out: change, applied.
 import { rmSync } from 'node:fs';
@@ -9,13 +9,14 @@ import { renderDesiredState } from '../src/render/desired.js';
 import { HealthService } from '../src/reconciler/health/index.js';
 import { vipProbeRouter } from '../src/reconciler/health/vip-router.js';
 
-const [configDir, node, iface, pinRoot, viaVip] = process.argv.slice(2) as [string, string, string, string, string?];
+const [configDir, node, iface, pinRoot] = process.argv.slice(2) as [string, string, string, string];
 const out = (o: unknown) => process.stdout.write(JSON.stringify(o) + '\n');
 
 const model = await loadConfigModel(configDir);
 const dp = await openLbDataPlane({ pinRoot, interface: iface, xdpMode: 'generic' });
-// via-vip: healthCheck.via: vip checks get the daemon's probe path (TC programs on the interface)
-const vipRouter = viaVip === 'via-vip' ? vipProbeRouter(() => iface) : undefined;
+// as in the daemon: via: vip checks (the default for dsr l2/ipip) leave through the TC programs on the interface,
+// attached on first use
+const vipRouter = vipProbeRouter(() => iface);
 const health = new HealthService({ node, vipRouter, log: { warn: (m) => out({ type: 'warn', m }) } });
 
 let applying: Promise<void> = Promise.resolve();
@@ -40,7 +41,7 @@ await apply('start');
 
 const shutdown = async () => {
   await health.checker.stop();
-  vipRouter?.close();
+  vipRouter.close();
   await applying;
   dp.close();
   rmSync(pinRoot, { recursive: true, force: true }); // the pins (program link, maps) are this test's only

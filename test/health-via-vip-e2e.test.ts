@@ -32,7 +32,7 @@ test('e2e via: vip: a backend that lost its VIP is taken out of the table; new f
   const work = mkdtempSync(join(tmpdir(), `gitlb-via-vip-e2e-${process.pid}-`));
   const configDir = join(work, 'config');
   writeConfig(configDir);
-  const lab = await startE2eLab(configDir, work, 'via-vip-e2e', VIP, ['via-vip']);
+  const lab = await startE2eLab(configDir, work, 'via-vip-e2e', VIP);
   const { state, lbOut, client, clientOut } = lab;
   const burst = async (n: number) => {
     const seen = clientOut.all().length;

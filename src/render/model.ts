@@ -93,7 +93,7 @@ export interface HealthCheckSpec {
   failMode?: HealthFailMode;
   /** http only: inclusive range of statuses that count as healthy. Default { min: 200, max: 399 }. */
   expectStatus?: { min: number; max: number };
-  /** 'vip': probe VIP:port steered to each real as client packets are (dsr l2/ipip, IPv4). Absent: 'real'. */
+  /** 'vip': probe VIP:port steered to each real as client packets are (dsr l2/ipip, IPv4; the default there). Absent: 'real', the real's own address (the default elsewhere). */
   via?: 'vip' | 'real';
 }
 

@@ -3,6 +3,7 @@
 import type { BgpPeer, ClusterBgp, ClusterDoc, ConfigModel, NodeBgp, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
 import { canonicalCidr, canonicalIp, compareIps } from '../ip.js';
 import { DEFAULTS } from './limits.js';
+import { effectiveVia } from './health-via.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 
 function source(l: Located<unknown>): SourcePos {
@@ -95,10 +96,11 @@ export function buildService(l: Located<RawService>): ServiceDoc {
   const s = l.data.spec;
   const hc = s.healthCheck;
   const firstPort = s.ports[0]!;
+  const via = hc.type === 'none' ? 'real' : effectiveVia(s);
   const healthCheck: HealthCheckSpec = {
     type: hc.type,
     // via: vip probes the VIP's port as clients reach it; via: real the port the real serves
-    ...(hc.type !== 'none' ? { port: hc.port ?? (hc.via === 'vip' ? firstPort.port : firstPort.targetPort ?? firstPort.port) } : {}),
+    ...(hc.type !== 'none' ? { port: hc.port ?? (via === 'vip' ? firstPort.port : firstPort.targetPort ?? firstPort.port) } : {}),
     ...(hc.type === 'http' ? { path: hc.path ?? DEFAULTS.healthCheck.httpPath } : {}),
     intervalMs: durationMs(hc.interval),
     timeoutMs: durationMs(hc.timeout),
@@ -106,7 +108,8 @@ export function buildService(l: Located<RawService>): ServiceDoc {
     fall: hc.fall,
     ...(hc.failMode !== undefined ? { failMode: hc.failMode } : {}),
     ...(hc.expectStatus !== undefined ? { expectStatus: { min: hc.expectStatus.min, max: hc.expectStatus.max } } : {}),
-    ...(hc.via === 'vip' ? { via: 'vip' as const } : {}),
+    // resolved here so render and plan show it: vip by default where it works (health-via.ts); absent means real
+    ...(via === 'vip' ? { via: 'vip' as const } : {}),
   };
   return {
     apiVersion: 'gitlb/v1',

@@ -2,6 +2,7 @@
 // YAML node a person has to change. Runs only on documents that passed their schema.
 import { LIMITS } from './limits.js';
 import { checkLbCapacity } from './capacity.js';
+import { vipProbeUnsupported } from './health-via.js';
 import { type AddressFacts, type Family, type IpAddress, type IpCidr, addressFacts, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
 import type { PathSegment, YamlDocument } from './yaml-source.js';
@@ -381,12 +382,7 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
     emit('error', doc, ['spec', 'healthCheck', 'port'], `spec.healthCheck.port: no check is run with type none; set type tcp or http`, 'key');
   }
   if (hc.via === 'vip') {
-    // the TC egress program of src/bpf/vip-probe.ts steers IPv4 probes by MAC (l2) or outer IPv4 header (ipip)
-    const why = hc.type === 'none' ? 'no check is run with type none'
-      : spec.dispatch.mode !== 'dsr' ? `only dsr services are probed through the VIP (dispatch.mode is ${spec.dispatch.mode})`
-      : (spec.dispatch.encap ?? 'l2') === 'ipopt' ? 'dispatch.encap ipopt is not supported yet; use via: real'
-      : spec.vip.includes(':') ? 'IPv6 VIPs are not supported yet; use via: real'
-      : null;
+    const why = vipProbeUnsupported(spec);
     if (why) emit('error', doc, ['spec', 'healthCheck', 'via'], `spec.healthCheck.via: vip: ${why}`);
   }
   const interval = durationMs(hc.interval);
