@@ -281,7 +281,10 @@ async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string)
     plan.links.flatMap((l) => [[l.a, l.b], [l.b, l.a]] as const)
       .filter(([port, other]) => port.master && lbNs.has(other.ns))
       .map(async ([port]) => {
-        const r = await run(nsArgv(ns(port.ns), ['ip', 'link', 'set', 'dev', port.name, 'xdpdrv', 'obj', passObj, 'sec', 'xdp']));
+        // `ip netns exec` (sysfs: true) gives iproute2 a mount namespace of its own: the bpffs work directories it
+        // creates on load (tc/globals, the ip and xdp links) then never land in the host's /sys/fs/bpf.
+        const attach = ['ip', 'link', 'set', 'dev', port.name, 'xdpdrv', 'obj', passObj, 'sec', 'xdp'];
+        const r = await run(nsArgv(ns(port.ns), attach, { sysfs: true }));
         if (r.code !== 0) log(`xdp_pass on switch port ${port.name}: ${r.stderr.trim()} (native XDP on the lb nodes may fall back to generic)`);
       }),
   );
