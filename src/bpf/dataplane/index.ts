@@ -115,6 +115,13 @@ const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
 type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
 
+/** The ops of one kind that follow each other from `start` (the executor batches such a run into one kernel call). */
+function runOf<K extends Op['op']>(ops: readonly Op[], start: number, kind: K): Array<Extract<Op, { op: K }>> {
+  let end = start;
+  while (end < ops.length && ops[end]!.op === kind) end++;
+  return ops.slice(start, end) as Array<Extract<Op, { op: K }>>;
+}
+
 class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
   private maps!: LbMaps;
@@ -387,11 +394,10 @@ class LbDataPlane implements DataPlane {
           }
           case 'service.switch': {
             // a run of switches goes in one batch: one wait for running programs instead of one per ring
-            let end = i;
-            while (end < ops.length && ops[end]!.op === 'service.switch') end++;
-            switchRings(ops.slice(i, end) as Array<Extract<Op, { op: 'service.switch' }>>);
-            report.ops += end - i - 1;
-            i = end - 1;
+            const run = runOf(ops, i, 'service.switch');
+            switchRings(run);
+            report.ops += run.length - 1;
+            i += run.length - 1;
             break;
           }
           case 'vip.put':
@@ -407,11 +413,10 @@ class LbDataPlane implements DataPlane {
             del(m.vips, markerKeyOf(o.marker));
             break;
           case 'service.delete': {
-            let end = i;
-            while (end < ops.length && ops[end]!.op === 'service.delete') end++;
-            deleteRings(ops.slice(i, end) as Array<Extract<Op, { op: 'service.delete' }>>);
-            report.ops += end - i - 1;
-            i = end - 1;
+            const run = runOf(ops, i, 'service.delete');
+            deleteRings(run);
+            report.ops += run.length - 1;
+            i += run.length - 1;
             break;
           }
           case 'real.delete': {
