@@ -282,7 +282,23 @@ test('YAML order and file layout do not change the state', async (t) => {
 test('gitlb render: JSON equals the library output, two nodes agree on digests; text; config errors exit 1', async (t) => {
   const dir = await tempDir('render-cli');
   try {
-    await writeTree(dir.path, configFiles({ webReals }));
+    // Two DSR services: one left to the default check path (via: vip there), one probing its reals directly.
+    const dsr = (name: string, vip: string, check: string) => `apiVersion: gitlb/v1
+kind: Service
+metadata: {name: ${name}}
+spec:
+  vip: ${vip}
+  ports: [{port: 80}]
+  dispatch: {mode: dsr, encap: l2}
+  healthCheck: ${check}
+  reals:
+    - {address: 198.51.100.61}
+`;
+    const extra = {
+      'services/api.yaml': dsr('api', '192.0.2.20', '{type: http, path: /healthz}'),
+      'services/raw.yaml': dsr('raw', '192.0.2.21', '{type: tcp, port: 81, via: real}'),
+    };
+    await writeTree(dir.path, configFiles({ webReals, extra }));
     // One real spawn of the CLI; the rest runs the command's core in-process (spawning tsx is slow here).
     const one = await gitlb(['render', dir.path, '--node', 'lb-1', '--format', 'json']);
     const two = await runRender(['--node', 'lb-2', '--format', 'json', '--tables', dir.path]); // in-process core
@@ -306,6 +322,11 @@ test('gitlb render: JSON equals the library output, two nodes agree on digests; 
     t.regex(text.stdout, /192\.0\.2\.53:53\/UDP +dns +snat/);
     t.regex(text.stdout, /198\.51\.100\.3 .*drain.* 0 entries/);
     t.regex(text.stdout, /ring: \d+\(\d+\)/);
+    // The resolved health-check path, as --format json and gitlb plan show it (docs/health.md).
+    t.regex(text.stdout, /\n  api +id \d+ +dsr\/l2 .*digest [0-9a-f]{64} +check http :80\/healthz via vip\n/);
+    t.regex(text.stdout, /\n  raw +id \d+ +dsr\/l2 .*digest [0-9a-f]{64} +check tcp :81 via real\n/);
+    t.regex(text.stdout, /\n  web +id \d+ +snat .*digest [0-9a-f]{64} +check none\n/); // no healthCheck: nothing is probed
+    t.is(s1.services.find((x: { name: string }) => x.name === 'api').healthCheck.via, 'vip');
 
     await writeTree(dir.path, { 'services/web.yaml': configFiles({ webReals: ['{address: 198.51.100.1, weight: 0}'] })['services/web.yaml']! });
     const bad = await runRender([dir.path, '--node', 'lb-1']);

@@ -1,5 +1,5 @@
 // Human-readable form of a DesiredState (`gitlb render --format text`). The JSON form is desiredStateToJson.
-import type { DesiredState } from './state.js';
+import type { DesiredService, DesiredState } from './state.js';
 
 /** Run-length encoding of a ring: `id(count),...`, the notation of Cilium's maglev tests. */
 export function runLengthRing(ring: Uint32Array): string {
@@ -21,6 +21,13 @@ export function runLengthRing(ring: Uint32Array): string {
 
 const hex32 = (n: number) => '0x' + n.toString(16).padStart(8, '0');
 
+/** The service's health check as the health loop runs it, with the resolved `via` (absent in the model means
+ * real), so the text form answers "how is this real probed" as the JSON form and `gitlb plan` do. */
+export function healthCheckText(hc: DesiredService['healthCheck']): string {
+  if (hc.type === 'none') return 'check none';
+  return `check ${hc.type} :${hc.port}${hc.type === 'http' ? (hc.path ?? '') : ''} via ${hc.via ?? 'real'}`;
+}
+
 export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean } = {}): string {
   const out: string[] = [];
   const snat = s.snatAddress ? `  snat ${s.snatAddress}${s.snatPorts ? ` ports ${s.snatPorts.min}-${s.snatPorts.max}` : ''}` : '';
@@ -39,7 +46,7 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
   out.push(`services (${s.services.length}):`);
   for (const svc of s.services) {
     const mode = svc.encap ? `${svc.mode}/${svc.encap}` : svc.mode;
-    out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}`);
+    out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}  ${healthCheckText(svc.healthCheck)}`);
     for (const r of svc.reals) {
       const share = ((r.entries / svc.tableSize) * 100).toFixed(2);
       const flags = [r.state, r.healthy ? 'healthy' : 'UNHEALTHY'].join(' ');
