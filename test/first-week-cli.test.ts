@@ -1,7 +1,7 @@
 // Issue 17, as a new user meets it: each rough edge through the CLI (in process: the same dispatcher as bin/gitlb),
 // on real directories and real Git repositories.
 import test from 'ava';
-import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gitlbInProcess as gitlb, tempDir, writeTree, git } from './helpers/cli-repo.js';
 import { configFiles as repoFiles, servedRepo, commitFiles, tempDir as tempPath } from './reconcile-helpers.js';
@@ -149,7 +149,19 @@ test.serial('gitlb init DIR writes a repository that validates, with schema mode
     t.regex(readFileSync(join(target, 'README.md'), 'utf8'), /gitlb validate/);
     const again = await gitlb(['init', target]);
     t.is(again.code, 1);
-    t.regex(again.stderr, /already has cluster\.yaml/);
+    t.true(again.stderr.includes(`gitlb init: refusing to overwrite ${join(target, 'cluster.yaml')}, `), again.stderr);
+
+    // One existing file (a team's own schema) in an otherwise empty DIR: named, untouched, and nothing else written.
+    const other = join(dir.path, 'other');
+    mkdirSync(join(other, 'schemas'), { recursive: true });
+    writeFileSync(join(other, 'schemas/node.schema.json'), 'ours\n');
+    const refused = await gitlb(['init', other]);
+    t.is(refused.code, 1);
+    t.is(refused.stderr, `gitlb init: refusing to overwrite ${join(other, 'schemas/node.schema.json')}; nothing written\n`);
+    t.is(readFileSync(join(other, 'schemas/node.schema.json'), 'utf8'), 'ours\n');
+    t.deepEqual(readdirSync(other, { recursive: true }).sort(), ['schemas', 'schemas/node.schema.json']);
+    const help = await gitlb(['init', '--help']);
+    t.regex(help.stdout, /1 DIR already holds one of the files \(nothing written\)/);
   } finally {
     await dir.remove();
   }

@@ -2,10 +2,11 @@
 // Service, schemas for editor completion, a README for the team).
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineCommand } from '../command.js';
+import { FileExistsError, writeNewFiles } from '../write-new-files.js';
 import { formatDiagnostic, parseConfig } from '../../render/config/index.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 
@@ -103,21 +104,25 @@ export const command = defineCommand<{ name: string }>({
   description: `Writes a new gitlb config repository into DIR (created if missing): cluster.yaml with a fresh Maglev seed,
 nodes/lb-1.yaml, nodes/backend-1.yaml, services/web.yaml, the JSON Schemas under schemas/ (each YAML file's first
 line points editors at its schema) and a README for the team; then validates it. Existing files are never
-overwritten.`,
+overwritten: if any of these paths exists, init names it and writes nothing. Each file is written in full under a
+temporary name and then linked into place, so a file is either absent or complete, and a failure part-way removes
+what this run wrote.`,
   exitStatus: 'Exit status: 0 written and valid, 1 DIR already holds one of the files (nothing written) or writing failed, 2 usage error.',
   define: (cmd) => cmd.argument('<DIR>', 'directory of the new repository').option('--name <name>', 'Cluster name', 'main'),
   async run(opts, args) {
     const dir = args[0]!;
-    const files = scaffold(opts.name, randomBytes(12).toString('base64'));
-    const paths = [...Object.keys(files), ...SCHEMAS.map((s) => `schemas/${s}.schema.json`)];
-    const existing = paths.filter((p) => existsSync(join(dir, p)));
-    if (existing.length) throw new Error(`${dir} already has ${existing.join(', ')}; nothing written`);
-    for (const [path, text] of Object.entries(files)) {
-      await mkdir(dirname(join(dir, path)), { recursive: true });
-      await writeFile(join(dir, path), text, { flag: 'wx' });
+    const files: Record<string, string | Uint8Array> = scaffold(opts.name, randomBytes(12).toString('base64'));
+    for (const s of SCHEMAS) files[`schemas/${s}.schema.json`] = await readFile(join(SCHEMAS_DIR, `${s}.schema.json`));
+    const paths = Object.keys(files);
+    // Name every conflict at once; writeNewFiles guards the same rule again for files that appear meanwhile.
+    const existing = paths.filter((p) => existsSync(join(dir, p))).map((p) => join(dir, p));
+    if (existing.length) throw new Error(`refusing to overwrite ${existing.join(', ')}; nothing written`);
+    try {
+      await writeNewFiles(dir, files);
+    } catch (err) {
+      if (err instanceof FileExistsError) throw new Error(`refusing to overwrite ${err.path}; nothing written`);
+      throw err;
     }
-    await mkdir(join(dir, 'schemas'), { recursive: true });
-    for (const s of SCHEMAS) await copyFile(join(SCHEMAS_DIR, `${s}.schema.json`), join(dir, 'schemas', `${s}.schema.json`));
     const { model, diagnostics } = parseConfig(await readConfigDir(dir));
     for (const d of diagnostics) process.stderr.write(formatDiagnostic({ ...d, file: join(dir, d.file) }) + '\n');
     if (!model) throw new Error('internal: the scaffold does not validate');
