@@ -3,7 +3,7 @@
 // all reals down, a decommission, and the withdraw-on-exit path. Nothing is mocked; the XDP check is the only input
 // given directly (the data plane is not the subject here).
 import test from 'ava';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BgpAnnouncer } from '../src/reconciler/bgp/announcer.js';
@@ -15,9 +15,10 @@ import { goodModel, PEERS } from './helpers/bgp-model.js';
 const dir = mkdtempSync(join(tmpdir(), 'gitlb-announcer-'));
 const sock = join(dir, 'bird.ctl');
 const generated = join(dir, 'gitlb.conf');
+let ns = '';
 
 test.before(async () => {
-  const ns = nsName('bird');
+  ns = nsName('bird');
   await createNetns(ns);
   await exec(['ip', '-n', ns, 'link', 'set', 'lo', 'up']);
   writeFileSync(join(dir, 'bird.conf'), `log stderr all;\ninclude "${generated}";\n`);
@@ -121,4 +122,36 @@ test.serial('the generated file (it holds session passwords) is 0600 even when a
   await a.sync();
   t.regex(readFileSync(file, 'utf8'), /password "s3cret"/);
   t.is(statSync(file).mode & 0o777, 0o600);
+});
+
+test.serial('BIRD refusing the file: its real reply reaches the status as one bounded line, with no password in it', async (t) => {
+  // A second BIRD whose main configuration has its own device protocol, so it refuses gitlb's file (which has one
+  // too) with a real error naming the file. The file lives under a directory named after the session password,
+  // standing in for BIRD quoting back a part of the file that holds it.
+  const sub = join(dir, 'cfg-s3cret');
+  mkdirSync(sub);
+  const file = join(sub, 'gitlb.conf');
+  const sock2 = join(dir, 'refusing.ctl');
+  writeFileSync(join(dir, 'refusing.conf'), `log stderr all;\nprotocol device {\n}\ninclude "${file}";\n`);
+  writeFileSync(file, 'router id 198.51.100.11;\n');
+  nsSpawn(ns, ['bird', '-f', '-c', join(dir, 'refusing.conf'), '-s', sock2], { stdio: 'ignore' });
+  let up = false;
+  for (let i = 0; i < 100 && !up; i++) {
+    up = (await exec(['birdc', '-s', sock2, 'show', 'status'], { timeoutMs: 2000 })).stdout.includes('up and running');
+    if (!up) await sleep(100);
+  }
+  t.true(up, 'the second BIRD started');
+  const warnings: string[] = [];
+  const m = goodModel();
+  const a = new BgpAnnouncer({ node: 'lb-1', configFile: file, birdSocket: sock2, applied: () => ({ model: m, desired: renderDesiredState(m, 'lb-1') }),
+    xdpAttached: async () => true, log: { info: () => {}, warn: (msg: string) => warnings.push(msg) } });
+  await a.sync();
+  t.regex(readFileSync(file, 'utf8'), /password "s3cret"/); // the file BIRD read does hold it
+  const error = a.status().bird.error ?? '';
+  t.regex(error, /^birdc configure: .*cfg-\(redacted\)\/gitlb\.conf:\d+:\d+ .*already defined/, error);
+  t.false(error.includes('s3cret'));
+  t.false(/[\x00-\x1f\x7f]/.test(error));
+  t.true(error.length <= 300);
+  t.deepEqual(warnings, [`bgp: ${error}`]);
+  t.is(a.status().bird.reloadedAt, null);
 });

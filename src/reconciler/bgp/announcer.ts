@@ -4,6 +4,7 @@
 // gitlb never speaks BGP. A failed write or reload is retried on the next tick.
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { runFile } from '../run-file.js';
+import { birdPasswords, scrubToolText } from './scrub.js';
 import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
 import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
 import type { ConfigModel } from '../../render/model.js';
@@ -121,8 +122,9 @@ export class BgpAnnouncer {
     const text = this.lastBgp ? renderBirdConfig(bgpNode(model, this.o.node) ? model : this.lastBgp.model, this.o.node, vips) : null;
     if (text === null || text === this.written) return;
     if (this.error && !this.stopping && Date.now() - this.failedAt < 2000) return; // BIRD down: retry every 2 s
+    let onDisk: string | null = null;
     try {
-      const onDisk = await readFile(this.o.configFile, 'utf8').catch(() => null);
+      onDisk = await readFile(this.o.configFile, 'utf8').catch(() => null);
       if (onDisk !== text) {
         // It may hold session passwords: created afresh with 0600 ('wx' refuses a leftover file or a planted
         // symlink, whose mode or target writeFile would otherwise keep).
@@ -139,7 +141,10 @@ export class BgpAnnouncer {
       const summary = vips.map((v) => `${v.vip} ${announcementText(v)}`).join(', ');
       this.log.info(`bgp: BIRD reloaded: ${summary || 'no VIPs'}`);
     } catch (err) {
-      const msg = (err as Error).message;
+      // BIRD may quote the file it refused: no password of this text, the last one BIRD took or the one found on
+      // disk (an older revision's) reaches the log or the status (scrub.ts).
+      const secrets = [text, this.written, onDisk].flatMap(birdPasswords);
+      const msg = scrubToolText((err as Error).message, secrets);
       if (msg !== this.error) this.log.warn(`bgp: ${msg}`);
       this.error = msg;
       this.failedAt = Date.now();
