@@ -327,7 +327,11 @@ test('status: what a node publishes, a peer reads back through YAML; malformed s
   const snapshot = { services: { web: { reals: {} } }, stats: { targets: 2, inFlight: 0, maxInFlight: 64, peakInFlight: 1, checks: 9 } };
   const written = YAML.stringify({ node: 'lb2', health: healthStatus({ now: NOW, mode: 'consensus', observations, snapshot, failOpen: [], failClosed: [] }) });
   const read = peerObservations('lb2', YAML.parse(written));
-  t.deepEqual(read, { obs: { node: 'lb2', publishedAt: new Date(NOW).toISOString(), observations } });
+  // Only the down vote is published: the consensus counts down votes alone, so the peers' down set is the same.
+  t.deepEqual(read, { obs: { node: 'lb2', publishedAt: new Date(NOW).toISOString(), observations: { web: { [B]: observations.web![B]! } } } });
+  const peers = (obs: Observations) => consensusHealth({ node: 'lb1', publishedAt: ago(0), observations: {} }, [{ node: 'lb2', publishedAt: ago(0), observations: obs }],
+    ['lb1', 'lb2'], NOW, 60_000).down;
+  t.deepEqual(peers('obs' in read ? read.obs.observations : {}), peers(observations));
 
   const bad: [unknown, RegExp][] = [
     [null, /no 'health' mapping/],
@@ -344,21 +348,21 @@ test('status: what a node publishes, a peer reads back through YAML; malformed s
 test('status text: per real state, since, last check; fail-open is loud', async (t) => {
   const { formatHealthStatus } = await import('../src/reconciler/health/index.js');
   const text = formatHealthStatus('lb1', {
-    publishedAt: ago(0), mode: 'local', observations: {}, failOpen: ['api'], failClosed: [],
+    publishedAt: ago(0), mode: 'local', observations: {}, failOpen: ['api'], failClosed: [], omittedReals: 3,
     services: {
-      web: { reals: {
+      web: { counts: { total: 5, up: 1, down: 4, unknown: 0 }, reals: {
         [B]: { state: 'down', since: ago(125_000), check: `tcp ${B}:80`, lastCheck: { ok: false, detail: 'ECONNREFUSED', at: ago(1_000), durationMs: 0.4 } },
-        [A]: { state: 'up', since: ago(3 * 3600_000), check: `tcp ${A}:80`, lastCheck: { ok: true, detail: 'connected', at: ago(500), durationMs: 0.3 } },
       } },
-      api: { failOpen: true, reals: { [C]: { state: 'unknown', since: ago(2_000), check: `tcp ${C}:80` } } },
+      api: { failOpen: true, counts: { total: 1, up: 0, down: 0, unknown: 1 }, reals: { [C]: { state: 'unknown', since: ago(2_000), check: `tcp ${C}:80` } } },
     },
   }, NOW);
   t.is(text, [
     `health on lb1 (mode local, published ${ago(0)})`,
+    `6 reals checked in 2 services: 1 up, 4 down, 1 unknown`,
     `SERVICE  REAL          STATE    SINCE                                 LAST CHECK`,
     `api      ${C}  unknown  ${ago(2_000)} (2s ago)     not checked yet`,
-    `web      ${A}  up       ${ago(3 * 3600_000)} (3h00m ago)  ok connected (0.3 ms, 0s ago)`,
     `web      ${B}  down     ${ago(125_000)} (2m05s ago)  FAIL ECONNREFUSED (0.4 ms, 1s ago)`,
+    `... and 3 more reals not up, not listed (the status caps the list)`,
     `WARNING: api: every active real is down; failing OPEN (all kept in the table)`,
     '',
   ].join('\n'));

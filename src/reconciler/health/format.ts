@@ -1,4 +1,5 @@
-// Text for `gitlb status`: one line per real with its state, since when, and the last check result. Pure.
+// Text for `gitlb status`: counts of every checked real, then one line per listed real that is not up with its
+// state, since when, and the last check result. Pure.
 import type { HealthStatus } from './status.js';
 import { formatTable } from '../text-table.js';
 
@@ -14,9 +15,17 @@ export function formatHealthStatus(node: string, h: HealthStatus, now: number): 
       rows.push([service, address, r.state, `${r.since} (${ago(now, r.since)} ago)`, last]);
     }
   }
+  const counts = Object.values(h.services).reduce((a, s) => ({ total: a.total + s.counts.total, up: a.up + s.counts.up, down: a.down + s.counts.down, unknown: a.unknown + s.counts.unknown }),
+    { total: 0, up: 0, down: 0, unknown: 0 });
   const lines = [`health on ${node} (mode ${h.mode}, published ${h.publishedAt})`];
-  lines.push(formatTable(['SERVICE', 'REAL', 'STATE', 'SINCE', 'LAST CHECK'], rows).slice(0, -1)); // drop the final newline: lines are joined below
-  if (rows.length === 0) lines.push('(no health checks configured)');
+  const services = Object.keys(h.services).length;
+  if (services === 0) lines.push('(no health checks configured)');
+  else {
+    // The document lists only reals that are not up (status.ts); the counts cover every checked real.
+    lines.push(`${counts.total} reals checked in ${services} services: ${counts.up} up, ${counts.down} down, ${counts.unknown} unknown`);
+    if (rows.length) lines.push(formatTable(['SERVICE', 'REAL', 'STATE', 'SINCE', 'LAST CHECK'], rows).slice(0, -1)); // drop the final newline: lines are joined below
+    if (h.omittedReals > 0) lines.push(`... and ${h.omittedReals} more reals not up, not listed (the status caps the list)`);
+  }
   for (const s of h.failOpen) lines.push(`WARNING: ${s}: every active real is down; failing OPEN (all kept in the table)`);
   for (const s of h.failClosed) lines.push(`WARNING: ${s}: every active real is down; failing CLOSED (new flows dropped)`);
   return lines.join('\n') + '\n';
