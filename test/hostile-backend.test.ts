@@ -8,14 +8,12 @@ import { STAT_NAMES, desiredTunnelAddrs, encodeConnKey, type StatName } from '..
 import { encapFrame, eth, frame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from './lib/packets-backend.js';
 import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, IPPROTO } from './lib/packets.js';
 import { addTunnelVips, backendStats, loadBackendProgs } from './lib/backend-prog.js';
-import { bitFlips, mutations, outputProblems, tally, truncations } from './lib/hostile.js';
+import { bitFlips, mutations, truncations } from './lib/hostile.js';
+import { fuzz } from './lib/hostile-backend.js';
+import { BACKEND } from './lib/hostile-setups.js';
 
-const V4 = { lb: '203.0.113.1', real: '203.0.113.2', client: '198.51.100.7', ipipVip: '192.0.2.10', optVip: '192.0.2.20', stranger: '203.0.113.66' };
-const V6 = { lb: '2001:db8:1::1', real: '2001:db8:1::2', client: '2001:db8:2::7', ipipVip: '2001:db8:f::10', optVip: '2001:db8:f::20', stranger: '2001:db8:1::66' };
-const VIP_PORT = 80;
-const TARGET_PORT = 8080;
+const { v4: V4, v6: V6, vipPort: VIP_PORT, targetPort: TARGET_PORT } = BACKEND;
 const FLIPS_PER_PROGRAM = 10_000;
-const DROP_STATS: StatName[] = ['adjust_fail', 'rewrite_fail', 'bad_ip_csum', 'decap_bad_outer', 'decap_not_allowed'];
 
 let obj: BpfObject;
 let ingress: BpfProgram;
@@ -120,39 +118,6 @@ test('desiredTunnelAddrs: own addresses are destinations, lb addresses sources, 
 
 // ---------------------------------------------------------------- the suite
 
-interface Summary { runs: number; actions: Record<string, number>; problems: string[]; drops: Record<string, number> }
-
-function fuzz(prog: BpfProgram, inputs: Array<{ name: string; frame: Buffer }>): Summary {
-  const s: Summary = { runs: 0, actions: {}, problems: [], drops: {} };
-  const before = stats();
-  let shot = 0;
-  for (const { name, frame: f } of inputs) {
-    let r;
-    try {
-      r = prog.testRun({ data: f, dataOutSize: f.length + 256 });
-    } catch (e) {
-      // BPF_PROG_TEST_RUN for skb programs refuses IPv4/IPv6 frames shorter than the fixed IP header: such a
-      // frame never reaches the program this way, so it is counted, not run
-      if ((e as { code?: string }).code !== 'EINVAL' || f.length >= 14 + 40) throw e;
-      tally(s.actions, 'refused by BPF_PROG_TEST_RUN');
-      continue;
-    }
-    s.runs++;
-    tally(s.actions, r.retval === TcAction.ok ? 'ok' : r.retval === TcAction.shot ? 'shot' : `other ${r.retval}`);
-    if (r.retval === TcAction.shot) shot++;
-    else if (r.retval !== TcAction.ok) s.problems.push(`${name}: action ${r.retval}`);
-    else if (!r.data.equals(f)) {
-      for (const p of outputProblems(f, r.data, { checkMac: false, allowTrailer: true, checkMartian: false }))
-        if (s.problems.length < 20) s.problems.push(`${name}: ${p} (in ${f.toString('hex')} out ${r.data.toString('hex')})`);
-    }
-  }
-  const after = stats();
-  for (const n of DROP_STATS) if (after[n] !== before[n]) s.drops[n] = after[n] - before[n];
-  const counted = Object.values(s.drops).reduce((a, b) => a + b, 0);
-  if (counted !== shot) s.problems.push(`${shot} packets dropped but ${counted} drop counts`);
-  return s;
-}
-
 const INGRESS_KINDS: Record<string, Buffer> = {
   '4in4': tunnel4(),
   '6in6': tunnel6(),
@@ -189,8 +154,8 @@ for (const [progName, kinds, seed] of [['backend_ingress', INGRESS_KINDS, 0x1000
     for (const k of ['ipopt4 TCP', 'ipopt4 UDP', 'ipopt6 TCP', 'ipopt6 UDP']) ingress.testRun({ data: INGRESS_KINDS[k]! });
     const { named, flips } = corpus(kinds, seed);
     t.true(flips.length >= FLIPS_PER_PROGRAM);
-    const a = fuzz(prog, named);
-    const b = fuzz(prog, flips);
+    const a = fuzz(obj, prog, named);
+    const b = fuzz(obj, prog, flips);
     console.log(`${progName}: ${a.runs} truncations/mutations ${JSON.stringify(a.actions)} drops ${JSON.stringify(a.drops)}; ` +
       `${b.runs} bit flips ${JSON.stringify(b.actions)} drops ${JSON.stringify(b.drops)}`);
     t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);

@@ -7,36 +7,13 @@ import {
   IPPROTO, TCP_FLAGS, encapsulate, frame, hex, icmpv4, ipPacket, ipv4Header, ipv6FragmentHeader, ipv6Header, tcpSegment, type EthSpec,
 } from './lib/packets.js';
 import { LAB, runHarness, runHarnessScript, setupLab, teardownLab } from './lib/xdp-lab.js';
-import { makeState } from './lib/lb-state.js';
+import { ETH_IN, ETH_REAL, XDP, XDP_STATE } from './lib/hostile-setups.js';
 import { stateToJson } from './lib/xdp-harness.js';
 import type { BatchSummary, HostileInput } from './lib/hostile-xdp-harness.js';
 
 const TAG = 'hxdp';
-const SEED = 0x12345678;
-const CLIENT4 = '192.0.2.1';
-const CLIENT6 = '2001:db8:c::1';
-const REAL4 = '198.51.100.11';
-const REAL6 = '2001:db8:2::11';
-const V = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', snat: '203.0.113.13', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11' };
-const ring = (id: number) => Array.from({ length: 7 }, () => id);
-const TCP_UDP = [{ port: 80, protocol: 'TCP' as const }, { port: 53, protocol: 'UDP' as const }];
-const STATE = {
-  ...makeState({
-    reals: { 1: REAL4, 3: REAL6 }, hashSeed: SEED, addresses: [LAB.lbA.v4, LAB.lbA.v6],
-    services: [
-      { id: 1, vip: V.l2, forwarding: 'dsr-l2', ring: ring(1), ports: TCP_UDP },
-      { id: 2, vip: V.ipip, forwarding: 'dsr-ipip', ring: ring(1), ports: TCP_UDP },
-      { id: 3, vip: V.ipopt, forwarding: 'dsr-ipopt', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
-      { id: 4, vip: V.snat, forwarding: 'snat', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
-      { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP },
-      { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP },
-    ],
-  }),
-  snatAddress: LAB.lbA.v4,
-  snatPorts: { min: 40000, max: 40999 },
-};
-const ETH_IN: EthSpec = { dst: LAB.lbA.mac, src: LAB.clientMac };
-const ETH_REAL: EthSpec = { dst: LAB.lbA.mac, src: LAB.neighbours[REAL4]! };
+const { client4: CLIENT4, client6: CLIENT6, real4: REAL4, vips: V } = XDP;
+const STATE = XDP_STATE;
 const tcp = (src: string, dst: string, sport: number, dport: number, flags: number = TCP_FLAGS.SYN, payload = Buffer.alloc(0)) =>
   ipPacket({ src, dst, l4: { tcp: { sport, dport, flags, seq: 1000, ack: flags & TCP_FLAGS.ACK ? 2000 : 0, payload } } });
 const udp = (src: string, dst: string, sport: number, dport: number, payload = Buffer.from('query')) =>
@@ -77,7 +54,7 @@ cases.push({ name: 'frame from a group source MAC is not load-balanced', input: 
 
 // SNAT defects need the SNAT port of a flow: the SYN runs first, its output names the port
 // the SNAT client is on the lab's second link (a known neighbour), so a translated reply has a next hop
-const SNAT_CLIENT = '192.0.2.140';
+const SNAT_CLIENT = XDP.snatClient;
 const SNAT_SYN = inFrame(udp(SNAT_CLIENT, V.snat, 41000, 53));
 function snatCases(port: number): Case[] {
   // an ICMP port unreachable from the real whose IP packet ends 4 bytes into the quoted UDP header; an Ethernet

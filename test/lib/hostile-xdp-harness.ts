@@ -1,7 +1,8 @@
 // Runs inside a test network namespace (like xdp-harness.ts): the hostile-packet suite for xdp_lb. Applies the
 // desired state read from stdin, opens a SNAT flow, then runs every truncation, named mutation and seeded bit flip
-// of every base frame through BPF_PROG_TEST_RUN, checks each output (test/lib/hostile.ts) and the counters per batch,
-// and prints one JSON summary per batch. Generation and checks run here so 10,000s of frames never cross a pipe.
+// of every base frame, and every frame of the given corpora (other projects' packets: test/hostile-foreign.test.ts),
+// through BPF_PROG_TEST_RUN, checks each output (test/lib/hostile.ts) and the counters per batch, and prints one
+// JSON summary per batch. Generation and checks run here so 10,000s of frames never cross a pipe.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
@@ -14,13 +15,17 @@ export interface HostileInput {
   state: unknown;
   ifname: string;
   mtu: number;
-  /** hex frames by kind */
+  /** hex frames by kind: each is truncated, mutated and bit-flipped (none: no generated batches) */
   kinds: Record<string, string>;
   /** a UDP request (client:sport -> snat VIP:53) whose SNAT port the reply and ICMP-error kinds then use */
   snatSyn: string;
   snat: { address: string; mac: string; real: string; realMac: string };
   flips: number;
   seed: number;
+  /** the SNAT port the flow of `snatSyn` must have (a corpus built for it was opened by an earlier run) */
+  snatPort?: number;
+  /** frames run as they are, one batch each: [name, hex] */
+  corpora?: Array<{ batch: string; frames: Array<[string, string]> }>;
 }
 
 export interface BatchSummary {
@@ -68,7 +73,8 @@ async function main(): Promise<void> {
     if (syn.retval !== 3) throw new Error(`SNAT SYN not transmitted (action ${syn.retval})`);
     const l3 = l3Offset(syn.data);
     const snatPort = syn.data.readUInt16BE(l3 + (syn.data[l3]! & 0xf) * 4);
-    const kinds = Object.fromEntries(Object.entries(input.kinds).map(([k, hex]) => [k, Buffer.from(hex, 'hex')]));
+    if (input.snatPort !== undefined && snatPort !== input.snatPort) throw new Error(`SNAT port ${snatPort}, expected ${input.snatPort}`);
+    const kinds: Record<string, Buffer> = Object.fromEntries(Object.entries(input.kinds).map(([k, hex]) => [k, Buffer.from(hex, 'hex')]));
     const { address, mac, real, realMac } = input.snat;
     const eth = { dst: mac, src: realMac };
     kinds['snat reply'] = frame(eth, ipPacket({ src: real, dst: address, l4: { udp: { sport: 53, dport: snatPort, payload: Buffer.from('answer') } } }));
@@ -103,9 +109,12 @@ async function main(): Promise<void> {
       out.push(s);
     };
     const entries = Object.entries(kinds);
-    await batch('truncations and mutations', entries.flatMap(([k, f]) => [...truncations(f), ...mutations(f)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame }))));
-    const per = Math.ceil(input.flips / entries.length);
-    await batch(`${input.flips} bit flips`, entries.flatMap(([k, f], i) => bitFlips(f, input.seed + i, per).map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame }))));
+    if (Object.keys(input.kinds).length) {
+      await batch('truncations and mutations', entries.flatMap(([k, f]) => [...truncations(f), ...mutations(f)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame }))));
+      const per = Math.ceil(input.flips / entries.length);
+      if (input.flips) await batch(`${input.flips} bit flips`, entries.flatMap(([k, f], i) => bitFlips(f, input.seed + i, per).map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame }))));
+    }
+    for (const c of input.corpora ?? []) await batch(c.batch, c.frames.map(([name, hex]) => ({ name, frame: Buffer.from(hex, 'hex') })));
   } finally {
     dp.close();
   }
