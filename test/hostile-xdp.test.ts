@@ -51,6 +51,13 @@ cases.push({ name: 'frame from a group source MAC is not load-balanced', input: 
   cases.push({ name: 'ipip: bytes after the IP packet are cut, the tunnel packet is exactly MTU', input: Buffer.concat([inFrame(p), Buffer.alloc(18, 0xee)]),
     action: 'tx', counter: 'tx', output: frame({ dst: LAB.neighbours[REAL4]!, src: LAB.lbA.mac }, outer) });
 }
+{
+  // found by scapy's over-MTU segment (test/hostile-foreign.test.ts): what the program does not grow is not held to
+  // the MTU; it leaves as it came, unanswered (docs/datapath.md, "Output lengths")
+  const big = tcp(CLIENT4, V.l2, 40006, 80, TCP_FLAGS.ACK | TCP_FLAGS.PSH, Buffer.alloc(1900, 0x62));
+  cases.push({ name: 'dsr-l2: a packet that arrived larger than the MTU is forwarded unchanged, no ICMP answer', input: inFrame(big),
+    action: 'tx', counter: 'tx', noCounter: 'icmp_sent', output: frame({ dst: LAB.neighbours[REAL4]!, src: LAB.lbA.mac }, big) });
+}
 
 // SNAT defects need the SNAT port of a flow: the SYN runs first, its output names the port
 // the SNAT client is on the lab's second link (a known neighbour), so a translated reply has a next hop
