@@ -5,7 +5,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NodeMetrics, startMetricsServer } from '../src/reconciler/metrics/index.js';
-import { parsePromText, sumOf } from '../src/reconciler/metrics/prom-text.js';
+import { parsePromText, samples, sumOf } from '../src/reconciler/metrics/prom-text.js';
+import type { NodeStatus } from '../src/reconciler/status/status-doc.js';
+import type { StatusXdp } from '../src/reconciler/status/xdp-report.js';
 import { runCli } from '../src/cli/main.js';
 
 test('metrics server: /healthz follows readiness, /metrics is Prometheus text, the rest is refused', async (t) => {
@@ -51,4 +53,19 @@ test('gitlb run --metrics: a bad address is a usage error, before anything start
     process.stderr.write = stderr;
   }
   t.regex(err, /--metrics: expected ADDR:PORT, got 'nowhere'/);
+});
+
+test('gitlb_xdp_attachment_info mirrors status.xdp: a fallback (also one a restart adopted) is labelled fell_back="true"', async (t) => {
+  const pins = mkdtempSync(join(tmpdir(), 'gitlb-metrics-pins-'));
+  t.teardown(() => rmSync(pins, { recursive: true, force: true }));
+  const metrics = new NodeMetrics({ node: 'lb-9', pinRoot: pins, desired: () => null });
+  let xdp: StatusXdp | undefined = { mode: 'generic', requested: 'auto', fellBack: true, forwards: null,
+    detail: 'native XDP could not forward, fell back to generic (found 2026-12-01T00:00:00.000Z, adopted across a restart): eth0: only 0/4' };
+  metrics.control.attach({ snapshot: () => ({ ...(xdp && { xdp }) }) as unknown as NodeStatus, desired: () => null });
+  const series = async () => samples(parsePromText(await metrics.registry.metrics()), 'gitlb_xdp_attachment_info');
+  t.like(await series(), [{ labels: { node: 'lb-9', mode: 'generic', requested: 'auto', fell_back: 'true', forwards: 'unknown' }, value: 1 }]);
+  xdp = { mode: 'native', requested: 'auto', fellBack: false, forwards: true, detail: 'eth0: 4/4 XDP_TX probe frames transmitted' };
+  t.like(await series(), [{ labels: { mode: 'native', fell_back: 'false', forwards: 'true' }, value: 1 }]);
+  xdp = undefined; // backend nodes, and lb nodes before the first attach
+  t.deepEqual(await series(), []);
 });

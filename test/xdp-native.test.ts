@@ -8,6 +8,7 @@ import { setupLab, teardownLab } from './lib/xdp-lab.js';
 import { makeState } from './lib/lb-state.js';
 import { stateToJson } from './lib/xdp-harness.js';
 import { readFileSync, rmSync } from 'node:fs';
+import { BpfMap } from '../src/bpf/libbpf.js';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { parseStatus } from '../src/reconciler/status/status-doc.js';
@@ -42,8 +43,52 @@ test.serial("auto: native attaches but cannot forward (peer without NAPI): falls
   t.is(xdpOn('lbA'), 'xdpgeneric');
 });
 
+const linkOf = (pin: string) => JSON.parse(execFileSync('bpftool', ['-j', 'link', 'show', 'pinned', pin]).toString()) as { id: number; prog_id: number };
+
+test.serial('restart: a daemon that adopts the generic link of a fallback still reports the fallback (recorded beside the link pin)', (t) => {
+  const before = linkOf(`${pinRoot}/a/xdp_link`);
+  const r = open('lbA', 'auto', 'a');
+  t.falsy(r.error, r.error);
+  const after = linkOf(`${pinRoot}/a/xdp_link`);
+  t.is(after.id, before.id, 'the link was adopted, not re-created');
+  t.not(after.prog_id, before.prog_id, 'its program swapped for the one this start loaded');
+  t.like(r.forwarding, { mode: 'generic', requested: 'auto', fellBack: true });
+  t.regex(r.forwarding!.detail, /^native XDP could not forward, fell back to generic \(found \d{4}-\d\d-\d\dT[\d:.]+Z, adopted across a restart\): lbA: only 0\/4 XDP_TX probe frames/);
+  t.is(xdpOn('lbA'), 'xdpgeneric');
+  // and again: the record is rewritten for the same link and still says so
+  t.like(open('lbA', 'auto', 'a').forwarding, { mode: 'generic', fellBack: true });
+});
+
+test.serial('restart with --xdp-mode native over that generic link: refused loudly, generic put back, the fallback still recorded', (t) => {
+  const before = linkOf(`${pinRoot}/a/xdp_link`);
+  const r = open('lbA', 'native', 'a');
+  t.is(r.code, 'ENOTSUP');
+  t.regex(r.error!, /native XDP on lbA cannot forward: .*0\/4 XDP_TX probe frames.*; the generic attachment is back in place/);
+  t.is(xdpOn('lbA'), 'xdpgeneric');
+  t.not(linkOf(`${pinRoot}/a/xdp_link`).id, before.id, 'a new generic link (a link cannot change mode)');
+  t.like(open('lbA', 'auto', 'a').forwarding, { mode: 'generic', requested: 'auto', fellBack: true });
+  // --xdp-mode generic asked for explicitly: generic is what was asked, not a fallback
+  t.like(open('lbA', 'generic', 'a').forwarding, { mode: 'generic', requested: 'generic', fellBack: false });
+});
+
+test.serial('restart: a record that does not validate is not trusted (the adopted generic link is reported as unknown, not as a fallback)', (t) => {
+  rmSync(`${pinRoot}/a`, { recursive: true, force: true });
+  t.like(open('lbA', 'auto', 'b').forwarding, { mode: 'generic', fellBack: true }); // fresh pins: a fallback, recorded
+  const rec = BpfMap.open(`${pinRoot}/b/xdp_attach`);
+  try {
+    const v = rec.lookup(Buffer.alloc(4))!;
+    v.writeUInt32LE(v.readUInt32LE(12) + 1, 12); // names another link
+    rec.update(Buffer.alloc(4), v);
+  } finally {
+    rec.close();
+  }
+  const r = open('lbA', 'auto', 'b');
+  t.like(r.forwarding, { mode: 'generic', requested: 'auto', fellBack: false });
+  t.regex(r.forwarding!.detail, /without a valid attach record \(it describes link \d+ .*, not link \d+/);
+});
+
 test.serial('auto fallback through the reconciler: status/<node>.yaml records xdp generic fellBack (schema-valid), a structured warning is logged, gitlb status shows it', (t) => {
-  rmSync(`${pinRoot}/a`, { recursive: true, force: true }); // the previous test's pinned link: detach it
+  for (const p of ['a', 'b']) rmSync(`${pinRoot}/${p}`, { recursive: true, force: true }); // the previous tests' pinned links: detach them
   t.is(xdpOn('lbA'), null);
   const r = spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', new URL('./lib/native-xdp-reconcile-runner.ts', import.meta.url).pathname,
     `${pinRoot}/r`, 'lbA', 'auto'], { timeout: 90_000 });
@@ -64,6 +109,18 @@ test.serial('auto fallback through the reconciler: status/<node>.yaml records xd
   t.regex(table, /^NODE\s+ROLE\s+XDP\s+APPLIED/m);
   t.regex(table, /^lb-1\s+lb\s+generic \(fallback\)\s+[0-9a-f]{12}/m);
   t.regex(table, /^lb-1: xdp generic \(--xdp-mode auto\), native fell back: native XDP could not forward/m);
+
+  // a restarted daemon adopts the pinned generic link: status and log still say the fallback, not plain generic
+  const again = spawnSync('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', new URL('./lib/native-xdp-reconcile-runner.ts', import.meta.url).pathname,
+    `${pinRoot}/r`, 'lbA', 'auto'], { timeout: 90_000 });
+  t.is(again.status, 0, again.stderr.toString());
+  const out2 = JSON.parse(again.stdout.toString()) as { outcome: string; status: string | null; logs: string[] };
+  const status2 = parseStatus(out2.status!);
+  t.true(validateStatus(status2), JSON.stringify(validateStatus.errors));
+  t.like(status2.xdp, { mode: 'generic', requested: 'auto', fellBack: true });
+  t.regex(status2.xdp!.detail, /fell back to generic \(found .*, adopted across a restart\): lbA: only 0\/4 XDP_TX probe frames/);
+  const warning2 = out2.logs.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l['xdpFellBack'] === true);
+  t.like(warning2, { level: 'warn', xdpMode: 'generic', xdpRequested: 'auto' }, out2.logs.join('\n'));
 });
 
 test.serial('native: refused loudly when the interface cannot forward; nothing stays attached', (t) => {

@@ -43,7 +43,9 @@ export interface NativeAddon {
   progInfoById(id: number): NativeProgInfo | null;
   ifNameToIndex(name: string): number;
   linkCreate(progFd: number, ifindex: number, attachType: number, flags: number): number;
-  linkUpdate(linkFd: number, progFd: number): void;
+  /** With expectedOldProgFd: swaps only if the link still runs that program (BPF_F_REPLACE), else EPERM. */
+  linkUpdate(linkFd: number, progFd: number, expectedOldProgFd?: number): void;
+  progGetFdById(id: number): number;
   linkDetach(linkFd: number): void;
   linkInfo(fd: number): NativeLinkInfo;
   xdpQuery(ifindex: number): NativeXdpQuery;

@@ -1,7 +1,7 @@
 // Attaching programs to interfaces: XDP and TC through BPF links (pinned so they outlive the
 // process), TC through clsact filters where tcx is missing, and queries of what is attached.
 // Never replaces a program that is not ours: that is an EEXIST error naming what is there.
-import { existsSync, unlinkSync } from 'node:fs';
+import { existsSync, renameSync, rmSync, unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { native } from './addon.js';
 import { ensurePinDir } from './bpffs.js';
@@ -28,8 +28,20 @@ interface LinkAttachment {
   close(): void;
 }
 
+/**
+ * How attachXdp replaced an attachment of ours (the link pinned at pinPath):
+ * - 'program': same interface and mode, the link now runs the new program (bpf_link_update with the old program
+ *   as the expected one); no gap.
+ * - 'interface': the link was on another interface; the new one is attached first, then the old one detached.
+ * - 'mode': other mode on the same interface. The kernel never runs native and generic XDP on one device at once,
+ *   so the old link is detached and the new one created right after: a gap of two syscalls.
+ */
+export type XdpReplacement = 'program' | 'interface' | 'mode';
+
 export interface XdpAttachment extends LinkAttachment {
   mode: 'native' | 'generic';
+  /** What was replaced; null when nothing of ours was attached. */
+  replacement: { how: XdpReplacement; ifindex: number; mode: 'native' | 'generic' } | null;
 }
 
 export interface TcAttachOptions {
@@ -66,8 +78,13 @@ function linkAttachment(fd: number, pinPath: string | undefined) {
   };
 }
 
-/** Opens a pinned link if `pinPath` holds one of the expected kind on `ifindex`; throws EEXIST if it is something else. */
-function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifindex: number, attachType?: number): number | null {
+interface OwnLink { fd: number; id: number; ifindex: number; progId: number }
+
+/**
+ * Opens a pinned link if `pinPath` holds one of the expected kind on `ifindex` (null: on any interface); throws
+ * EEXIST if it is something else.
+ */
+function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifindex: number | null, attachType?: number): OwnLink | null {
   if (!pinPath || !existsSync(pinPath)) return null;
   const fd = native().objGet(pinPath);
   try {
@@ -83,21 +100,31 @@ function openOwnPinnedLink(pinPath: string | undefined, linkType: number, ifinde
       unlinkSync(pinPath);
       return null;
     }
-    if (li.type !== linkType || li.ifindex !== ifindex || (attachType !== undefined && li.attachType !== attachType))
+    if (li.type !== linkType || (ifindex !== null && li.ifindex !== ifindex) || (attachType !== undefined && li.attachType !== attachType))
       throw bpfError('EEXIST', `pin ${pinPath} holds link ${li.id} (type ${li.type}, ifindex ${li.ifindex}), not ours for ifindex ${ifindex}`);
-    return fd;
+    return { fd, id: li.id, ifindex: li.ifindex, progId: li.progId };
   } catch (e) {
     native().closeFd(fd);
     throw e;
   }
 }
 
-/** Switches our pinned link `own` to `prog` atomically; closes it when the kernel refuses. */
-function updateOwnLink(own: number, prog: ProgramRef, what: string): void {
+/**
+ * Switches our pinned link `own` to `prog` atomically; closes it when the kernel refuses. The program read from
+ * the link is named as the expected one (BPF_F_REPLACE): should another process swap the link in between, the
+ * update fails (EPERM) instead of replacing what it did not inspect.
+ */
+function updateOwnLink(own: OwnLink, prog: ProgramRef, what: string): void {
+  const n = native();
   try {
-    named(`program '${prog.name}': update ${what}`, () => native().linkUpdate(own, prog.fd));
+    const old = named(`program '${prog.name}': ${what} runs program ${own.progId}`, () => n.progGetFdById(own.progId));
+    try {
+      named(`program '${prog.name}': update ${what}`, () => n.linkUpdate(own.fd, prog.fd, old));
+    } finally {
+      n.closeFd(old);
+    }
   } catch (e) {
-    native().closeFd(own);
+    n.closeFd(own.fd);
     throw e;
   }
 }
@@ -117,40 +144,102 @@ function pinNewLink(fd: number, prog: ProgramRef, pinPath: string | undefined, w
 }
 
 /**
- * Attaches to `ifname` through a BPF link. With `pinPath`, the link is pinned (it survives this
- * process) and an existing pinned link of ours there is switched to this program atomically.
- * Any other XDP program on the interface is refused with EEXIST, never replaced.
+ * Attaches to `ifname` through a BPF link. With `pinPath`, the link is pinned (it survives this process) and an
+ * existing pinned link of ours there is replaced (see XdpReplacement): its program switched atomically when it is
+ * on `ifname` in the mode asked for ('auto' keeps the mode it has), else attached anew in as short a gap as the
+ * kernel allows. Any other XDP program on the interface is refused with EEXIST, never replaced.
  * 'auto' tries native then generic and reports the mode it got.
  */
 export function attachXdp(prog: ProgramRef, ifname: string, mode: 'native' | 'generic' | 'auto' = 'auto', pinPath?: string): XdpAttachment {
   const n = native();
   const ifindex = named(`program '${prog.name}'`, () => n.ifNameToIndex(ifname));
-  const own = openOwnPinnedLink(pinPath, LINK_TYPE_XDP, ifindex);
+  const own = openOwnPinnedLink(pinPath, LINK_TYPE_XDP, null);
   if (own !== null) {
-    updateOwnLink(own, prog, `XDP link on ${ifname}`);
-    const q = n.xdpQuery(ifindex);
-    return { mode: q.attachMode === 2 ? 'generic' : 'native', ifindex, linkId: n.linkInfo(own).id, pinPath,
-      replaced: true, ...linkAttachment(own, pinPath) };
+    const ownMode = linkXdpMode(own);
+    if (own.ifindex === ifindex && (mode === 'auto' || mode === ownMode)) {
+      updateOwnLink(own, prog, `XDP link on ${ifname}`);
+      return { mode: ownMode, ifindex, linkId: own.id, pinPath, replaced: true,
+        replacement: { how: 'program', ifindex, mode: ownMode }, ...linkAttachment(own.fd, pinPath) };
+    }
+    try {
+      return replaceXdpLink(prog, ifname, ifindex, mode, pinPath!, own, ownMode);
+    } finally {
+      n.closeFd(own.fd);
+    }
   }
+  refuseForeignXdp(prog, ifname);
+  const { fd, mode: got } = createXdpLink(prog, ifname, ifindex, mode);
+  pinNewLink(fd, prog, pinPath, 'XDP link');
+  return { mode: got, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, replacement: null, ...linkAttachment(fd, pinPath) };
+}
+
+/** The mode our XDP link runs in: the kernel reports a program per mode, and ours is the one with the link's program. */
+function linkXdpMode(own: OwnLink): 'native' | 'generic' {
+  return native().xdpQuery(own.ifindex).skbProgId === own.progId ? 'generic' : 'native';
+}
+
+function refuseForeignXdp(prog: ProgramRef, ifname: string): void {
   const current = queryXdp(ifname);
   if (current)
     throw bpfError('EEXIST', `program '${prog.name}': ${ifname} already runs XDP program ${current.progId}` +
       `${current.name ? ` '${current.name}'` : ''} (${current.mode}); refusing to replace it`, { attached: current });
+}
+
+/** Creates an XDP link in `mode` ('auto': native, else generic); the last refusal is thrown. */
+function createXdpLink(prog: ProgramRef, ifname: string, ifindex: number, mode: 'native' | 'generic' | 'auto'):
+  { fd: number; mode: 'native' | 'generic' } {
+  const n = native();
   const tries: Array<'native' | 'generic'> = mode === 'auto' ? ['native', 'generic'] : [mode];
   let lastErr: unknown;
   for (const m of tries) {
-    let fd: number;
     try {
-      fd = named(`program '${prog.name}': attach XDP (${m}) to ${ifname}`, () =>
-        n.linkCreate(prog.fd, ifindex, n.attachXdp, XDP_FLAGS[m]));
+      return { fd: named(`program '${prog.name}': attach XDP (${m}) to ${ifname}`, () =>
+        n.linkCreate(prog.fd, ifindex, n.attachXdp, XDP_FLAGS[m])), mode: m };
     } catch (e) {
       lastErr = e;
-      continue;
     }
-    pinNewLink(fd, prog, pinPath, 'XDP link');
-    return { mode: m, ifindex, linkId: n.linkInfo(fd).id, pinPath, replaced: false, ...linkAttachment(fd, pinPath) };
   }
   throw lastErr;
+}
+
+/**
+ * Replaces our link `own` (on another interface, or in another mode) by a new link of `prog`, pinned at `pinPath`.
+ * The new link is pinned beside the old pin and renamed over it (bpffs renames atomically; its names cannot hold a dot), so the pin never names
+ * nothing. Another interface: make-before-break. Same interface, other mode: the kernel refuses a native and a
+ * generic program on one device at once ("Native and generic XDP can't be active at the same time"), so the old
+ * link is detached and the new one created right after, nothing else in between; if the new mode is refused, the
+ * program goes back in the old mode and the refusal is thrown.
+ */
+function replaceXdpLink(prog: ProgramRef, ifname: string, ifindex: number, mode: 'native' | 'generic' | 'auto', pinPath: string,
+  own: OwnLink, ownMode: 'native' | 'generic'): XdpAttachment {
+  const n = native();
+  const next = `${pinPath}_next`;
+  rmSync(next, { force: true }); // left by a crash between pin and rename: ours, and superseded now
+  let created: { fd: number; mode: 'native' | 'generic' };
+  let how: XdpReplacement;
+  if (own.ifindex !== ifindex) {
+    refuseForeignXdp(prog, ifname);
+    created = createXdpLink(prog, ifname, ifindex, mode);
+    how = 'interface';
+  } else {
+    how = 'mode';
+    named(`program '${prog.name}': detach ${ownMode} XDP link on ${ifname}`, () => n.linkDetach(own.fd));
+    try {
+      created = createXdpLink(prog, ifname, ifindex, mode);
+    } catch (e) {
+      const back = n.linkCreate(prog.fd, ifindex, n.attachXdp, XDP_FLAGS[ownMode]);
+      pinNewLink(back, prog, next, 'XDP link');
+      renameSync(next, pinPath);
+      n.closeFd(back);
+      throw Object.assign(e as Error, { message: `${(e as Error).message}; the program stays attached in ${ownMode} mode` });
+    }
+  }
+  pinNewLink(created.fd, prog, next, 'XDP link');
+  renameSync(next, pinPath);
+  // the old link's last reference may be a process of the previous run still holding its fd: detach it explicitly
+  if (how === 'interface') n.linkDetach(own.fd);
+  return { mode: created.mode, ifindex, linkId: n.linkInfo(created.fd).id, pinPath, replaced: false,
+    replacement: { how, ifindex: own.ifindex, mode: ownMode }, ...linkAttachment(created.fd, pinPath) };
 }
 
 /**
@@ -215,7 +304,7 @@ function attachTcx(prog: ProgramRef, ifname: string, ifindex: number, direction:
   const own = openOwnPinnedLink(pinPath, LINK_TYPE_TCX, ifindex, attachType);
   if (own !== null) {
     updateOwnLink(own, prog, `TC link on ${ifname}`);
-    return { api: 'tcx', direction, ifindex, linkId: n.linkInfo(own).id, pinPath, replaced: true, ...linkAttachment(own, pinPath) };
+    return { api: 'tcx', direction, ifindex, linkId: own.id, pinPath, replaced: true, ...linkAttachment(own.fd, pinPath) };
   }
   const same = queryTc(ifname, direction).find((p) => p.name === prog.name.slice(0, 15));
   if (same)
@@ -272,9 +361,9 @@ export function detachPinnedLink(pinPath: string): boolean {
 
 /**
  * Where the XDP link pinned at `pinPath` is attached: its ifindex and the mode the kernel reports for that
- * interface. Null when nothing is pinned there or the pin is not an XDP link.
+ * interface, with the link's id and the id of the program it runs. Null when nothing is pinned there or the pin is not an XDP link.
  */
-export function pinnedXdpLink(pinPath: string): { ifindex: number; mode: string } | null {
+export function pinnedXdpLink(pinPath: string): { ifindex: number; mode: string; linkId: number; progId: number } | null {
   if (!existsSync(pinPath)) return null;
   const n = native();
   const fd = n.objGet(pinPath);
@@ -282,7 +371,7 @@ export function pinnedXdpLink(pinPath: string): { ifindex: number; mode: string 
     const li = n.linkInfo(fd);
     if (li.type !== LINK_TYPE_XDP) return null;
     const mode = li.ifindex ? (XDP_ATTACH_MODES[n.xdpQuery(li.ifindex).attachMode] ?? 'none') : 'none';
-    return { ifindex: li.ifindex, mode };
+    return { ifindex: li.ifindex, mode, linkId: li.id, progId: li.progId };
   } finally {
     n.closeFd(fd);
   }

@@ -4,7 +4,9 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
+import { pinnedXdpLink } from '../attach.js';
 import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
+import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
@@ -35,6 +37,7 @@ export interface LbDataPlaneOptions {
 export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
+const GENERIC_DETAIL = 'generic XDP transmits through the stack; not probed';
 /** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
 export const LB_CAPACITY = {
   reals: DATAPLANE_LIMITS.lbReals, services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries,
@@ -215,27 +218,67 @@ class LbDataPlane implements DataPlane {
   /**
    * Attaches xdp_lb and, when the attachment is native, checks that the interface really transmits XDP_TX frames
    * (xdp-forwarding.ts). One that cannot forward is never left in place: with xdpMode 'auto' the program is
-   * re-attached in generic mode (the check says why), with 'native' attaching fails with the reason.
+   * re-attached in generic mode (the check says why), with 'native' attaching fails with the reason. A pinned link
+   * of ours is replaced, not detached first (attach.ts: program swap without a gap where mode and interface stay).
+   * The outcome is recorded beside the link (xdp-attach-record.ts), so a restart that adopts a generic link it
+   * cannot probe still reports a fallback as one.
    */
   private async attach(): Promise<void> {
     if (this.attachment || !this.opts.interface || !this.obj) return;
     const ifname = this.opts.interface;
-    const pin = join(this.opts.pinRoot, LINK_PIN);
+    const pinDir = this.opts.pinRoot;
+    const pin = join(pinDir, LINK_PIN);
     const mode = this.opts.xdpMode ?? 'auto';
-    this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, mode, pin);
-    if (this.attachment.mode !== 'native') {
-      this.forwarding = { mode: this.attachment.mode, requested: mode, fellBack: false, forwards: null, detail: 'generic XDP transmits through the stack; not probed' };
+    const prog = this.obj.program(PROGRAM_NAME);
+    const at = Date.now();
+    // what the previous run recorded for the link pinned now (validated against that link)
+    const prev = pinnedXdpLink(pin);
+    const prevRec = prev && (prev.mode === 'native' || prev.mode === 'generic')
+      ? readAttachRecord(pinDir, prev.linkId, prev.ifindex, prev.mode) : 'no link';
+    this.attachment = prog.attachXdp(ifname, mode, pin);
+    const a = this.attachment;
+    if (a.mode !== 'native') {
+      const rec = a.replacement?.how === 'program' ? prevRec : null;
+      this.forwarding = rec !== null ? adoptedGeneric(rec, mode)
+        : { mode: a.mode, requested: mode, fellBack: false, forwards: null, detail: GENERIC_DETAIL };
+      this.record(typeof rec === 'object' && rec ? { probe: rec.probe, at: rec.at } : { probe: this.forwarding.detail, at });
       return;
     }
     const check = await checkXdpForwarding(ifname);
     this.forwarding = { mode: 'native', requested: mode, fellBack: false, ...check };
-    if (check.forwards !== false) return;
-    this.attachment.detach();
-    this.attachment = null;
-    if (mode === 'native') throw Object.assign(new Error(`native XDP on ${ifname} cannot forward: ${check.detail}`), { code: 'ENOTSUP' });
-    this.attachment = this.obj.program(PROGRAM_NAME).attachXdp(ifname, 'generic', pin);
+    if (check.forwards !== false) return this.record({ probe: check.detail, at });
+    if (mode === 'native') {
+      this.forwarding = null;
+      this.attachment = null;
+      const was = a.replacement?.how === 'mode' ? a.replacement.mode : null;
+      if (!was) {
+        a.detach();
+        removeAttachRecord(pinDir);
+        throw Object.assign(new Error(`native XDP on ${ifname} cannot forward: ${check.detail}`), { code: 'ENOTSUP' });
+      }
+      // this start replaced a working generic link to try native: put generic back (with what was recorded for it)
+      // rather than leave the interface without a program, and refuse to start all the same
+      const back = prog.attachXdp(ifname, was, pin);
+      a.close();
+      if (typeof prevRec === 'object') writeAttachRecord(pinDir, { ...prevRec, linkId: back.linkId, ifindex: back.ifindex });
+      else removeAttachRecord(pinDir);
+      back.close();
+      throw Object.assign(new Error(`native XDP on ${ifname} cannot forward: ${check.detail}; the ${was} attachment is back in place`), { code: 'ENOTSUP' });
+    }
+    // native -> generic on the same link pin: detach and attach back to back (attach.ts, replacement 'mode')
+    this.attachment = prog.attachXdp(ifname, 'generic', pin);
+    a.close();
     // The reconciler reads this (DataPlane.forwarding), logs the fallback and puts it in the node's status.
     this.forwarding = { mode: 'generic', requested: mode, fellBack: true, forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
+    this.record({ probe: check.detail, at });
+  }
+
+  /** Keeps this.forwarding beside the link pin for the next daemon to adopt. */
+  private record(r: { probe: string; at: number }): void {
+    const a = this.attachment!;
+    const f = this.forwarding!;
+    writeAttachRecord(this.opts.pinRoot, { linkId: a.linkId, ifindex: a.ifindex, mode: f.mode, requested: f.requested,
+      fellBack: f.fellBack, forwards: f.forwards, ...r });
   }
 
   /** How xdp_lb is attached and what the forwarding check found (null before the first attach). */

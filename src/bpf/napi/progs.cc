@@ -120,13 +120,29 @@ Napi::Value LinkCreate(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
-// linkUpdate(linkFd, newProgFd) — atomic program replacement behind a link.
+// linkUpdate(linkFd, newProgFd, expectedOldProgFd?) — atomic program replacement behind a link. With the third
+// argument the kernel swaps only if the link still runs that program (BPF_F_REPLACE), else fails with EPERM: a
+// compare-and-swap, so a program someone else put there in the meantime is never replaced unseen.
 Napi::Value LinkUpdate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int link = ArgFd(info, 0);
   int prog = ArgFd(info, 1);
-  if (bpf_link_update(link, prog, nullptr)) ThrowErrno(env, errno, "link update");
+  LIBBPF_OPTS(bpf_link_update_opts, opts);
+  if (info.Length() > 2 && info[2].IsNumber()) {
+    opts.flags = BPF_F_REPLACE;
+    opts.old_prog_fd = ArgFd(info, 2);
+  }
+  if (bpf_link_update(link, prog, &opts)) ThrowErrno(env, errno, "link update");
   return env.Undefined();
+}
+
+// progGetFdById(id) -> fd of a loaded program (to name it as the expected old program of linkUpdate).
+Napi::Value ProgGetFdById(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int id = ArgInt(info, 0, "program id");
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) ThrowErrno(env, errno, "program id " + std::to_string(id));
+  return Napi::Number::New(env, fd);
 }
 
 Napi::Value LinkDetach(const Napi::CallbackInfo& info) {
@@ -247,6 +263,7 @@ void InitProgs(Napi::Env env, Napi::Object exports) {
   exports.Set("ifNameToIndex", Napi::Function::New(env, IfNameToIndex, "ifNameToIndex"));
   exports.Set("linkCreate", Napi::Function::New(env, LinkCreate, "linkCreate"));
   exports.Set("linkUpdate", Napi::Function::New(env, LinkUpdate, "linkUpdate"));
+  exports.Set("progGetFdById", Napi::Function::New(env, ProgGetFdById, "progGetFdById"));
   exports.Set("linkDetach", Napi::Function::New(env, LinkDetach, "linkDetach"));
   exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
   exports.Set("xdpQuery", Napi::Function::New(env, XdpQuery, "xdpQuery"));

@@ -94,6 +94,15 @@ export class ControlMetrics {
         this.reset();
         for (const svc of self.sources?.desired()?.services ?? []) this.set({ service: svc.name }, svc.tableSize);
       } });
+    // status.xdp as labels: an alert on fell_back="true" (or forwards="false") finds lb nodes that run generic XDP
+    // although native was asked for, also after a restart adopted that attachment (docs/datapath.md)
+    new Gauge({ name: 'gitlb_xdp_attachment_info', help: 'How xdp_lb is attached (value 1): mode, mode asked for, native fell back, forwarding probe',
+      labelNames: ['mode', 'requested', 'fell_back', 'forwards'], registers: [reg],
+      collect() {
+        this.reset();
+        const x = snap()?.xdp;
+        if (x) this.set({ mode: x.mode, requested: x.requested, fell_back: String(x.fellBack), forwards: x.forwards === null ? 'unknown' : String(x.forwards) }, 1);
+      } });
     new Gauge({ name: 'gitlb_last_reconcile_failed', help: '1 when the latest reconcile attempt failed', registers: [reg],
       collect() {
         this.reset();
