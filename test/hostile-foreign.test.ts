@@ -4,9 +4,11 @@
 //     aimed at our VIPs, ports, SNAT address and backend addresses and at addresses that are none of them;
 //   - sample captures shipped by Debian packages (test/lib/pcap.ts), read from their installed paths, as captured
 //     and re-addressed to our VIPs / backend.
-// `make deps` installs both; nothing of theirs is in this repository. Every output is checked for valid checksums
-// and lengths and an allowed action, every packet is accounted for by one counter, and the log prints the count of
-// each action and counter per corpus. docs/datapath.md and docs/backend.md, "Hostile packets".
+// `make deps` installs both; nothing of theirs is in this repository. The captures keep their own (public and
+// private) addresses in the "as captured" runs: BPF_PROG_TEST_RUN hands every output back to the test and sends
+// nothing (no live-frames mode), and next-hop lookups see only the lab namespace. Every output is checked for valid
+// checksums and lengths and an allowed action, every packet is accounted for by one counter, and the log prints the
+// count of each action and counter per corpus. docs/datapath.md and docs/backend.md, "Hostile packets".
 import test from 'ava';
 import { execFile } from 'node:child_process';
 import { LAB, runHarnessScript, setupLab, teardownLab } from './lib/xdp-lab.js';
@@ -72,7 +74,7 @@ function pcapCorpus(to: (i: number) => Parameters<typeof retarget>[1]): { raw: F
   return { raw, retargeted };
 }
 
-/** A problem with its frames cut to their headers (the whole frames are in the harness's output when needed). */
+/** A problem with its frames cut to their first 80 bytes (the checks name the field; the log stays readable). */
 const short = (p: string) => p.replace(/[0-9a-f]{200,}/g, (h) => `${h.slice(0, 160)}…(${h.length / 2} bytes)`);
 
 const V = XDP.vips;
