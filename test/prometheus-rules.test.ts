@@ -1,6 +1,6 @@
 // The shipped alert rules, evaluated by Prometheus's own promtool on recorded series
 // (deploy/prometheus/gitlb-rules.test.yml): digest disagreement, node behind, revision disagreement, real down,
-// drops rising, SNAT ports near exhaustion — each fires when it should and stays quiet when it should; and the
+// drops rising, SNAT ports near exhaustion, XDP fell back — each fires when it should and stays quiet when it should; and the
 // dashboard's queries are valid PromQL.
 import test from 'ava';
 import { execFileSync, spawnSync } from 'node:child_process';
