@@ -164,19 +164,15 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 	__u8 inner_proto = p->family == 4 ? LB_IPPROTO_IPIP : LB_IPPROTO_IPV6;
 
 	if (real->family == 4) {
-		struct iphdr outer = {
-			.version = 4,
-			.ihl = 5,
-			.tos = inner_tos,
-			.tot_len = bpf_htons(p->l3_len + LB_IPV4_HDR_LEN),
-			.id = 0,
-			.frag_off = bpf_htons(LB_IP_DF),
-			.ttl = LB_DEFAULT_TTL,
-			.protocol = inner_proto,
-			.saddr = src->v4,
-		};
-		__builtin_memcpy(&outer.daddr, real->addr, 4);
-		outer.check = lb_csum_fold(lb_csum_words(&outer, 5));
+		/* The checksum is summed from the field values, and the fields are stored straight into the packet: a
+		 * header built on the stack and then read back as words (to sum or copy it) costs a store-forwarding
+		 * stall per word, about 10 ns per packet here. Sums are of memory-order 16-bit words (lb_csum.h). */
+		__be16 tot_len = bpf_htons(p->l3_len + LB_IPV4_HDR_LEN);
+		__be16 frag_off = bpf_htons(LB_IP_DF);
+		__u16 ver_tos = 0x45 | ((__u16)inner_tos << 8);       /* bytes 0x45, tos in memory order */
+		__u16 ttl_proto = LB_DEFAULT_TTL | ((__u16)inner_proto << 8);
+		__be32 daddr = *(const __be32 *)real->addr;
+		__u64 sum = (__u64)ver_tos + tot_len + frag_off + ttl_proto + src->v4 + daddr;
 
 		if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV4_HDR_LEN))
 			return -1;
@@ -190,23 +186,21 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 
 		if ((void *)(iph + 1) > data_end)
 			return -1;
-		__builtin_memcpy(iph, &outer, sizeof(outer));
+		*(__u16 *)iph = ver_tos;
+		iph->tot_len = tot_len;
+		iph->id = 0;
+		iph->frag_off = frag_off;
+		*(__u16 *)&iph->ttl = ttl_proto;
+		iph->check = lb_csum_fold(sum);
+		iph->saddr = src->v4;
+		iph->daddr = daddr;
 		return 0;
 	}
 
-	struct ipv6hdr outer6 = {
-		.version = 6,
-		.priority = inner_tos >> 4,
-		.payload_len = bpf_htons(p->l3_len),
-		.nexthdr = inner_proto,
-		.hop_limit = LB_DEFAULT_TTL,
-	};
-	/* traffic class low nibble + 20-bit flow label: the per-flow entropy (RFC 6438) */
-	outer6.flow_lbl[0] = ((inner_tos & 0x0f) << 4) | ((hash >> 16) & 0x0f);
-	outer6.flow_lbl[1] = (hash >> 8) & 0xff;
-	outer6.flow_lbl[2] = hash & 0xff;
-	__builtin_memcpy(&outer6.saddr, src->v6, 16);
-	__builtin_memcpy(&outer6.daddr, real->addr, 16);
+	/* IPv6 outer header, also stored field by field (no stack copy): version 6, traffic class = the inner TOS,
+	 * 20-bit flow label = per-flow entropy (RFC 6438) */
+	__u32 vtf = (6u << 28) | ((__u32)inner_tos << 20) | (hash & 0xfffff);
+	__be16 payload_len = bpf_htons(p->l3_len);
 
 	if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV6_HDR_LEN))
 		return -1;
@@ -220,7 +214,12 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 
 	if ((void *)(ip6 + 1) > data_end)
 		return -1;
-	__builtin_memcpy(ip6, &outer6, sizeof(outer6));
+	*(__be32 *)ip6 = bpf_htonl(vtf);
+	ip6->payload_len = payload_len;
+	ip6->nexthdr = inner_proto;
+	ip6->hop_limit = LB_DEFAULT_TTL;
+	__builtin_memcpy(&ip6->saddr, src->v6, 16);
+	__builtin_memcpy(&ip6->daddr, real->addr, 16);
 	return 0;
 }
 

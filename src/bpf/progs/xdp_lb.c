@@ -33,18 +33,37 @@ static __always_inline int lb_drop(__u32 reason)
 	return XDP_DROP;
 }
 
+/* Map keys are written in 64-bit words, from registers: the kernel hashes a key in 32-bit words and copies it
+ * in 64-bit ones, and a load that spans several narrower stores cannot be store-forwarded (a stall of a few ns
+ * per word, several per packet). Keys must therefore be 8-byte aligned (LB_KEY_ALIGN). The packed words assume
+ * the little-endian BPF target. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "lb_vip_key_of / lb_flow_key_of pack key words for a little-endian target"
+#endif
+#define LB_KEY_ALIGN __attribute__((aligned(8)))
+
+static __always_inline void lb_put_addr(void *to, const __u32 *from)
+{
+	__u64 *w = to;
+
+	w[0] = from[0] | ((__u64)from[1] << 32);
+	w[1] = from[2] | ((__u64)from[3] << 32);
+}
+
 static __always_inline void lb_vip_key_of(const struct lb_packet *p, struct lb_vip_key *k, int with_port)
 {
-	__builtin_memcpy(k->addr, p->dst, 16);
-	k->family = p->family;
-	k->port = with_port ? p->dport : 0;
-	k->proto = with_port ? p->proto : 0;
+	__u32 port = with_port ? p->dport : 0;
+	__u32 proto = with_port ? p->proto : 0;
+
+	lb_put_addr(k->addr, p->dst);
+	/* port (as on the wire), proto, family */
+	*(__u32 *)&k->port = port | (proto << 16) | ((__u32)p->family << 24);
 }
 
 /* A damaged packet is ours to drop only if it was sent to one of our VIP addresses. */
 static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, int ports_known)
 {
-	struct lb_vip_key k = {};
+	struct lb_vip_key k LB_KEY_ALIGN;
 
 	lb_vip_key_of(p, &k, ports_known);
 	if (bpf_map_lookup_elem(&lb_vips, &k))
@@ -59,12 +78,10 @@ static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, i
 
 static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_flow_key *k)
 {
-	__builtin_memcpy(k->src, p->src, 16);
-	__builtin_memcpy(k->dst, p->dst, 16);
-	k->sport = p->sport;
-	k->dport = p->dport;
-	k->proto = p->proto;
-	k->family = p->family;
+	lb_put_addr(k->src, p->src);
+	lb_put_addr(k->dst, p->dst);
+	/* sport, dport (as on the wire), proto, family, pad 0 */
+	*(__u64 *)&k->sport = (__u64)p->sport | ((__u64)p->dport << 16) | ((__u64)p->proto << 32) | ((__u64)p->family << 40);
 }
 
 /* SNAT forwarding (address + port translation, NAT table): lb_snat.h */
@@ -119,7 +136,7 @@ int xdp_lb(struct xdp_md *ctx)
 	}
 
 	/* 2. is it a VIP:port:protocol? (VIP traffic never pays for the SNAT reply check) */
-	struct lb_vip_key vk = {};
+	struct lb_vip_key vk LB_KEY_ALIGN;
 
 	lb_vip_key_of(&p, &vk, 1);
 	struct lb_vip_value *vip = bpf_map_lookup_elem(&lb_vips, &vk);
@@ -149,7 +166,7 @@ int xdp_lb(struct xdp_md *ctx)
 	/* 3. connection table: an established flow keeps its real whatever the ring says now */
 	int new_flow = p.proto == IPPROTO_TCP &&
 		       (p.tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
-	struct lb_flow_key fk = {};
+	struct lb_flow_key fk LB_KEY_ALIGN;
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
 	__u32 hash = 0;
@@ -189,7 +206,11 @@ int xdp_lb(struct xdp_md *ctx)
 				lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
 			return lb_drop(reason);
 		}
-		struct lb_flow_value nv = { .real_id = real_id, .service_id = service_id, .real_slot = real->slot };
+		/* real_id and service_id as one 64-bit store: the kernel copies the value in 64-bit words */
+		struct lb_flow_value nv LB_KEY_ALIGN;
+
+		*(__u64 *)&nv.real_id = real_id | ((__u64)service_id << 32);
+		nv.real_slot = real->slot;
 
 		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate))
 			lb_count(LB_CNT_CT_RATE_LIMITED);
