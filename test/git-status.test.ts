@@ -56,7 +56,7 @@ test('ten nodes writing status at once over HTTP lose nothing', async (t) => {
   }
 });
 
-test('history lists each node\'s applied revisions in order; digests that differ are flagged', async (t) => {
+test('history lists each node\'s applied revisions in order; digests that differ at one revision are flagged', async (t) => {
   const repo = await servedRepo();
   const cache = await tempDir('hist');
   try {
@@ -76,7 +76,11 @@ test('history lists each node\'s applied revisions in order; digests that differ
       h.map((e) => [e.node, e.revision]),
       [['lb-1', r1], ['lb-2', r1], ['lb-1', r2]],
     );
-    t.false(lbDigestsAgree(await readAllStatuses(remote, 'gitlb-status')), 'lb-1 serves r2 with another digest');
+    // lb-1 serves r2 with another digest, lb-2 still r1: a rolling change, not a disagreement (digests are
+    // compared at the same revision); lb-2 at r2 with a third digest is one.
+    t.true(lbDigestsAgree(await readAllStatuses(remote, 'gitlb-status')), 'different revisions are not compared');
+    await w2.write(sampleStatus('lb-2', r2, 'c'.repeat(64)), 't');
+    t.false(lbDigestsAgree(await readAllStatuses(remote, 'gitlb-status')), 'lb-1 and lb-2 serve r2 with different digests');
   } finally {
     await repo.cleanup();
     rmSync(cache, { recursive: true, force: true });

@@ -27,3 +27,51 @@ test('two lb nodes with different digests of one service differ', (t) => {
   t.false(v.ok);
   t.regex(formatStatusVerdict(v, now), /table digests DIFFER across nodes/);
 });
+
+// A rolling change: lb nodes at different revisions hold different tables, and that is not a disagreement.
+const at = (name: string, rev: string, digest: string, appliedAgoMs: number): NodeStatus =>
+  ({
+    node: name,
+    role: 'lb',
+    appliedRevision: rev,
+    appliedAt: new Date(now.getTime() - appliedAgoMs).toISOString(),
+    updatedAt: now.toISOString(),
+    services: [{ name: 'web', digest }],
+  }) as unknown as NodeStatus;
+const r1 = '0c94020'.padEnd(40, '1');
+const r2 = '641288a'.padEnd(40, '2');
+const head = { oid: 'f'.repeat(40), committedAt: new Date(now.getTime() - 89_000) };
+
+test('lb nodes at different revisions inside the behind grace: digests are not compared, the verdict is OK', (t) => {
+  const statuses = [at('lb-1', r1, 'd1', 200_000), at('lb-2', r2, 'd2', 60_000)];
+  t.true(lbDigestsAgree(statuses));
+  const v = assessStatus({ statuses, head, configNodes: [], now, behindGraceMs: 120_000, staleAfterMs: 60_000 });
+  t.deepEqual(v.problems, []);
+  t.true(v.ok);
+  t.deepEqual(v.nodes.map((n) => [n.node, n.digests, n.behind]), [['lb-1', 'agree', true], ['lb-2', 'agree', true]]);
+  t.deepEqual(v.revisionSkew, { revisions: [{ revision: r1, nodes: ['lb-1'] }, { revision: r2, nodes: ['lb-2'] }], forMs: 60_000, beyondGrace: false });
+  t.regex(formatStatusVerdict(v, now), /table digests agree among lb nodes at the same revision; revision skew: lb-1 at 0c9402011111; lb-2 at 641288a22222 \(for 60s, within the grace\)/);
+});
+
+test('a digest disagreement at the same revision still fails while another node is at another revision', (t) => {
+  const statuses = [at('lb-1', r1, 'd1', 10_000), at('lb-2', r1, 'dX', 10_000), at('lb-3', r2, 'd2', 10_000)];
+  t.false(lbDigestsAgree(statuses));
+  const v = assessStatus({ statuses, head, configNodes: [], now, behindGraceMs: 120_000, staleAfterMs: 60_000 });
+  t.false(v.ok);
+  t.deepEqual(v.nodes.map((n) => n.digests), ['differ', 'differ', 'agree']);
+  t.deepEqual(v.problems, [
+    "lb-1: table digests differ from another lb node's at the same revision (0c9402011111)",
+    "lb-2: table digests differ from another lb node's at the same revision (0c9402011111)",
+  ]);
+  t.regex(formatStatusVerdict(v, now), /table digests DIFFER among lb nodes at the same revision/);
+});
+
+test('revision skew beyond the grace is a problem of its own when no node is reported behind (no config head)', (t) => {
+  const statuses = [at('lb-1', r1, 'd1', 600_000), at('lb-2', r2, 'd2', 300_000)];
+  const v = assessStatus({ statuses, head: null, configNodes: [], now, behindGraceMs: 120_000, staleAfterMs: 60_000 });
+  t.false(v.ok);
+  t.deepEqual(v.problems, ['lb nodes serve 2 revisions for 5m (beyond the 2m grace): lb-1 at 0c9402011111; lb-2 at 641288a22222']);
+  // With a head, the node behind it past the grace names the same cause once.
+  const w = assessStatus({ statuses, head: { oid: r2, committedAt: new Date(now.getTime() - 700_000) }, configNodes: [], now, behindGraceMs: 120_000, staleAfterMs: 60_000 });
+  t.deepEqual(w.problems, ['lb-1: behind the branch for 12m (applied 0c9402011111, head 641288a22222)']);
+});

@@ -34,12 +34,14 @@ export const command = defineCommand<StatusOptions>({
 branch's Cluster.spec.status.branch, else gitlb-status) and judges it against the head of the config branch and
 the clock. Columns: NODE, ROLE, XDP (attach mode in use: native, generic, or generic (fallback) when native
 could not forward), APPLIED revision, BRANCH (head, or behind for how long since the head was
-committed), UPDATED (age of the status file; STALE past --stale-after), DIGESTS (agree or differ with the other lb
-nodes' Maglev table digests), READY (the Ready condition), UNHEALTHY (active reals its health checks report down),
+committed), UPDATED (age of the status file; STALE past --stale-after), DIGESTS (agree or differ with the Maglev table
+digests of the other lb nodes at the same applied revision; nodes at different revisions are revision skew, named
+in the summary), READY (the Ready condition), UNHEALTHY (active reals its health checks report down),
 LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission), conditions that are not
 fine, and a verdict listing every problem. Nodes the config names that wrote no status are listed as problems.`,
   exitStatus: `Exit status: 0 OK; 1 a node failed its last attempt, is behind the branch longer than --behind-grace, is stale,
-wrote no status, was taken down (gitlb down) while the config still names it, or the lb nodes' digests differ (also when the status cannot be read); 2 usage error.`,
+wrote no status, was taken down (gitlb down) while the config still names it, lb nodes at one revision hold different digests, or
+the lb nodes serve different revisions longer than --behind-grace (also when the status cannot be read); 2 usage error.`,
   define: (cmd) =>
     addStatusReadOptions(cmd)
       .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {ok, head, problems, nodes[] with each node\'s verdict and status}'))

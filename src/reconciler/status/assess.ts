@@ -1,9 +1,11 @@
 // The verdict of `gitlb status`: every node's status file judged against the config branch's head and the clock.
 // Pure: the caller reads Git and the clock. A node is a problem when it failed, is behind the branch beyond a grace
-// period, has not written status for too long (stale), is missing, or when the lb nodes' table digests differ.
+// period, has not written status for too long (stale), is missing, or when lb nodes at the same applied revision
+// hold different table digests. lb nodes at different revisions (a rolling change) are revision skew, not a digest
+// disagreement: a problem only when it outlasts the behind grace.
 import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
-import { formatTable, lbDigestsByService } from './status-report.js';
+import { digestKey, formatTable, lbDigestsByService, lbRevisions } from './status-report.js';
 import { bgpOfStatus, formatBgpSection, type NodeBgpVerdict } from './bgp-report.js';
 import { describeXdp, readStatusXdp, xdpColumn, type StatusXdp } from './xdp-report.js';
 
@@ -47,11 +49,22 @@ export interface NodeVerdict {
   problems: string[];
 }
 
+/** lb nodes serving different revisions: normal while a change rolls out, a problem past the behind grace. */
+export interface RevisionSkew {
+  revisions: { revision: string; nodes: string[] }[];
+  /** Lower bound of how long the skew has lasted: since the latest apply among these nodes (null: unknown). */
+  forMs: number | null;
+  beyondGrace: boolean;
+}
+
 export interface StatusVerdict {
   head: string | null;
   headCommittedAt: string | null;
   ok: boolean;
+  /** Digests agree among the lb nodes at each applied revision (nodes at different revisions are not compared). */
   digestsAgree: boolean;
+  /** Set when the lb nodes (not taken down) serve more than one revision. */
+  revisionSkew: RevisionSkew | null;
   nodes: NodeVerdict[];
   problems: string[];
 }
@@ -75,7 +88,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
   const digests = lbDigestsByService(input.statuses);
   const nodes: NodeVerdict[] = input.statuses.map((s) => {
     const services = Array.isArray(s.services) ? s.services : [];
-    const differs = services.some((svc) => (digests.get(svc.name)?.size ?? 1) > 1);
+    const differs = services.some((svc) => (digests.get(digestKey(s.appliedRevision, svc.name))?.size ?? 1) > 1);
     const updated = time(s.updatedAt);
     const ageMs = updated === null ? null : now - updated;
     const stale = ageMs === null || ageMs > input.staleAfterMs;
@@ -98,7 +111,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       problems.push(`${s.node}: behind the branch for ${formatAge(behindMs!)} (applied ${s.appliedRevision?.slice(0, 12) ?? 'nothing'}, head ${input.head!.oid.slice(0, 12)})`);
     }
     if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
-    if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's`);
+    if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's at the same revision (${s.appliedRevision?.slice(0, 12) ?? 'none'})`);
     const bgp = bgpOfStatus(s);
     const xdp = readStatusXdp(s.xdp);
     if (bgp?.birdError) problems.push(`${s.node}: BIRD did not take the announcements: ${bgp.birdError}`);
@@ -147,14 +160,40 @@ export function assessStatus(input: AssessInput): StatusVerdict {
   }
   nodes.sort((a, b) => a.node.localeCompare(b.node));
   const problems = nodes.flatMap((n) => n.problems);
+  const revisionSkew = assessSkew(input, nodes);
+  if (revisionSkew?.beyondGrace) {
+    // A node behind the head past the grace already names the cause; the skew line would repeat it.
+    const skewed = new Set(revisionSkew.revisions.flatMap((r) => r.nodes));
+    const behindReported = nodes.some((n) => skewed.has(n.node) && n.behind && n.behindMs !== null && n.behindMs > input.behindGraceMs);
+    if (!behindReported) problems.push(`lb nodes serve ${revisionSkew.revisions.length} revisions for ${formatAge(revisionSkew.forMs!)} (beyond the ${formatAge(input.behindGraceMs)} grace): ${skewText(revisionSkew)}`);
+  }
   return {
     head: input.head?.oid ?? null,
     headCommittedAt: input.head?.committedAt.toISOString() ?? null,
     ok: problems.length === 0,
     digestsAgree: [...digests.values()].every((d) => d.size <= 1),
+    revisionSkew,
     nodes,
     problems,
   };
+}
+
+/**
+ * lb nodes (not taken down) at more than one applied revision. How long: at least since the latest apply among
+ * them (the set of revisions has not changed since), compared with the behind grace.
+ */
+function assessSkew(input: AssessInput, nodes: NodeVerdict[]): RevisionSkew | null {
+  const down = new Set(nodes.filter((n) => n.down).map((n) => n.node));
+  const lbs = input.statuses.filter((s) => s.role !== 'backend' && !down.has(s.node));
+  const revisions = lbRevisions(lbs);
+  if (revisions.length < 2) return null;
+  const applied = lbs.map((s) => time(s.appliedAt)).filter((t): t is number => t !== null);
+  const forMs = applied.length ? Math.max(0, input.now.getTime() - Math.max(...applied)) : null;
+  return { revisions, forMs, beyondGrace: forMs !== null && forMs > input.behindGraceMs };
+}
+
+function skewText(skew: RevisionSkew): string {
+  return skew.revisions.map((r) => `${r.nodes.join(', ')} at ${r.revision.slice(0, 12)}`).join('; ');
 }
 
 function readyText(conditions: Condition[]): string {
@@ -188,7 +227,12 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     }
   }
   const head = v.head ? `head ${v.head.slice(0, 12)}${v.headCommittedAt ? ` (committed ${formatAge(now.getTime() - Date.parse(v.headCommittedAt))} ago)` : ''}` : 'no config branch';
-  const summary = `${v.nodes.length} node(s); ${head}; table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
+  const digests = v.revisionSkew
+    ? `table digests ${v.digestsAgree ? 'agree' : 'DIFFER'} among lb nodes at the same revision; revision skew: ${skewText(v.revisionSkew)}${
+        v.revisionSkew.forMs === null ? '' : ` (for ${formatAge(v.revisionSkew.forMs)}${v.revisionSkew.beyondGrace ? ', beyond the grace' : ', within the grace'})`
+      }`
+    : `table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
+  const summary = `${v.nodes.length} node(s); ${head}; ${digests}`;
   const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
   return printable([...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join(''));
 }

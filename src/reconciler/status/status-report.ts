@@ -35,24 +35,44 @@ async function readStatusesAt(gitdir: string, commit: string, onBadFile?: (probl
 }
 
 /**
- * Table digests of the lb nodes, per service. Only lb nodes forward by the Maglev ring, so only they must agree;
- * a backend's status lists the services it serves but its digests are not part of the agreement.
+ * Table digests of the lb nodes, per applied revision and service. Only lb nodes forward by the Maglev ring, so
+ * only they must agree; a backend's status lists the services it serves but its digests are not part of the
+ * agreement. Digests are compared only between nodes at the same applied revision: during a rolling change two
+ * nodes at different revisions legitimately hold different tables (revision skew is judged separately, against the
+ * behind grace). Key: `digestKey(revision, service)`.
  */
 export function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<string>> {
   const byService = new Map<string, Set<string>>();
   for (const s of statuses) {
     if (s.role === 'backend' || !Array.isArray(s.services)) continue;
     for (const svc of s.services) {
-      if (!byService.has(svc.name)) byService.set(svc.name, new Set());
-      byService.get(svc.name)!.add(svc.digest);
+      const key = digestKey(s.appliedRevision, svc.name);
+      if (!byService.has(key)) byService.set(key, new Set());
+      byService.get(key)!.add(svc.digest);
     }
   }
   return byService;
 }
 
-/** True when every service is rendered with one digest by every lb node that serves it. */
+/** The key of lbDigestsByService: one service at one applied revision (null: none applied). */
+export function digestKey(revision: string | null | undefined, service: string): string {
+  return `${revision ?? '(none)'}\0${service}`;
+}
+
+/** True when every service is rendered with one digest by every lb node that serves it at the same revision. */
 export function lbDigestsAgree(statuses: NodeStatus[]): boolean {
   return [...lbDigestsByService(statuses).values()].every((d) => d.size <= 1);
+}
+
+/** The applied revisions of the lb nodes that serve something, each with its nodes (sorted by revision). */
+export function lbRevisions(statuses: NodeStatus[]): { revision: string; nodes: string[] }[] {
+  const by = new Map<string, string[]>();
+  for (const s of statuses) {
+    if (s.role === 'backend' || !s.appliedRevision) continue;
+    if (!by.has(s.appliedRevision)) by.set(s.appliedRevision, []);
+    by.get(s.appliedRevision)!.push(s.node);
+  }
+  return [...by].map(([revision, nodes]) => ({ revision, nodes: nodes.sort() })).sort((a, b) => a.revision.localeCompare(b.revision));
 }
 
 export { formatTable };
