@@ -437,3 +437,135 @@ test('auto-rollback over the HTTP Git server: with two daemons racing, exactly o
   }
 });
 
+
+/** An HTTP address on 127.0.0.1 where nothing listens: a Git server that is down (connections refused). */
+async function deadGitUrl(): Promise<string> {
+  const { createServer } = await import('node:net');
+  const srv = createServer();
+  await new Promise<void>((ok) => srv.listen(0, '127.0.0.1', ok));
+  const { port } = srv.address() as { port: number };
+  await new Promise<void>((ok) => srv.close(() => ok()));
+  return `http://127.0.0.1:${port}/config.git`;
+}
+
+/** Collects the warn/info lines a reconciler logs. */
+function recordingLog() {
+  const lines: { level: 'info' | 'warn'; msg: string }[] = [];
+  return { lines, log: { info: (msg: string) => void lines.push({ level: 'info', msg }), warn: (msg: string) => void lines.push({ level: 'warn', msg }) } };
+}
+
+test('restart while the Git server is down: the pinned revision is adopted from the cache before any fetch, health re-renders from it', async (t) => {
+  const { work, rev } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  t.is((await reconciler(work, dp).r.reconcile('start')).kind, 'applied');
+  // The node's Git cache as the previous run left it (a bare copy holding the applied revision's objects).
+  const cache = await tempDir('cache');
+  dirs.push(cache);
+  await git(cache, 'clone', '-q', '--bare', work, 'git');
+  const { HttpRemote } = await import('../src/reconciler/source/git-remote.js');
+  const remote = new HttpRemote(await deadGitUrl(), `${cache}/git`, undefined, 2000);
+  const down = new Set<string>();
+  const models: string[] = [];
+  const { lines, log } = recordingLog();
+  const { r } = reconciler(work, dp, 'lb-1', {
+    remote, adoptedRevision: rev, log,
+    health: () => ({ isHealthy: (_s: string, address: string) => !down.has(address) }),
+    onApplied: (m) => void models.push(m.services.map((s) => s.metadata.name).join(',')),
+  });
+  const executedBefore = dp.executed.length;
+
+  const start = await r.adoptAtStart();
+  t.deepEqual(start, { adopted: rev, problem: null });
+  t.deepEqual(models, ['web'], 'the health checker learnt the adopted model (onApplied)');
+  t.deepEqual(r.desired?.reals.map((x) => x.address).sort(), [...REALS].sort(), 'the neighbour refresh has the reals');
+  t.is(dp.executed.length, executedBefore, 'adoption writes nothing');
+  t.true(lines.some((l) => l.level === 'info' && /^adopted [0-9a-f]{12} from the local Git cache before fetching/.test(l.msg)), JSON.stringify(lines));
+
+  // The fetch fails (connection refused), and the health path still drains a real that went down.
+  const o = await r.reconcile('start');
+  t.true(o.kind === 'failed' && o.stage === 'fetch', JSON.stringify(o));
+  down.add(REALS[1]!);
+  t.truthy(await r.refreshHealth('real down'), 'the health re-render applied a difference');
+  const downId = r.desired!.reals.find((x) => x.address === REALS[1])!.id;
+  t.false((await dp.readLive({ tables: true })).services[0]!.ring!.includes(downId), 'the unhealthy real left the ring');
+  t.is(r.appliedRevision, rev);
+});
+
+test('restart while the Git server is down and the cache lacks the pinned revision: said in the log and in status', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const cache = await tempDir('cache');
+  dirs.push(cache);
+  await git(cache, 'init', '-q', '--bare', 'git');
+  const { HttpRemote } = await import('../src/reconciler/source/git-remote.js');
+  const remote = new HttpRemote(await deadGitUrl(), `${cache}/git`, undefined, 2000);
+  const missing = '0123456789abcdef0123456789abcdef01234567';
+  const { lines, log } = recordingLog();
+  const { r } = reconciler(work, dp, 'lb-1', { remote, adoptedRevision: missing, log });
+  const start = await r.adoptAtStart();
+  t.is(start.adopted, null);
+  t.regex(start.problem ?? '', /revision 0123456789ab is not in the Git cache/);
+  t.is(r.desired, null);
+  t.true(lines.some((l) => l.level === 'warn' && /cannot adopt the pinned revision at start: revision 0123456789ab is not in the Git cache .*wait for the first successful fetch/.test(l.msg)), JSON.stringify(lines));
+  const s = r.snapshot();
+  t.true(s.warnings.some((w) => /not in the Git cache/.test(w)), JSON.stringify(s.warnings));
+  t.true(validStatus(s), JSON.stringify(validStatus.errors));
+});
+
+test('a Git outage logs one fetch failure per backoff step, not one per poll, and a summary when the fetch recovers', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { lines, log } = recordingLog();
+  const { r, clock } = reconciler(work, dp, 'lb-1', { log });
+  t.is((await r.reconcile('start')).kind, 'applied');
+  await git(work, 'branch', '-q', '-m', 'main', 'elsewhere');
+  const warned = () => lines.filter((l) => l.level === 'warn' && l.msg.startsWith('fetch failed')).length;
+  // 60 polls, one every 2 s (2 minutes): backoff steps come due after 1, 2, 4, 8, 16, 32 and 64 s.
+  const retryAts: number[] = [];
+  for (let i = 0; i < 60; i++) {
+    await r.reconcile('poll');
+    retryAts.push(r.nextRetryAt!.getTime());
+    clock.now += 2000;
+  }
+  // retry maximum in this reconciler: 8 s. Steps found due at 0 s (+1), 2 (+2), 4 (+4), 8 (+8), 16, 24, ... 112: 17.
+  t.is(warned(), 17, lines.map((l) => l.msg).join('\n'));
+  t.is(new Set(retryAts).size, 17, 'the backoff moves only when a step was due');
+  t.regex(lines.find((l) => l.msg.startsWith('fetch failed (attempt 2,'))!.msg, /failing for 2 s; next retry in 2 s \(backoff step 2\), polls also retry\): branch 'main' not found/);
+  await git(work, 'branch', '-q', '-m', 'elsewhere', 'main');
+  t.is((await r.reconcile('poll')).kind, 'unchanged');
+  t.true(lines.some((l) => l.level === 'info' && /^fetch recovered after 60 failed attempts over 2 min \(last error: branch 'main' not found/.test(l.msg)),
+    lines.map((l) => l.msg).join('\n'));
+});
+
+test('a failed status push is logged once however many publishes it carried, retried with backoff, and its recovery said', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane();
+  const { lines, log } = recordingLog();
+  const { HttpRemote } = await import('../src/reconciler/source/git-remote.js');
+  const { StatusWriter } = await import('../src/reconciler/status/status-writer.js');
+  const cache = await tempDir('cache');
+  dirs.push(cache);
+  // A real status writer against a Git server that is down: every push round fails (connection refused).
+  const writer = new StatusWriter({ remote: new HttpRemote(await deadGitUrl(), `${cache}/git`, undefined, 2000), branch: 'gitlb-status', node: 'lb-1', backoffMs: { base: 1, max: 2 } });
+  let healthy = false;
+  const local = new LocalRemote(work);
+  const { r } = reconciler(work, dp, 'lb-1', {
+    log, retry: { baseMs: 1000, maxMs: 300_000 },
+    statusSink: async (status, _b, why) => void (healthy ? await new StatusWriter({ remote: local, branch: 'gitlb-status', node: 'lb-1' }).write(status, why) : await writer.write(status, why)),
+  });
+  t.is((await r.reconcile('start')).kind, 'applied'); // push 1
+  r.heartbeat(0); // push 2 queues behind push 1 ...
+  r.heartbeat(0); // ... and these two coalesce into it
+  r.heartbeat(0);
+  await r.flushStatus();
+  const failed = lines.filter((l) => l.level === 'warn' && l.msg.startsWith('status write failed'));
+  t.is(failed.length, 2, failed.map((l) => l.msg).join('\n'));
+  // The first push is not retried: a newer status was handed over meanwhile, and push 2 carries it.
+  t.regex(failed[0]!.msg, /^status write failed \(1 in a row\): status push for lb-1 to gitlb-status failed: .*ECONNREFUSED/);
+  t.regex(failed[1]!.msg, /^status write failed \(2 in a row; retry in 10 s\)/, 'the retry backs off (5 s doubling)');
+  healthy = true;
+  r.heartbeat(0);
+  await r.flushStatus();
+  r.stopStatusRetries();
+  t.true(lines.some((l) => l.level === 'info' && l.msg === 'status write recovered after 2 failed pushes'), lines.map((l) => l.msg).join('\n'));
+});

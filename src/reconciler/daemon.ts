@@ -164,6 +164,10 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     (kind, err) => log.warn(`health ${kind} failed: ${(err as Error).message}`),
   );
 
+  // What the pinned data plane serves is known from the local cache before the first fetch: health and the
+  // health re-render never wait for the Git server (Reconciler.adoptAtStart).
+  await reconciler.adoptAtStart();
+
   const schedules: Schedule[] = [];
   let webhook: WebhookServer | undefined;
   let refWatch: RefWatch | undefined;

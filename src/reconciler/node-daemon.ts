@@ -230,50 +230,63 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
           log,
         })
       : null;
-  daemon = await startDaemon({
-    repo: o.repo,
-    branch: o.branch,
-    node: o.node,
-    role,
-    dataPlane,
-    reopenDataPlane: open,
-    // Decommission: routers stop sending first (the data plane still forwards until its pins go), checks stop.
-    teardown: async () => {
-      await bgp?.withdrawAll().catch((err: unknown) => log.warn(`decommission: BGP withdraw failed: ${(err as Error).message}`));
-      bgp?.stop();
-      await health?.checker.stop();
-      vipRouter?.close();
-      await teardown(role, o, log);
-    },
-    cacheDir: o.cacheDir,
-    credentialsFile: o.credentialsFile,
-    configPath: o.configPath,
-    webhook: o.webhook,
-    poll: o.poll,
-    drift: o.drift,
-    statusBranch: o.statusBranch,
-    writeStatus: o.writeStatus,
-    gitTimeoutMs: o.gitTimeoutMs,
-    trust: o.trust,
-    signer: o.signer,
-    trustFrom: o.trustFrom,
-    log,
-    wrapRemote: o.hooks?.wrapRemote,
-    onReconcile: o.hooks?.onReconcile,
-    ...(health && {
-      health: () => health.view(),
-      preApplyGate: health.preApplyGate({ maxCapacityLossShare: 0.5 }),
-      postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
-      onApplied: (model: ConfigModel) => health.update(model),
-      statusHealth: () => health.status(),
-    }),
-    ...(bgp && { statusBgp: () => (bgp.configured() ? bgp.status() : null) }),
+  // Health is wired before the daemon starts: the daemon adopts the pinned revision from the local Git cache and
+  // starts the checks before its first fetch, and a flip seen before startDaemon returns is applied right after.
+  let flippedBeforeStart = false;
+  if (o.hooks?.onHealthChange) health?.onChange(o.hooks.onHealthChange);
+  health?.onChange(() => {
+    if (daemon) daemon.refreshHealth('health change');
+    else flippedBeforeStart = true;
   });
+  try {
+    daemon = await startDaemon({
+      repo: o.repo,
+      branch: o.branch,
+      node: o.node,
+      role,
+      dataPlane,
+      reopenDataPlane: open,
+      // Decommission: routers stop sending first (the data plane still forwards until its pins go), checks stop.
+      teardown: async () => {
+        await bgp?.withdrawAll().catch((err: unknown) => log.warn(`decommission: BGP withdraw failed: ${(err as Error).message}`));
+        bgp?.stop();
+        await health?.checker.stop();
+        vipRouter?.close();
+        await teardown(role, o, log);
+      },
+      cacheDir: o.cacheDir,
+      credentialsFile: o.credentialsFile,
+      configPath: o.configPath,
+      webhook: o.webhook,
+      poll: o.poll,
+      drift: o.drift,
+      statusBranch: o.statusBranch,
+      writeStatus: o.writeStatus,
+      gitTimeoutMs: o.gitTimeoutMs,
+      trust: o.trust,
+      signer: o.signer,
+      trustFrom: o.trustFrom,
+      log,
+      wrapRemote: o.hooks?.wrapRemote,
+      onReconcile: o.hooks?.onReconcile,
+      ...(health && {
+        health: () => health.view(),
+        preApplyGate: health.preApplyGate({ maxCapacityLossShare: 0.5 }),
+        postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }),
+        onApplied: (model: ConfigModel) => health.update(model),
+        statusHealth: () => health.status(),
+      }),
+      ...(bgp && { statusBgp: () => (bgp.configured() ? bgp.status() : null) }),
+    });
+  } catch (err) {
+    await health?.checker.stop();
+    vipRouter?.close();
+    throw err;
+  }
   const d = daemon;
   bgp?.start();
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
-  if (o.hooks?.onHealthChange) health?.onChange(o.hooks.onHealthChange);
-  health?.onChange(() => d.refreshHealth('health change'));
+  if (flippedBeforeStart) d.refreshHealth('health change');
   o.hooks?.started?.({ daemon: d, role, health, bgp });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {

@@ -8,8 +8,9 @@
 // - A failed revision is recorded with its stage and reason; the node keeps serving its last good revision.
 //   Transient failures (apply, read-back) are retried with exponential backoff; deterministic ones
 //   (validation, render) are not. A newer commit always supersedes a failed one.
-// - After a restart the first reconcile adopts the pinned maps: it applies the last good revision again,
-//   which writes nothing when nothing changed.
+// - After a restart the revision the pinned maps serve is adopted from the local Git cache before any fetch
+//   (adoptAtStart), so health and the health re-render work while Git is down; the first reconcile that
+//   fetches applies the last good revision again, which writes nothing when nothing changed.
 // - Git I/O (fetch, ancestry, revert push) never runs under the data-plane lock: a health re-render waits at
 //   most for one apply/read-back section, never for the Git server (docs/reconciler.md, "Health path").
 // - A revision that no longer names this node decommissions it: teardown, final status, never a revert.
@@ -24,6 +25,7 @@ import type { GitRemote } from './source/git-remote.js';
 import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
+import { FetchBackoff, humanMs } from './fetch-backoff.js';
 import { describeXdp, statusXdp } from './status/xdp-report.js';
 import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
 import { checkRevision } from './verify/revision-check.js';
@@ -186,7 +188,12 @@ export class Reconciler {
   /** The config whose tables are in the kernel: the applied one, or a candidate while its health gate runs. */
   private liveModel: ConfigModel | null = null;
   private conditions: Condition[] = [];
-  private fetchFailure: { reason: string; attempts: number; retryAt: number } | null = null;
+  private readonly fetchBackoff: FetchBackoff;
+  /** Failed status pushes in a row: they back off the status retry and are summed up when a push succeeds. */
+  private statusFailures = 0;
+  /** The rejection last counted and logged: publish() calls coalesced into one push share it (one line per push). */
+  private countedStatusError: unknown = null;
+  private loggedStatusError: unknown = null;
   private decommissioned: string | null = null;
   /** The outcome of the latest reconcile pass (`run --once` exits by it). */
   lastOutcome: Outcome | null = null;
@@ -200,6 +207,7 @@ export class Reconciler {
     this.clock = o.clock ?? (() => new Date());
     this.log = o.log ?? quietLog;
     this.retry = o.retry ?? { baseMs: 1000, maxMs: 300_000 };
+    this.fetchBackoff = new FetchBackoff(this.retry);
     this.applied = o.adoptedRevision ?? null;
     this.adopting = true;
     this.startedAt = this.clock().toISOString();
@@ -220,7 +228,7 @@ export class Reconciler {
 
   /** When the earliest pending retry of a failed revision is due (for the daemon's timer), or null. */
   get nextRetryAt(): Date | null {
-    let t = this.fetchFailure?.retryAt ?? Infinity;
+    let t = this.fetchBackoff.state?.retryAt ?? Infinity;
     for (const f of this.failed.values()) if (f.retryable) t = Math.min(t, f.retryAt);
     return Number.isFinite(t) ? new Date(t) : null;
   }
@@ -341,15 +349,36 @@ export class Reconciler {
     this.lastPublishedMs = this.clock().getTime();
     clearTimeout(this.statusRetry);
     const generation = ++this.statusGeneration;
-    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).catch((err) => {
-      this.log.warn(`status write failed: ${errorText(err)}`);
+    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).then(() => {
+      if (this.statusFailures) this.log.info(`status write recovered after ${this.statusFailures} failed pushes`, { stage: 'status', failures: this.statusFailures });
+      this.statusFailures = 0;
+      this.countedStatusError = this.loggedStatusError = null;
+    }, async (err: unknown) => {
+      // Coalesced publish() calls share one push and so one rejection: it is counted and logged once.
+      if (err !== this.countedStatusError) {
+        this.countedStatusError = err;
+        this.statusFailures++;
+      }
       // The branch must not keep an old status until the next change: try again later, unless a newer
-      // status was handed over meanwhile (it carries everything this one did).
+      // status was handed over meanwhile (it carries everything this one did). The retry backs off (5 s
+      // doubling, at most the retry maximum), so an outage of the Git server costs a few pushes, not one per 5 s.
+      const logOnce = (retryMs?: number) => {
+        if (err === this.loggedStatusError) return;
+        this.loggedStatusError = err;
+        this.log.warn(`status write failed (${this.statusFailures} in a row${retryMs ? `; retry in ${humanMs(retryMs)}` : ''}): ${errorText(err)}`,
+          { stage: 'status', reason: errorText(err), failures: this.statusFailures, ...(retryMs && { retryMs }) });
+      };
       if (generation === this.statusGeneration && !this.stopped) {
+        const delay = Math.min(Math.max(this.retry.maxMs, STATUS_RETRY_MS), STATUS_RETRY_MS * 2 ** Math.min(this.statusFailures - 1, 16));
+        logOnce(delay);
         this.statusRetry = setTimeout(() => {
           if (generation === this.statusGeneration) this.publish(`retry: ${why}`);
-        }, STATUS_RETRY_MS);
+        }, delay);
         this.statusRetry.unref();
+      } else {
+        // The caller holding the newest status (if it shares this push) logs with its retry: let it go first.
+        await new Promise((r) => setImmediate(r));
+        logOnce();
       }
     });
     this.pendingStatus = Promise.all([this.pendingStatus, write]).then(() => undefined);
@@ -412,9 +441,10 @@ export class Reconciler {
     } catch (err) {
       return this.fetchFailed(errorText(err));
     }
-    if (this.fetchFailure) {
-      this.log.info(`fetch recovered after ${this.fetchFailure.attempts} failed attempts`);
-      this.fetchFailure = null;
+    const outage = this.fetchBackoff.recovered(this.clock().getTime());
+    if (outage) {
+      this.log.info(`fetch recovered after ${outage.attempts} failed attempts over ${humanMs(outage.durationMs)} (last error: ${outage.reason})`,
+        { stage: 'fetch', attempts: outage.attempts, durationMs: outage.durationMs, reason: outage.reason });
       // Say again why the head is not applied, or that it is: the conditions still name the fetch failure.
       const failedHead = this.failed.get(head);
       if (failedHead) this.failureConditions(head, failedHead);
@@ -424,7 +454,10 @@ export class Reconciler {
 
     if (this.decommissioned === head) return { kind: 'decommissioned', revision: head };
     if (head === this.applied && !this.adopting) return { kind: 'unchanged', revision: head };
-    if (this.adopting && this.applied && head !== this.applied && !this.appliedDesired) await this.adoptPinned(this.applied);
+    if (this.adopting && this.applied && head !== this.applied && !this.appliedDesired) {
+      const problem = await this.adoptPinned(this.applied);
+      if (problem) this.log.warn(`cannot adopt ${this.applied.slice(0, 12)} (${problem}); its state is unknown until the next apply`);
+    }
 
     // A newer commit supersedes every failed one.
     for (const rev of [...this.failed.keys()]) if (rev !== head) this.failed.delete(rev);
@@ -438,19 +471,21 @@ export class Reconciler {
   }
 
   /**
-   * A failed fetch: recorded (status conditions, counters) and retried with exponential backoff, while the node
-   * keeps serving its last good revision. Published only when the reason changes, so a long partition does not
-   * queue a status push per attempt.
+   * A failed fetch: recorded (status conditions, counters) and retried with exponential backoff besides the poll
+   * (fetch-backoff.ts), while the node keeps serving its last good revision. Logged once per backoff step and
+   * published only when the reason changes, so a long partition costs neither a log line nor a status push per poll.
    */
   private fetchFailed(reason: string): Outcome {
     this.counters.failures++;
-    const attempts = (this.fetchFailure?.attempts ?? 0) + 1;
-    const delay = Math.min(this.retry.maxMs, this.retry.baseMs * 2 ** (attempts - 1));
-    const changed = this.fetchFailure?.reason !== reason;
-    this.fetchFailure = { reason, attempts, retryAt: this.clock().getTime() + delay };
-    this.log.warn(`fetch failed (attempt ${attempts}, retry in ${delay} ms): ${reason}`, { stage: 'fetch', reason, attempts, retryMs: delay });
+    const now = this.clock().getTime();
+    const changed = this.fetchBackoff.state?.reason !== reason;
+    const { state, log, retryInMs } = this.fetchBackoff.failed(reason, now);
+    const retry = `next retry in ${humanMs(retryInMs)} (backoff step ${state.step}), polls also retry`;
+    if (log)
+      this.log.warn(`fetch failed (attempt ${state.attempts}${state.attempts > 1 ? `, failing for ${humanMs(now - state.since)}` : ''}; ${retry}): ${reason}`,
+        { stage: 'fetch', reason, attempts: state.attempts, step: state.step, retryMs: retryInMs });
     this.condition('Ready', 'False', 'FetchFailed', reason);
-    this.condition('Reconciling', 'True', 'FetchFailed', `retrying in ${Math.round(delay / 1000)} s (attempt ${attempts})`);
+    this.condition('Reconciling', 'True', 'FetchFailed', `attempt ${state.attempts} failed; ${retry}`);
     if (changed) this.publish('fetch failed');
     return { kind: 'failed', revision: null, stage: 'fetch', reason };
   }
@@ -689,19 +724,54 @@ export class Reconciler {
    * model and desired state) without writing, so status, drift checks and the rollback policy have a last good
    * revision even if the new head fails.
    */
-  private async adoptPinned(revision: string): Promise<void> {
+  private async adoptPinned(revision: string): Promise<string | null> {
+    let files;
     try {
-      const parsed = parseConfig(await readRevisionFiles(this.o.remote.gitdir, revision, this.o.configPath));
-      if (!parsed.model) throw new Error('adopted revision no longer validates');
-      const desired = renderDesiredState(parsed.model, this.o.node, this.o.health?.());
-      this.appliedModel = parsed.model;
-      this.liveModel = parsed.model;
-      this.appliedDesired = desired;
-      await this.refreshServices(desired);
-      this.notifyApplied(parsed.model);
+      files = await readRevisionFiles(this.o.remote.gitdir, revision, this.o.configPath);
     } catch (err) {
-      this.log.warn(`cannot adopt ${revision.slice(0, 12)} (${errorText(err)}); its state is unknown until the next apply`);
+      return (err as { code?: string }).code === 'NotFoundError'
+        ? `revision ${revision.slice(0, 12)} is not in the Git cache (${this.o.remote.gitdir})`
+        : `reading ${revision.slice(0, 12)} from the Git cache (${this.o.remote.gitdir}) failed: ${errorText(err)}`;
     }
+    try {
+      const parsed = parseConfig(files);
+      if (!parsed.model) return `revision ${revision.slice(0, 12)} no longer validates`;
+      if (!parsed.model.nodes.some((n) => n.metadata.name === this.o.node)) return `revision ${revision.slice(0, 12)} does not name node '${this.o.node}'`;
+      const desired = renderDesiredState(parsed.model, this.o.node, this.o.health?.());
+      await this.dpLock.run(async () => {
+        this.appliedModel = parsed.model!;
+        this.liveModel = parsed.model!;
+        this.appliedDesired = desired;
+        await this.refreshServices(desired);
+      });
+      this.notifyApplied(parsed.model);
+      return null;
+    } catch (err) {
+      return `adopting ${revision.slice(0, 12)} failed: ${errorText(err)}`;
+    }
+  }
+
+  /**
+   * At start, before any fetch: learn what the pinned data plane serves from the revision recorded as applied,
+   * read from the local Git cache (`<cache-dir>/git`), validated as adoption always is. Health checks, the health
+   * re-render, the neighbour refresh, drift checks and BGP then work from it while the Git server is unreachable
+   * ("packets and health never wait for Git"). Writes nothing to the data plane; the first reconcile after a
+   * successful fetch still runs the full pipeline (with nothing to write when nothing changed).
+   */
+  async adoptAtStart(): Promise<{ adopted: string | null; problem: string | null }> {
+    const revision = this.applied;
+    if (!revision || this.appliedDesired || this.decommissioned) return { adopted: null, problem: null };
+    const problem = await this.adoptPinned(revision);
+    if (problem) {
+      const line = `cannot adopt the pinned revision at start: ${problem}; health checks, neighbour refresh and drift checks wait for the first successful fetch`;
+      this.warnings.push(line);
+      this.log.warn(line, { revision, stage: 'adopt', reason: problem });
+      return { adopted: null, problem };
+    }
+    const d = this.appliedDesired!;
+    this.log.info(`adopted ${revision.slice(0, 12)} from the local Git cache before fetching: ${d.services.length} services, ${d.reals.length} reals; health checks and neighbour refresh run from it`,
+      { revision, stage: 'adopt', services: d.services.length, reals: d.reals.length });
+    return { adopted: revision, problem: null };
   }
 
   /** What differs between the kernel and `desired`: the planner's ops, described (empty when they agree). */

@@ -207,11 +207,13 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
       process.stdout.write(`applied ${s.appliedRevision ?? '(none)'}; last attempt ${last}${failed && out && 'reason' in out ? `: ${out.reason}` : ''}\n`);
       return failed ? 1 : 0;
     }
-    await new Promise<void>((resolve) => {
-      const stop = () => resolve();
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once('SIGINT', () => resolve('SIGINT'));
+      process.once('SIGTERM', () => resolve('SIGTERM'));
     });
+    // What stays behind is the point of this line: the pinned data plane keeps forwarding without the daemon.
+    const bgpNote = nd.role === 'lb' && values.birdSocket !== 'off' && values.withdrawOnExit ? '; withdrawing every VIP by BGP first' : '';
+    log.info(`stopping on ${signal}: data plane left pinned and forwarding${bgpNote}`, { stage: 'stop', signal });
     await nd.stop();
     await metricsServer?.close();
     return 0;
