@@ -3,6 +3,7 @@
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 
 import { normalizeConfigPath } from '../render/config/index.js';
+import { DEFAULT_GIT_TIMEOUT_MS } from '../reconciler/source/deadline.js';
 
 export { Argument, Command, Option, InvalidArgumentError };
 
@@ -119,6 +120,17 @@ export function nodeName(name: string): string {
 }
 
 /** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
+/** `--git-timeout <seconds>`: the deadline of each Git fetch and push, the same option in every command that reads Git. */
+export function gitTimeoutOption(what = 'deadline of every Git fetch and push'): Option {
+  return new Option('--git-timeout <seconds>', what).argParser(gitTimeoutSeconds).default(DEFAULT_GIT_TIMEOUT_MS / 1000);
+}
+
+function gitTimeoutSeconds(text: string): number {
+  const s = Number(text);
+  if (!(s >= 0.1 && s <= 600)) throw new InvalidArgumentError(`'${text}' is not a number of seconds between 0.1 and 600`);
+  return s;
+}
+
 export function pathOption(): Option {
   return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config (default: the root)")
     .default('')

@@ -2,7 +2,7 @@
 // is assembled in src/reconciler/node-daemon.ts.
 import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
 import { join } from 'node:path';
-import { type Command, defineCommand, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
+import { type Command, defineCommand, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
@@ -56,12 +56,6 @@ function pollSpec(spec: string): string {
   return spec === 'off' ? spec : schedule(spec);
 }
 
-function seconds(text: string): number {
-  const s = Number(text);
-  if (!(s >= 0.1 && s <= 600)) throw new InvalidArgumentError(`'${text}' is not a number of seconds between 0.1 and 600`);
-  return s;
-}
-
 function port(text: string): number {
   const p = Number(text);
   if (!Number.isInteger(p) || p < 1 || p > 65535) throw new InvalidArgumentError(`'${text}' is not a port`);
@@ -83,7 +77,7 @@ function defineRun(cmd: Command): void {
     .option('--poll <spec|off>', 'poll the remote: seconds ("30") or cron ("*/30 * * * * *"), jittered up to 10%; "off" needs --webhook or a local repository', pollSpec, '30')
     .option('--webhook <addr:port>', 'also listen for push webhooks (secret: env GITLB_WEBHOOK_SECRET or --webhook-secret-file)')
     .option('--webhook-secret-file <file>', 'file holding the webhook shared secret')
-    .option('--git-timeout <seconds>', 'deadline of every Git fetch and push', seconds, DEFAULT_GIT_TIMEOUT_MS / 1000)
+    .addOption(gitTimeoutOption())
     .option('--drift <spec>', 'drift check schedule (default 60 seconds)', schedule)
     .option('--status-branch <name>', 'override Cluster.spec.status.branch')
     .option('--no-status', 'do not write status to Git')

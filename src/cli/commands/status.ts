@@ -1,8 +1,8 @@
 // `gitlb status`: does every node serve the branch head, recently, with agreeing tables? One line per node, the
 // details that need a look, a verdict, and an exit status a script or a probe can act on.
 import { defineCommand, duration, formatOption, Option } from '../command.js';
-import { addStatusReadOptions, type StatusReadOptions } from '../status-options.js';
-import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
+import { addStatusReadOptions, statusBranchOptions, type StatusReadOptions } from '../status-options.js';
+import { withStatusBranch, type ConfigTip } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
 import { assessStatus, formatStatusVerdict } from '../../reconciler/status/assess.js';
 import { readCommitInfo, readRevisionFiles } from '../../reconciler/source/git-objects.js';
@@ -16,8 +16,8 @@ interface StatusOptions extends StatusReadOptions {
 }
 
 /** The config branch's head, its commit time and the nodes its config names. */
-async function configHead(remote: GitRemote, branch: string, path: string) {
-  const oid = await remote.fetch(branch, { depth: 1 });
+async function configHead(remote: GitRemote, configTip: ConfigTip, path: string) {
+  const oid = await configTip();
   if (!oid) return { head: null, nodes: [] };
   const info = await readCommitInfo(remote.gitdir, oid);
   const { model } = parseConfig(await readRevisionFiles(remote.gitdir, oid, path));
@@ -51,12 +51,10 @@ the lb nodes serve different revisions longer than --behind-grace (also when the
       ),
   async run(opts) {
     const now = new Date();
-    const { statuses, config } = await withStatusBranch(
-      { repo: opts.repo, credentialsFile: opts.credentialsFile, configBranch: opts.branch, statusBranch: opts.statusBranch, configPath: opts.path },
-      async (r, statusBranch) => ({
-        statuses: await readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
-        config: await configHead(r, opts.branch, opts.path),
-      }),
+    const { statuses, config } = await withStatusBranch(statusBranchOptions(opts), async (r, statusBranch, configTip) => ({
+      statuses: await readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+      config: await configHead(r, configTip, opts.path),
+    }),
     );
     const verdict = assessStatus({
       statuses,
