@@ -4,6 +4,7 @@
 import { spawnSync } from 'node:child_process';
 import { BpfObject, XdpAction, detachPinnedLink, queryTc, queryTcClsact, queryXdp, type BpfError } from '../src/bpf/libbpf.js';
 import { u32 } from '../src/bpf/codec.js';
+import { native } from '../src/bpf/addon.js';
 
 const [step, pinRoot, ifname] = process.argv.slice(2) as [string, string, string];
 const pins = { xdp: `${pinRoot}/links/xdp_${ifname}`, tcIn: `${pinRoot}/links/tc_in_${ifname}`, tcOut: `${pinRoot}/links/tc_out_${ifname}` };
@@ -47,9 +48,15 @@ async function main(): Promise<Record<string, unknown>> {
       const foreignXdp = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', `${pinRoot}/links/other`));
       const wrongPin = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', pins.tcIn));
       const mapPin = code(() => foreign.program('xdp_selftest').attachXdp(ifname, 'auto', `${pinRoot}/pcpu_cnt`));
+      // the update names the program it expects to replace (BPF_F_REPLACE): a stale expectation is refused
+      const n = native();
+      const linkFd = n.objGet(pins.xdp);
+      const casStale = code(() => n.linkUpdate(linkFd, foreign.program('xdp_inner').fd, foreign.program('xdp_selftest').fd));
+      n.closeFd(linkFd);
       foreign.close();
       const res = { survived, reused: o.map('flows').reused, replaced: xdp.replaced, linkId: xdp.linkId,
-        tcReplaced: tin.replaced, after, newProgId: o.program('xdp_selftest').info().id, dupTc, foreignXdp, wrongPin, mapPin };
+        tcReplaced: tin.replaced, after, newProgId: o.program('xdp_selftest').info().id, dupTc, foreignXdp, wrongPin, mapPin,
+        casStale, afterCas: queryXdp(ifname) };
       xdp.close();
       tin.close();
       o.close();

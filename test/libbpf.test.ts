@@ -482,6 +482,8 @@ test.serial('attach: XDP + TC links in a namespace, pinned, reused, never replac
     t.is(r.foreignXdp, 'EEXIST');
     t.is(r.wrongPin, 'EEXIST', 'a pin holding another kind of link is not hijacked');
     t.is(r.mapPin, 'EEXIST', 'a pinned map (percpu array: type 6 = XDP link type) is not mistaken for a link');
+    t.is(r.casStale, 'EPERM', 'a link update whose expected old program is not the one running is refused');
+    t.is(r.afterCas.progId, r.newProgId, 'and the link still runs what it ran');
 
     // the interface disappears and comes back (e.g. a container restart): stale pinned links are
     // recognised (ifindex 0) and replaced by fresh ones instead of blocking the attach
