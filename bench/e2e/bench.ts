@@ -127,6 +127,28 @@ async function measure(state: LabState, targets: Target[], results: Results, suf
   }
 }
 
+/** The results table: every target measured so far, as ratios to direct and to haproxy. */
+async function printTable(results: Results, ran: string[]): Promise<void> {
+  const d = results.get(DIRECT.name);
+  const h = results.get(HAPROXY.name);
+  if (!d || !h) return;
+  const fmt = (x: number) => x.toFixed(0).padStart(8);
+  const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : '-').padStart(6);
+  console.log(`\ne2e throughput in the lab: wrk -t1 -c${connections}, ${seconds} s per measurement, from the client namespace`);
+  for (const r of ran) console.log(`lb XDP ${r}`);
+  console.log('requests/s: keep-alive HTTP/1.1; connections/s: one request per new TCP connection (Connection: close)');
+  console.log('ratios: this target / direct-to-backend, this target / haproxy (tcp mode, in the router namespace)\n');
+  console.log(`${'target'.padEnd(28)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  errors  latency(ka)`);
+  for (const [name, r] of results) {
+    console.log(
+      `${name.padEnd(28)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d.rps.requestsPerSec).padStart(7)} ${ratio(r.rps.requestsPerSec, h.rps.requestsPerSec)}  ` +
+        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d.cps.requestsPerSec).padStart(7)} ${ratio(r.cps.requestsPerSec, h.cps.requestsPerSec)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
+    );
+  }
+  const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
+  console.log(`\nmachine load average during the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
+}
+
 async function main(): Promise<void> {
   const scratch = mkdtempSync(join(tmpdir(), 'gitlb-bench-e2e-'));
   let haproxy: ChildProcess | null = null;
@@ -134,7 +156,7 @@ async function main(): Promise<void> {
   const cleanup = async () => {
     if (haproxy && haproxy.exitCode === null) haproxy.kill('SIGTERM');
     haproxy = null;
-    if (labDir) await labDown(labDir).catch(() => {});
+    if (labDir) await labDown(labDir).catch((e: Error) => process.stderr.write(`bench/e2e: ${e.message}\n`));
     labDir = null;
   };
   process.once('SIGINT', () => void cleanup().finally(() => process.exit(130)));
@@ -169,23 +191,14 @@ async function main(): Promise<void> {
       await measure(state, MODES, results, tag);
       await cleanup();
     }
-    const d = results.get(DIRECT.name)!;
-    const h = results.get(HAPROXY.name)!;
-    const fmt = (x: number) => x.toFixed(0).padStart(8);
-    const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : '-').padStart(6);
-    console.log(`\ne2e throughput in the lab: wrk -t1 -c${connections}, ${seconds} s per measurement, from the client namespace`);
-    for (const r of ran) console.log(`lb XDP ${r}`);
-    console.log('requests/s: keep-alive HTTP/1.1; connections/s: one request per new TCP connection (Connection: close)');
-    console.log('ratios: this target / direct-to-backend, this target / haproxy (tcp mode, in the router namespace)\n');
-    console.log(`${'target'.padEnd(28)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  errors  latency(ka)`);
-    for (const [name, r] of results) {
-      console.log(
-        `${name.padEnd(28)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d.rps.requestsPerSec).padStart(7)} ${ratio(r.rps.requestsPerSec, h.rps.requestsPerSec)}  ` +
-          `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d.cps.requestsPerSec).padStart(7)} ${ratio(r.cps.requestsPerSec, h.cps.requestsPerSec)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
-      );
+    await printTable(results, ran);
+  } catch (e) {
+    // what was measured before the failure is still a same-run comparison: print it, then fail
+    if (results.size) {
+      console.log('\n(partial: the run failed before every target was measured)');
+      await printTable(results, ran);
     }
-    const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
-    console.log(`\nmachine load average during the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
+    throw e;
   } finally {
     await cleanup();
     rmSync(scratch, { recursive: true, force: true });

@@ -24,7 +24,7 @@ import {
   sleep,
   waitForPort,
 } from './netns.js';
-import { isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
+import { describeProcess, isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
 import { birdGenerated, birdSocket, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
 import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
 import { LAB_METRICS_PORT, metricsAddress, prometheusAvailable, startPrometheus } from './prometheus.js';
@@ -325,6 +325,11 @@ async function startGitServer(state: LabState, repo: { root: string; bare: strin
 }
 
 /** Starts every backend's HTTP/UDP server; resolves when all their ports are bound. */
+function describeLabProcess(state: LabState, role: LabProcess['role'], node: string): string {
+  const p = state.processes.find((x) => x.role === role && x.node === node);
+  return p ? describeProcess(p) : '';
+}
+
 async function startBackendServers(state: LabState): Promise<void> {
   for (const s of state.plan.servers) {
     const args = ['--name', s.node, ...s.tcpPorts.flatMap((p) => ['--tcp', String(p)]), ...s.udpPorts.flatMap((p) => ['--udp', String(p)])];
@@ -335,8 +340,12 @@ async function startBackendServers(state: LabState): Promise<void> {
   writeLabState(state);
   await Promise.all(
     state.plan.servers.map(async (s) => {
-      for (const p of s.tcpPorts) await waitForPort(fullNs(state, s.ns), p, 'tcp', { timeoutMs: 30_000 });
-      for (const p of s.udpPorts) await waitForPort(fullNs(state, s.ns), p, 'udp', { timeoutMs: 30_000 });
+      try {
+        for (const p of s.tcpPorts) await waitForPort(fullNs(state, s.ns), p, 'tcp', { timeoutMs: 30_000 });
+        for (const p of s.udpPorts) await waitForPort(fullNs(state, s.ns), p, 'udp', { timeoutMs: 30_000 });
+      } catch (e) {
+        throw new Error(`backend server ${s.node}: ${(e as Error).message}${describeLabProcess(state, 'backend-server', s.node)}`);
+      }
     }),
   );
 }
@@ -494,11 +503,15 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
     stopped += results.filter((r) => r === 'stopped').length;
   }
   const removed: string[] = [];
+  const failed: string[] = [];
   for (const ns of [...state.namespaces].reverse()) {
     if (!ns.startsWith(state.prefix)) continue; // never anything the state file did not make
-    if (listNetns().includes(ns)) {
+    if (!listNetns().includes(ns)) continue;
+    try {
       await deleteNetns(ns);
       removed.push(ns);
+    } catch (e) {
+      failed.push(`${ns} (${(e as Error).message.split('\n')[0]})`); // go on: one stuck namespace must not keep the rest
     }
   }
   for (const pin of state.pinRoots) if (pin.startsWith(`${LAB_PIN_PARENT}/glb`)) rmSync(pin, { recursive: true, force: true });
@@ -508,6 +521,8 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   } catch {
     /* absent, or holds pins that are not the lab's */
   }
+  // The state file (and the logs) stay while a namespace it made is left, so `gitlb lab down` can be run again.
+  if (failed.length) throw new Error(`lab down: could not remove ${failed.join(', ')}; run 'gitlb lab down' again`);
   for (const sub of ['git', 'work', 'logs', 'cache', 'bird', 'prometheus']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
   try {

@@ -133,10 +133,15 @@ export async function createNetns(name: string): Promise<void> {
 /** Deletes a namespace (its interfaces go with it; veth peers elsewhere vanish too). Missing is not an error. */
 export async function deleteNetns(name: string): Promise<void> {
   createdNamespaces.delete(name);
-  if (!listNetns().includes(name)) return;
-  const r = await exec(['ip', 'netns', 'del', name]);
-  // Gone between the listing and the delete (its owner tore it down at the same moment): nothing left to do.
-  if (r.code !== 0 && listNetns().includes(name)) await run(['ip', 'netns', 'del', name]);
+  // `ip netns del` can fail with EBUSY for a moment while another mount namespace (an `ip netns exec` of
+  // someone else's, starting or ending) still holds a copy of the /run/netns mount: retry briefly.
+  for (let attempt = 1; ; attempt++) {
+    if (!listNetns().includes(name)) return; // gone (its owner tore it down at the same moment): nothing to do
+    const r = await exec(['ip', 'netns', 'del', name]);
+    if (r.code === 0 || !listNetns().includes(name)) return;
+    if (attempt === 5) throw new CommandError(['ip', 'netns', 'del', name], r);
+    await sleep(200 * attempt);
+  }
 }
 
 /** Process ids currently running inside namespace `name` (`ip netns pids`). */

@@ -103,3 +103,14 @@ export async function stopLabProcess(p: LabProcess, graceMs = 3000): Promise<'st
   }
   return 'stopped';
 }
+
+/** Why a lab process may not have come up, for an error message: alive or not, and the last lines of its log. */
+export function describeProcess(p: LabProcess, lines = 5): string {
+  let tail = '';
+  try {
+    tail = readFileSync(p.log, 'utf8').trimEnd().split('\n').slice(-lines).join('\n  ');
+  } catch {
+    tail = '(no log)';
+  }
+  return `; process ${p.pid} ${isAlive(p) ? 'running' : 'exited'}, log ${p.log}:\n  ${tail || '(empty)'}`;
+}
