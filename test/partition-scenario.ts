@@ -13,8 +13,8 @@ import { nsSpawn, nsExec, stopChild, waitForPort } from '../src/lab/netns.js';
 import { LineTap, logMessage } from './health-lab.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-const VIP = '203.0.113.10';
-const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '198.51.100.23' };
+export const VIP = '203.0.113.10';
+export const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '198.51.100.23' };
 export const HEALTH = { intervalMs: 200, fall: 3, rise: 2 };
 
 export interface PartitionResult {
@@ -31,7 +31,8 @@ export interface PartitionResult {
   fetchFailures: number;
 }
 
-function writeConfig(dir: string): void {
+/** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs. */
+export function writeConfig(dir: string): void {
   const put = (rel: string, text: string) => {
     mkdirSync(join(dir, rel, '..'), { recursive: true });
     writeFileSync(join(dir, rel), text);
