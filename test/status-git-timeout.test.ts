@@ -3,58 +3,11 @@
 // default status branch instead). The server is git's own http-backend behind a proxy that holds chosen requests.
 import test from 'ava';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startGitHttpServer } from '../src/lab/git-http-server.js';
 import { git, gitlbInProcess as gitlb } from './helpers/cli-repo.js';
-
-interface SlowProxy {
-  url: string;
-  /** The ref advertisements served so far (one per fetch). */
-  fetches: number;
-  /** Holds the n-th ref advertisement (1-based) for `ms` before forwarding it; others pass at once. */
-  hold: (which: (n: number) => boolean, ms: number) => void;
-  close(): Promise<void>;
-}
-
-async function slowProxy(target: string): Promise<SlowProxy> {
-  let which: (n: number) => boolean = () => false;
-  let delay = 0;
-  const timers = new Set<NodeJS.Timeout>();
-  const p: SlowProxy = {
-    url: '',
-    fetches: 0,
-    hold: (w, ms) => ((which = w), (delay = ms), (p.fetches = 0)),
-    close: () => {
-      for (const t of timers) clearTimeout(t);
-      return new Promise((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      });
-    },
-  };
-  const server: Server = createServer((req, res) => {
-    const advert = (req.url ?? '').includes('/info/refs');
-    const n = advert ? ++p.fetches : 0;
-    const forward = () => {
-      const up = request(target + req.url, { method: req.method, headers: req.headers }, (r) => {
-        res.writeHead(r.statusCode ?? 502, r.headers);
-        r.pipe(res);
-      });
-      up.on('error', () => res.destroy());
-      req.pipe(up);
-    };
-    if (advert && which(n)) {
-      const t = setTimeout(() => (timers.delete(t), forward()), delay);
-      timers.add(t);
-    } else forward();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  p.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return p;
-}
+import { slowProxy } from './helpers/slow-git-proxy.js';
 
 test('status and history: --git-timeout gives a slow server more time; the config branch is fetched once; its fetch failing is reported', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'gitlb-slow-'));

@@ -5,6 +5,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { dirname, join, extname, basename } from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { type CliCommand, EXIT, UsageError } from './command.js';
+import { removeTempDirsOnSignal } from '../reconciler/temp-dirs.js';
 
 const commandsDir = join(dirname(fileURLToPath(import.meta.url)), 'commands');
 
@@ -98,7 +99,14 @@ export async function runCli(argv: string[]): Promise<number> {
   }
 }
 
+/** The `gitlb` process (bin/gitlb, or this file run directly): runCli, plus what only a whole process may do. */
+export async function cliMain(argv: string[]): Promise<number> {
+  // Ctrl-C or a SIGTERM during status, history, doctor or verify removes their temporary Git caches (exit 130/143).
+  removeTempDirsOnSignal();
+  return runCli(argv);
+}
+
 // Run directly under tsx (tests, development): `node --import tsx src/cli/main.ts ...`.
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
-  process.exitCode = await runCli(process.argv.slice(2));
+  process.exitCode = await cliMain(process.argv.slice(2));
 }

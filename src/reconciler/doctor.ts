@@ -2,8 +2,7 @@
 // one line. Nothing is attached or written: BPF objects are loaded (their maps pinned in a scratch directory that is
 // removed again) and closed, Git is fetched into a temporary cache.
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir, release } from 'node:os';
+import { release } from 'node:os';
 import { dirname, join } from 'node:path';
 import { runFile } from './run-file.js';
 import { sharedSecretProblem } from './secret-file.js';
@@ -11,6 +10,7 @@ import { loadCredentials, redactUrl } from './source/credentials.js';
 import { isUrl, openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
 import { parseConfig } from '../render/config/index.js';
+import { makeTempDir, removeTempDir } from './temp-dirs.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
@@ -129,7 +129,7 @@ async function checkClock(): Promise<CheckResult> {
 async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
   if (!o.repo) return [warn('git', 'no --repo given: remote not checked')];
   const shown = redactUrl(o.repo);
-  const cache = isUrl(o.repo) ? await mkdtemp(join(tmpdir(), 'gitlb-doctor-')) : null;
+  const cache = isUrl(o.repo) ? await makeTempDir('gitlb-doctor-') : null;
   try {
     const remote = openRemote(o.repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: o.credentialsFile, env: o.env }), timeoutMs: o.gitTimeoutMs });
     const head = await remote.fetch(o.branch, { depth: 1 });
@@ -147,7 +147,7 @@ async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
   } catch (err) {
     return [fail('git', `${shown}: ${(err as Error).message.split('\n')[0]}`)];
   } finally {
-    if (cache) await rm(cache, { recursive: true, force: true });
+    if (cache) await removeTempDir(cache);
   }
 }
 

@@ -1,9 +1,6 @@
 // `gitlb verify`: checks the signatures of a range of commits offline, with the same code the daemon runs
 // before applying a revision (for CI on pull requests: `gitlb verify --range origin/main..HEAD --trust F`).
 import * as fs from 'node:fs';
-import { join } from 'node:path';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import git from 'isomorphic-git';
 import { defineCommand, formatOption, UsageError } from '../command.js';
 import { isUrl, openRemote, type GitRemote } from '../../reconciler/source/git-remote.js';
@@ -14,6 +11,7 @@ import { loadTrustFile } from '../../reconciler/verify/load.js';
 import { policyFor } from '../../reconciler/verify/revision-check.js';
 import { verifyRange } from '../../reconciler/verify/verify-range.js';
 import { describeVerdict } from '../../reconciler/verify/verdict.js';
+import { makeTempDir, removeTempDir } from '../../reconciler/temp-dirs.js';
 
 async function resolveName(gitdir: string, rev: string): Promise<string> {
   try {
@@ -93,7 +91,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
     const parts = range.split('..');
     if (parts.length > 2 || parts.some((p) => p === '')) throw new UsageError(`--range '${range}': expected HEAD or BASE..HEAD`);
     const trust = values.trust ? await loadTrustFile(values.trust) : null;
-    const cache = isUrl(repo) ? await mkdtemp(join(tmpdir(), 'gitlb-verify-')) : null;
+    const cache = isUrl(repo) ? await makeTempDir('gitlb-verify-') : null;
     try {
       let remote: GitRemote;
       try {
@@ -132,7 +130,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       }
       return r.failures.length ? 1 : 0;
     } finally {
-      if (cache) await rm(cache, { recursive: true, force: true });
+      if (cache) await removeTempDir(cache);
     }
   },
 });

@@ -1,12 +1,10 @@
 // Opens a repository for the read-only status commands: a throwaway cache for URLs, the repo itself for paths.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { loadCredentials } from '../source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from '../source/git-remote.js';
 import { readRevisionFiles } from '../source/git-objects.js';
 import { parseConfig } from '../../render/config/index.js';
 import { DEFAULTS } from '../../render/config/limits.js';
+import { makeTempDir, removeTempDir } from '../temp-dirs.js';
 
 /**
  * The config branch's tip, fetched at most once per command (the status branch is resolved from it, and `status`
@@ -38,11 +36,11 @@ export async function withStatusBranch<T>(
 
 /** `timeoutMs`: the deadline of each Git fetch and push (`--git-timeout`; default that of `gitlb run`). */
 export async function withStatusRemote<T>(repo: string, credentialsFile: string | undefined, f: (r: GitRemote) => Promise<T>, timeoutMs?: number): Promise<T> {
-  const cache = isUrl(repo) ? await mkdtemp(join(tmpdir(), 'gitlb-status-')) : null;
+  const cache = isUrl(repo) ? await makeTempDir('gitlb-status-') : null;
   try {
     return await f(openRemote(repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: credentialsFile }), timeoutMs }));
   } finally {
-    if (cache) await rm(cache, { recursive: true, force: true });
+    if (cache) await removeTempDir(cache);
   }
 }
 
