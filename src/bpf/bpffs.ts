@@ -62,6 +62,22 @@ export function inIpNetnsExecMounts(): boolean {
 }
 
 /**
+ * Why pins under `dir` cannot be seen from this process, when the reason is `ip netns exec`: it remounts /sys, so
+ * /sys/fs/bpf here is an empty directory of a fresh sysfs, not the host's bpffs where the daemon pinned. Null when
+ * `dir` is not below /sys/fs/bpf, that is on bpffs here, or the process is not under `ip netns exec`. Used by
+ * `gitlb run` (ensurePinDir), `gitlb doctor` and `gitlb top`, so all three explain it the same way.
+ */
+export function netnsExecPinProblem(dir: string): string | null {
+  const abs = resolve(dir);
+  if (abs !== DEFAULT_BPFFS && !abs.startsWith(`${DEFAULT_BPFFS}/`)) return null;
+  if (isBpffs(nearestExisting(abs)) || !inIpNetnsExecMounts()) return null;
+  return `${DEFAULT_BPFFS} is not the host's bpffs in this mount namespace (ip netns exec remounts /sys), so the ` +
+    `pins under ${abs} are not visible here. Enter the namespace with \`nsenter --net=/run/netns/NS\` (network ` +
+    `only, keeps /sys), or pin on a bpffs mounted outside /sys before entering it: \`mkdir -p /run/gitlb/bpffs && ` +
+    `mount -t bpf bpf /run/gitlb/bpffs\`, then --pin-root /run/gitlb/bpffs/gitlb`;
+}
+
+/**
  * Makes `dir` usable as a pin directory: mounts /sys/fs/bpf if `dir` is below it
  * and it is not mounted, then creates the directory. Refuses directories that are
  * not on bpffs (pinning there would fail with a less helpful EPERM).
@@ -72,10 +88,8 @@ export function ensurePinDir(dir: string): string {
     if (abs === DEFAULT_BPFFS || abs.startsWith(`${DEFAULT_BPFFS}/`)) {
       // `ip netns exec` gives the process a fresh /sys; a bpffs mounted there would die with
       // the process and take the pins with it, which defeats pinning. Say so instead.
-      if (inIpNetnsExecMounts())
-        throw codedError('EXDEV', `${DEFAULT_BPFFS} is not the host's bpffs in this mount namespace (ip netns exec ` +
-          `remounts /sys): pins there would vanish with the process. Use a pin root on a bpffs mounted outside /sys ` +
-          `before entering the namespace (mountBpffs('/run/gitlb/bpffs')), or enter it with nsenter --net only`);
+      const problem = netnsExecPinProblem(abs);
+      if (problem) throw codedError('EXDEV', `${problem} (a bpffs mounted on /sys/fs/bpf here would vanish with the process, and the pins with it)`);
       mountBpffs(DEFAULT_BPFFS);
     }
     if (!isBpffs(nearestExisting(abs)))

@@ -11,6 +11,7 @@ import { isUrl, openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
 import { parseConfig } from '../render/config/index.js';
 import { makeTempDir, removeTempDir } from './temp-dirs.js';
+import { netnsExecPinProblem } from '../bpf/bpffs.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
@@ -48,7 +49,7 @@ function checkBpffs(pinRoot: string): CheckResult {
   const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' '));
   const bpf = mounts.filter((m) => m[2] === 'bpf').map((m) => m[1]!);
   const under = bpf.filter((mp) => pinRoot === mp || pinRoot.startsWith(mp.endsWith('/') ? mp : `${mp}/`)).sort((a, b) => b.length - a.length)[0];
-  if (!under) return fail('bpffs', `${pinRoot} is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)`);
+  if (!under) return fail('bpffs', netnsExecPinProblem(pinRoot) ?? `${pinRoot} is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)`);
   return ok('bpffs', `${pinRoot} is on the bpf filesystem mounted at ${under}`);
 }
 

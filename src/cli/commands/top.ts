@@ -4,6 +4,7 @@ import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { defineCommand, InvalidArgumentError, UsageError } from '../command.js';
 import { isLbPinRoot, readLbStats, type LbStats } from '../../bpf/dataplane/pinned-stats.js';
+import { netnsExecPinProblem } from '../../bpf/bpffs.js';
 import { parsePromText } from '../../reconciler/metrics/prom-text.js';
 import { DEFAULT_METRICS_LISTEN } from '../../reconciler/metrics/index.js';
 import { daemonViewOf, formatTop, type DaemonView } from '../../reconciler/top/view.js';
@@ -24,6 +25,9 @@ function seconds(text: string): number {
 
 /** The node whose pins are under pinRoot: the one named, or the only lb node pinned there. */
 function pinDir(o: TopOptions): { node: string; dir: string } {
+  // Under `ip netns exec` /sys/fs/bpf is a fresh, empty sysfs directory: say that, not "nothing pinned".
+  const hidden = netnsExecPinProblem(o.pinRoot);
+  if (hidden) throw new Error(hidden);
   if (o.node) {
     const dir = join(o.pinRoot, o.node);
     if (!isLbPinRoot(dir)) throw new Error(`no lb data plane pinned in ${dir}`);
