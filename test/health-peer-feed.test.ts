@@ -45,7 +45,11 @@ test('a malformed peer does not vote and is reported once; read errors keep the 
   t.deepEqual(feed.current().map((p) => p.node), ['lb-2']);
   t.is(warnings.filter((w) => w.includes('lb-3')).length, 1);
   fail = true;
-  await feed.refresh();
+  for (let i = 0; i < 30; i++) await feed.refresh(); // a minute of 2 s polls during a Git outage
   t.deepEqual(feed.current().map((p) => p.node), ['lb-2']);
-  t.true(warnings.some((w) => w.includes('connection refused')));
+  t.deepEqual(warnings.filter((w) => w.includes('connection refused')),
+    ["health: cannot read peers' status: connection refused (logged again only when the error changes)"], 'one line for the outage');
+  fail = false;
+  await feed.refresh();
+  t.is(warnings.at(-1), "health: reading peers' status recovered after 30 failed reads");
 });

@@ -14,13 +14,15 @@ export interface PeerFeedOptions {
   readObservations?: () => Promise<NodeObservations[]>;
   /** Called when any peer's observations changed since the last refresh. */
   onChange: () => void;
-  log?: { warn(msg: string): void };
+  log?: { warn(msg: string): void; info?(msg: string): void };
 }
 
 export class PeerObservationFeed {
   private peers: NodeObservations[] = [];
   private fingerprint = '';
   private readonly reported = new Set<string>();
+  /** The failure of reading the status branch last logged, and how many reads failed since (an outage logs once). */
+  private readFailure: { message: string; count: number } | null = null;
 
   constructor(private readonly o: PeerFeedOptions) {}
 
@@ -39,8 +41,16 @@ export class PeerObservationFeed {
       docs = (await this.o.readStatuses?.()) ?? [];
     } catch (err) {
       // Keep the last known votes; the staleness bound in the quorum takes care of peers that went quiet.
-      this.o.log?.warn(`health: cannot read peers' status: ${(err as Error).message}`);
+      // Logged when the problem is new, not on every poll of a Git outage.
+      const message = (err as Error).message;
+      if (this.readFailure?.message !== message)
+        this.o.log?.warn(`health: cannot read peers' status: ${message}${this.readFailure ? '' : ' (logged again only when the error changes)'}`);
+      this.readFailure = { message, count: (this.readFailure?.count ?? 0) + 1 };
       return;
+    }
+    if (this.readFailure) {
+      (this.o.log?.info ?? this.o.log?.warn)?.call(this.o.log, `health: reading peers' status recovered after ${this.readFailure.count} failed reads`);
+      this.readFailure = null;
     }
     const peers: NodeObservations[] = [];
     for (const doc of docs) {
