@@ -534,14 +534,18 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
 }
 
 export interface LabStatus {
+  /** The anchor process runs (the lab exists); whether everything in it runs is `dead`. */
   up: boolean;
+  /** Recorded processes that should run and do not (per /proc: gone, a zombie, or the pid reused), as text. */
+  dead: string[];
   complete: boolean;
   prefix: string;
   stateFile: string;
   git: LabState['git'];
   namespaces: { name: string; role: string; node?: string; exists: boolean; addrs: string[]; pids: number[] }[];
   processes: { role: string; node?: string; ns: string | null; pid: number; alive: boolean; log: string }[];
-  daemons: DaemonReport[];
+  /** The start-time report of each daemon, and whether its process runs now (from /proc). */
+  daemons: (DaemonReport & { alive: boolean })[];
   ecmp: string[];
 }
 
@@ -576,15 +580,23 @@ export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus
     // BGP: whatever the router's BIRD installed, one line per VIP route.
     if (state.plan.bird) ecmp.push(...(await bgpRoutes(router)));
   }
+  const processes = state.processes.map((p) => ({ role: p.role, ...(p.node ? { node: p.node } : {}), ns: p.ns, pid: p.pid, alive: isAlive(p), log: p.log }));
+  // Every recorded process is one `up` started to keep running (anchor, servers, BIRD, Prometheus, daemons).
+  const dead = processes.filter((p) => !p.alive).map((p) => `${p.role}${p.node ? ` ${p.node}` : ''} (pid ${p.pid}, log ${p.log})`);
+  const daemons = state.daemons.map((d) => {
+    const proc = state.processes.find((p) => p.role === 'daemon' && p.node === d.node && p.pid === d.pid);
+    return { ...d, alive: proc !== undefined && isAlive(proc) };
+  });
   return {
     up: labAlive(state),
+    dead,
     complete: state.complete,
     prefix: state.prefix,
     stateFile: statePath(stateDir),
     git: state.git,
     namespaces,
-    processes: state.processes.map((p) => ({ role: p.role, ...(p.node ? { node: p.node } : {}), ns: p.ns, pid: p.pid, alive: isAlive(p), log: p.log })),
-    daemons: state.daemons,
+    processes,
+    daemons,
     ecmp,
   };
 }
@@ -602,7 +614,9 @@ export async function bgpRoutes(routerNs: string): Promise<string[]> {
 
 export function formatLabStatus(s: LabStatus): string {
   const lines: string[] = [];
-  lines.push(`lab ${s.up ? 'UP' : 'DOWN (anchor process gone: run gitlb lab down or clean)'}${s.complete ? '' : ' (incomplete)'}  prefix ${s.prefix}  state ${s.stateFile}`);
+  const head = !s.up ? 'DOWN (anchor process gone: run gitlb lab down or clean)' : s.dead.length ? `UP, ${s.dead.length} process(es) DEAD` : 'UP';
+  lines.push(`lab ${head}${s.complete ? '' : ' (incomplete)'}  prefix ${s.prefix}  state ${s.stateFile}`);
+  if (s.up) for (const d of s.dead) lines.push(`  DEAD: ${d}`);
   if (s.git) lines.push(`git server  ${s.git.repoUrl}   working clone ${s.git.work}`);
   lines.push('', 'namespaces:');
   for (const n of s.namespaces) {
@@ -613,7 +627,11 @@ export function formatLabStatus(s: LabStatus): string {
   for (const p of s.processes) lines.push(`  ${p.role.padEnd(15)} ${(p.node ?? '').padEnd(6)} pid ${String(p.pid).padEnd(8)} ${p.alive ? 'running' : 'DEAD'}  ${p.ns ?? '(host)'}`);
   lines.push('', 'daemons:');
   if (s.daemons.length === 0) lines.push('  none (started with --no-daemons)');
-  for (const d of s.daemons) lines.push(`  ${d.node.padEnd(6)} ${d.started ? `running pid ${d.pid}` : `not running: ${d.reason}`}`);
+  // Liveness now (from /proc), not the report `up` wrote when it started them.
+  for (const d of s.daemons) {
+    const now = d.alive ? `running pid ${d.pid}` : d.started ? `DEAD (pid ${d.pid} ran at start, has exited since; see its log)` : `not running: ${d.reason}`;
+    lines.push(`  ${d.node.padEnd(6)} ${now}`);
+  }
   lines.push('', 'router ECMP (static, or learnt by BGP):');
   for (const r of s.ecmp) lines.push(`  ${r}`);
   return lines.join('\n') + '\n';

@@ -58,7 +58,7 @@ function labDefinition() {
     description: `Builds a lab of network namespaces: a client network, a router with an ECMP route (L4 hash) to the VIPs over
 the lb nodes, the lb nodes and backends of the config on one bridged segment, a real HTTP server and UDP echo
 service on every backend that name the backend in each reply, and a Git server serving a copy of the config.`,
-    exitStatus: "Exit status: 0 success ('status': the lab is up), 1 runtime failure ('status': no lab or not up), 2 usage error.",
+    exitStatus: "Exit status: 0 success ('status': the lab is up and every process it started runs), 1 runtime failure ('status': no lab, not up, or a lab process such as a daemon is dead), 2 usage error.",
     define: () => {},
   });
 }
@@ -111,7 +111,8 @@ async function status(o: LabOptions): Promise<number> {
     return 1;
   }
   process.stdout.write(o.json ? JSON.stringify(s, null, 2) + '\n' : formatLabStatus(s));
-  return s.up ? 0 : 1;
+  // 0 only when the lab is up and every process it started still runs.
+  return s.up && s.dead.length === 0 ? 0 : 1;
 }
 
 async function clean(o: LabOptions): Promise<number> {
