@@ -5,8 +5,9 @@
 import test from 'ava';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { BpfMap, MapType } from '../src/bpf/libbpf.js';
-import { openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
+import { BpfMap, MapType, type BpfError } from '../src/bpf/libbpf.js';
+import { BPF_F_INNER_MAP } from '../src/bpf/dataplane/rings.js';
+import { RING_ROTATION_CHECKS, openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
 import { buildMaglevTable } from '../src/render/maglev.js';
 import { describeOp, type Op } from '../src/render/ops.js';
 import { makeState } from './lib/lb-state.js';
@@ -67,21 +68,37 @@ test.serial('readLive identifies rings by their map: no table is read unless ask
   t.deepEqual(verified.services.map((s) => [s.id, s.digest, s.mapId]), a.services.map((s) => [s.id, s.digest, s.mapId]));
 });
 
-test.serial('a ring changed in place by another writer is found within one pass over the services', async (t) => {
-  const ring = dp!.object()!.map('lb_rings').openInner(Buffer.from([1, 0, 0, 0]))!;
+test.serial('rings are frozen; a ring swapped in and then changed in place is found within one rotation', async (t) => {
+  const outer = dp!.object()!.map('lb_rings');
+  const key = Buffer.from([1, 0, 0, 0]);
   const slot = Buffer.alloc(4);
   slot.writeUInt32LE(5);
-  const before = ring.lookup(slot)!;
-  ring.update(slot, Buffer.from([99, 0, 0, 0]));
-  ring.close();
-  const services = (await dp!.readLive()).services.length;
-  let found: string[] = [];
-  for (let i = 0; i < services && found.length === 0; i++)
-    found = (await dp!.plan(state(ringMinusOne))).map((o) => o.op);
-  t.deepEqual(found, ['ring.fill', 'service.switch'], 'the tampered ring is replaced by a new one');
+  const ours = outer.openInner(key)!;
+  t.is((t.throws(() => ours.update(slot, Buffer.from([99, 0, 0, 0]))) as BpfError).code, 'EPERM', 'no process can rewrite our ring');
+  ours.close();
+  // another writer swaps in a copy of the right ring that it can still write: a new identity, read at once, no drift
+  const copy = BpfMap.create({ name: 'foreign', type: MapType.array, keySize: 4, valueSize: 4, maxEntries: M + 1, flags: BPF_F_INNER_MAP });
+  const keys = Buffer.alloc((M + 1) * 4);
+  const values = Buffer.alloc((M + 1) * 4);
+  for (let i = 0; i <= M; i++) keys.writeUInt32LE(i, i * 4);
+  values.writeUInt32LE(M, 0);
+  Buffer.from(ringMinusOne.buffer).copy(values, 4);
+  copy.updateBatch(keys, values, M + 1);
+  outer.setInner(key, copy);
+  t.deepEqual(await dp!.plan(state(ringMinusOne)), [], 'the copy holds the right table');
+  // ... and then rewrites one entry in place: the identity is unchanged, so only the rotation can see it
+  copy.update(slot, Buffer.from([99, 0, 0, 0]));
+  copy.close();
+  t.deepEqual(await dp!.plan(state(ringMinusOne)), [], 'a plan without a rotation turn trusts the identity');
+  let foundAt = -1;
+  for (let turn = 0; turn < RING_ROTATION_CHECKS && foundAt < 0; turn++) {
+    const live = await dp!.readLive({ verifyTurn: turn });
+    if (live.services[0]!.digest !== state(ringMinusOne).services[0]!.digest) foundAt = turn;
+  }
+  t.is(foundAt, 1 % RING_ROTATION_CHECKS, `service 1 is due at turn ${1 % RING_ROTATION_CHECKS} of ${RING_ROTATION_CHECKS}`);
+  t.deepEqual((await dp!.plan(state(ringMinusOne))).map((o) => o.op), ['ring.fill', 'service.switch'], 'the tampered ring is replaced by a new one');
   await dp!.apply(state(ringMinusOne));
   t.deepEqual(await dp!.plan(state(ringMinusOne)), []);
-  t.not(before.readUInt32LE(0), 99);
 });
 
 test.serial('a restarted data plane adopts the pinned maps and plans nothing when nothing changed', async (t) => {

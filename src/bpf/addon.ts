@@ -32,6 +32,7 @@ export interface NativeAddon {
   mapInfo(fd: number): { id: number; type: number; name: string; keySize: number; valueSize: number;
     maxEntries: number; flags: number };
   mapGetFdById(id: number): number;
+  mapFreeze(fd: number): void;
   objPin(fd: number, path: string): void;
   objGet(path: string): number;
   closeFd(fd: number): void;

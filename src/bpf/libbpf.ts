@@ -304,6 +304,14 @@ export class BpfMap {
       { closed: false, what: `inner map ${id}` });
   }
 
+  /**
+   * Makes the map read-only for every process, for good (BPF_MAP_FREEZE): updates and deletes through the
+   * syscall fail with EPERM from now on; programs still read it.
+   */
+  freeze(): void {
+    named(`map '${this.name}'`, () => native().mapFreeze(this.fd));
+  }
+
   /** Kernel map id. */
   id(): number {
     return named(`map '${this.name}'`, () => native().mapInfo(this.fd).id);

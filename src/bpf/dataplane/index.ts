@@ -10,21 +10,22 @@ import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
-import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker } from '../../render/ops.js';
+import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
   decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
   encodeVipValue, familyOf,
 } from './codec.js';
-import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, type RingInfo } from './rings.js';
+import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, ringIdentities, type RingInfo } from './rings.js';
 import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
 import { readOldPins, restoreOldPins } from './migrate.js';
-import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
 export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
+export { RING_ROTATION_CHECKS } from './types.js';
 export { ringDigest } from './rings.js';
 
 export interface LbDataPlaneOptions {
@@ -130,8 +131,8 @@ class LbDataPlane implements DataPlane {
   private maps!: LbMaps;
   private attachment: XdpAttachment | null = null;
   private readonly rings = new RingCache();
-  /** Round-robin position of the one ring each readLive re-reads (so in-place tampering is found eventually). */
-  private verifyCursor = 0;
+  /** The previous read of the maps (see LiveMemo). */
+  private readonly memo = new LiveMemo();
   /** Sizes for a first load when execute() runs before anything was loaded (from the last plan()). */
   private sizing: DesiredState | null = null;
 
@@ -489,7 +490,7 @@ class LbDataPlane implements DataPlane {
 
   async readLive(opts: ReadLiveOptions = {}): Promise<LiveState> {
     if (!this.obj) return { ...EMPTY_LIVE };
-    return readLbLive(this.maps, this.rings, opts, this.verifyCursor++);
+    return readLbLive(this.maps, this.rings, opts, this.memo);
   }
 
   async counters(): Promise<Record<string, number | Record<string, number>>> {
@@ -527,20 +528,58 @@ const LIVE_MAP_PINS: Record<keyof LiveMaps, string> = {
   vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
 };
 
+/** The raw bytes of a map as last read and what they decoded to. */
+interface RawRead<T> { raw: Buffer; value: T }
+
 /**
- * What the maps hold. Rings cost one outer lookup per service: a ring is read only when its map is new to
- * `cache`, when tables are asked for, with `verify`, or when it is ring number `verifyTurn` (mod the number of
- * services; so a ring changed in place by another writer is found within one pass over the services).
+ * The previous read of each map, so that a map whose bytes did not change is not decoded again and an unchanged
+ * node yields the very same (frozen) LiveState object: the reconciler then knows the plan against the same
+ * desired state is the same as last time without planning again (planOps is pure).
  */
-function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, verifyTurn: number): LiveState {
-  const cfg = m.config.lookup(encodeU32(0));
-  const snat = m.snatConfig.lookup(encodeU32(0));
-  const reals: DesiredReal[] = m.reals.entries()
-    .map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) }))
-    .sort((a, b) => a.id - b.id);
+export class LiveMemo {
+  config?: RawRead<LbSettings | null>;
+  snat?: RawRead<SnatSettings | null>;
+  reals?: RawRead<DesiredReal[]>;
+  vips?: RawRead<{ vips: DesiredVip[]; markers: LiveVipMarker[] }>;
+  services?: LiveService[];
+  live?: LiveState;
+}
+
+/** Freezes a decoded value and what it holds (one level of objects or arrays below it), so no caller edits the memo. */
+function frozen<T>(v: T): T {
+  if (v && typeof v === 'object') {
+    for (const x of Object.values(v)) if (x && typeof x === 'object') frozen(x);
+    Object.freeze(v);
+  }
+  return v;
+}
+
+/** Reads a whole hash map in one batched call; decodes it only when its bytes differ from `prev`. */
+function readMap<T>(m: BpfMap, prev: RawRead<T> | undefined, decode: (entries: Array<[Buffer, Buffer]>) => T): RawRead<T> {
+  const { keys, values, count } = m.lookupBatch();
+  const raw = Buffer.concat([keys.subarray(0, count * m.keySize), values.subarray(0, count * m.valueBufferSize)]);
+  if (prev && prev.raw.equals(raw)) return prev;
+  const entries: Array<[Buffer, Buffer]> = [];
+  for (let i = 0; i < count; i++)
+    entries.push([keys.subarray(i * m.keySize, (i + 1) * m.keySize), values.subarray(i * m.valueBufferSize, (i + 1) * m.valueBufferSize)]);
+  return { raw, value: frozen(decode(entries)) };
+}
+
+/** Reads entry 0 of a one-entry settings array; decodes it only when its bytes differ from `prev`. */
+function readSetting<T>(m: BpfMap, prev: RawRead<T | null> | undefined, decode: (b: Buffer) => T): RawRead<T | null> {
+  const raw = m.lookup(encodeU32(0)) ?? Buffer.alloc(0);
+  if (prev && prev.raw.equals(raw)) return prev;
+  return { raw, value: frozen(raw.some((x) => x !== 0) ? decode(raw) : null) };
+}
+
+function decodeReals(entries: Array<[Buffer, Buffer]>): DesiredReal[] {
+  return entries.map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) })).sort((a, b) => a.id - b.id);
+}
+
+function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; markers: LiveVipMarker[] } {
   const vips: DesiredVip[] = [];
   const markers: LiveVipMarker[] = [];
-  for (const [k, v] of m.vips.entries()) {
+  for (const [k, v] of entries) {
     const key = decodeVipKey(k);
     if (key.port === 0 && key.proto === 0) {
       markers.push({ address: key.addr, family: key.family });
@@ -552,44 +591,68 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, verify
       hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
   }
   vips.sort(compareVips);
-  return {
-    settings: cfg && cfg.some((x) => x !== 0) ? decodeConfigSettings(cfg) : null,
-    snat: snat && snat.some((x) => x !== 0) ? snatConfigToSettings(decodeSnatConfig(snat)) : null,
-    reals,
-    services: readServices(m.rings, cache, opts, verifyTurn),
-    vips,
-    markers,
+  return { vips, markers };
+}
+
+/**
+ * What the maps hold. Settings, reals and listeners are read whole, each map in one batched call, and decoded only
+ * when their bytes changed. Rings cost one batched read of lb_rings (each service's inner map id): a ring's
+ * contents are read only when its map is new to `cache`, when tables are asked for, with `verify`, or when the
+ * service is due in the rotation turn `opts.verifyTurn` (service id mod RING_ROTATION_CHECKS).
+ */
+function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveState {
+  const config = (memo.config = readSetting(m.config, memo.config, decodeConfigSettings));
+  const snat = (memo.snat = readSetting(m.snatConfig, memo.snat, (b) => snatConfigToSettings(decodeSnatConfig(b))));
+  const reals = (memo.reals = readMap(m.reals, memo.reals, decodeReals));
+  const vips = (memo.vips = readMap(m.vips, memo.vips, decodeVips));
+  const services = readServices(m.rings, cache, opts, memo);
+  const prev = memo.live;
+  if (prev && prev.settings === config.value && prev.snat === snat.value && prev.reals === reals.value &&
+    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.services === services) return prev;
+  const live: LiveState = {
+    settings: config.value,
+    snat: snat.value,
+    reals: reals.value,
+    services,
+    vips: vips.value.vips,
+    markers: vips.value.markers,
     backendVips: [],
     backendTunnels: [],
   };
+  if (!opts.tables) memo.live = Object.freeze(live);
+  return live;
 }
 
-function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, verifyTurn: number): LiveService[] {
-  const keys = outer.keys().sort((a, b) => a.readUInt32LE(0) - b.readUInt32LE(0));
-  const verifyAt = keys.length ? verifyTurn % keys.length : -1;
+function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveService[] {
+  const turn = opts.verifyTurn === undefined ? -1 : opts.verifyTurn % RING_ROTATION_CHECKS;
   const out: LiveService[] = [];
-  keys.forEach((key, i) => {
-    const id = key.readUInt32LE(0);
-    const mapId = outer.innerMapId(key);
-    if (mapId === null) return; // deleted while we walked
+  for (const [id, mapId] of ringIdentities(outer)) {
     const cached = cache.get(mapId);
-    if (cached && !opts.tables && !opts.verify && i !== verifyAt) {
+    if (cached && !opts.tables && !opts.verify && id % RING_ROTATION_CHECKS !== turn) {
       out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId });
-      return;
+      continue;
     }
+    const key = encodeU32(id);
     const inner = outer.openInner(key);
-    if (!inner) return;
+    if (!inner) continue; // deleted while we read
     try {
       const ring = readRing(inner);
       const info = { tableSize: ring.length, digest: ringDigest(ring) };
-      cache.set(mapId, info);
-      out.push({ id, ...info, mapId, ...(opts.tables && { ring }) });
+      const innerId = inner.id(); // the service may have been switched since the batch read
+      cache.set(innerId, info);
+      out.push({ id, ...info, mapId: innerId, ...(opts.tables && { ring }) });
     } finally {
       inner.close();
     }
-  });
+  }
   cache.retain(out.map((s) => s.mapId!));
-  return out;
+  if (opts.tables) return out;
+  // the same identities and digests as the previous read: hand back the same (frozen) list
+  const prev = memo.services;
+  if (prev && prev.length === out.length &&
+    prev.every((p, i) => p.id === out[i]!.id && p.mapId === out[i]!.mapId && p.digest === out[i]!.digest && p.tableSize === out[i]!.tableSize))
+    return prev;
+  return (memo.services = frozen(out));
 }
 
 /**
@@ -607,7 +670,7 @@ export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): L
       maps[k] = m;
     }
     checkRingMaps(maps.rings);
-    return readLbLive(maps, new RingCache(), opts, -1);
+    return readLbLive(maps, new RingCache(), opts, new LiveMemo());
   } finally {
     for (const m of opened) m.close();
   }

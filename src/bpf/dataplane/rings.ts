@@ -1,9 +1,9 @@
 // Per-service Maglev rings of the LB program (lb_rings in lb_maps.h): one inner BPF array per service, slot 0
 // holding the table size M and slots 1..M the real ids. A ring is filled completely while nothing points at
 // it and then switched in with one update of the outer map, so packets see the old table or the new one.
-// Rings are never rewritten in place, so a ring's content is known from the map's identity: the digest of
-// each inner map is cached by its kernel map id, and reading the live state costs one outer lookup per
-// service instead of reading every table (docs/datapath.md).
+// Rings are never rewritten in place (and are frozen, so no other process can either), so a ring's content is
+// known from the map's identity: the digest of each inner map is cached by its kernel map id, and reading the
+// live state costs one batched read of the outer map instead of reading every table (docs/datapath.md).
 import { createHash } from 'node:crypto';
 import { BpfMap, MapType } from '../libbpf.js';
 import { encodeU32 } from './codec.js';
@@ -27,7 +27,7 @@ export function checkRingMaps(outer: BpfMap): void {
       { code: 'EPROTO' });
 }
 
-/** A new inner array holding `ring` (not yet referenced by lb_rings). The caller owns (closes) it. */
+/** A new inner array holding `ring`, frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
 export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4, valueSize: 4,
     maxEntries: ring.length + 1, flags: BPF_F_INNER_MAP });
@@ -39,6 +39,9 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
     values.writeUInt32LE(ring.length, 0);
     Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength).copy(values, 4);
     m.updateBatch(keys, values, n);
+    // Read-only from now on for every process: the ring is never rewritten in place (a new table is a new map),
+    // so only its identity can change, and the drift check reads identities (docs/reconciler.md, "Drift").
+    m.freeze();
     return m;
   } catch (e) {
     m.close();
@@ -77,4 +80,24 @@ export class RingCache {
     const keep = new Set(liveIds);
     for (const id of this.byId.keys()) if (!keep.has(id)) this.byId.delete(id);
   }
+}
+
+/**
+ * Each service's ring identity, [service id, inner map id], sorted by service id. One BPF_MAP_LOOKUP_BATCH per
+ * 4096 services (the kernel answers an outer map's batch read with inner map ids); one lookup per service on a
+ * kernel without batch reads of map-in-maps.
+ */
+export function ringIdentities(outer: BpfMap): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  try {
+    const { keys, values, count } = outer.lookupBatch(4096);
+    for (let i = 0; i < count; i++) out.push([keys.readUInt32LE(i * 4), values.readUInt32LE(i * 4)]);
+  } catch (e) {
+    if (!['EINVAL', 'ENOTSUPP', 'EOPNOTSUPP'].includes((e as { code?: string }).code ?? '')) throw e;
+    for (const key of outer.keys()) {
+      const mapId = outer.innerMapId(key);
+      if (mapId !== null) out.push([key.readUInt32LE(0), mapId]); // null: deleted while we walked
+    }
+  }
+  return out.sort((a, b) => a[0] - b[0]);
 }

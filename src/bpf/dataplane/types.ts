@@ -26,7 +26,16 @@ export interface ReadLiveOptions {
   tables?: boolean;
   /** Re-read every ring and recompute its digest instead of trusting the per-map digest cache. */
   verify?: boolean;
+  /**
+   * A drift check's turn in the slow rotation over ring contents: also re-read the rings of the services whose
+   * id is congruent to `verifyTurn` modulo RING_ROTATION_CHECKS, so consecutive turns 0, 1, 2, ... re-read every
+   * ring at least once every RING_ROTATION_CHECKS turns (docs/reconciler.md, "Drift").
+   */
+  verifyTurn?: number;
 }
+
+/** Length of the drift check's rotation over ring contents, in drift checks (an hour at the default 60 s). */
+export const RING_ROTATION_CHECKS = 60;
 
 export interface ExecuteOptions {
   /** Progress of a long execute: called at most every PROGRESS_INTERVAL_MS with the ops done so far. */

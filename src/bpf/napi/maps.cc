@@ -233,6 +233,15 @@ Napi::Value MapGetFdById(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, fd);
 }
 
+// Makes a map read-only from the syscall side for good (BPF_MAP_FREEZE): no process can update or delete
+// entries any more; programs still read it. Used for Maglev rings, which are never rewritten in place.
+Napi::Value MapFreeze(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info);
+  if (bpf_map_freeze(fd) < 0) ThrowErrno(env, errno, "freeze map");
+  return env.Undefined();
+}
+
 Napi::Value NumPossibleCpus(const Napi::CallbackInfo& info) {
   int n = libbpf_num_possible_cpus();
   if (n < 0) ThrowErrno(info.Env(), n, "count possible CPUs");
@@ -252,6 +261,7 @@ void InitMaps(Napi::Env env, Napi::Object exports) {
   exports.Set("mapLookupBatch", Napi::Function::New(env, MapLookupBatch, "mapLookupBatch"));
   exports.Set("mapCreate", Napi::Function::New(env, MapCreate, "mapCreate"));
   exports.Set("mapInfo", Napi::Function::New(env, MapInfo, "mapInfo"));
+  exports.Set("mapFreeze", Napi::Function::New(env, MapFreeze, "mapFreeze"));
   exports.Set("mapGetFdById", Napi::Function::New(env, MapGetFdById, "mapGetFdById"));
   exports.Set("objPin", Napi::Function::New(env, ObjPin, "objPin"));
   exports.Set("objGet", Napi::Function::New(env, ObjGet, "objGet"));
