@@ -8,7 +8,8 @@ import { exec } from '../lab/netns.js';
 import type { LabView } from './lab-view.js';
 import { expectedShares, loadModel, renderFor } from './lab-view.js';
 import { runTraffic, tally, formatSpread, pct, type Tally } from './traffic.js';
-import { appliedRevision, digestTable, readNodeStatus, waitForLocalApplied, waitForStatuses } from './status-watch.js';
+import { appliedRevision, digestTable, waitForLocalApplied, waitForStatuses } from './status-watch.js';
+import type { NodeStatus } from '../reconciler/status/status-doc.js';
 import { sleep } from '../lab/netns.js';
 import { waitForAnnounced } from './failover.js';
 
@@ -223,14 +224,22 @@ export async function chapterHealth(ctx: DemoContext, stopServer: (node: string)
     }
     await sleep(2000);
   }
-  const statuses = await Promise.all(ctx.view.lbNodes.map((node) => readNodeStatus(ctx.bare, node)));
-  const healthLine = statuses.map((s, i) => {
-    const real = s?.services.find((x) => x.name === 'web')?.reals.find((x) => x.address === '198.51.100.23');
+  // The health flip reaches the status branch on its own push (it does not wait for a revision): wait for it,
+  // bounded, rather than print what the branch held before that push landed.
+  const be3 = (s: NodeStatus) => s.services.find((x) => x.name === 'web')?.reals.find((x) => x.address === '198.51.100.23');
+  const seen = await waitForStatuses(ctx.bare, ctx.view.lbNodes, (s) => be3(s)?.healthy === false, 30_000);
+  const healthLine = ctx.view.lbNodes.map((node) => {
+    const s = seen.statuses.get(node);
+    const real = s ? be3(s) : undefined;
     // Status lists only reals that need a look: a healthy active real is counted, not listed.
     const listed = real ? `${real.healthy ? 'healthy' : 'unhealthy'}, ${real.entries} table entries` : 'healthy and active (not listed)';
-    return `${ctx.view.lbNodes[i]}: be-3 ${s ? listed : 'no status'}`;
+    return `${node}: be-3 ${s ? listed : 'no status'}`;
   });
-  ctx.n.say(`status branch says: ${healthLine.join('; ')}`);
+  ctx.n.say(`status branch says (${(seen.waitedMs / 1000).toFixed(1)} s later): ${healthLine.join('; ')}`);
+  if (!seen.ok) {
+    ctx.failures.push('the status branch did not show be-3 unhealthy on every lb node within 30 s');
+    ctx.n.warn('the status branch does not show be-3 unhealthy on every lb node after 30 s');
+  }
   if (drained) ctx.n.ok('new flows no longer reach be-3; the other backends took its share');
   else {
     ctx.failures.push('be-3 was not drained within 60 s of its server stopping');
