@@ -8,6 +8,7 @@ import {
   captureAtLbPorts,
   cloneModel,
   commitAndPush,
+  gitIn,
   predictor,
   render,
   routeVipsVia,
@@ -16,7 +17,8 @@ import {
   type E2eLab,
 } from './e2e-lab.js';
 import { runTraffic, tally, type FlowRecord } from '../src/demo/traffic.js';
-import { readNodeStatus } from '../src/demo/status-watch.js';
+import { readLocalApplied, readNodeStatus } from '../src/demo/status-watch.js';
+import { run } from '../src/lab/netns.js';
 
 let lab: E2eLab | null = null;
 let labError: Error | null = null;
@@ -295,4 +297,87 @@ test.serial('web l2 -> ipip -> ipopt under load, the backends applying each chan
   t.true(failedIn(...sw).length <= Math.ceil(countIn(...sw) * 0.05), `ipip -> ipopt: failures only at the switch instant`);
   const rev = await commitAndPush(l, 'services/web.yaml', (text) => text.replace(`encap: ${encap}`, 'encap: l2'), 'web: back to encap l2');
   await waitApplied(l, rev, [...l.view.lbNodes, ...l.view.backendNodes]);
+});
+
+test.serial('a targetPort nothing listens on, under load (snat): the lb nodes refuse it and revert; the client sees every connection answered', async (t) => {
+  // test/health-probation.test.ts shows the kernel maps never point at the closed port; this is what a client
+  // of the service sees meanwhile, through the router, the XDP lb nodes and the backends of the lab. dns is snat:
+  // the backends hold nothing of it. (A dsr-ipopt service is different: backends apply the new targetPort at
+  // once and refuse the old one's options until the revert reaches them; docs/health.md, Probation.)
+  t.timeout(420_000);
+  const l = need();
+  const vip = '203.0.113.40'; // dns: snat, TCP 53 -> targetPort 5353, tcp check on 5353 (HTTP servers answer there in the lab)
+  const dnsNodes = new Set(render(await cloneModel(l), 'lb-1').services.find((s) => s.name === 'dns')!.reals.map((r) => l.view.nodeByAddress.get(r.address)));
+  const mainOf = async () => (await run(['git', '--git-dir', l.state.git!.bare, 'rev-parse', 'main'])).stdout.trim();
+  const original = readFileSync(join(l.clone, 'services/dns.yaml'), 'utf8');
+  t.regex(original, /targetPort: 5353 \}/);
+  // New connections all along, and the lb nodes' applied revision sampled all along.
+  const bursts: FlowRecord[][] = [];
+  const appliedSeen = new Set<string>();
+  // What the client saw against what each node had applied, logged as it happens (so a timeout shows it too).
+  const note = (line: string) => t.log(line);
+  const t0 = Date.now();
+  let loading = true;
+  const load = (async () => {
+    while (loading) {
+      const from = Date.now() - t0;
+      const records = (await runTraffic(l.view.clientNs, { kind: 'burst', host: vip, port: 53, count: 24, concurrency: 8, sources: l.view.clientsV4, timeoutMs: 3000 })).records;
+      note(`${from}-${Date.now() - t0} ms: burst ${bursts.length}: ${records.filter((r) => !r.backend).length} of ${records.length} failed`);
+      bursts.push(records);
+    }
+  })();
+  const sampler = (async () => {
+    let last = '';
+    while (loading) {
+      const now: string[] = [];
+      for (const n of [...l.view.lbNodes, ...l.view.backendNodes]) {
+        const rev = await readLocalApplied(l.state.stateDir, n);
+        if (l.view.lbNodes.includes(n)) appliedSeen.add(`${n} ${rev}`);
+        now.push(`${n}=${rev?.slice(0, 7)}`);
+      }
+      const line = now.join(' ');
+      if (line !== last) note(`${Date.now() - t0} ms: applied ${(last = line)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const nextBurst = async () => {
+    const n = bursts.length;
+    for (let i = 0; i < 600 && bursts.length === n; i++) await new Promise((r) => setTimeout(r, 20));
+    return bursts.length;
+  };
+  let bad = '';
+  let revert = '';
+  let during: [number, number] = [0, 0];
+  try {
+    await nextBurst();
+    const before = await mainOf();
+    const first = bursts.length;
+    note(`${Date.now() - t0} ms: pushing the bad revision`);
+    // The check port moves with it (it is explicit here), so probation probes the new port.
+    bad = await commitAndPush(l, 'services/dns.yaml', (text) => text.replaceAll('targetPort: 5353', 'targetPort: 5399').replace('    port: 5353', '    port: 5399'),
+      'dns: targetPort 5353 -> 5399 (nothing listens there)');
+    // An lb node tries it, its probation fails, and it pushes the revert on top of the bad commit.
+    const deadline = Date.now() + 150_000;
+    while ((revert = await mainOf()) === bad && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+    t.not(revert, bad, 'a revert was pushed within 150 s');
+    note(`${Date.now() - t0} ms: main is ${revert.slice(0, 7)} (bad ${bad.slice(0, 7)})`);
+    await nextBurst();
+    during = [first, bursts.length];
+    t.not(before, bad);
+  } finally {
+    loading = false;
+    await Promise.all([load, sampler]);
+  }
+  await gitIn(l.view, l.clone, ['pull', '--quiet', '--ff-only', 'origin', 'main']);
+  t.is((await gitIn(l.view, l.clone, ['rev-parse', `${revert}^`])).trim(), bad, 'the revert sits on the bad commit');
+  t.is(readFileSync(join(l.clone, 'services/dns.yaml'), 'utf8'), original, 'the revert restores the service');
+
+  const records = bursts.flat();
+  const tried = bursts.slice(...during).flat();
+  const failed = records.filter((r) => !r.backend);
+  t.log(`${tried.length} connections from the push to the revert (${records.length} in all), ${failed.length} failed${failed.length ? `: ${failed.slice(0, 3).map((x) => x.error).join('; ')}` : ''}`);
+  t.true(tried.length >= 24, 'the client kept connecting while the revision was tried');
+  t.deepEqual(failed, [], 'every connection was answered');
+  t.true(records.every((r) => dnsNodes.has(r.backend!)), `answered by dns's backends (${[...dnsNodes].join(', ')})`);
+  t.false([...appliedSeen].some((x) => x.endsWith(` ${bad}`)), 'no lb node ever applied the bad revision');
 });

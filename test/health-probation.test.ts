@@ -5,6 +5,7 @@
 // closed port fails the revision at `health` before the kernel ever holds it (sampled all along: no connection
 // could have been sent there), the last good state keeps serving, and exactly one revert is pushed; a new real
 // that does not answer gets no table entries while a new one that does is admitted.
+// What a client sees meanwhile (real traffic through the lab's router and XDP lb nodes): test/e2e.test.ts.
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
