@@ -280,9 +280,11 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
       const what = `${fam(vip.family) === 'IPv6' ? `[${formatIp(vip)}]` : formatIp(vip)}:${p.port}/${p.protocol}`;
       const other = prev.service === name ? 'this service' : `service '${prev.service}'`;
       emit('error', doc, ['spec', 'ports', i], `spec.ports[${i}]: ${what} is already served by ${other} (${where(prev.doc, ['spec', 'ports', prev.index])})`);
-      // Either file may be the one just edited: the other place gets a note, so both show up in an editor.
+      // Which claim is the new one cannot be told from one tree (files are read in name order, not in the order they
+      // were added), so both places get the error: a pull request's annotation lands on the file it adds or edits,
+      // whichever of the two that is, and neither claimant is blamed alone.
       const here = prev.service === name ? 'this service' : `service '${name}'`;
-      emit('note', prev.doc, ['spec', 'ports', prev.index], `spec.ports[${prev.index}]: ${what} is also claimed by ${here} (${where(doc, ['spec', 'ports', i])})`);
+      emit('error', prev.doc, ['spec', 'ports', prev.index], `spec.ports[${prev.index}]: ${what} is also claimed by ${here} (${where(doc, ['spec', 'ports', i])})`);
     } else {
       ctx.listeners.set(key, { service: name, doc, index: i });
     }
