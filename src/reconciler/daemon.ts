@@ -61,7 +61,8 @@ interface LocalState {
   appliedRevision: string | null;
 }
 
-async function readLocalState(file: string): Promise<LocalState | null> {
+/** `<cache-dir>/state.json`: the revision this node last applied (null when missing or unreadable). */
+export async function readLocalState(file: string): Promise<LocalState | null> {
   try {
     return JSON.parse(await readFile(file, 'utf8')) as LocalState;
   } catch {

@@ -8,7 +8,7 @@ import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
 import type { ConfigModel } from '../render/model.js';
 import { parseConfig } from '../render/config/index.js';
-import { startDaemon, type Daemon } from './daemon.js';
+import { readLocalState, startDaemon, type Daemon } from './daemon.js';
 import { startSchedule } from './triggers/schedule.js';
 import { readAllStatuses } from './status/status-report.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
@@ -87,15 +87,30 @@ export interface NodeDaemon {
 /** A start-up problem the operator must fix (bad flag combination); `gitlb run` exits 2 with its message. */
 export class StartError extends Error {}
 
-/** The Node document of this node at the branch head, or null when the head cannot be read (Git unreachable). */
+/**
+ * The config at the branch head; when Git is unreachable, the config of the revision this node last applied, read
+ * from the local Git cache (so a restart during an outage still knows its role, interface and addresses), or null.
+ */
 async function nodeAtHead(o: NodeDaemonOptions): Promise<{ reachable: boolean; model: ConfigModel | null }> {
+  let gitdir: string | null = null;
   try {
     const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials: loadCredentials({ file: o.credentialsFile }), timeoutMs: o.gitTimeoutMs });
+    gitdir = remote.gitdir;
     const head = await remote.fetch(o.branch, { depth: 1 });
     if (!head) return { reachable: true, model: null };
     return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath)).model ?? null };
   } catch {
-    return { reachable: false, model: null };
+    return { reachable: false, model: gitdir ? await lastAppliedModel(o, gitdir) : null };
+  }
+}
+
+async function lastAppliedModel(o: NodeDaemonOptions, gitdir: string): Promise<ConfigModel | null> {
+  const local = await readLocalState(join(o.cacheDir, 'state.json'));
+  if (!local?.appliedRevision || local.node !== o.node || local.branch !== o.branch) return null;
+  try {
+    return parseConfig(await readRevisionFiles(gitdir, local.appliedRevision, o.configPath)).model ?? null;
+  } catch {
+    return null; // not in the cache: the daemon says so when it tries to adopt it
   }
 }
 
@@ -176,7 +191,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const own = head.model?.nodes.find((n) => n.metadata.name === o.node);
   const role = o.role ?? own?.spec.role ?? 'lb';
   // Flags given at start win, or the daemon refuses to start: a mismatch found later would fail every apply.
-  if (o.interface && own && own.spec.interface !== o.interface)
+  // Checked against the head only: the last applied revision may predate a change of interface.
+  if (o.interface && own && head.reachable && own.spec.interface !== o.interface)
     throw new StartError(`--interface ${o.interface} differs from the Node document '${o.node}' at the head of ${o.branch} (interface: ${own.spec.interface}); fix one of them`);
   if (role === 'lb' && o.interface) {
     const action = reconcilePinnedXdp(join(o.pinRoot, o.node), o.interface, o.xdpMode);
