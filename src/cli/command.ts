@@ -119,7 +119,6 @@ export function nodeName(name: string): string {
   return name;
 }
 
-/** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
 /** `--git-timeout <seconds>`: the deadline of each Git fetch and push, the same option in every command that reads Git. */
 export function gitTimeoutOption(what = 'deadline of every Git fetch and push'): Option {
   return new Option('--git-timeout <seconds>', what).argParser(gitTimeoutSeconds).default(DEFAULT_GIT_TIMEOUT_MS / 1000);
@@ -131,9 +130,11 @@ function gitTimeoutSeconds(text: string): number {
   return s;
 }
 
+/** `--path DIR`: the subdirectory of the repository that holds gitlb's config (like Flux's spec.path). */
 export function pathOption(): Option {
-  return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config (default: the root)")
-    .default('')
+  // The default's description is what help shows: "(default: the root)", once, not the raw "" beside it.
+  return new Option('--path <dir>', "subdirectory of the repository that holds gitlb's config")
+    .default('', 'the root')
     .argParser((value) => {
       try {
         return normalizeConfigPath(value);

@@ -146,7 +146,9 @@ async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
     } else out.push(ok('config', `head ${head.slice(0, 12)} validates (${model.nodes.length} nodes, ${model.services.length} services)`));
     return out;
   } catch (err) {
-    return [fail('git', `${shown}: ${(err as Error).message.split('\n')[0]}`)];
+    // Remote errors already begin with the (redacted) URL: print it once.
+    const msg = (err as Error).message.split('\n')[0]!;
+    return [fail('git', msg.startsWith(`${shown}: `) ? msg : `${shown}: ${msg}`)];
   } finally {
     if (cache) await removeTempDir(cache);
   }

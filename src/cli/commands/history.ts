@@ -19,7 +19,7 @@ export const command = defineCommand<StatusReadOptions & { node?: string }>({
   name: 'history',
   summary: 'audit trail: which config revision each node applied, when, and whose commit it was',
   description: `Walks the status branch (--status-branch, else the config branch's Cluster.spec.status.branch, else
-gitlb-status) from its first commit and prints every change of a node's applied revision: time applied, node,
+gitlb-status) and prints every change of a node's applied revision, oldest first by the time applied: time applied, node,
 revision, the status commit that recorded it, the author and subject of the applied config commit, and who signed
 it as verified by the node ("(not verified)" when verification was off or only warned; docs/verification.md).`,
   exitStatus: 'Exit status: 0 printed (possibly nothing recorded yet), 1 runtime failure (unreadable repository, --node names no node), 2 usage error.',

@@ -29,6 +29,17 @@ interface PlanOptions {
 /** Exit status of `--exit-code` when the plan changes something (0 and 1 keep their meaning). */
 export const EXIT_CHANGES = 3;
 
+/** The config under a directory option; a missing directory is named by its option and path, not by realpath's ENOENT. */
+async function readDirOption(option: string, dir: string, path: string) {
+  try {
+    return await readConfigDir(join(dir, path));
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw new Error(`${option} ${join(dir, path)}: no such directory`);
+    throw err;
+  }
+}
+
 export const command = defineCommand<PlanOptions>({
   name: 'plan',
   summary: 'show what a config change does to traffic (per service: reals, weights, modes, moved connections)',
@@ -82,8 +93,8 @@ async function planCore(opts: PlanOptions): Promise<{ code: number; stdout: stri
     baseFiles = await readConfigAtRevision(repo, opts.base!, opts.path);
     headFiles = await readConfigAtRevision(repo, opts.head!, opts.path);
   } else {
-    baseFiles = await readConfigDir(join(opts.baseDir!, opts.path));
-    headFiles = await readConfigDir(join(opts.headDir!, opts.path));
+    baseFiles = await readDirOption('--base-dir', opts.baseDir!, opts.path);
+    headFiles = await readDirOption('--head-dir', opts.headDir!, opts.path);
   }
 
   const base = parseConfig(baseFiles);
@@ -105,7 +116,7 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
   if (opts.base !== undefined || opts.baseDir !== undefined) throw new UsageError('--live compares with the live maps: no --base/--base-dir');
   if ((opts.head === undefined) === (opts.headDir === undefined)) throw new UsageError('--live needs --head (with --repo) or --head-dir');
   if (opts.format === 'markdown') throw new UsageError('--live prints text or json');
-  const files = opts.head !== undefined ? await readConfigAtRevision(opts.repo ?? '.', opts.head) : await readConfigDir(opts.headDir!);
+  const files = opts.head !== undefined ? await readConfigAtRevision(opts.repo ?? '.', opts.head) : await readDirOption('--head-dir', opts.headDir!, '');
   const parsed = parseConfig(files);
   if (!parsed.model) {
     const errors = parsed.diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic);

@@ -111,7 +111,11 @@ export async function withConfigCommits(remote: GitRemote, configBranch: string,
   return out;
 }
 
-/** From oldest to newest: every change of a node's applied revision recorded on the status branch. */
+/**
+ * Every change of a node's applied revision recorded on the status branch, by the time the node applied it, oldest
+ * first (status pushes of different nodes can land out of that order; equal or unreadable times keep the branch's
+ * order).
+ */
 export async function readHistory(remote: GitRemote, branch: string, maxCommits = 5000): Promise<HistoryEntry[]> {
   const tip = await remote.fetch(branch, { depth: maxCommits });
   if (!tip) return [];
@@ -143,7 +147,11 @@ export async function readHistory(remote: GitRemote, branch: string, maxCommits 
       signer: field(ac?.signer) ?? null,
     });
   }
-  return out;
+  const t = (e: HistoryEntry) => {
+    const ms = Date.parse(e.at);
+    return Number.isFinite(ms) ? ms : -Infinity;
+  };
+  return out.sort((a, b) => t(a) - t(b)); // stable: ties keep the status branch's order
 }
 
 export function formatHistory(entries: HistoryEntry[]): string {

@@ -7,7 +7,14 @@ import { loadSigningKey, type CommitSigner } from './signing-key.js';
 import { readSecretFile, type Warn } from '../secret-file.js';
 
 async function readCapped(file: string, what: string): Promise<string> {
-  const st = await stat(file);
+  let st;
+  try {
+    st = await stat(file);
+  } catch (err) {
+    // The option and the path, not the raw `ENOENT: no such file or directory, stat '…'`.
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new Error(`--trust ${file}: ${code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : (err as Error).message}`);
+  }
   if (st.size > MAX_TRUST_BYTES) throw new Error(`${file}: ${what} larger than ${MAX_TRUST_BYTES} bytes`);
   return readFile(file, 'utf8');
 }

@@ -148,7 +148,7 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
     if (doc.errors.length > 0 && docTabs.length > 0) {
       for (const offset of docTabs) docProblems.push({ severity: 'error', ...at(offset), message: 'invalid YAML: a tab in the indentation; YAML indents with spaces only' });
     } else {
-      for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(e.pos[0]), message: `invalid YAML: ${firstLine(e.message)}` });
+      for (const e of doc.errors) docProblems.push({ severity: 'error', ...at(pastIndent(text, e.pos[0])), message: `invalid YAML: ${firstLine(e.message)}` });
     }
     for (const w of doc.warnings) problems.push({ severity: 'warning', ...at(w.pos[0]), message: `YAML: ${firstLine(w.message)}` });
     if (docProblems.length === 0) checkStructure(doc, at, docProblems);
@@ -165,6 +165,19 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
     problems.push({ severity: 'warning', line: 1, col: 1, message: 'no YAML document in this file (empty, or only comments): it declares nothing' });
   }
   return { documents, problems };
+}
+
+/**
+ * The parser places indentation errors ("All mapping items must start at the same column") at the start of the
+ * line's whitespace; the operator has to move the key, so point at the key: an offset inside a line's leading
+ * spaces moves to its first other character. Any other offset is kept.
+ */
+function pastIndent(text: string, offset: number): number {
+  const lineStart = text.lastIndexOf('\n', offset - 1) + 1;
+  if (!/^ *$/.test(text.slice(lineStart, offset))) return offset;
+  let o = offset;
+  while (text[o] === ' ') o++;
+  return o < text.length && text[o] !== '\n' && text[o] !== '\r' ? o : offset;
 }
 
 /** Offsets of the tabs in the leading whitespace of lines that hold content (not blank, not a comment). */
