@@ -47,7 +47,24 @@ export function writeConfig(dir: string): void {
     `  reals:\n${Object.values(BE).map((a) => `    - { address: ${a}, weight: 100 }\n`).join('')}`);
 }
 
-type Flow = { start: number; end: number; result: string };
+export type Flow = { start: number; end: number; result: string };
+
+/** The TCP client of test/health-client.ts in the lab's client namespace; `burst` opens `count` connections to the
+ * VIP, `gapMs` apart, and resolves with one record per connection. */
+export function startHealthClient(state: LabState): { client: ChildProcess; burst: (count: number, gapMs: number) => Promise<Flow[]> } {
+  const client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const clientOut = new LineTap(client);
+  const burst = async (count: number, gapMs: number): Promise<Flow[]> => {
+    client.stdin!.write(`burst ${count} ${gapMs}\n`);
+    const flows: Flow[] = [];
+    for (;;) {
+      const line = await clientOut.next((l) => l.includes('"type":"flow"') || l.includes('"type":"burst-done"'), 30_000, 'burst');
+      if (line.includes('burst-done')) return flows;
+      flows.push(JSON.parse(line) as Flow);
+    }
+  };
+  return { client, burst };
+}
 
 export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void }): Promise<PartitionResult> {
   const log = o.log ?? (() => {});
@@ -73,17 +90,9 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       fetchFailures += (text.match(/fetch failed/g) ?? []).length;
       if (process.env.GITLB_TEST_LOG) process.stderr.write(text);
     });
-    client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const clientOut = new LineTap(client);
-    const burst = async (count: number, gapMs: number): Promise<Flow[]> => {
-      client!.stdin!.write(`burst ${count} ${gapMs}\n`);
-      const flows: Flow[] = [];
-      for (;;) {
-        const line = await clientOut.next((l) => l.includes('"type":"flow"') || l.includes('"type":"burst-done"'), 30_000, 'burst');
-        if (line.includes('burst-done')) return flows;
-        flows.push(JSON.parse(line) as Flow);
-      }
-    };
+    const hc = startHealthClient(state);
+    client = hc.client;
+    const burst = hc.burst;
 
     await lbOut.next((l) => /^applied [0-9a-f]{12}/.test(logMessage(l)), 60_000, 'first apply');
     // Ready when new connections reach every backend (health checks up, neighbours resolved).

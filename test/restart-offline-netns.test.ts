@@ -13,10 +13,9 @@ import type { ChildProcess } from 'node:child_process';
 import { labUp, labDown, labNs, type LabState } from '../src/lab/lab.js';
 import { nsSpawn, nsExec, stopChild, pidAlive } from '../src/lab/netns.js';
 import { LineTap, logMessage } from './health-lab.js';
-import { writeConfig, VIP, BE } from './partition-scenario.js';
+import { writeConfig, startHealthClient, VIP, BE, type Flow } from './partition-scenario.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
-type Flow = { start: number; end: number; result: string };
 
 /** Waits for `child` to exit (at most `ms`); its exit code, or null when it did not exit. */
 function exited(child: ChildProcess, ms: number): Promise<number | null> {
@@ -53,17 +52,9 @@ test('an lb daemon restarted while the Git server is down runs its health checks
       return { child, tap: new LineTap(child, 'stderr'), text };
     };
 
-    client = nsSpawn(labNs(state, 'client'), [process.execPath, '--import', 'tsx', join(here, 'health-client.ts'), VIP, '80'], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const clientOut = new LineTap(client);
-    const burst = async (count: number, gapMs: number): Promise<Flow[]> => {
-      client!.stdin!.write(`burst ${count} ${gapMs}\n`);
-      const flows: Flow[] = [];
-      for (;;) {
-        const line = await clientOut.next((l) => l.includes('"type":"flow"') || l.includes('"type":"burst-done"'), 30_000, 'burst');
-        if (line.includes('burst-done')) return flows;
-        flows.push(JSON.parse(line) as Flow);
-      }
-    };
+    const hc = startHealthClient(state);
+    client = hc.client;
+    const burst = hc.burst;
     /** Bursts until new connections reach every one of `backends` and nothing else; the last burst's flows. */
     const until = async (backends: string[], what: string): Promise<Flow[]> => {
       let flows: Flow[] = [];
