@@ -156,6 +156,7 @@ const LARGE_PLAN_OPS = 1000;
 
 /** Delay before a failed status write is tried again (the writer already retried races and timeouts). */
 const STATUS_RETRY_MS = 5000;
+const STATUS_FLAT_RETRIES = 3;
 
 export class Reconciler {
   readonly counters: StatusCounters = emptyCounters();
@@ -369,7 +370,10 @@ export class Reconciler {
           { stage: 'status', reason: errorText(err), failures: this.statusFailures, ...(retryMs && { retryMs }) });
       };
       if (generation === this.statusGeneration && !this.stopped) {
-        const delay = Math.min(Math.max(this.retry.maxMs, STATUS_RETRY_MS), STATUS_RETRY_MS * 2 ** Math.min(this.statusFailures - 1, 16));
+        // The first STATUS_FLAT_RETRIES retries come every 5 s: a push that lost to a slow moment must not leave the
+        // branch stale for long. Only a failure that persists (an outage) backs off.
+        const steps = Math.max(0, this.statusFailures - STATUS_FLAT_RETRIES);
+        const delay = Math.min(Math.max(this.retry.maxMs, STATUS_RETRY_MS), STATUS_RETRY_MS * 2 ** Math.min(steps, 16));
         logOnce(delay);
         this.statusRetry = setTimeout(() => {
           if (generation === this.statusGeneration) this.publish(`retry: ${why}`);
