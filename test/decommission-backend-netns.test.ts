@@ -23,7 +23,7 @@ test.after.always(async () => {
 
 const backendYaml = `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: be-1 }\nspec:\n  role: backend\n  interface: eth0\n  addresses: [${BE}]\n`;
 
-async function until(what: string, pred: () => Promise<boolean>, ms = 30_000): Promise<void> {
+async function until(what: string, pred: () => Promise<boolean>, ms = 60_000): Promise<void> {
   const end = Date.now() + ms;
   while (!(await pred())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);

@@ -27,7 +27,8 @@ test('ten nodes writing status at once over HTTP lose nothing', async (t) => {
       Array.from({ length: 10 }, async (_, i) => {
         const cache = await tempDir(`cache${i}`);
         caches.push(cache);
-        return new StatusWriter({ remote: new HttpRemote(repo.url, cache), branch: 'gitlb-status', node: `lb-${i}` });
+        // ten writers racing one git http-backend on a 2-core machine: a fetch may take longer than the daemon's 10 s
+        return new StatusWriter({ remote: new HttpRemote(repo.url, cache, undefined, 60_000), branch: 'gitlb-status', node: `lb-${i}` });
       }),
     );
     const results = await Promise.all(writers.map((w, i) => w.write(sampleStatus(`lb-${i}`, rev), 'test')));
