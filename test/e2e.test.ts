@@ -266,7 +266,10 @@ test.serial('web l2 -> ipip -> ipopt under load, the backends applying each chan
         const rev = await commitAndPush(l, 'services/web.yaml', (text) => text.replace(`encap: ${encap}`, `encap: ${next}`), `web: encap ${encap} -> ${next}`);
         await waitApplied(l, rev, l.view.lbNodes);
         const switched = await nextBurst(); // bursts from here on started after both lb nodes switched
-        await new Promise((r) => setTimeout(r, 2000)); // the lb nodes send `next`, the backends still run `encap`
+        // the lb nodes send `next`, the backends still run `encap`: at least 2 s and at least one whole burst
+        // (a burst of 24 new connections can itself take 2 s on a loaded machine), bounded
+        const steadyFrom = Date.now();
+        while ((Date.now() - steadyFrom < 2000 || bursts.length <= switched) && Date.now() - steadyFrom < 20_000) await new Promise((r) => setTimeout(r, 50));
         const steadyEnd = bursts.length;
         pause('SIGCONT');
         await waitApplied(l, rev, l.view.backendNodes);
