@@ -24,14 +24,6 @@
 #define AF_INET6 10
 #endif
 
-struct lb_next_hop {
-	__u8 dmac[6];
-	__u8 smac[6];
-	__u32 ifindex;
-	__be32 src4;     /* kernel-chosen source when asked for */
-	__u32 src6[4];
-};
-
 /* One bpf_fib_lookup from the ingress interface to dst (4 or 16 bytes by family); fills nh.
  * Returns 0 or the LB_CNT_DROP_* reason. Shared by the real path (below) and the SNAT client path (lb_snat.h). */
 static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, const void *dst, __u32 flags,
@@ -61,41 +53,37 @@ static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, cons
 	return 0;
 }
 
-/* Returns 0 or the LB_CNT_DROP_* reason. want_src asks the kernel to choose a source address.
- * Results are kept per CPU for LB_NH_CACHE_JIFFIES (bpf_fib_lookup is the most expensive step of a packet). */
-static __always_inline int lb_next_hop(struct xdp_md *ctx, const struct lb_real *real, __u32 real_id, int want_src,
-				       struct lb_next_hop *nh)
+/* The next hop towards a real, or 0 with *reason set (an LB_CNT_DROP_* reason). want_src asks the kernel to
+ * choose a source address. Results are kept per CPU for LB_NH_CACHE_JIFFIES (bpf_fib_lookup is the most expensive
+ * step of a packet), and the result points into this CPU's cache slot: a hit copies nothing (XDP runs with
+ * migration disabled, so the slot cannot change under the packet). */
+static __always_inline const struct lb_next_hop *lb_next_hop(struct xdp_md *ctx, const struct lb_real *real,
+							      __u32 real_id, int want_src, __u32 *reason)
 {
 	__u32 slot = real->slot & (LB_NH_CACHE_SLOTS - 1); /* dense slots: distinct reals below 1024 never share */
 	struct lb_nexthop_entry *c = bpf_map_lookup_elem(&lb_nexthop_cache, &slot);
 	__u64 now = bpf_jiffies64();
 
-	if (c && c->real_id == real_id && c->in_ifindex == ctx->ingress_ifindex && c->want_src == !!want_src &&
-	    now < c->expires) {
-		__builtin_memcpy(nh->dmac, c->dmac, 6);
-		__builtin_memcpy(nh->smac, c->smac, 6);
-		nh->ifindex = c->out_ifindex;
-		nh->src4 = c->src4;
-		__builtin_memcpy(nh->src6, c->src6, 16);
+	if (!c) { /* cannot happen: slot < LB_NH_CACHE_SLOTS, and a per-CPU array has every slot */
+		*reason = LB_CNT_DROP_FIB;
 		return 0;
 	}
+	if (c->real_id == real_id && c->in_ifindex == ctx->ingress_ifindex && c->want_src == !!want_src &&
+	    now < c->expires)
+		return &c->nh;
 
-	int rc = lb_fib_next_hop(ctx, real->family, real->addr, want_src ? BPF_FIB_LOOKUP_SRC : 0, nh);
+	/* fills c->nh only on success, so a failed lookup leaves the slot as it was */
+	int rc = lb_fib_next_hop(ctx, real->family, real->addr, want_src ? BPF_FIB_LOOKUP_SRC : 0, &c->nh);
 
-	if (rc)
-		return rc;
-	if (c) {
-		c->real_id = real_id;
-		c->in_ifindex = ctx->ingress_ifindex;
-		c->want_src = !!want_src;
-		c->out_ifindex = nh->ifindex;
-		c->src4 = nh->src4;
-		__builtin_memcpy(c->src6, nh->src6, 16);
-		__builtin_memcpy(c->dmac, nh->dmac, 6);
-		__builtin_memcpy(c->smac, nh->smac, 6);
-		c->expires = now + LB_NH_CACHE_JIFFIES;
+	if (rc) {
+		*reason = rc;
+		return 0;
 	}
-	return 0;
+	c->real_id = real_id;
+	c->in_ifindex = ctx->ingress_ifindex;
+	c->want_src = !!want_src;
+	c->expires = now + LB_NH_CACHE_JIFFIES;
+	return &c->nh;
 }
 
 /* Write the Ethernet header at the front (keeping a VLAN tag when the packet had one) and send. */

@@ -482,17 +482,17 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	}
 	lb_traffic_add(&lb_real_stats, real->slot, p->frame_len, new_flow);
 
-	struct lb_next_hop nh = {};
-	int rc = lb_next_hop(ctx, real, real_id, 0, &nh);
+	__u32 nh_reason = 0;
+	const struct lb_next_hop *nh = lb_next_hop(ctx, real, real_id, 0, &nh_reason);
 
-	if (rc)
-		return lb_snat_drop_lb(rc);
+	if (!nh)
+		return lb_snat_drop_lb(nh_reason);
 	__u32 real_addr[4];
 
 	__builtin_memcpy(real_addr, real->addr, 16);
 	if (lb_snat_rewrite(ctx, p, snat_addr, rk.snat_port, real_addr, rk.real_port))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
-	return lb_snat_send(ctx, &nh, p);
+	return lb_snat_send(ctx, nh, p);
 }
 
 /* A reply from a real to snatAddress:port. */

@@ -72,16 +72,21 @@ struct lb_rate_window {
 	__u64 count;
 };
 
-/* lb_nexthop_cache slot (per CPU, direct-mapped by real id): a bpf_fib_lookup result kept briefly. */
+/* Where a packet leaves for a real or a client: a bpf_fib_lookup result. */
+struct lb_next_hop {
+	__u32 ifindex;
+	__be32 src4;        /* kernel-chosen source when asked for */
+	__u32 src6[4];
+	__u8 dmac[6];
+	__u8 smac[6];
+};
+
+/* lb_nexthop_cache slot (per CPU, direct-mapped by real slot): a bpf_fib_lookup result kept briefly. */
 struct lb_nexthop_entry {
 	__u64 expires;      /* bpf_jiffies64() deadline */
 	__u32 real_id;      /* tag: which real this slot holds */
 	__u32 in_ifindex;   /* tag: the lookup's input interface */
-	__u32 out_ifindex;
-	__be32 src4;
-	__u32 src6[4];
-	__u8 dmac[6];
-	__u8 smac[6];
+	struct lb_next_hop nh;
 	__u8 want_src;      /* tag: the lookup asked for the source address */
 	__u8 pad[3];
 };

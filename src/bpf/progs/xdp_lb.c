@@ -222,15 +222,15 @@ int xdp_lb(struct xdp_md *ctx)
 	lb_traffic_add(&lb_real_stats, real->slot, p.frame_len, new_flow);
 
 	/* 5. dispatch */
-	struct lb_next_hop nh = {};
+	const struct lb_next_hop *nh;
 	__u8 tos = 0;
 	int rc;
 
 	if (mode == LB_MODE_DSR_L2) {
-		rc = lb_next_hop(ctx, real, real_id, 0, &nh);
-		if (rc)
-			return lb_drop(rc);
-		rc = lb_send(ctx, &nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
+		nh = lb_next_hop(ctx, real, real_id, 0, &reason);
+		if (!nh)
+			return lb_drop(reason);
+		rc = lb_send(ctx, nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
 			     &reason);
 		if (rc < 0)
 			return lb_drop(LB_CNT_DROP_ADJUST);
@@ -250,12 +250,12 @@ int xdp_lb(struct xdp_md *ctx)
 		struct lb_ipip_src src = {};
 		int want_src = lb_ipip_source(cfg, hash, real->family, &src);
 
-		rc = lb_next_hop(ctx, real, real_id, want_src, &nh);
-		if (rc)
-			return lb_drop(rc);
+		nh = lb_next_hop(ctx, real, real_id, want_src, &reason);
+		if (!nh)
+			return lb_drop(reason);
 		if (want_src) {
-			src.v4 = nh.src4;
-			__builtin_memcpy(src.v6, nh.src6, 16);
+			src.v4 = nh->src4;
+			__builtin_memcpy(src.v6, nh->src6, 16);
 		}
 		{
 			void *data = (void *)(long)ctx->data;
@@ -268,7 +268,7 @@ int xdp_lb(struct xdp_md *ctx)
 		}
 		if (lb_push_ipip(ctx, &p, real, &src, hash, tos))
 			return lb_drop(LB_CNT_DROP_ADJUST);
-		rc = lb_send(ctx, &nh, p.l3_off, real->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
+		rc = lb_send(ctx, nh, p.l3_off, real->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
 			     &reason);
 		if (rc < 0)
 			return lb_drop(LB_CNT_DROP_ADJUST);
@@ -291,12 +291,12 @@ int xdp_lb(struct xdp_md *ctx)
 			if (p.l3_len + LB_DSR_OPT_LEN > cfg->mtu)
 				goto too_big;
 		}
-		rc = lb_next_hop(ctx, real, real_id, 0, &nh);
-		if (rc)
-			return lb_drop(rc);
+		nh = lb_next_hop(ctx, real, real_id, 0, &reason);
+		if (!nh)
+			return lb_drop(reason);
 		if (lb_ipopt(ctx, &p, real, p.dport, target_port, insert))
 			return lb_drop(LB_CNT_DROP_ADJUST);
-		rc = lb_send(ctx, &nh, p.l3_off, bpf_htons(LB_ETH_P_IP), &reason);
+		rc = lb_send(ctx, nh, p.l3_off, bpf_htons(LB_ETH_P_IP), &reason);
 		if (rc < 0)
 			return lb_drop(LB_CNT_DROP_ADJUST);
 		lb_count(reason);
