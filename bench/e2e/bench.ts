@@ -1,45 +1,74 @@
-// End-to-end throughput in the lab: for each dispatch mode, wrk (in the client namespace) against the mode's VIP,
-// once with keep-alive (requests/s) and once with a new connection per request (connections/s), with the lb
-// daemons in native XDP (where it forwards; else the fallback the daemon chose) and then in generic XDP; the same
-// load straight to one backend, through haproxy in TCP mode and through nftables DNAT (both in the router
-// namespace), all in this one run.
+// End-to-end throughput in the lab, as a fair comparison: every target spreads the same wrk load (same threads,
+// same connections, from the client namespace) over the same backends, and every figure is a ratio to "direct",
+// that load sent straight to those backends (one wrk thread per backend, spreadOver in wrk.ts). The targets: each
+// dispatch mode's VIP, with the lb daemons in native XDP (where it forwards; else the fallback the daemon chose)
+// and then in generic XDP, haproxy in TCP mode and nftables DNAT (both in the router namespace), all in this one
+// run. Each lab measures its own direct first, and its rows are ratios to that: a direct figure taken minutes
+// earlier on this shared machine would add the drift between them to the ratio.
+//
+// Fairness, and why:
+// - one backend set: the bench's config (config.ts) gives every measured service every backend, equal weights;
+//   haproxy round-robins and nftables DNATs over the same addresses.
+// - backends answer HTTP with haproxy (src/lab/servers/backend-haproxy.ts), not the lab's Node server: one Node
+//   process per backend costs ~3x the CPU per request, and the Node figures measured the backends, not the
+//   path to them. `--backend-http node` measures with the Node servers, for comparison.
+// - "direct, be-1 only" (information, in the first lab): the same load on one backend; when it is close to the
+//   spread direct, one backend is not what limits direct.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { labDown, labUp, labNs, startDaemons, type LabState } from '../../src/lab/lab.js';
+import { DEFAULT_CONFIG_DIR, labDown, labUp, labNs, startDaemons, type LabState } from '../../src/lab/lab.js';
 import { nsArgv, run, waitForPort } from '../../src/lab/netns.js';
 import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { runTraffic } from '../../src/demo/traffic.js';
 import { waitForAnnounced } from '../../src/demo/failover.js';
+import { writeBenchConfig, type BenchConfig } from './config.js';
 import { wrk, type WrkResult } from './wrk.js';
 
 const { values } = parseArgs({
-  options: { duration: { type: 'string', default: '5' }, connections: { type: 'string', default: '16' }, 'xdp-mode': { type: 'string' } },
+  options: {
+    duration: { type: 'string', default: '5' },
+    connections: { type: 'string', default: '15' },
+    'xdp-mode': { type: 'string' },
+    'backend-http': { type: 'string', default: 'haproxy' },
+  },
 });
 const xdpMode = values['xdp-mode'];
 if (xdpMode && !['native', 'generic', 'auto'].includes(xdpMode)) throw new Error('--xdp-mode must be native, generic or auto');
+if (!['haproxy', 'node'].includes(values['backend-http']!)) throw new Error('--backend-http must be haproxy or node');
+const backendHttp = values['backend-http'] as 'haproxy' | 'node';
 const seconds = Math.min(30, Math.max(1, Number(values.duration)));
-const connections = Math.min(256, Math.max(1, Number(values.connections)));
+const wantedConnections = Math.min(256, Math.max(1, Number(values.connections)));
+
+/** The measured services and their row labels. */
+const MODES = [
+  { service: 'web', label: 'web  dsr/l2' },
+  { service: 'api', label: 'api  dsr/ipip' },
+  { service: 'shop', label: 'shop dsr/ipopt' },
+  { service: 'dns', label: 'dns  snat (tcp)' },
+];
+const BACKEND_PORT = 80;
+const HAPROXY_BIND = { addr: '192.0.2.1', port: 8888 };
+// DNAT keeps the port: the backends serve 80, and nothing on the router listens there
+const NFT_BIND = { addr: '192.0.2.1', port: 80 };
 
 interface Target {
   name: string;
   url: string;
+  /** direct: wrk's threads go to these addresses (url's port), one backend per thread */
+  spreadOver?: string[];
 }
 
-const MODES: Target[] = [
-  { name: 'web  dsr/l2', url: 'http://203.0.113.10:80/' },
-  { name: 'api  dsr/ipip', url: 'http://203.0.113.20:8080/' },
-  { name: 'shop dsr/ipopt', url: 'http://203.0.113.30:80/' },
-  { name: 'dns  snat (tcp)', url: 'http://203.0.113.40:53/' },
-];
-const DIRECT: Target = { name: 'direct to be-1', url: 'http://198.51.100.21:80/' };
-const HAPROXY_BIND = { addr: '192.0.2.1', port: 8888 };
-const HAPROXY: Target = { name: 'haproxy tcp mode', url: `http://${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}/` };
-// DNAT keeps the port: the backends serve 80, and nothing on the router listens there
-const NFT_BIND = { addr: '192.0.2.1', port: 80 };
-const NFTABLES: Target = { name: 'nftables dnat', url: `http://${NFT_BIND.addr}:${NFT_BIND.port}/` };
+interface Row {
+  name: string;
+  /** which lab (0: first xdp mode) it was measured in: its ratios are to that lab's direct */
+  lab: number;
+  direct: boolean;
+  rps: WrkResult;
+  cps: WrkResult;
+}
 
 function haproxyConfig(backends: string[]): string {
   return [
@@ -55,7 +84,7 @@ function haproxyConfig(backends: string[]): string {
     '  default_backend be',
     'backend be',
     '  balance roundrobin',
-    ...backends.map((b, i) => `  server be${i + 1} ${b}:80`),
+    ...backends.map((b, i) => `  server be${i + 1} ${b}:${BACKEND_PORT}`),
     '',
   ].join('\n');
 }
@@ -74,8 +103,6 @@ function nftablesRuleset(backends: string[]): string {
   ].join('\n');
 }
 
-type Results = Map<string, { rps: WrkResult; cps: WrkResult }>;
-
 /** The XDP mode each lb daemon's program really runs in (`ip -d link`: xdp = native, xdpgeneric = generic). */
 async function attachedModes(state: LabState): Promise<string> {
   const out: string[] = [];
@@ -87,9 +114,40 @@ async function attachedModes(state: LabState): Promise<string> {
   return out.join(', ');
 }
 
+/**
+ * Until every target answers, and every VIP from every backend: a real enters a service only once its health
+ * check has risen, and a VIP measured before that would spread over fewer backends than direct. Bursts of 30
+ * new connections (random source ports: a backend with a third of the Maglev table is missed by all 30 with
+ * probability ~1e-5); a first request through each path also warms neighbour entries.
+ */
+async function warmUp(state: LabState, cfg: BenchConfig, targets: Target[], mode: string): Promise<void> {
+  const client = labNs(state, 'client');
+  const names = new Map(state.plan.nodes.filter((n) => n.role === 'backend').map((n) => [n.addresses.find((a) => !a.includes(':'))!, n.name]));
+  const all = cfg.backends.map((b) => names.get(b) ?? b);
+  for (const t of targets) {
+    const u = new URL(t.url);
+    const hosts = t.spreadOver ?? [u.hostname];
+    for (const host of hosts) {
+      let last = '';
+      for (let attempt = 1; ; attempt++) {
+        const r = await runTraffic(client, { kind: 'burst', host, port: Number(u.port || 80), count: 30, concurrency: 6, sources: state.plan.client.v4, timeoutMs: 5000 });
+        const failed = r.records.filter((x) => !x.backend);
+        const seen = new Set(r.records.map((x) => x.backend).filter((b): b is string => !!b));
+        // a balancer (VIP, haproxy, nftables) must reach every backend; a backend's own address only itself
+        const missing = cfg.backends.includes(host) ? [] : all.filter((b) => !seen.has(b));
+        if (failed.length === 0 && missing.length === 0) break;
+        last = failed.length ? `${failed.length}/30 failed (${[...new Set(failed.map((x) => x.error))].join(', ')})` : `no answer from ${missing.join(', ')}`;
+        if (attempt === 15) throw new Error(`${t.name} (${mode}): warm-up after 15 rounds: ${last}`);
+        process.stderr.write(`bench/e2e: ${t.name} ${host}: ${last}; retrying\n`);
+        await new Promise((res) => setTimeout(res, 2000));
+      }
+    }
+  }
+}
+
 /** Brings a lab up with the lb daemons in `mode`, waits until every node applied the config and every VIP answers. */
-async function labWithMode(stateDir: string, mode: string): Promise<LabState> {
-  const state = await labUp({ stateDir, daemons: false, vipsOnLo: false });
+async function labWithMode(stateDir: string, cfg: BenchConfig, mode: string): Promise<LabState> {
+  const state = await labUp({ stateDir, configDir: cfg.dir, daemons: false, vipsOnLo: false, backendHttp });
   const reports = await startDaemons(state, { extraArgs: ['--xdp-mode', mode] });
   const bad = reports.filter((r) => !r.started);
   if (bad.length) throw new Error(`daemons not running: ${bad.map((r) => `${r.node}: ${r.reason}`).join('; ')}`);
@@ -97,60 +155,24 @@ async function labWithMode(stateDir: string, mode: string): Promise<LabState> {
   const w = await waitForLocalApplied(state.stateDir, state.plan.nodes.map((n) => n.name), head, 120_000);
   if (!w.ok) throw new Error(`the daemons of ${w.missing.join(', ')} did not apply the config within 120 s`);
   // With BGP, measure only once the router spreads every VIP over both lb nodes (BIRD connects seconds later).
-  if (state.plan.bird && (await waitForAnnounced(state, MODES.map((t) => new URL(t.url).hostname), 60_000)) === null)
+  if (state.plan.bird && (await waitForAnnounced(state, cfg.services.map((s) => new URL(s.url).hostname), 60_000)) === null)
     throw new Error(`the router does not route every VIP over every lb node within 60 s (${mode})`);
-  const client = labNs(state, 'client');
-  // Every VIP answers before measuring (a first request through each path also warms neighbour entries).
-  for (const t of [...MODES, DIRECT]) {
-    const u = new URL(t.url);
-    let lastErrors = '';
-    for (let attempt = 1; ; attempt++) {
-      const r = await runTraffic(client, { kind: 'burst', host: u.hostname, port: Number(u.port || 80), count: 10, sources: state.plan.client.v4, timeoutMs: 5000 });
-      const failed = r.records.filter((x) => !x.backend);
-      if (failed.length === 0) break;
-      lastErrors = failed.map((x) => x.error).join(', ');
-      if (attempt === 5) throw new Error(`${t.name} (${mode}): warm-up requests still failing after 5 rounds: ${lastErrors}`);
-      process.stderr.write(`bench/e2e: ${t.name}: ${failed.length}/10 warm-up requests failed (${lastErrors}); retrying\n`);
-      await new Promise((res) => setTimeout(res, 2000));
-    }
-  }
   return state;
-}
-
-async function measure(state: LabState, targets: Target[], results: Results, suffix = ''): Promise<void> {
-  const client = labNs(state, 'client');
-  for (const t of targets) {
-    process.stderr.write(`bench/e2e: ${t.name}${suffix} ...\n`);
-    const rps = await wrk(client, t.url, { seconds, connections, closeEach: false });
-    const cps = await wrk(client, t.url, { seconds, connections, closeEach: true });
-    results.set(`${t.name}${suffix}`, { rps, cps });
-  }
-}
-
-/** The results table: every target measured so far, as ratios to direct and to haproxy. */
-async function printTable(results: Results, ran: string[]): Promise<void> {
-  const d = results.get(DIRECT.name);
-  const h = results.get(HAPROXY.name);
-  if (!d || !h) return;
-  const fmt = (x: number) => x.toFixed(0).padStart(8);
-  const ratio = (a: number, b: number) => (b > 0 ? (a / b).toFixed(2) : '-').padStart(6);
-  console.log(`\ne2e throughput in the lab: wrk -t1 -c${connections}, ${seconds} s per measurement, from the client namespace`);
-  for (const r of ran) console.log(`lb XDP ${r}`);
-  console.log('requests/s: keep-alive HTTP/1.1; connections/s: one request per new TCP connection (Connection: close)');
-  console.log('ratios: this target / direct-to-backend, this target / haproxy (tcp mode, in the router namespace)\n');
-  console.log(`${'target'.padEnd(28)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)} ${'/hapx'.padStart(6)}  errors  latency(ka)`);
-  for (const [name, r] of results) {
-    console.log(
-      `${name.padEnd(28)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d.rps.requestsPerSec).padStart(7)} ${ratio(r.rps.requestsPerSec, h.rps.requestsPerSec)}  ` +
-        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d.cps.requestsPerSec).padStart(7)} ${ratio(r.cps.requestsPerSec, h.cps.requestsPerSec)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
-    );
-  }
-  const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
-  console.log(`\nmachine load average during the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
 }
 
 async function main(): Promise<void> {
   const scratch = mkdtempSync(join(tmpdir(), 'gitlb-bench-e2e-'));
+  const cfg = writeBenchConfig(DEFAULT_CONFIG_DIR, join(scratch, 'config'), MODES.map((m) => m.service));
+  // one wrk thread per backend, for every target (direct needs one per backend; the others get the same client)
+  const threads = cfg.backends.length;
+  const connections = Math.max(threads, wantedConnections - (wantedConnections % threads));
+  const be = (i: number) => `http://${cfg.backends[i]}:${BACKEND_PORT}/`;
+  const direct: Target = { name: `direct, spread over ${threads} backends`, url: be(0), spreadOver: cfg.backends };
+  const directOne: Target = { name: `direct, ${cfg.backends[0]} only (info)`, url: be(0) };
+  const haproxyT: Target = { name: 'haproxy tcp mode', url: `http://${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}/` };
+  const nftT: Target = { name: 'nftables dnat', url: `http://${NFT_BIND.addr}:${NFT_BIND.port}/` };
+  const modeTargets: Target[] = MODES.map((m) => ({ name: m.label, url: cfg.services.find((s) => s.name === m.service)!.url }));
+
   let haproxy: ChildProcess | null = null;
   let labDir: string | null = null;
   const cleanup = async () => {
@@ -163,46 +185,82 @@ async function main(): Promise<void> {
   // Native first where the kernel can (auto: the daemon falls back to generic when native cannot forward, and the
   // table says which mode really ran), then generic as the measured fallback; --xdp-mode measures one mode only.
   const xdpModes = xdpMode ? [xdpMode] : ['auto', 'generic'];
-  const results: Results = new Map();
+  const rows: Row[] = [];
   const ran: string[] = [];
+  const measure = async (state: LabState, lab: number, targets: Target[], suffix = '') => {
+    const client = labNs(state, 'client');
+    for (const t of targets) {
+      process.stderr.write(`bench/e2e: ${t.name}${suffix} ...\n`);
+      const o = { seconds, connections, threads, spreadOver: t.spreadOver };
+      const rps = await wrk(client, t.url, { ...o, closeEach: false });
+      const cps = await wrk(client, t.url, { ...o, closeEach: true });
+      rows.push({ name: `${t.name}${suffix}`, lab, direct: t === direct, rps, cps });
+    }
+  };
+  const header = () => [
+    `e2e throughput in the lab: wrk -t${threads} -c${connections}, ${seconds} s per measurement, from the client namespace`,
+    `backends ${cfg.backends.join(', ')} answer HTTP with ${backendHttp === 'haproxy' ? 'haproxy (1 thread each)' : 'the lab Node server'}; every VIP, haproxy and nftables spread over all of them (equal weights)`,
+    `direct: the same ${threads} threads x ${connections / threads} connections, thread i straight to backend i`,
+  ];
   try {
     for (const [i, mode] of xdpModes.entries()) {
-      process.stderr.write(`bench/e2e: building the lab (lb daemons --xdp-mode ${mode}) ...\n`);
+      process.stderr.write(`bench/e2e: building the lab (lb daemons --xdp-mode ${mode}, backends: ${backendHttp}) ...\n`);
       labDir = join(scratch, `lab-${i}`);
-      const state = await labWithMode(labDir, mode);
+      const state = await labWithMode(labDir, cfg, mode);
       const attached = await attachedModes(state);
-      ran.push(`--xdp-mode ${mode}: ${attached}`);
+      ran.push(`lab ${i + 1}: --xdp-mode ${mode}: ${attached}`);
+      const tag = attached.includes('native') ? (attached.includes('generic') ? ' [mixed]' : ' [native]') : ' [generic]';
+      const targets = [direct, ...(i === 0 ? [directOne, haproxyT, nftT] : []), ...modeTargets];
       if (i === 0) {
-        // the peers, once: straight to a backend, haproxy (TCP mode) and nftables DNAT, both in the router namespace
+        // the peers, once: haproxy (TCP mode) and nftables DNAT, both in the router namespace
         const router = labNs(state, 'router');
-        const backends = state.plan.nodes.filter((n) => n.role === 'backend').map((n) => n.addresses.find((a) => !a.includes(':'))!);
-        const cfg = join(scratch, 'haproxy.cfg');
-        writeFileSync(cfg, haproxyConfig(backends));
-        const argv = nsArgv(router, ['haproxy', '-db', '-f', cfg]);
+        const hcfg = join(scratch, 'haproxy.cfg');
+        writeFileSync(hcfg, haproxyConfig(cfg.backends));
+        const argv = nsArgv(router, ['haproxy', '-db', '-f', hcfg]);
         haproxy = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
         await waitForPort(router, HAPROXY_BIND.port, 'tcp', { timeoutMs: 10_000 });
         const nftFile = join(scratch, 'nft.conf');
-        writeFileSync(nftFile, nftablesRuleset(backends));
+        writeFileSync(nftFile, nftablesRuleset(cfg.backends));
         const nft = await run(nsArgv(router, ['nft', '-f', nftFile]));
         if (nft.code !== 0) throw new Error(`nft -f failed: ${nft.stderr.trim()}`);
-        await measure(state, [DIRECT, HAPROXY, NFTABLES], results);
       }
-      const tag = attached.includes('native') ? (attached.includes('generic') ? ' [mixed]' : ' [native]') : ' [generic]';
-      await measure(state, MODES, results, tag);
+      await warmUp(state, cfg, targets, mode);
+      await measure(state, i, targets.filter((t) => !modeTargets.includes(t)), ` [lab ${i + 1}]`);
+      await measure(state, i, modeTargets, tag);
       await cleanup();
     }
-    await printTable(results, ran);
+    await printTable(rows, [...header(), ...ran]);
   } catch (e) {
     // what was measured before the failure is still a same-run comparison: print it, then fail
-    if (results.size) {
+    if (rows.length) {
       console.log('\n(partial: the run failed before every target was measured)');
-      await printTable(results, ran);
+      await printTable(rows, [...header(), ...ran]);
     }
     throw e;
   } finally {
     await cleanup();
     rmSync(scratch, { recursive: true, force: true });
   }
+}
+
+/** The results table: every row as a ratio to the spread direct measured in the same lab. */
+async function printTable(rows: Row[], head: string[]): Promise<void> {
+  const fmt = (x: number) => x.toFixed(0).padStart(8);
+  const ratio = (a: number, b: number | undefined) => (b ? (a / b).toFixed(2) : '-').padStart(7);
+  console.log('');
+  for (const h of head) console.log(h);
+  console.log('req/s: keep-alive HTTP/1.1; conn/s: one request per new TCP connection (Connection: close)');
+  console.log('/direct: this row / the spread direct of the same lab (measured first in each lab)\n');
+  console.log(`${'target'.padEnd(42)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)}  errors  latency(ka)`);
+  for (const r of rows) {
+    const d = rows.find((x) => x.direct && x.lab === r.lab);
+    console.log(
+      `${r.name.padEnd(42)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d?.rps.requestsPerSec)}  ` +
+        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d?.cps.requestsPerSec)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
+    );
+  }
+  const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
+  console.log(`\nmachine load average at the end of the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
 }
 
 main().catch((e: Error) => {

@@ -28,6 +28,7 @@ import { describeProcess, isAlive, nodeScriptArgv, spawnDetached, stopLabProcess
 import { birdGenerated, birdSocket, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
 import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
 import { LAB_METRICS_PORT, metricsAddress, prometheusAvailable, startPrometheus } from './prometheus.js';
+import { backendHaproxyConfig } from './servers/backend-haproxy.js';
 
 export const DEFAULT_STATE_DIR = '/run/gitlb-lab';
 export const PROJECT_ROOT = resolve(fileURLToPath(new URL('../../', import.meta.url)));
@@ -75,6 +76,9 @@ export interface LabUpOptions {
   /** 'static': static ECMP routes even when the config has BGP settings (tests that steer routes themselves).
    * Default: BGP through BIRD when the config has BGP settings (docs/bgp.md), else static. */
   routing?: 'bgp' | 'static';
+  /** Who answers HTTP on the backends: 'node' (default, src/lab/servers/backend.ts) or 'haproxy'
+   * (src/lab/servers/backend-haproxy.ts: same replies at a fraction of the CPU; bench/e2e). UDP stays with Node. */
+  backendHttp?: 'node' | 'haproxy';
   log?: (line: string) => void;
 }
 
@@ -192,7 +196,7 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
   try {
     await buildNetwork(state, vipsOnLo, log);
     const gitUp = startGitServer(state, await repoReady);
-    const serversUp = startBackendServers(state);
+    const serversUp = startBackendServers(state, opts.backendHttp ?? 'node');
     await gitUp;
     log(`git server ${state.git!.repoUrl}`);
     await serversUp;
@@ -324,18 +328,26 @@ async function startGitServer(state: LabState, repo: { root: string; bare: strin
   await waitForPort(fullNs(state, short), port, 'tcp', { timeoutMs: 30_000 });
 }
 
-/** Starts every backend's HTTP/UDP server; resolves when all their ports are bound. */
 function describeLabProcess(state: LabState, role: LabProcess['role'], node: string): string {
-  const p = state.processes.find((x) => x.role === role && x.node === node);
-  return p ? describeProcess(p) : '';
+  // every match: with backendHttp 'haproxy' a backend has two servers (Node for UDP, haproxy for HTTP)
+  return state.processes.filter((x) => x.role === role && x.node === node).map((p) => describeProcess(p)).join('');
 }
 
-async function startBackendServers(state: LabState): Promise<void> {
+/** Starts every backend's HTTP/UDP server (HTTP by Node or haproxy); resolves when all their ports are bound. */
+async function startBackendServers(state: LabState, http: 'node' | 'haproxy'): Promise<void> {
   for (const s of state.plan.servers) {
-    const args = ['--name', s.node, ...s.tcpPorts.flatMap((p) => ['--tcp', String(p)]), ...s.udpPorts.flatMap((p) => ['--udp', String(p)])];
+    const nodeTcp = http === 'node' ? s.tcpPorts : [];
+    const args = ['--name', s.node, ...nodeTcp.flatMap((p) => ['--tcp', String(p)]), ...s.udpPorts.flatMap((p) => ['--udp', String(p)])];
     const argv = nodeScriptArgv('servers/backend', args);
     const logFile = join(state.stateDir, 'logs', `backend-${s.node}.log`);
     state.processes.push(spawnDetached('backend-server', fullNs(state, s.ns), argv, logFile, { node: s.node, cwd: PROJECT_ROOT }));
+    if (http === 'haproxy' && s.tcpPorts.length) {
+      const cfg = join(state.stateDir, `backend-${s.node}.haproxy.cfg`);
+      writeFileSync(cfg, backendHaproxyConfig(s.node, s.tcpPorts));
+      // -db: stay in the foreground, so the recorded process is haproxy itself and `lab down` stops it
+      const hlog = join(state.stateDir, 'logs', `backend-${s.node}-haproxy.log`);
+      state.processes.push(spawnDetached('backend-server', fullNs(state, s.ns), ['haproxy', '-db', '-f', cfg], hlog, { node: s.node }));
+    }
   }
   writeLabState(state);
   await Promise.all(
