@@ -6,7 +6,9 @@ import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import git from 'isomorphic-git';
 import isoHttp from 'isomorphic-git/http/node';
-import { Agent as HttpAgent } from 'node:http';
+import { Agent as HttpAgent, type ClientRequest } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { Agent as HttpsAgent } from 'node:https';
 import { type GitCredentials, redactUrl, redactText } from './credentials.js';
 import { DEFAULT_GIT_TIMEOUT_MS, withDeadline } from './deadline.js';
@@ -29,8 +31,26 @@ const SHALLOW_DEPTH = 1;
 // Node 20's global agent gives sockets a 5 s idle timeout, and isomorphic-git's client turns that into
 // "Request timed out" while a busy server is still indexing a pushed pack. Use agents with a generous one.
 const IDLE_TIMEOUT_MS = 60_000;
-const httpAgent = new HttpAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
-const httpsAgent = new HttpsAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
+
+// A keep-alive socket parked in the pool gets the server's hint (`Keep-Alive: timeout=5`, sent by Node and Apache
+// servers) minus 1 s as its idle timeout, and Node keeps that timeout when it hands the socket to the next request:
+// a slow answer on a reused connection then failed with "Request timed out" after 4 s whatever --git-timeout said.
+// A reused socket gets the agent's idle timeout back; the parked one keeps the hint (so it is dropped before the
+// server closes it).
+class GitHttpAgent extends HttpAgent {
+  override reuseSocket(socket: Duplex, request: ClientRequest): void {
+    super.reuseSocket(socket, request);
+    (socket as Socket).setTimeout(IDLE_TIMEOUT_MS);
+  }
+}
+class GitHttpsAgent extends HttpsAgent {
+  override reuseSocket(socket: Duplex, request: ClientRequest): void {
+    super.reuseSocket(socket, request);
+    (socket as Socket).setTimeout(IDLE_TIMEOUT_MS);
+  }
+}
+const httpAgent = new GitHttpAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
+const httpsAgent = new GitHttpsAgent({ keepAlive: true, timeout: IDLE_TIMEOUT_MS });
 /** An HTTP client for isomorphic-git whose requests are destroyed when `signal` aborts (the operation's deadline). */
 function httpClient(signal: AbortSignal): typeof isoHttp {
   return {
