@@ -59,6 +59,30 @@ test.serial('defect: an IPv6 UDP reply whose rewritten checksum is 0 leaves with
   t.true(p.l4ChecksumOk);
 });
 
+test.serial('defect: an IPv6 UDP reply with checksum 0 (invalid) leaves as it is, not rewritten with its 0 kept', (t) => {
+  const cport = 47110;
+  run(ingress, ipoptFrame(V6.client, V6.real, udp(cport, TARGET_PORT), V6.optVip, VIP_PORT));
+  const reply = frame(V6.real, V6.client, { ...udp(TARGET_PORT, cport), udpNoChecksum: true });
+  const r = run(egress, reply);
+  t.is(r.action, TcAction.ok);
+  t.deepEqual(r.out, reply);
+  t.is(r.delta.reply6_rewrite, undefined);
+  // control: the same reply with its checksum is rewritten
+  const ok = run(egress, frame(V6.real, V6.client, udp(TARGET_PORT, cport)));
+  t.is(parse(ok.out).src, addrText(V6.optVip));
+  t.is(ok.delta.reply6_rewrite, 1);
+});
+
+test.serial('defect: an ipopt IPv6 UDP request with checksum 0 is neither recorded nor stripped', (t) => {
+  const input = ipoptFrame(V6.client, V6.real, { ...udp(47120, TARGET_PORT), udpNoChecksum: true }, V6.optVip, VIP_PORT);
+  const r = run(ingress, input);
+  t.is(r.action, TcAction.ok);
+  t.deepEqual(r.out, input);
+  t.is(r.delta.ipopt6, undefined);
+  const key = encodeConnKey({ family: 6, protocol: 'UDP', client: V6.client, clientPort: 47120, local: V6.real, localPort: TARGET_PORT });
+  t.is(obj.map('be_conns').lookup(key), null);
+});
+
 test.serial('defect: ipopt with a wrong IPv4 header checksum is dropped, not re-checksummed by the strip', (t) => {
   const input = ipoptFrame(V4.client, V4.real, tcp(47200, TARGET_PORT), V4.optVip, VIP_PORT);
   input.writeUInt16BE(input.readUInt16BE(14 + 10) ^ 0x0400, 14 + 10);

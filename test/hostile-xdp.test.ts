@@ -31,6 +31,10 @@ for (const src of ['::', '::1', 'ff02::1', 'fe80::1'])
 cases.push({ name: 'martian source to a snat VIP is not translated', input: inFrame(tcp('127.0.0.1', V.snat, 40000, 80)), action: 'drop', counter: 'drop_martian' });
 for (const [what, dst] of [['broadcast', 'ff:ff:ff:ff:ff:ff'], ['IPv4 multicast', '01:00:5e:00:00:01'], ['IPv6 multicast', '33:33:00:00:00:01']] as const)
   cases.push({ name: `frame to the ${what} MAC is not load-balanced`, input: inFrame(tcp(CLIENT4, V.l2, 40001, 80), { dst, src: LAB.clientMac }), action: 'drop', counter: 'drop_l2_not_unicast' });
+{
+  const zero = inFrame(ipPacket({ src: CLIENT6, dst: V.l2v6, l4: { udp: { sport: 40007, dport: 53, payload: Buffer.from('query'), checksum: 0 } } }));
+  cases.push({ name: 'IPv6 UDP with checksum 0 (invalid, RFC 8200 8.1) to a VIP is dropped, not forwarded', input: zero, action: 'drop', counter: 'drop_malformed_l4', noCounter: 'tx' });
+}
 cases.push({ name: 'frame from a group source MAC is not load-balanced', input: inFrame(tcp(CLIENT4, V.l2, 40002, 80), { dst: LAB.lbA.mac, src: '03:00:00:00:00:01' }), action: 'drop', counter: 'drop_l2_not_unicast' });
 {
   const tooBig = tcp(CLIENT4, V.ipip, 40003, 80, TCP_FLAGS.ACK, Buffer.alloc(1500 - 40, 0x61));

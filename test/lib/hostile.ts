@@ -142,6 +142,9 @@ export interface IpView {
   headerOk: boolean; // IPv4 header checksum (IPv6: true)
   lengthOk: boolean; // IP length == bytes after L2
   l4Ok: boolean | null; // TCP/UDP/ICMP checksum over the IP length; null when not computable
+  /** a UDP header (not a later fragment) whose checksum field is 0: IPv4 "no checksum" (RFC 768), invalid over
+   * IPv6 (RFC 8200 8.1: a computed 0 is sent as 0xffff) */
+  udpZero: boolean;
 }
 
 const fmt = (b: Buffer) => (b.length === 4 ? [...b].join('.') : Array.from({ length: 8 }, (_, i) => b.readUInt16BE(i * 2).toString(16)).join(':'));
@@ -155,20 +158,32 @@ export function ipView(f: Buffer, l3: number): IpView | null {
     if (hdrLen < 20 || f.length < l3 + hdrLen) return null;
     const ipLen = f.readUInt16BE(l3 + 2);
     const view: IpView = { family: 4, l3, ipLen, hdrLen, proto: f[l3 + 9]!, src: f.subarray(l3 + 12, l3 + 16), dst: f.subarray(l3 + 16, l3 + 20),
-      headerOk: onesSum(f.subarray(l3, l3 + hdrLen)) === 0xffff, lengthOk: ipLen === f.length - l3, l4Ok: null };
+      headerOk: onesSum(f.subarray(l3, l3 + hdrLen)) === 0xffff, lengthOk: ipLen === f.length - l3, l4Ok: null, udpZero: false };
+    view.udpZero = udpZero(f, view);
     view.l4Ok = l4Ok(f, view);
     return view;
   }
   if (v === 6 && f.length >= l3 + 40) {
     const ipLen = 40 + f.readUInt16BE(l3 + 4);
     const view: IpView = { family: 6, l3, ipLen, hdrLen: 40, proto: f[l3 + 6]!, src: f.subarray(l3 + 8, l3 + 24), dst: f.subarray(l3 + 24, l3 + 40),
-      headerOk: true, lengthOk: ipLen === f.length - l3, l4Ok: null };
+      headerOk: true, lengthOk: ipLen === f.length - l3, l4Ok: null, udpZero: false };
+    view.udpZero = udpZero(f, view);
     view.l4Ok = l4Ok(f, view);
     return view;
   }
   return null;
 }
 
+/** The UDP checksum field is 0 (read where the header is, in the frame's bytes; a later IPv4 fragment has none). */
+function udpZero(f: Buffer, v: IpView): boolean {
+  if (v.proto !== IPPROTO.UDP || f.length < v.l3 + v.hdrLen + 8) return false;
+  if (v.family === 4 && (f.readUInt16BE(v.l3 + 6) & 0x1fff) !== 0) return false;
+  return f.readUInt16BE(v.l3 + v.hdrLen + 6) === 0;
+}
+
+/** Whether the L4 checksum is right. A UDP checksum field of 0 cannot be judged by the one's-complement sum
+ * (0x0000 and 0xffff add up alike, so a 0 written where 0xffff belongs would pass): over IPv4 it means "no
+ * checksum" (right), over IPv6 it is never right (RFC 8200 8.1). */
 function l4Ok(f: Buffer, v: IpView): boolean | null {
   const end = v.l3 + v.ipLen;
   if (end > f.length || v.ipLen < v.hdrLen) return null;
@@ -177,7 +192,7 @@ function l4Ok(f: Buffer, v: IpView): boolean | null {
   if (v.proto === IPPROTO.ICMP) return seg.length >= 4 ? onesSum(seg) === 0xffff : null;
   if (v.proto !== IPPROTO.TCP && v.proto !== IPPROTO.UDP && v.proto !== IPPROTO.ICMPV6) return null;
   if (seg.length < (v.proto === IPPROTO.TCP ? 18 : v.proto === IPPROTO.UDP ? 8 : 4)) return null;
-  if (v.proto === IPPROTO.UDP && v.family === 4 && seg.readUInt16BE(6) === 0) return true; // no checksum
+  if (v.proto === IPPROTO.UDP && seg.readUInt16BE(6) === 0) return v.family === 4;
   return onesSum(pseudoHeader(fmt(v.src), fmt(v.dst), v.proto, seg.length), seg) === 0xffff;
 }
 
@@ -215,6 +230,10 @@ export function outputProblems(input: Buffer, output: Buffer,
   // MTU and leaves no larger (DSR l2, SNAT) is the next device's to refuse, as the kernel's forwarding would
   if (opts.mtu !== undefined && o.ipLen > opts.mtu && !(i && o.ipLen <= i.ipLen)) p.push(`output IP length ${o.ipLen} > MTU ${opts.mtu}`);
   if ((opts.checkMartian ?? true) && isMartian(o.src)) p.push('output from a martian source');
+  // a UDP checksum of 0 is never valid over IPv6; over IPv4 it means "none" and may only stay where it came
+  // (docs/datapath.md, docs/backend.md: a rewrite keeps an IPv4 0 and writes a computed 0 as 0xffff)
+  if (o.udpZero && o.family === 6) p.push('IPv6 UDP checksum 0x0000 (invalid, RFC 8200 8.1)');
+  if (o.udpZero && o.family === 4 && !(i && i.family === 4 && i.udpZero)) p.push('IPv4 UDP checksum 0 (none) on an output whose input carried one');
   const tunnel = o.proto === IPPROTO.IPIP || o.proto === IPPROTO.IPV6;
   if (tunnel && i && i.proto !== o.proto) {
     // our encapsulation: the outer header is ours (must be right), the inner packet is the input's IP packet

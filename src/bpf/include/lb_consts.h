@@ -58,7 +58,7 @@ enum lb_counter {
 	LB_CNT_DROP_MALFORMED_L3,    /* bad version/IHL/total length to a VIP address */
 	LB_CNT_DROP_TRUNCATED_L3,    /* IP header or payload shorter than announced, to a VIP address */
 	LB_CNT_DROP_TRUNCATED_L4,    /* TCP/UDP header cut short, to a VIP address */
-	LB_CNT_DROP_MALFORMED_L4,    /* TCP data offset < 5 or beyond the packet */
+	LB_CNT_DROP_MALFORMED_L4,    /* TCP data offset < 5 or beyond the packet; IPv6 UDP checksum 0 */
 	LB_CNT_DROP_FRAGMENT,        /* IPv4 fragment or IPv6 fragment header, to a VIP address */
 	LB_CNT_DROP_NO_SERVICE,      /* VIP points at a service id without a service entry */
 	LB_CNT_DROP_NO_REAL,         /* empty service: ring has no real for the flow */

@@ -54,8 +54,15 @@ static __always_inline int lb_parse_l4(void *data, void *data_end, struct lb_pac
 	}
 	p->sport = ports[0];
 	p->dport = ports[1];
-	if (p->proto == IPPROTO_UDP)
+	if (p->proto == IPPROTO_UDP) {
+		/* UDP over IPv6 must carry a checksum (RFC 8200 8.1): a 0 is damage the real would drop, and no
+		 * frame we send may carry it */
+		if (p->family == 6 && !ports[3]) {
+			*reason = LB_CNT_DROP_MALFORMED_L4;
+			return LB_PARSE_BAD_IF_VIP;
+		}
 		return LB_PARSE_OK;
+	}
 
 	struct tcphdr *th = (void *)ports;
 

@@ -269,6 +269,14 @@ static __always_inline int be_ingress_ipopt6(struct __sk_buff *skb)
     return TC_ACT_OK;
   if (bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(ip6) + BE_DSR_EXT6_LEN, &ports, sizeof(ports)) < 0)
     return TC_ACT_OK;
+  /* IPv6 UDP checksum 0 is invalid (RFC 8200 8.1): not recorded, not stripped; the stack drops it as it is */
+  if (ext.nexthdr == BE_IPPROTO_UDP) {
+    __sum16 check;
+
+    if (bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(ip6) + BE_DSR_EXT6_LEN + offsetof(struct udphdr, check), &check,
+                           sizeof(check)) < 0 || !check)
+      return TC_ACT_OK;
+  }
 
   if (!be_record_flow(ext.addr, ext.port, 6, ext.nexthdr, &ip6.saddr, &ip6.daddr, &ports))
     return TC_ACT_OK;
@@ -399,7 +407,7 @@ static __always_inline int be_rewrite_reply6(struct __sk_buff *skb, __u32 l4_off
   __be16 new_sport = flow->vip_port;
   __u32 csum_off = l4_off + be_l4_csum_off(proto);
   /* UDP over IPv6 must carry a checksum: a computed 0 is sent as 0xffff (RFC 8200 8.1), which
-   * BPF_F_MARK_MANGLED_0 does; a received 0 (invalid for IPv6) is left as it was, not made plausible. */
+   * BPF_F_MARK_MANGLED_0 does (a received 0 never gets here: be_egress_v6 leaves such a reply as it is). */
   __u64 mangle = be_l4_mangle_flags(proto);
 
   be_copy16((__u8 *)&new_saddr, flow->vip);
@@ -566,6 +574,14 @@ static __always_inline int be_egress_v6(struct __sk_buff *skb)
   struct be_conn_value *flow = be_find_flow(6, ip6.nexthdr, &ip6.daddr, &ip6.saddr, ports.dst, ports.src);
   if (!flow)
     return TC_ACT_OK;
+  /* A UDP checksum of 0 is invalid over IPv6 (RFC 8200 8.1): such a reply is damaged and leaves as it is. Rewritten
+   * it would leave from the VIP still carrying 0 (an incremental update cannot give it a checksum). */
+  if (ip6.nexthdr == BE_IPPROTO_UDP) {
+    __sum16 check;
+
+    if (bpf_skb_load_bytes(skb, l4_off + offsetof(struct udphdr, check), &check, sizeof(check)) < 0 || !check)
+      return TC_ACT_OK;
+  }
   return be_rewrite_reply6(skb, l4_off, ip6.nexthdr, &ip6.saddr, ports.src, flow);
 }
 
