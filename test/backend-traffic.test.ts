@@ -253,3 +253,37 @@ test.serial('a service leaving: its entries are deleted, its VIP released, and t
   const ok = await clientRun(TCP_CLIENT, A6.ipipVip, VIP_PORT);
   t.is(ok.remote, `${A6.ipipVip} ${VIP_PORT}`);
 });
+
+test.serial('a targetPort nothing listens on (8080 -> 8099), applied by the backend while the lb still sends 8080: every client is answered; then the revert', async (t) => {
+  // The lb emulator on the client keeps rewriting to 8080, as lb nodes do that have not applied the revision (or
+  // refused it): before the backend kept the previous port, its options were refused and the replies left from
+  // real:8080, so no connection completed until the revert reached the backend (docs/health.md, Probation).
+  const BAD = 8099;
+  const args = (d: DesiredState) => ({ pinRoot: pins.backend, stateFile: join(work, 'backend-vips.json'), desired: d });
+  const bad: DesiredState = { ...desired, vips: desired.vips.map((v) => (v.forwarding === 'dsr-ipopt' ? { ...v, targetPort: BAD } : v)) };
+  const listeners = (r: any) => (r.entries as Array<{ port: number; flags: number; targetPort: number; previousTargetPort?: number }>)
+    .filter((e) => e.port === VIP_PORT && (e.flags & 0x02) && e.targetPort !== VIP_PORT);
+  const notVip = stat('ipopt_not_vip');
+  const r = await labNode(NS.backend, 'backend', args(bad));
+  t.is(r.report.mapWrites, 4, 'the four ipopt listeners moved');
+  t.deepEqual(listeners(r).map((e) => [e.targetPort, e.previousTargetPort]), Array(4).fill([BAD, TARGET_PORT]));
+  const prev = stat('ipopt_prev_target');
+  for (const a of [A4, A6]) {
+    const tcpAnswer = await clientRun(TCP_CLIENT, a.optVip, VIP_PORT);
+    t.is(tcpAnswer.remote, `${a.optVip} ${VIP_PORT}`);
+    t.regex(tcpAnswer.data, new RegExp(`^hello (::ffff:)?${a.real.replace(/\./g, '\\.')} ${TARGET_PORT} got hi$`), 'served by the socket on the old port');
+    const udpAnswer = await clientRun(UDP_CLIENT, a.optVip, VIP_PORT);
+    t.is(udpAnswer.from, `${a.optVip} ${VIP_PORT}`);
+  }
+  t.true(stat('ipopt_prev_target') - prev >= 4, 'the options arrived at the previous port and were trusted');
+  t.is(stat('ipopt_not_vip'), notVip, 'none refused');
+
+  // The revert reaches the backend: 8080 is current again, 8099 the previous one; the lb's 8080 goes on working.
+  const back = await labNode(NS.backend, 'backend', args(desired));
+  t.is(back.report.mapWrites, 4);
+  t.deepEqual(listeners(back).map((e) => [e.targetPort, e.previousTargetPort]), Array(4).fill([TARGET_PORT, BAD]));
+  const prevAfter = stat('ipopt_prev_target');
+  for (const a of [A4, A6]) t.is((await clientRun(TCP_CLIENT, a.optVip, VIP_PORT)).remote, `${a.optVip} ${VIP_PORT}`);
+  t.is(stat('ipopt_prev_target'), prevAfter, 'at the current port again');
+  t.is(stat('ipopt_not_vip'), notVip);
+});

@@ -124,12 +124,30 @@ test('backend: new and changed be_vips entries first, removals last', (t) => {
   // Every DSR VIP gets both entry kinds whatever its encap (docs/backend.md): the new l2 VIP gets two, the ipopt
   // listener changes its target, the removed ipip VIP loses both.
   t.deepEqual(ops.map(describeOp), [
-    'be_vips[listener 203.0.113.20:80/TCP target 9090] (was listener 203.0.113.20:80/TCP target 8080)',
+    'be_vips[listener 203.0.113.20:80/TCP target 9090, still trusting 8080] (was listener 203.0.113.20:80/TCP target 8080)',
     'be_vips[address 203.0.113.30]',
     'be_vips[listener 203.0.113.30:80/TCP target 80]',
     'delete be_vips[address 203.0.113.10]',
     'delete be_vips[listener 203.0.113.10:80/TCP target 80]',
   ]);
+});
+
+test('backend: a listener moved to another targetPort keeps the one it leaves; nothing else carries one, and it never causes a write', (t) => {
+  const be = (targetPort: number, forwarding: SvcSpec['forwarding'] = 'dsr-ipopt'): DesiredState =>
+    ({ ...lb([svc(20, '203.0.113.20', [1], { forwarding, ports: [{ port: 80, protocol: 'TCP', targetPort }] })]), role: 'backend' });
+  const first = planOps(EMPTY_LIVE, be(8080));
+  t.false(first.some((o) => o.op === 'backend-vip.put' && o.entry.previousTargetPort !== undefined), 'a first apply has nothing to keep');
+  const live = applyOps(EMPTY_LIVE, first);
+  const moved = planOps(live, be(8099));
+  t.deepEqual(moved.map(describeOp), ['be_vips[listener 203.0.113.20:80/TCP target 8099, still trusting 8080] (was listener 203.0.113.20:80/TCP target 8080)']);
+  // The kernel holds the previous port now; the same revision again (a restarted daemon) writes nothing.
+  const after = applyOps(live, moved);
+  t.deepEqual(planOps(after, be(8099)), []);
+  // The revert: back to 8080, still trusting 8099 (lb nodes that applied it, if any, are answered too).
+  t.deepEqual(planOps(after, be(8080)).map(describeOp),
+    ['be_vips[listener 203.0.113.20:80/TCP target 8080, still trusting 8099] (was listener 203.0.113.20:80/TCP target 8099, still trusting 8080)']);
+  // Address entries hold no port; a listener leaving the kernel is deleted as before.
+  t.true(moved.every((o) => o.op !== 'backend-vip.put' || o.entry.kind === 'listener'));
 });
 
 test('describeOp names the map and the key of every op', (t) => {

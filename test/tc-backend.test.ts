@@ -3,7 +3,12 @@
 // byte for byte where the program's output is fully determined; checksums are recomputed from scratch.
 // Serial: the tests share one loaded object and read its counters.
 import test from 'ava';
-import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
+import { rmSync } from 'node:fs';
+import { BpfMap, BpfObject, MapType, TcAction, possibleCpus, type BpfProgram } from '../src/bpf/libbpf.js';
+import { openBackendDataPlane } from '../src/bpf/backend/index.js';
+import { ensurePinDir } from '../src/bpf/bpffs.js';
+import { runPrefix } from '../src/lab/netns.js';
+import type { DesiredState } from '../src/render/state.js';
 import {
   VIP_FLAG_IPIP,
   VIP_FLAG_IPOPT,
@@ -14,6 +19,9 @@ import {
   encodeConnKey,
   encodeVipKey,
   encodeVipValue,
+  OLD_VIP_VALUE_SIZE,
+  PREV_TARGET_GRACE_NS,
+  STAT_NAMES,
   type StatName,
 } from '../src/bpf/backend/codec.js';
 import {
@@ -246,6 +254,81 @@ test.serial('truncated and non-IP frames pass untouched', (t) => {
   t.deepEqual(r.out, short);
 });
 
+// ---- a targetPort change: the previous port stays trusted while lb nodes may still use it ---------------------
+// lb nodes and backends apply a revision at different moments (lb nodes probe first, and may refuse and revert), so
+// after a backend moved a listener from OLD to NEW it still gets options at OLD. Listener 443/TCP of the ipopt VIP,
+// moved 8443 -> 9443 (docs/backend.md, "targetPort changes"). The entry is written the way apply() writes it.
+const OLD = 8443;
+const NEW = 9443;
+const RETARGETED = 443;
+
+/** Writes the retargeted listener; `ageNs` is how long ago the previous port was last seen (null: no previous port). */
+function retarget(family: 4 | 6, vip: string, ageNs: bigint | null): bigint {
+  const seen = process.hrtime.bigint() - (ageNs ?? 0n);
+  obj.map('be_vips').update(encodeVipKey({ address: vip, family, port: RETARGETED, protocol: 'TCP' }),
+    encodeVipValue({ flags: VIP_FLAG_IPOPT, targetPort: NEW, ...(ageNs !== null && { previousTargetPort: OLD, previousSeenNs: seen }) }));
+  return seen;
+}
+
+function retargetedEntry(family: 4 | 6, vip: string) {
+  const key = encodeVipKey({ address: vip, family, port: RETARGETED, protocol: 'TCP' });
+  return decodeVipEntry(key, obj.map('be_vips').lookup(key)!);
+}
+
+for (const [fam, A] of [[4, V4], [6, V6]] as const) {
+  const recorded = (clientPort: number, localPort: number) => connFor(fam, 'TCP', A.client, A.real, clientPort, localPort);
+
+  test.serial(`IPv${fam} retargeted listener: an option at the previous targetPort is trusted within the grace, and the use renews it`, (t) => {
+    const seen = retarget(fam, A.optVip, 10_000_000_000n); // changed 10 s ago
+    const input = ipoptFrame(A.client, A.real, tcp(44000, OLD), A.optVip, RETARGETED);
+    const before = process.hrtime.bigint();
+    const r = run(ingress, input, ['ipopt_prev_target', fam === 4 ? 'ipopt4' : 'ipopt6', 'ipopt_not_vip']);
+    t.is(r.action, TcAction.ok);
+    t.deepEqual(r.out, frame(A.client, A.real, tcp(44000, OLD)), 'option stripped as for the current port');
+    t.like(r.delta, { ipopt_prev_target: 1, [fam === 4 ? 'ipopt4' : 'ipopt6']: 1, ipopt_not_vip: 0 });
+    const c = recorded(44000, OLD);
+    t.truthy(c, 'flow recorded at the old port');
+    t.is(c!.vipPort, RETARGETED);
+    // The reply of the socket on the old port leaves from VIP:443.
+    t.deepEqual(run(egress, frame(A.real, A.client, tcp(OLD, 44000))).out, frame(A.optVip, A.client, tcp(RETARGETED, 44000)));
+    // Renewed with the program's clock, which is the daemon's (CLOCK_MONOTONIC): not before this run started.
+    const e = retargetedEntry(fam, A.optVip);
+    t.is(e.previousTargetPort, OLD);
+    t.true(e.previousSeenNs! > seen && e.previousSeenNs! >= before, `renewed (${e.previousSeenNs} vs run at ${before})`);
+    t.is(e.targetPort, NEW, 'the current port is untouched');
+  });
+
+  test.serial(`IPv${fam} retargeted listener: the current targetPort works as before, without touching the previous one`, (t) => {
+    const seen = retarget(fam, A.optVip, 10_000_000_000n);
+    const r = run(ingress, ipoptFrame(A.client, A.real, tcp(44001, NEW), A.optVip, RETARGETED), ['ipopt_prev_target', 'ipopt_not_vip']);
+    t.deepEqual(r.out, frame(A.client, A.real, tcp(44001, NEW)));
+    t.like(r.delta, { ipopt_prev_target: 0, ipopt_not_vip: 0 });
+    t.truthy(recorded(44001, NEW));
+    t.is(retargetedEntry(fam, A.optVip).previousSeenNs, seen, 'not renewed by traffic at the current port');
+  });
+
+  test.serial(`IPv${fam} retargeted listener: the guard still stops a port that was never the listener's, a lapsed previous port, and another listener's options`, (t) => {
+    const cases: Array<[string, bigint | null, number, number, number]> = [
+      // [what, age of the previous port (null: none kept), port it arrives at, VIP port it names, client port]
+      ['a port that was never its targetPort', 10_000_000_000n, 7443, RETARGETED, 44002],
+      ['the previous port after the grace', PREV_TARGET_GRACE_NS + 1_000_000_000n, OLD, RETARGETED, 44003],
+      ['the previous port "seen" in the future (a clock it does not share)', -60_000_000_000n, OLD, RETARGETED, 44004],
+      ['the old port when no previous port is kept (an entry of before, or a first apply)', null, OLD, RETARGETED, 44005],
+      // The previous port belongs to 443 only: VIP:80 (target 8080) does not inherit it.
+      ["another listener of the VIP, at the retargeted one's previous port", 10_000_000_000n, OLD, VIP_PORT, 44006],
+    ];
+    for (const [what, age, port, vipPort, clientPort] of cases) {
+      retarget(fam, A.optVip, age);
+      const input = ipoptFrame(A.client, A.real, tcp(clientPort, port), A.optVip, vipPort);
+      const r = run(ingress, input, ['ipopt_not_vip', 'ipopt_prev_target']);
+      t.is(r.action, TcAction.ok, what);
+      t.deepEqual(r.out, input, `${what}: untouched`);
+      t.like(r.delta, { ipopt_not_vip: 1, ipopt_prev_target: 0 }, what);
+      t.is(recorded(clientPort, port), null, `${what}: nothing recorded`);
+    }
+  });
+}
+
 // ---- exhaustion: a full connection table evicts, it never translates wrongly -------------------------------
 test.serial('full be_conns (LRU, 64 entries): new flows are still recorded, evicted flows are not rewritten', async (t) => {
   const small = await BpfObject.load('tc_backend', { mapMaxEntries: { be_conns: 64 } });
@@ -281,6 +364,54 @@ test.serial('full be_conns (LRU, 64 entries): new flows are still recorded, evic
     t.true(translated > 0 && translated <= 64);
   } finally {
     small.close();
+  }
+});
+
+// ---- pins left by the older layout ---------------------------------------------------------------------------
+test.serial('pins of the older layout (4-byte be_vips values, 21 counters) are re-created with their entries and counters; the programs use them', async (t) => {
+  const pinRoot = `/sys/fs/bpf/gitlb-test-${runPrefix()}tc-backend-migrate`;
+  const listener = { address: V4.optVip, family: 4 as const, port: VIP_PORT, protocol: 'TCP' as const };
+  const address = { address: V4.ipipVip, family: 4 as const, port: 0, protocol: null };
+  const desired = {
+    node: 'be1', role: 'backend', interface: 'b0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
+    vips: [{ vip: V4.optVip, family: 4, port: VIP_PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 1, forwarding: 'dsr-ipopt', hashSourcePort: false },
+      { vip: V4.ipipVip, family: 4, port: VIP_PORT, protocol: 'TCP', targetPort: VIP_PORT, serviceId: 2, forwarding: 'dsr-ipip', hashSourcePort: false }],
+    localVips: [],
+  } as unknown as DesiredState;
+  let loaded: BpfObject | null = null;
+  let dp: Awaited<ReturnType<typeof openBackendDataPlane>> | null = null;
+  try {
+    ensurePinDir(pinRoot);
+    // What a backend of the version before wrote: the entries of `desired` in 4-byte values, 21 counters.
+    const old = BpfMap.create({ name: 'be_vips', type: MapType.hash, keySize: 20, valueSize: OLD_VIP_VALUE_SIZE, maxEntries: 4096 });
+    const oldValue = (flags: number, targetPort: number) => encodeVipValue({ flags, targetPort }).subarray(0, OLD_VIP_VALUE_SIZE);
+    for (const vip of [V4.optVip, V4.ipipVip]) {
+      old.update(encodeVipKey({ ...listener, address: vip }), oldValue(VIP_FLAG_IPOPT, vip === V4.optVip ? TARGET_PORT : VIP_PORT));
+      old.update(encodeVipKey({ ...address, address: vip }), oldValue(VIP_FLAG_IPIP, 0));
+    }
+    old.pin(`${pinRoot}/be_vips`);
+    old.close();
+    const stats = BpfMap.create({ name: 'be_stats', type: MapType.percpuArray, keySize: 4, valueSize: 8, maxEntries: STAT_NAMES.length - 1 });
+    const seven = Buffer.alloc(8);
+    seven.writeBigUInt64LE(7n);
+    for (const i of [0, 6]) stats.update(Buffer.from([i, 0, 0, 0]), seven); // rx_packets, ipopt4 on every CPU
+    stats.pin(`${pinRoot}/be_stats`);
+    stats.close();
+
+    dp = await openBackendDataPlane({ pinRoot, interface: 'b0' }); // opens only: nothing is attached before apply()
+    t.deepEqual(await dp.plan(desired), [], 'nothing to re-apply: every entry came across');
+    t.true(dp.readVipEntries().every((e) => e.previousTargetPort === undefined), 'no previous targetPort invented');
+    const c = await dp.counters();
+    t.like(c, { rx_packets: 7 * possibleCpus(), ipopt4: 7 * possibleCpus(), ipopt_prev_target: 0 });
+    // A program loaded over the same pins (as the daemon's is) trusts the migrated listener.
+    loaded = await BpfObject.load('tc_backend', { pinRoot });
+    t.is(loaded.map('be_vips').valueSize, 16);
+    const r = loaded.program('backend_ingress').testRun({ data: ipoptFrame(V4.client, V4.real, tcp(45000, TARGET_PORT), V4.optVip, VIP_PORT) });
+    t.deepEqual(r.data, frame(V4.client, V4.real, tcp(45000, TARGET_PORT)));
+  } finally {
+    loaded?.close();
+    dp?.close();
+    rmSync(pinRoot, { recursive: true, force: true });
   }
 });
 

@@ -38,6 +38,12 @@ export interface BackendVip {
   port: number; // 0 for an address entry
   protocol: 'TCP' | 'UDP' | null; // null for an address entry
   targetPort: number; // 0 = not checked
+  /**
+   * Listener entries only: the targetPort the entry had before this change (put ops), or that it still trusts
+   * (live reads, while its grace lasts). Never desired by a revision: the planner carries it over from the live
+   * entry, because lb nodes apply on their own schedule and keep sending the old port meanwhile (docs/backend.md).
+   */
+  previousTargetPort?: number;
 }
 
 /** A be_tunnel_addrs entry of a backend node: an address IP-in-IP may come from (an lb node) and/or go to (this node). */
@@ -197,7 +203,11 @@ function planBackend(live: LiveState, desired: DesiredState): Op[] {
     const id = backendVipId(e);
     wantIds.add(id);
     const cur = have.get(id) ?? null;
-    if (!cur || cur.kind !== e.kind || cur.targetPort !== e.targetPort) ops.push({ op: 'backend-vip.put', entry: e, before: cur });
+    if (cur && cur.kind === e.kind && cur.targetPort === e.targetPort) continue;
+    // A listener moving to another targetPort keeps trusting the one it leaves (the program lets it lapse once
+    // no lb node uses it any more): lb nodes that have not applied this revision, or refused it, still send it.
+    const keep = cur && cur.kind === 'listener' && e.kind === 'listener' && cur.targetPort !== 0 ? cur.targetPort : 0;
+    ops.push({ op: 'backend-vip.put', entry: keep ? { ...e, previousTargetPort: keep } : e, before: cur });
   }
   const haveT = new Map(live.backendTunnels.map((e) => [backendTunnelId(e), e]));
   const wantT = desiredBackendTunnels(desired);
@@ -273,7 +283,8 @@ const settingsText = (s: LbSettings) =>
   `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}${s.newFlowRate ? `, new flows ${s.newFlowRate}/s/CPU` : ''}`;
 const snatText = (s: SnatSettings) =>
   `addr4 ${s.addr4 ?? '-'}, addr6 ${s.addr6 ?? '-'}, ports ${s.portMin}-${s.portMax}, timeouts ${s.tcpEstablishedS}/${s.tcpClosingS}/${s.udpS} s`;
-const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}`;
+const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}` +
+  (e.previousTargetPort ? `, still trusting ${e.previousTargetPort}` : '');
 
 const tunnelText = (e: BackendTunnelAddr) => `${e.address}${e.lbSource ? ' lb-source' : ''}${e.local ? ' local' : ''}`;
 

@@ -238,8 +238,9 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
         `connections break. Change it when the service is drained, or move it to another VIP.`,
     );
   }
-  // ipopt backends trust an option only at the listener's targetPort: while lb nodes and backends disagree on it,
-  // the options an lb node sends are refused and the replies leave from the real's own address.
+  // ipopt backends trust an option only at the listener's targetPort, and after a change at the previous one too
+  // (while lb nodes still send it): a backend ahead of the lb nodes is fine, one behind them refuses the new port's
+  // options, and the replies leave from the real's own address.
   const target = (s: ServiceDoc, key: string) => {
     const p = s.spec.ports.find((x) => `${x.port}/${x.protocol}` === key);
     return p ? (p.targetPort ?? p.port) : undefined;
@@ -251,8 +252,9 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
   if (retargeted.length > 0) {
     out.push(
       `targetPort of ${retargeted.map((k) => `${k} ${target(base, k)} -> ${target(head, k)}`).join(', ')} with ipopt: a backend ` +
-        `trusts the option only at the targetPort of its own revision, so until every lb node and backend has applied, ` +
-        `new connections through a node that disagrees fail.`,
+        `keeps trusting the old targetPort after it applies (lb nodes that have not, or refuse the revision, go on ` +
+        `working), but trusts the new one only once it has applied: new connections that an lb node sends to the new ` +
+        `port fail on a backend that has not applied yet.`,
     );
   }
   if (encapFlips.length > 0) {

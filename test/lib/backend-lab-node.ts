@@ -91,7 +91,8 @@ const [role, json] = process.argv.slice(2);
 const run = role === 'backend' ? backend(JSON.parse(json!)) : role === 'client' ? client(JSON.parse(json!)) : Promise.reject(new Error(`unknown role ${role}`));
 run.then(
   (r) => {
-    process.stdout.write(`${JSON.stringify(r)}\n`);
+    // be_vips entries carry CLOCK_MONOTONIC stamps (bigint): printed as decimal strings
+    process.stdout.write(`${JSON.stringify(r, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}\n`);
   },
   (e: Error) => {
     process.stderr.write(`${e.stack ?? e}\n`);

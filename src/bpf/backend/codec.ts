@@ -40,13 +40,14 @@ export const STAT_NAMES = [
   'bad_ip_csum',
   'decap_bad_outer',
   'decap_not_allowed',
+  'ipopt_prev_target',
 ] as const;
 export type StatName = (typeof STAT_NAMES)[number];
 
 /** Expected layouts, for checkBtfLayout(obj, structName, expected). Offsets in bytes. */
 export const BTF_LAYOUTS = {
   be_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
-  be_vip_value: { size: 4, members: { target_port: 0, flags: 2, pad: 3 } },
+  be_vip_value: { size: 16, members: { target_port: 0, flags: 2, pad: 3, prev_target_port: 4, pad2: 6, prev_seen_ns: 8 } },
   be_conn_key: {
     size: 40,
     members: { client: 0, local: 16, client_port: 32, local_port: 34, proto: 36, family: 37, pad: 38 },
@@ -58,6 +59,14 @@ export const BTF_LAYOUTS = {
 
 export const VIP_KEY_SIZE = BTF_LAYOUTS.be_vip_key.size;
 export const VIP_VALUE_SIZE = BTF_LAYOUTS.be_vip_value.size;
+/** be_vip_value as pins of before the previous targetPort was kept: target_port, flags, pad (the same first bytes). */
+export const OLD_VIP_VALUE_SIZE = 4;
+
+/** BE_PREV_TARGET_GRACE_NS (backend_consts.h): how long a previous targetPort stays trusted after its last use. */
+export const PREV_TARGET_GRACE_NS = 300_000_000_000n;
+
+/** The clock of bpf_ktime_get_ns(): CLOCK_MONOTONIC, which process.hrtime reads on Linux. */
+export const monotonicNs = (): bigint => process.hrtime.bigint();
 export const CONN_KEY_SIZE = BTF_LAYOUTS.be_conn_key.size;
 export const CONN_VALUE_SIZE = BTF_LAYOUTS.be_conn_value.size;
 
@@ -69,6 +78,10 @@ export interface VipEntry {
   protocol: Protocol | null; // null for an address entry
   flags: number;
   targetPort: number; // 0 = not checked
+  /** Listener entries: the targetPort before the last change, still trusted within the grace (absent: none). */
+  previousTargetPort?: number;
+  /** CLOCK_MONOTONIC ns of the change, renewed by the program at each option accepted at the previous port. */
+  previousSeenNs?: bigint;
 }
 
 /** A be_conns entry: one ipopt flow and the VIP:port its replies must come from. */
@@ -122,16 +135,21 @@ export function encodeVipKey(e: Pick<VipEntry, 'address' | 'family' | 'port' | '
   return b;
 }
 
-export function encodeVipValue(e: Pick<VipEntry, 'flags' | 'targetPort'>): Buffer {
+export function encodeVipValue(e: Pick<VipEntry, 'flags' | 'targetPort' | 'previousTargetPort' | 'previousSeenNs'>): Buffer {
   const b = Buffer.alloc(VIP_VALUE_SIZE);
   b.writeUInt16BE(e.targetPort, 0);
   b.writeUInt8(e.flags, 2);
+  if (e.previousTargetPort) {
+    b.writeUInt16BE(e.previousTargetPort, 4);
+    b.writeBigUInt64LE(e.previousSeenNs ?? 0n, 8);
+  }
   return b;
 }
 
+/** Decodes a be_vips entry; a 4-byte value (a pin of the older layout) has no previous targetPort. */
 export function decodeVipEntry(key: Buffer, value: Buffer): VipEntry {
   const family = readFamily(key.readUInt8(19), 'be_vips key');
-  return {
+  const e: VipEntry = {
     address: formatAddr(key.subarray(0, 16), family),
     family,
     port: key.readUInt16BE(16),
@@ -139,6 +157,18 @@ export function decodeVipEntry(key: Buffer, value: Buffer): VipEntry {
     targetPort: value.readUInt16BE(0),
     flags: value.readUInt8(2),
   };
+  const prev = value.length >= VIP_VALUE_SIZE ? value.readUInt16BE(4) : 0;
+  if (prev) {
+    e.previousTargetPort = prev;
+    e.previousSeenNs = value.readBigUInt64LE(8);
+  }
+  return e;
+}
+
+/** Whether an entry's previous targetPort is still trusted at `nowNs` (the program's own test). */
+export function previousTargetLive(e: Pick<VipEntry, 'previousTargetPort' | 'previousSeenNs'>, nowNs: bigint = monotonicNs()): boolean {
+  return !!e.previousTargetPort && e.previousSeenNs !== undefined && nowNs >= e.previousSeenNs &&
+    nowNs - e.previousSeenNs < PREV_TARGET_GRACE_NS;
 }
 
 export function encodeConnKey(
@@ -186,13 +216,19 @@ export function vipEntryId(e: Pick<VipEntry, 'address' | 'family' | 'port' | 'pr
 
 /** The be_vips entries a backend node needs (pure; the planner's desiredBackendVips as be_vips entries). */
 export function desiredVipEntries(desired: Pick<DesiredState, 'vips'>): VipEntry[] {
-  return desiredBackendVips(desired).map(vipEntryOf);
+  return desiredBackendVips(desired).map((b) => vipEntryOf(b));
 }
 
-/** The planner's BackendVip as a be_vips entry (the kind becomes the flag). */
-export function vipEntryOf(b: BackendVip): VipEntry {
-  return { address: b.address, family: b.family, port: b.port, protocol: b.protocol,
+/** The planner's BackendVip as a be_vips entry (the kind becomes the flag). A previous targetPort is stamped
+ * `nowNs` (the moment of the write starts its grace). */
+export function vipEntryOf(b: BackendVip, nowNs?: bigint): VipEntry {
+  const e: VipEntry = { address: b.address, family: b.family, port: b.port, protocol: b.protocol,
     flags: b.kind === 'listener' ? VIP_FLAG_IPOPT : VIP_FLAG_IPIP, targetPort: b.targetPort };
+  if (b.kind === 'listener' && b.previousTargetPort) {
+    e.previousTargetPort = b.previousTargetPort;
+    e.previousSeenNs = nowNs ?? monotonicNs();
+  }
+  return e;
 }
 
 /** A be_tunnel_addrs entry: an address IP-in-IP may come from (an lb node) and/or go to (this node). */

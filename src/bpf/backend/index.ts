@@ -27,9 +27,12 @@ import {
   encodeAddrKey,
   encodeAddrValue,
   tunnelEntryOf,
+  monotonicNs,
+  previousTargetLive,
   type ConnEntry,
   type VipEntry,
 } from './codec.js';
+import { readOldBackendPins, restoreOldBackendPins } from './migrate.js';
 
 export const BACKEND_OBJECT = 'tc_backend';
 export const INGRESS_PROGRAM = 'backend_ingress';
@@ -72,10 +75,12 @@ function entriesById(map: BpfMap): Map<string, { key: Buffer; value: Buffer; ent
   return out;
 }
 
-/** be_vips entry <-> the planner's BackendVip (flags say which kind). */
+/** be_vips entry <-> the planner's BackendVip (flags say which kind; a previous targetPort only while trusted). */
 function asBackendVip(e: VipEntry): BackendVip {
-  return { kind: (e.flags & VIP_FLAG_IPOPT) !== 0 ? 'listener' : 'address', address: e.address, family: e.family,
+  const b: BackendVip = { kind: (e.flags & VIP_FLAG_IPOPT) !== 0 ? 'listener' : 'address', address: e.address, family: e.family,
     port: e.port, protocol: e.protocol, targetPort: e.targetPort };
+  if (b.kind === 'listener' && previousTargetLive(e)) b.previousTargetPort = e.previousTargetPort;
+  return b;
 }
 
 /** The LiveState of a backend node from its pinned be_vips alone (nothing loaded or written); none without pins. */
@@ -91,9 +96,13 @@ export function readPinnedBackendLive(pinRoot: string): LiveState {
 }
 
 export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promise<BackendDataPlane> {
-  const obj = await BpfObject.load(opts.objectPath ?? BACKEND_OBJECT, { pinRoot: opts.pinRoot, reusePinnedMaps: true });
+  // Pins of an older layout are re-created (an upgrade must not fail the load) and their contents carried over.
+  const old = readOldBackendPins(opts.pinRoot);
+  const obj = await BpfObject.load(opts.objectPath ?? BACKEND_OBJECT, { pinRoot: opts.pinRoot, reusePinnedMaps: true,
+    replaceIncompatiblePins: true });
   try {
     checkBackendLayouts(obj);
+    restoreOldBackendPins(old, { vips: obj.map('be_vips'), stats: obj.map('be_stats') });
   } catch (e) {
     obj.close();
     throw e;
@@ -141,11 +150,12 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
     const report: ApplyReport = { ...EMPTY_REPORT };
     const log = new UndoLog();
     const { put, del } = undoableMapWrites(log, report); // every write is undone if a later one fails
+    const now = monotonicNs(); // starts the grace of a previous targetPort (the program's clock)
     try {
       for (const o of ops) {
         report.ops++;
         if (o.op === 'backend-vip.put') {
-          const e = vipEntryOf(o.entry);
+          const e = vipEntryOf(o.entry, now);
           put(vips, encodeVipKey(e), encodeVipValue(e));
         } else if (o.op === 'backend-vip.delete') {
           del(vips, encodeVipKey(vipEntryOf(o.entry)));

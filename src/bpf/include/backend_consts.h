@@ -81,8 +81,16 @@ enum be_stat {
   BE_STAT_BAD_IP_CSUM = 18,    /* ipopt packet whose IPv4 header checksum is wrong: dropped, never re-checksummed */
   BE_STAT_DECAP_BAD_OUTER = 19,/* tunnel to a served VIP with a bad outer header (version, checksum, length): dropped */
   BE_STAT_DECAP_NOT_ALLOWED = 20, /* tunnel to a served VIP not from an lb node, or not to this node: dropped */
-  BE_STAT__MAX = 21,
+  BE_STAT_IPOPT_PREV_TARGET = 21, /* of ipopt4/ipopt6: option accepted at the listener's previous targetPort */
+  BE_STAT__MAX = 22,
 };
+
+/* How long a listener's previous targetPort stays trusted after the change, and after the last option that
+ * arrived at it (docs/backend.md, "targetPort changes"). An lb node that still rewrites to the old port keeps it
+ * alive; once none does, it lapses. Long enough to cover a fetch interval, probation and a revert. */
+#define BE_PREV_TARGET_GRACE_NS (300ULL * 1000000000ULL)
+/* prev_seen_ns is renewed at most this often, so a SYN flood at the old port does not write the entry per packet. */
+#define BE_PREV_TARGET_RENEW_NS (1000000000ULL)
 
 #define BE_CONN_MAX_ENTRIES 65536
 #define BE_VIP_MAX_ENTRIES 4096

@@ -21,6 +21,14 @@ struct be_vip_value {
   __be16 target_port; /* listener entries: the port the LB rewrote the destination to (0 = not checked) */
   __u8 flags;         /* BE_VIP_F_* */
   __u8 pad;
+  /* Listener entries: the targetPort this entry had before the daemon last changed it (0 = none). lb nodes apply a
+   * revision on their own schedule (probation first, maybe never when they refuse it), so options naming this
+   * VIP:port keep arriving at the old port after the backend moved. They are trusted while prev_seen_ns is less
+   * than BE_PREV_TARGET_GRACE_NS old; each one accepted renews it. The first 4 bytes are the layout of before
+   * (4-byte values), so old pins migrate by zero-padding: no previous port. */
+  __be16 prev_target_port;
+  __u8 pad2[2];
+  __u64 prev_seen_ns; /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the change, then of the last option accepted at the previous port */
 };
 
 /* An address of the cluster that IP-in-IP may come from (an lb node) or go to (this node). */

@@ -153,9 +153,23 @@ static __always_inline int be_record_flow(const __u8 *vip, __be16 vip_port, __u8
   v = bpf_map_lookup_elem(&be_vips, &vkey);
   /* The option is trusted only for a listener we serve, arriving at the port the LB translates it to:
    * anything else could make this node answer with an arbitrary source address. */
-  if (!v || !(v->flags & BE_VIP_F_IPOPT) || (v->target_port && v->target_port != ports->dst)) {
+  if (!v || !(v->flags & BE_VIP_F_IPOPT)) {
     be_count(BE_STAT_IPOPT_NOT_VIP);
     return 0;
+  }
+  if (v->target_port && v->target_port != ports->dst) {
+    /* Or at the listener's previous targetPort, while lb nodes may still use it: they apply a revision after
+     * us, or refuse it and revert, and must not lose the service meanwhile. Only that one port, and only within
+     * the grace (renewed by use), so a port that was never this listener's stays refused. */
+    __u64 now = bpf_ktime_get_ns();
+    __u64 seen = v->prev_seen_ns;
+    if (!v->prev_target_port || v->prev_target_port != ports->dst || now - seen >= BE_PREV_TARGET_GRACE_NS) {
+      be_count(BE_STAT_IPOPT_NOT_VIP);
+      return 0;
+    }
+    if (now - seen >= BE_PREV_TARGET_RENEW_NS)
+      v->prev_seen_ns = now; /* a single aligned 8-byte store; a racing daemon write replaces the whole element */
+    be_count(BE_STAT_IPOPT_PREV_TARGET);
   }
 
   struct be_conn_key ckey = {};
