@@ -6,7 +6,7 @@ import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
 import { STAT_NAMES, desiredTunnelAddrs, encodeConnKey, type StatName } from '../src/bpf/backend/codec.js';
 import { encapFrame, eth, frame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from './lib/packets-backend.js';
-import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, IPPROTO } from './lib/packets.js';
+import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, tcpSegment, IPPROTO, TCP_FLAGS } from './lib/packets.js';
 import { addTunnelVips, backendStats, loadBackendProgs } from './lib/backend-prog.js';
 import { bitFlips, mutations, truncations } from './lib/hostile.js';
 import { fuzz } from './lib/hostile-backend.js';
@@ -103,6 +103,78 @@ test.serial('defect: IPv6 fragments pass untouched and are counted as fragments'
   t.is(r.delta.fragment, 1);
 });
 
+// IPv6 fragments behind extension headers (docs/backend.md, "Known limits"): the fragment guard walks up to 4
+// hop-by-hop (0) / destination-options (60) / routing (43) headers before it looks for the fragment header (44)
+const HOP = 0, DST = 60, RT = 43;
+/** An extension header of the generic shape naming `next`, `units` x 8 bytes long, filled with a PadN option. */
+const extHeader = (next: number, units = 1) => { const h = Buffer.alloc(8 * units); h[0] = next; h[1] = units - 1; h[2] = 1; h[3] = 8 * units - 4; return h; };
+/** client -> real over IPv6 with `chain` (extension header types, each 8 bytes unless [type, units]) before `last` and its bytes. */
+function v6Chain(chain: Array<number | [number, number]>, last: number, tail: Buffer, dst: string = V6.real): Buffer {
+  const kinds = chain.map((c) => (typeof c === 'number' ? [c, 1] : c));
+  const hdrs = kinds.map(([, units], i) => extHeader(i + 1 < kinds.length ? kinds[i + 1]![0] : last, units));
+  const payload = Buffer.concat([...hdrs, tail]);
+  return eth(Buffer.concat([ipv6Header({ src: V6.client, dst, nextHeader: kinds.length ? kinds[0]![0] : last }, payload.length), payload]));
+}
+const fragTail = () => Buffer.concat([ipv6FragmentHeader(IPPROTO.TCP, 0, true, 9), Buffer.from(tcp(1, 2).payload!)]);
+const tcp6Tail = () => tcpSegment(V6.client, V6.real, { sport: 40100, dport: 22, flags: TCP_FLAGS.SYN });
+
+for (const [name, chain] of [
+  ['hop-by-hop', [HOP]], ['destination options', [DST]], ['hop-by-hop and destination options', [HOP, DST]],
+  ['hop-by-hop, a 16-byte destination options and routing', [HOP, [DST, 2], RT]],
+  ['four headers (the most walked)', [HOP, DST, RT, DST]],
+] as Array<[string, Array<number | [number, number]>]>) {
+  test.serial(`defect: an IPv6 fragment after ${name} passes untouched and is counted as a fragment`, (t) => {
+    const input = v6Chain(chain, IPPROTO.FRAGMENT, fragTail());
+    const r = run(ingress, input);
+    t.is(r.action, TcAction.ok);
+    t.deepEqual(r.out, input);
+    t.deepEqual(r.delta, { rx_packets: 1, fragment: 1 });
+  });
+}
+
+test.serial('an IPv6 fragment behind more than four extension headers is not called a fragment (the walk is bounded)', (t) => {
+  const input = v6Chain([HOP, DST, RT, DST, DST], IPPROTO.FRAGMENT, fragTail());
+  const r = run(ingress, input);
+  t.is(r.action, TcAction.ok);
+  t.deepEqual(r.out, input);
+  t.deepEqual(r.delta, { rx_packets: 1 });
+});
+
+test.serial('defect: a fragmented ipopt6 request (DSR option header, then a fragment header) is counted, not recorded or stripped', (t) => {
+  const whole = ipoptFrame(V6.client, V6.real, tcp(47130, TARGET_PORT), V6.optVip, VIP_PORT);
+  // the DSR destination-options header (24 bytes after the fixed header) now names a fragment header
+  const l4 = whole.subarray(14 + 40 + 24);
+  const ext = Buffer.from(whole.subarray(14 + 40, 14 + 40 + 24));
+  ext[0] = IPPROTO.FRAGMENT;
+  const payload = Buffer.concat([ext, ipv6FragmentHeader(IPPROTO.TCP, 0, true, 11), l4]);
+  const input = eth(Buffer.concat([ipv6Header({ src: V6.client, dst: V6.real, nextHeader: DST }, payload.length), payload]));
+  const r = run(ingress, input);
+  t.is(r.action, TcAction.ok);
+  t.deepEqual(r.out, input);
+  t.deepEqual(r.delta, { rx_packets: 1, fragment: 1 });
+  const key = encodeConnKey({ family: 6, protocol: 'TCP', client: V6.client, clientPort: 47130, local: V6.real, localPort: TARGET_PORT });
+  t.is(obj.map('be_conns').lookup(key), null);
+});
+
+test.serial('what the fragment guard lets through: extension headers before TCP, and the ipopt6 option header', (t) => {
+  for (const chain of [[HOP], [DST], [HOP, DST], [HOP, [DST, 2], RT]] as Array<Array<number | [number, number]>>) {
+    const input = v6Chain(chain, IPPROTO.TCP, tcp6Tail());
+    const r = run(ingress, input);
+    t.is(r.action, TcAction.ok);
+    t.deepEqual(r.out, input, `chain ${JSON.stringify(chain)} untouched`);
+    t.deepEqual(r.delta, { rx_packets: 1 }, `chain ${JSON.stringify(chain)} not a fragment`);
+  }
+  const opt = run(ingress, ipoptFrame(V6.client, V6.real, tcp(47140, TARGET_PORT), V6.optVip, VIP_PORT));
+  t.deepEqual(opt.delta, { rx_packets: 1, ipopt6: 1 }, 'recorded, not a fragment');
+  t.is(parse(opt.out).proto, IPPROTO.TCP, 'option stripped');
+  // a tunnel behind hop-by-hop is not a fragment either (and passes as before: only a tunnel right after the fixed header is undone)
+  const inner = ipPacket(V6.client, V6.ipipVip, tcp(40000, VIP_PORT));
+  const tun = eth(Buffer.concat([ipv6Header({ src: V6.lb, dst: V6.real, nextHeader: HOP }, 8 + inner.length), extHeader(IPPROTO.IPV6), inner]));
+  const r = run(ingress, tun);
+  t.deepEqual(r.out, tun);
+  t.deepEqual(r.delta, { rx_packets: 1 });
+});
+
 const refusals: Array<[string, () => Buffer, StatName]> = [
   ['IPv4 outer header checksum wrong', () => { const f = tunnel4(); f.writeUInt16BE(f.readUInt16BE(24) ^ 1, 24); return f; }, 'decap_bad_outer'],
   ['IPv4 outer version 6 in an IPv4 frame', () => { const f = tunnel4(); f[14] = 0x65; return f; }, 'decap_bad_outer'],
@@ -153,6 +225,8 @@ const INGRESS_KINDS: Record<string, Buffer> = {
   'ipopt6 UDP': ipoptFrame(V6.client, V6.real, udp(40003, TARGET_PORT), V6.optVip, VIP_PORT),
   'plain v4 TCP': frame(V4.client, V4.real, tcp(40004, 22)),
   'plain v6 UDP': frame(V6.client, V6.real, udp(40004, 53)),
+  'v6 fragment after hop-by-hop, dest-opts': v6Chain([HOP, DST], IPPROTO.FRAGMENT, fragTail()),
+  'v6 TCP after hop-by-hop': v6Chain([HOP], IPPROTO.TCP, tcp6Tail()),
 };
 const EGRESS_KINDS: Record<string, Buffer> = {
   'reply4 TCP': frame(V4.real, V4.client, tcp(TARGET_PORT, 40002)),

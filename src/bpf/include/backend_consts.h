@@ -20,6 +20,11 @@
 #define BE_IPPROTO_IPV6 41    /* IPv6 inside */
 #define BE_IPPROTO_DSTOPTS 60 /* IPv6 destination options extension header */
 #define BE_IPPROTO_FRAGMENT 44 /* IPv6 fragment extension header */
+#define BE_IPPROTO_HOPOPTS 0   /* IPv6 hop-by-hop options extension header */
+#define BE_IPPROTO_ROUTING 43  /* IPv6 routing extension header */
+/* Extension headers walked before a fragment header is looked for (RFC 8200 4.1 puts hop-by-hop, destination
+ * options and routing before it; more than this is not a packet any stack sends). */
+#define BE_IPV6_EXT_MAX 4
 
 /* ICMP errors that quote a packet (the only ICMP the egress program translates). */
 #define BE_ICMP_DEST_UNREACH 3

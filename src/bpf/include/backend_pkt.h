@@ -51,6 +51,30 @@ static __always_inline __u64 be_l4_mangle_flags(__u8 proto)
   return proto == BE_IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
 }
 
+/* Whether an IPv6 packet whose fixed header names `nexthdr` is a fragment: a fragment header directly after the
+ * fixed header, or after up to BE_IPV6_EXT_MAX hop-by-hop, destination-options or routing headers (all of the
+ * generic shape: next header, then the length in 8-octet units beyond the first 8) that lie within the frame.
+ * A chain that is longer, cut short, or leads elsewhere is not called a fragment. */
+static __always_inline int be_ipv6_is_fragment(struct __sk_buff *skb, __u8 nexthdr)
+{
+  __u32 off = BE_L3_OFF + sizeof(struct ipv6hdr);
+
+#pragma unroll
+  for (int i = 0; i < BE_IPV6_EXT_MAX; i++) {
+    if (nexthdr == BE_IPPROTO_FRAGMENT)
+      return 1;
+    if (nexthdr != BE_IPPROTO_HOPOPTS && nexthdr != BE_IPPROTO_DSTOPTS && nexthdr != BE_IPPROTO_ROUTING)
+      return 0;
+    __u8 ext[2];
+
+    if (bpf_skb_load_bytes(skb, off, ext, sizeof(ext)) < 0)
+      return 0;
+    nexthdr = ext[0];
+    off += ((__u32)ext[1] + 1) * 8;
+  }
+  return nexthdr == BE_IPPROTO_FRAGMENT;
+}
+
 /* Bytes of the skb after the Ethernet header: what an IP length may at most announce. */
 static __always_inline __u32 be_l3_bytes(const struct __sk_buff *skb)
 {

@@ -339,15 +339,19 @@ static __always_inline int be_ingress_v6(struct __sk_buff *skb)
 
   if ((void *)(ip6 + 1) > data_end)
     return TC_ACT_OK;
-  if (ip6->nexthdr == BE_IPPROTO_FRAGMENT) {
+  __u8 nexthdr = ip6->nexthdr;
+
+  /* a fragment, also behind hop-by-hop / destination-options / routing headers (an ipopt request's own
+   * option header included): passed for reassembly, counted, never decapsulated or stripped */
+  if (be_ipv6_is_fragment(skb, nexthdr)) {
     be_count(BE_STAT_FRAGMENT);
     return TC_ACT_OK;
   }
-  if (ip6->nexthdr == BE_IPPROTO_IPV6)
+  if (nexthdr == BE_IPPROTO_IPV6)
     return be_decap(skb, sizeof(struct ipv6hdr), 6, 6);
-  if (ip6->nexthdr == BE_IPPROTO_IPIP)
+  if (nexthdr == BE_IPPROTO_IPIP)
     return be_decap(skb, sizeof(struct ipv6hdr), 6, 4);
-  if (ip6->nexthdr == BE_IPPROTO_DSTOPTS)
+  if (nexthdr == BE_IPPROTO_DSTOPTS)
     return be_ingress_ipopt6(skb);
   return TC_ACT_OK;
 }
