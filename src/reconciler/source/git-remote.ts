@@ -143,10 +143,12 @@ export class HttpRemote implements GitRemote {
       await git.setConfig({ fs, gitdir: this.gitdir, path: 'remote.origin.fetch', value: refspec });
   }
 
-  /** Rethrows isomorphic-git errors with any credential removed from the message. */
+  /** Rethrows isomorphic-git errors with any credential removed from the message, naming the remote once (a
+   * deadline's message already does: `fetch of main from URL timed out after N ms`). */
   private clean(err: unknown): Error {
     const e = err instanceof Error ? err : new Error(String(err));
-    const out = new Error(`${this.description}: ${redactText(e.message, this.credentials)}`);
+    const text = redactText(e.message, this.credentials);
+    const out = new Error(text.includes(this.description) ? text : `${this.description}: ${text}`);
     (out as { code?: string }).code = (e as { code?: string }).code;
     return out;
   }
