@@ -124,6 +124,20 @@ export function gitTimeoutOption(what = 'deadline of every Git fetch and push'):
   return new Option('--git-timeout <seconds>', what).argParser(gitTimeoutSeconds).default(DEFAULT_GIT_TIMEOUT_MS / 1000);
 }
 
+/**
+ * `--git-timeout <seconds>` of the one-shot commands that reach a config repository over HTTP (`status`,
+ * `history`, `verify`, `down`): one help text, so a user who learnt it on one command finds it on the others.
+ * `what` names the operations it bounds (`down` also pushes).
+ */
+export function commandGitTimeoutOption(what: 'fetch' | 'fetch and push' = 'fetch'): Option {
+  return gitTimeoutOption(`deadline of each Git ${what} (a slow Git server needs more)`);
+}
+
+/** The parsed `--git-timeout` (seconds) as the milliseconds openRemote and withStatusBranch take. */
+export function gitTimeoutMs(seconds: number): number {
+  return Math.round(seconds * 1000);
+}
+
 function gitTimeoutSeconds(text: string): number {
   const s = Number(text);
   if (!(s >= 0.1 && s <= 600)) throw new InvalidArgumentError(`'${text}' is not a number of seconds between 0.1 and 600`);

@@ -1,15 +1,20 @@
-// Options shared by the read-only commands over the status branch (`gitlb status`, `gitlb history`).
-import { type Command, gitTimeoutOption, pathOption } from './command.js';
+// Options shared by the commands over the status branch: the read-only `gitlb status` and `gitlb history`, and
+// `gitlb down --repo`, which records a node's removal there.
+import { type Command, commandGitTimeoutOption, gitTimeoutMs, pathOption } from './command.js';
 
-export interface StatusReadOptions {
+/** What withStatusBranch needs from a command line. */
+export interface StatusBranchArgs {
   repo: string;
   statusBranch?: string;
   branch: string;
   credentialsFile?: string;
-  json: boolean;
   path: string;
   /** Seconds (`--git-timeout`, as in `gitlb run`). */
   gitTimeout: number;
+}
+
+export interface StatusReadOptions extends StatusBranchArgs {
+  json: boolean;
 }
 
 export function addStatusReadOptions(cmd: Command): Command {
@@ -20,17 +25,17 @@ export function addStatusReadOptions(cmd: Command): Command {
     .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
     .option('--json', 'print JSON (same as --format json)', false)
     .addOption(pathOption())
-    .addOption(gitTimeoutOption('deadline of each Git fetch (a slow Git server needs more)'));
+    .addOption(commandGitTimeoutOption());
 }
 
 /** The options withStatusBranch takes, from the parsed command line. */
-export function statusBranchOptions(o: StatusReadOptions) {
+export function statusBranchOptions(o: StatusBranchArgs) {
   return {
     repo: o.repo,
     credentialsFile: o.credentialsFile,
     configBranch: o.branch,
     statusBranch: o.statusBranch,
     configPath: o.path,
-    timeoutMs: Math.round(o.gitTimeout * 1000),
+    timeoutMs: gitTimeoutMs(o.gitTimeout),
   };
 }

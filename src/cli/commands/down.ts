@@ -1,7 +1,8 @@
 // `gitlb down --node NAME`: remove a node's data plane on purpose (stopping `gitlb run` leaves it forwarding),
 // and record that in the node's status file when the repository is given.
 import { join } from 'node:path';
-import { defineCommand, nodeName, pathOption } from '../command.js';
+import { commandGitTimeoutOption, defineCommand, nodeName, pathOption } from '../command.js';
+import { statusBranchOptions } from '../status-options.js';
 import { takeNodeDown } from '../../reconciler/node-down.js';
 import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
@@ -19,6 +20,8 @@ interface DownOptions {
   statusBranch?: string;
   credentialsFile?: string;
   path: string;
+  /** Seconds (`--git-timeout`): the deadline of each fetch and push of the status write. */
+  gitTimeout: number;
 }
 
 /** The node's status after `gitlb down`: nothing served, Ready=False/Decommissioned, the previous fields kept. */
@@ -63,7 +66,8 @@ named by the config is applied again by the next 'gitlb run'; remove it from the
       .option('--branch <name>', 'config branch (to find the status branch)', 'main')
       .option('--status-branch <name>', 'status branch (default: from the Cluster, else gitlb-status)')
       .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
-      .addOption(pathOption()),
+      .addOption(pathOption())
+      .addOption(commandGitTimeoutOption('fetch and push')),
   async run(o) {
     const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir: o.cacheDir ?? join('/var/lib/gitlb', o.node), interface: o.interface });
     if (r.nothingToDo) {
@@ -77,7 +81,7 @@ named by the config is applied again by the next 'gitlb run'; remove it from the
       const now = new Date().toISOString();
       const what = r.nothingToDo ? 'no data plane (gitlb down found nothing to remove)' : `data plane removed by gitlb down (${r.links.length} links detached)`;
       await withStatusBranch(
-        { repo: o.repo, credentialsFile: o.credentialsFile, configBranch: o.branch, statusBranch: o.statusBranch, configPath: o.path },
+        statusBranchOptions({ ...o, repo: o.repo }),
         async (remote, statusBranch) => {
           const prev = (await readAllStatuses(remote, statusBranch)).find((s) => s.node === o.node);
           await new StatusWriter({ remote, branch: statusBranch, node: o.node }).write(downStatus(prev, o.node, o.branch, what, now), 'gitlb down');

@@ -2,7 +2,7 @@
 // is assembled in src/reconciler/node-daemon.ts.
 import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
 import { join } from 'node:path';
-import { type Command, defineCommand, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
+import { type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
@@ -176,7 +176,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         health: values.health,
         peerPoll: values.peerPoll,
         ...(peerSecret && { peer: { secret: peerSecret, port: values.peerPort, listen: values.peerListen } }),
-        gitTimeoutMs: Math.round(values.gitTimeout * 1000),
+        gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
         once: values.once,

@@ -2,7 +2,7 @@
 // before applying a revision (for CI on pull requests: `gitlb verify --range origin/main..HEAD --trust F`).
 import * as fs from 'node:fs';
 import git from 'isomorphic-git';
-import { defineCommand, formatOption, UsageError } from '../command.js';
+import { commandGitTimeoutOption, defineCommand, formatOption, gitTimeoutMs, UsageError } from '../command.js';
 import { isUrl, openRemote, type GitRemote } from '../../reconciler/source/git-remote.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import { readRevisionFiles } from '../../reconciler/source/git-objects.js';
@@ -65,6 +65,8 @@ interface VerifyOptions {
   credentialsFile?: string;
   json: boolean;
   format: 'text' | 'json';
+  /** Seconds (`--git-timeout`): the deadline of each fetch and deepen of a URL. */
+  gitTimeout: number;
 }
 
 export const command = defineCommand<VerifyOptions>({
@@ -83,6 +85,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       .option('--trust <file>', 'root of trust: SSH allowed_signers lines and/or armored OpenPGP public keys')
       .option('--branch <name>', 'with a URL: the branch to fetch', 'main')
       .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
+      .addOption(commandGitTimeoutOption())
       .option('--json', 'same as --format json', false)
       .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {policy, verdicts, failures, notes}')),
   async run(values) {
@@ -95,7 +98,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
     try {
       let remote: GitRemote;
       try {
-        remote = openRemote(repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: values.credentialsFile }) });
+        remote = openRemote(repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: values.credentialsFile }), timeoutMs: gitTimeoutMs(values.gitTimeout) });
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
