@@ -4,7 +4,7 @@
 // (test/lib/hostile.ts) and every drop accounted for by exactly one counter. docs/backend.md, "Hostile packets".
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../src/bpf/libbpf.js';
-import { STAT_NAMES, desiredTunnelAddrs, encodeConnKey, type StatName } from '../src/bpf/backend/codec.js';
+import { STAT_NAMES, VIP_FLAG_IPOPT, desiredTunnelAddrs, encodeConnKey, encodeVipKey, encodeVipValue, monotonicNs, type StatName } from '../src/bpf/backend/codec.js';
 import { encapFrame, eth, frame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from './lib/packets-backend.js';
 import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, tcpSegment, IPPROTO, TCP_FLAGS } from './lib/packets.js';
 import { addTunnelVips, backendStats, loadBackendProgs } from './lib/backend-prog.js';
@@ -14,6 +14,11 @@ import { BACKEND } from './lib/hostile-setups.js';
 
 const { v4: V4, v6: V6, vipPort: VIP_PORT, targetPort: TARGET_PORT } = BACKEND;
 const FLIPS_PER_PROGRAM = 10_000;
+// A listener moved from targetPort PREV_PORT to NEW_PORT (docs/backend.md, "targetPort changes"): options at its
+// previous port take the renewal path, which writes the entry from the packet path.
+const RETARGETED = 443;
+const NEW_PORT = 9443;
+const PREV_PORT = 8443;
 
 let obj: BpfObject;
 let ingress: BpfProgram;
@@ -22,6 +27,10 @@ let egress: BpfProgram;
 test.before(async () => {
   ({ obj, ingress, egress } = await loadBackendProgs(V4, V6));
   addTunnelVips(obj, { v4: V4, v6: V6 }, VIP_PORT, TARGET_PORT);
+  for (const [vip, family] of [[V4.optVip, 4], [V6.optVip, 6]] as const)
+    for (const protocol of ['TCP', 'UDP'] as const)
+      obj.map('be_vips').update(encodeVipKey({ address: vip, family, port: RETARGETED, protocol }),
+        encodeVipValue({ flags: VIP_FLAG_IPOPT, targetPort: NEW_PORT, previousTargetPort: PREV_PORT, previousSeenNs: monotonicNs() }));
 });
 test.after.always(() => obj?.close());
 
@@ -223,6 +232,8 @@ const INGRESS_KINDS: Record<string, Buffer> = {
   'ipopt4 UDP': ipoptFrame(V4.client, V4.real, udp(40003, TARGET_PORT), V4.optVip, VIP_PORT),
   'ipopt6 TCP': ipoptFrame(V6.client, V6.real, tcp(40002, TARGET_PORT), V6.optVip, VIP_PORT),
   'ipopt6 UDP': ipoptFrame(V6.client, V6.real, udp(40003, TARGET_PORT), V6.optVip, VIP_PORT),
+  'ipopt4 TCP at a previous targetPort': ipoptFrame(V4.client, V4.real, tcp(40005, PREV_PORT), V4.optVip, RETARGETED),
+  'ipopt6 UDP at a previous targetPort': ipoptFrame(V6.client, V6.real, udp(40005, PREV_PORT), V6.optVip, RETARGETED),
   'plain v4 TCP': frame(V4.client, V4.real, tcp(40004, 22)),
   'plain v6 UDP': frame(V6.client, V6.real, udp(40004, 53)),
   'v6 fragment after hop-by-hop, dest-opts': v6Chain([HOP, DST], IPPROTO.FRAGMENT, fragTail()),
@@ -234,6 +245,7 @@ const EGRESS_KINDS: Record<string, Buffer> = {
   'reply4 UDP no checksum': frame(V4.real, V4.client, { ...udp(TARGET_PORT, 40003), udpNoChecksum: true }),
   'reply6 TCP': frame(V6.real, V6.client, tcp(TARGET_PORT, 40002)),
   'reply6 UDP': frame(V6.real, V6.client, udp(TARGET_PORT, 40003)),
+  'reply4 TCP from a previous targetPort': frame(V4.real, V4.client, tcp(PREV_PORT, 40005)),
   'icmp4 error': icmpErrorFrame(V4.real, V4.client, ipPacket(V4.client, V4.real, udp(40003, TARGET_PORT))),
   'icmp6 error': icmpErrorFrame(V6.real, V6.client, ipPacket(V6.client, V6.real, udp(40003, TARGET_PORT))),
 };
@@ -249,11 +261,14 @@ for (const [progName, kinds, seed] of [['backend_ingress', INGRESS_KINDS, 0x1000
   test.serial(`hostile suite: ${progName}: truncations, mutations and ${FLIPS_PER_PROGRAM} bit flips keep every invariant`, (t) => {
     const prog = progName === 'backend_ingress' ? ingress : egress;
     // the flows the egress frames belong to are known (recorded by their ipopt requests)
-    for (const k of ['ipopt4 TCP', 'ipopt4 UDP', 'ipopt6 TCP', 'ipopt6 UDP']) ingress.testRun({ data: INGRESS_KINDS[k]! });
+    for (const k of ['ipopt4 TCP', 'ipopt4 UDP', 'ipopt6 TCP', 'ipopt6 UDP', 'ipopt4 TCP at a previous targetPort', 'ipopt6 UDP at a previous targetPort'])
+      t.is(ingress.testRun({ data: INGRESS_KINDS[k]! }).data.length, INGRESS_KINDS[k]!.length - (k.startsWith('ipopt4') ? 8 : 24), `${k}: trusted and stripped`);
     const { named, flips } = corpus(kinds, seed);
     t.true(flips.length >= FLIPS_PER_PROGRAM);
+    const prevBefore = stats().ipopt_prev_target;
     const a = fuzz(obj, prog, named);
     const b = fuzz(obj, prog, flips);
+    if (prog === ingress) t.true(stats().ipopt_prev_target > prevBefore, 'the previous-targetPort path was exercised');
     console.log(`${progName}: ${a.runs} truncations/mutations ${JSON.stringify(a.actions)} drops ${JSON.stringify(a.drops)}; ` +
       `${b.runs} bit flips ${JSON.stringify(b.actions)} drops ${JSON.stringify(b.drops)}`);
     t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);
