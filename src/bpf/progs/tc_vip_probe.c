@@ -28,6 +28,7 @@
 #define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
 #define TCP_CSUM_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, check))
+#define IP_FRAG_MASK 0x3fff /* more fragments, fragment offset */
 
 struct probe_key {
 	__be32 addr;  /* egress: the real; ingress: the VIP */
@@ -67,7 +68,10 @@ static __always_inline __u16 csum_fold(__u32 sum)
 }
 
 /* The IPv4 TCP header pair at the front of an Ethernet frame (no options: probes and their answers carry none
- * the kernel would add on this path), or NULL. */
+ * the kernel would add on this path), or NULL. Only a whole packet is ours: version 4, not a fragment (a later
+ * fragment's payload could look like a probe's ports; probes are sent with DF), total length from the two
+ * headers up to the bytes present (so an outer header never announces what the frame does not hold). Anything
+ * else passes as it came (docs/health.md, "Hostile packets"). */
 static __always_inline struct iphdr *tcp4(struct __sk_buff *skb, struct tcphdr **tcp)
 {
 	void *data = (void *)(long)skb->data;
@@ -77,7 +81,13 @@ static __always_inline struct iphdr *tcp4(struct __sk_buff *skb, struct tcphdr *
 
 	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return 0;
-	if (ip->ihl != 5 || ip->protocol != IPPROTO_TCP)
+	if (ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_TCP)
+		return 0;
+	if (ip->frag_off & bpf_htons(IP_FRAG_MASK))
+		return 0;
+	__u32 len = bpf_ntohs(ip->tot_len);
+
+	if (len < sizeof(struct iphdr) + sizeof(struct tcphdr) || len > skb->len - IP_OFF)
 		return 0;
 	*tcp = (void *)(ip + 1);
 	if ((void *)(*tcp + 1) > data_end)
