@@ -3,8 +3,9 @@
 // that load sent straight to those backends (one wrk thread per backend, spreadOver in wrk.ts). The targets: each
 // dispatch mode's VIP, with the lb daemons in native XDP (where it forwards; else the fallback the daemon chose)
 // and then in generic XDP, haproxy in TCP mode and nftables DNAT (both in the router namespace), all in this one
-// run. Each lab measures its own direct first, and its rows are ratios to that: a direct figure taken minutes
-// earlier on this shared machine would add the drift between them to the ratio.
+// run. Each lab measures its own direct first and again last, and its rows are ratios to the mean of the two: a
+// direct figure taken minutes earlier on this shared machine would add the drift between them to the ratio, and
+// the two direct rows' own ratios show how far the machine drifted during the lab.
 //
 // Fairness, and why:
 // - one backend set: the bench's config (config.ts) gives every measured service every backend, equal weights;
@@ -167,7 +168,7 @@ async function main(): Promise<void> {
   const threads = cfg.backends.length;
   const connections = Math.max(threads, wantedConnections - (wantedConnections % threads));
   const be = (i: number) => `http://${cfg.backends[i]}:${BACKEND_PORT}/`;
-  const direct: Target = { name: `direct, spread over ${threads} backends`, url: be(0), spreadOver: cfg.backends };
+  const direct: Target = { name: `direct, ${threads} backends`, url: be(0), spreadOver: cfg.backends };
   const directOne: Target = { name: `direct, ${cfg.backends[0]} only (info)`, url: be(0) };
   const haproxyT: Target = { name: 'haproxy tcp mode', url: `http://${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}/` };
   const nftT: Target = { name: 'nftables dnat', url: `http://${NFT_BIND.addr}:${NFT_BIND.port}/` };
@@ -225,8 +226,10 @@ async function main(): Promise<void> {
         if (nft.code !== 0) throw new Error(`nft -f failed: ${nft.stderr.trim()}`);
       }
       await warmUp(state, cfg, targets, mode);
-      await measure(state, i, targets.filter((t) => !modeTargets.includes(t)), ` [lab ${i + 1}]`);
+      await measure(state, i, [direct], ` [lab ${i + 1}, first]`);
+      await measure(state, i, targets.filter((t) => t !== direct && !modeTargets.includes(t)), ` [lab ${i + 1}]`);
       await measure(state, i, modeTargets, tag);
+      await measure(state, i, [direct], ` [lab ${i + 1}, last]`);
       await cleanup();
     }
     await printTable(rows, [...header(), ...ran]);
@@ -243,20 +246,22 @@ async function main(): Promise<void> {
   }
 }
 
-/** The results table: every row as a ratio to the spread direct measured in the same lab. */
+/** The results table: every row as a ratio to the mean of the spread directs measured in the same lab. */
 async function printTable(rows: Row[], head: string[]): Promise<void> {
   const fmt = (x: number) => x.toFixed(0).padStart(8);
   const ratio = (a: number, b: number | undefined) => (b ? (a / b).toFixed(2) : '-').padStart(7);
   console.log('');
   for (const h of head) console.log(h);
   console.log('req/s: keep-alive HTTP/1.1; conn/s: one request per new TCP connection (Connection: close)');
-  console.log('/direct: this row / the spread direct of the same lab (measured first in each lab)\n');
-  console.log(`${'target'.padEnd(42)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)}  errors  latency(ka)`);
+  console.log('/direct: this row / the mean of the spread direct measured first and last in the same lab (the two direct rows show the drift)\n');
+  console.log(`${'target'.padEnd(44)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)}  errors  latency(ka)`);
   for (const r of rows) {
-    const d = rows.find((x) => x.direct && x.lab === r.lab);
+    const ds = rows.filter((x) => x.direct && x.lab === r.lab);
+    const mean = (f: (x: Row) => number) => (ds.length ? ds.reduce((a, x) => a + f(x), 0) / ds.length : undefined);
+    const d = { rps: mean((x) => x.rps.requestsPerSec), cps: mean((x) => x.cps.requestsPerSec) };
     console.log(
-      `${r.name.padEnd(42)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d?.rps.requestsPerSec)}  ` +
-        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d?.cps.requestsPerSec)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
+      `${r.name.padEnd(44)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d.rps)}  ` +
+        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d.cps)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
     );
   }
   const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
