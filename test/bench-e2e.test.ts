@@ -12,6 +12,7 @@ import { addrAddArgs, cleanupRun, createNetns, ipBatch, nsExec, nsName, nsSpawn,
 import { backendHaproxyConfig } from '../src/lab/servers/backend-haproxy.js';
 import { writeBenchConfig } from '../bench/e2e/config.js';
 import { spreadScript, wrk } from '../bench/e2e/wrk.js';
+import { formatTable, latencyMs, summarize } from '../bench/e2e/table.js';
 
 const ADDRS = ['198.51.100.21', '198.51.100.22', '198.51.100.23'];
 const scratch = mkdtempSync(join(tmpdir(), 'gitlb-bench-e2e-test-'));
@@ -99,4 +100,34 @@ test.serial("wrk's spread script sends thread i to address i; without it every c
 test('spreadScript takes IP addresses only (they go into Lua source)', (t) => {
   t.throws(() => spreadScript(['198.51.100.21', 'x"); os.execute("id'], 80), { message: /not an IP address/ });
   t.regex(spreadScript(ADDRS, 8080), /wrk\.lookup\(addrs\[\(n - 1\) % #addrs \+ 1\], "8080"\)/);
+});
+
+test('summarize: each round against the directs just before and after it; medians and ranges over the rounds', (t) => {
+  const s = (rps: number, cps: number, lat = '1.00ms') => ({
+    rps: { requestsPerSec: rps, requests: rps, errors: 0, latencyAvg: lat },
+    cps: { requestsPerSec: cps, requests: cps, errors: 1, latencyAvg: '9.00ms' },
+  });
+  // the machine slows down by half during the lab; the target is always 0.9x of the direct around it
+  const direct = { name: 'direct', lab: 0, direct: true, samples: [s(1000, 100), s(800, 80), s(600, 60), s(500, 50)] };
+  const vip = { name: 'vip', lab: 0, direct: false, samples: [s(810, 81), s(630, 63), s(495, 49.5, '850.00us')] };
+  const other = { name: 'other lab', lab: 1, direct: false, samples: [s(10, 1)] };
+  const [d, v, o] = summarize([direct, vip, other]);
+  t.is(v!.rps.value, 630);
+  t.is(v!.rps.ratio!.toFixed(3), '0.900');
+  t.is(v!.rps.low!.toFixed(3), '0.900');
+  t.is(v!.rps.high!.toFixed(3), '0.900');
+  t.is(v!.cps.ratio!.toFixed(3), '0.900');
+  t.is(v!.errors, 3);
+  t.is(v!.latencyMs, 1);
+  // direct: the median of its samples, and the drift as each sample / that median
+  t.is(d!.rps.value, 700);
+  t.is(d!.rps.low!.toFixed(3), (500 / 700).toFixed(3));
+  t.is(d!.rps.high!.toFixed(3), (1000 / 700).toFixed(3));
+  // no direct in its lab: no ratio
+  t.is(o!.rps.ratio, null);
+  t.is(latencyMs('1.02s'), 1020);
+  t.true(Number.isNaN(latencyMs('?')));
+  const table = formatTable([d!, v!, o!]);
+  t.regex(table[2]!, /^vip +630 +0\.90 +0\.90-0\.90 +63 +0\.90 +0\.90-0\.90 +3  1\.00ms$/);
+  t.regex(table[3]!, /^other lab +10 +- +1 +- +1  1\.00ms$/);
 });

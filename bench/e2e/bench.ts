@@ -3,9 +3,10 @@
 // that load sent straight to those backends (one wrk thread per backend, spreadOver in wrk.ts). The targets: each
 // dispatch mode's VIP, with the lb daemons in native XDP (where it forwards; else the fallback the daemon chose)
 // and then in generic XDP, haproxy in TCP mode and nftables DNAT (both in the router namespace), all in this one
-// run. Each lab measures its own direct first and again last, and its rows are ratios to the mean of the two: a
-// direct figure taken minutes earlier on this shared machine would add the drift between them to the ratio, and
-// the two direct rows' own ratios show how far the machine drifted during the lab.
+// run. Each lab measures in rounds (direct, then every other target; direct again after the last round), and each
+// target's ratio is to the directs just before and after its round (table.ts): a direct figure taken minutes
+// earlier on this shared machine would add the machine's drift to the ratio. The table gives medians over the
+// rounds and the range of the ratios.
 //
 // Fairness, and why:
 // - one backend set: the bench's config (config.ts) gives every measured service every backend, equal weights;
@@ -26,11 +27,13 @@ import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { runTraffic } from '../../src/demo/traffic.js';
 import { waitForAnnounced } from '../../src/demo/failover.js';
 import { writeBenchConfig, type BenchConfig } from './config.js';
-import { wrk, type WrkResult } from './wrk.js';
+import { formatTable, summarize, type Sample, type Series } from './table.js';
+import { wrk } from './wrk.js';
 
 const { values } = parseArgs({
   options: {
-    duration: { type: 'string', default: '5' },
+    duration: { type: 'string', default: '3' },
+    rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '15' },
     'xdp-mode': { type: 'string' },
     'backend-http': { type: 'string', default: 'haproxy' },
@@ -42,6 +45,7 @@ if (!['haproxy', 'node'].includes(values['backend-http']!)) throw new Error('--b
 const backendHttp = values['backend-http'] as 'haproxy' | 'node';
 const seconds = Math.min(30, Math.max(1, Number(values.duration)));
 const wantedConnections = Math.min(256, Math.max(1, Number(values.connections)));
+const rounds = Math.min(20, Math.max(1, Math.floor(Number(values.rounds))));
 
 /** The measured services and their row labels. */
 const MODES = [
@@ -60,15 +64,6 @@ interface Target {
   url: string;
   /** direct: wrk's threads go to these addresses (url's port), one backend per thread */
   spreadOver?: string[];
-}
-
-interface Row {
-  name: string;
-  /** which lab (0: first xdp mode) it was measured in: its ratios are to that lab's direct */
-  lab: number;
-  direct: boolean;
-  rps: WrkResult;
-  cps: WrkResult;
 }
 
 function haproxyConfig(backends: string[]): string {
@@ -186,20 +181,18 @@ async function main(): Promise<void> {
   // Native first where the kernel can (auto: the daemon falls back to generic when native cannot forward, and the
   // table says which mode really ran), then generic as the measured fallback; --xdp-mode measures one mode only.
   const xdpModes = xdpMode ? [xdpMode] : ['auto', 'generic'];
-  const rows: Row[] = [];
+  const rows: Series[] = [];
   const ran: string[] = [];
-  const measure = async (state: LabState, lab: number, targets: Target[], suffix = '') => {
+  const sample = async (state: LabState, t: Target, what: string): Promise<Sample> => {
+    process.stderr.write(`bench/e2e: ${what} ...\n`);
     const client = labNs(state, 'client');
-    for (const t of targets) {
-      process.stderr.write(`bench/e2e: ${t.name}${suffix} ...\n`);
-      const o = { seconds, connections, threads, spreadOver: t.spreadOver };
-      const rps = await wrk(client, t.url, { ...o, closeEach: false });
-      const cps = await wrk(client, t.url, { ...o, closeEach: true });
-      rows.push({ name: `${t.name}${suffix}`, lab, direct: t === direct, rps, cps });
-    }
+    const o = { seconds, connections, threads, spreadOver: t.spreadOver };
+    const rps = await wrk(client, t.url, { ...o, closeEach: false });
+    const cps = await wrk(client, t.url, { ...o, closeEach: true });
+    return { rps, cps };
   };
   const header = () => [
-    `e2e throughput in the lab: wrk -t${threads} -c${connections}, ${seconds} s per measurement, from the client namespace`,
+    `e2e throughput in the lab: wrk -t${threads} -c${connections}, ${seconds} s per measurement, ${rounds} rounds, from the client namespace`,
     `backends ${cfg.backends.join(', ')} answer HTTP with ${backendHttp === 'haproxy' ? 'haproxy (1 thread each)' : 'the lab Node server'}; every VIP, haproxy and nftables spread over all of them (equal weights)`,
     `direct: the same ${threads} threads x ${connections / threads} connections, thread i straight to backend i`,
   ];
@@ -226,16 +219,18 @@ async function main(): Promise<void> {
         if (nft.code !== 0) throw new Error(`nft -f failed: ${nft.stderr.trim()}`);
       }
       await warmUp(state, cfg, targets, mode);
-      await measure(state, i, [direct], ` [lab ${i + 1}, first]`);
-      await measure(state, i, targets.filter((t) => t !== direct && !modeTargets.includes(t)), ` [lab ${i + 1}]`);
-      await measure(state, i, modeTargets, tag);
-      await measure(state, i, [direct], ` [lab ${i + 1}, last]`);
+      const series = targets.map((t): Series => ({ name: `${t.name}${modeTargets.includes(t) ? tag : ` [lab ${i + 1}]`}`, lab: i, direct: t === direct, samples: [] }));
+      rows.push(...series);
+      for (let k = 0; k < rounds; k++) {
+        for (const [j, t] of targets.entries()) series[j]!.samples.push(await sample(state, t, `round ${k + 1}/${rounds}: ${series[j]!.name}`));
+      }
+      series[0]!.samples.push(await sample(state, direct, `after the last round: ${series[0]!.name}`));
       await cleanup();
     }
     await printTable(rows, [...header(), ...ran]);
   } catch (e) {
     // what was measured before the failure is still a same-run comparison: print it, then fail
-    if (rows.length) {
+    if (rows.some((r) => r.samples.length)) {
       console.log('\n(partial: the run failed before every target was measured)');
       await printTable(rows, [...header(), ...ran]);
     }
@@ -246,24 +241,14 @@ async function main(): Promise<void> {
   }
 }
 
-/** The results table: every row as a ratio to the mean of the spread directs measured in the same lab. */
-async function printTable(rows: Row[], head: string[]): Promise<void> {
-  const fmt = (x: number) => x.toFixed(0).padStart(8);
-  const ratio = (a: number, b: number | undefined) => (b ? (a / b).toFixed(2) : '-').padStart(7);
+/** The results table (table.ts): medians over the rounds, ratios to the direct around each round. */
+async function printTable(rows: Series[], head: string[]): Promise<void> {
   console.log('');
   for (const h of head) console.log(h);
-  console.log('req/s: keep-alive HTTP/1.1; conn/s: one request per new TCP connection (Connection: close)');
-  console.log('/direct: this row / the mean of the spread direct measured first and last in the same lab (the two direct rows show the drift)\n');
-  console.log(`${'target'.padEnd(44)}${'req/s'.padStart(8)} ${'/direct'.padStart(7)}  ${'conn/s'.padStart(8)} ${'/direct'.padStart(7)}  errors  latency(ka)`);
-  for (const r of rows) {
-    const ds = rows.filter((x) => x.direct && x.lab === r.lab);
-    const mean = (f: (x: Row) => number) => (ds.length ? ds.reduce((a, x) => a + f(x), 0) / ds.length : undefined);
-    const d = { rps: mean((x) => x.rps.requestsPerSec), cps: mean((x) => x.cps.requestsPerSec) };
-    console.log(
-      `${r.name.padEnd(44)}${fmt(r.rps.requestsPerSec)} ${ratio(r.rps.requestsPerSec, d.rps)}  ` +
-        `${fmt(r.cps.requestsPerSec)} ${ratio(r.cps.requestsPerSec, d.cps)}  ${String(r.rps.errors + r.cps.errors).padStart(6)}  ${r.rps.latencyAvg}`,
-    );
-  }
+  console.log('req/s: keep-alive HTTP/1.1; conn/s: one request per new TCP connection (Connection: close); medians over the rounds');
+  console.log('/direct: median over the rounds of (this target / mean of the direct measured just before and just after its round);');
+  console.log('range: lowest-highest of those ratios (direct rows: each direct / their median, i.e. the drift during the lab)\n');
+  for (const l of formatTable(summarize(rows.filter((r) => r.samples.length)))) console.log(l);
   const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
   console.log(`\nmachine load average at the end of the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
 }
