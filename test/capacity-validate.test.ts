@@ -36,3 +36,24 @@ test('the same services split over two lb nodes validate, big tables included', 
   t.deepEqual(r.diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic), []);
   t.truthy(r.model);
 });
+
+test('an lb node with more IPv4 addresses than lb_config holds (8 dsr-ipip sources) is refused at the 9th; 8 + IPv6 validate', (t) => {
+  const withAddresses = (role: 'lb' | 'backend', addrs: string[]) => parseConfig([
+    { path: 'cluster.yaml', content: enc(clusterYaml()) },
+    { path: 'nodes/n.yaml', content: enc(['apiVersion: gitlb/v1', 'kind: Node', 'metadata: { name: n1 }', 'spec:',
+      `  role: ${role}`, '  interface: eth0', '  addresses:', ...addrs.map((a) => `    - ${a}`),
+      ...(role === 'lb' ? ['  allowedVips: [203.0.113.0/24]'] : []), ''].join('\n')) },
+    { path: 'services/web.yaml', content: enc(serviceYaml('web', '203.0.113.10', ['198.51.100.10'])) },
+  ]);
+  const nine = Array.from({ length: 9 }, (_, i) => `198.51.100.${100 + i}`);
+  const errors = withAddresses('lb', nine).diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic);
+  // line 16: the 9th list item (7 header lines, then one address per line)
+  t.deepEqual(errors, ["nodes/n.yaml:16:7: error: spec.addresses[8]: 198.51.100.108 is the 9th IPv4 address of lb node 'n1'; " +
+    'an lb node uses at most 8 (the dsr-ipip outer sources, lb_config holds 8)']);
+  const ok = withAddresses('lb', [...nine.slice(0, 8), '2001:db8::1', '2001:db8::2']);
+  t.deepEqual(ok.diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic), []);
+  t.truthy(ok.model);
+  t.deepEqual(withAddresses('backend', nine).diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic)
+    .filter((e) => e.startsWith('nodes/')), [],
+    'a backend node uses its addresses for nothing lb_config holds');
+});

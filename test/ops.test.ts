@@ -1,7 +1,9 @@
-// The one plan engine (src/render/ops.ts), pure: order, make-before-break after every single op, minimal ops,
-// idempotence (live == desired -> no ops), backend entries, and the text `gitlb plan --live` prints.
+// The one plan engine (src/render/ops.ts), pure: order, make-before-break after every single op, map occupancy
+// within capacity after every single op (removals first, waves when old and new together do not fit), minimal
+// ops, idempotence (live == desired -> no ops), backend entries, and the text `gitlb plan --live` prints.
 import test from 'ava';
-import { applyOps, describeOp, liveOf, planOps, EMPTY_LIVE, type LiveState, type Op } from '../src/render/ops.js';
+import { applyOps, describeOp, liveOf, planOps, ringRealIds, EMPTY_LIVE, LB_MAP_CAPACITY, PlanCapacityError,
+  type LbCapacity, type LiveState, type Op } from '../src/render/ops.js';
 import type { DesiredState } from '../src/render/state.js';
 import { makeState, type SvcSpec } from './lib/lb-state.js';
 
@@ -28,10 +30,10 @@ function assertConsistent(t: import('ava').ExecutionContext, s: LiveState, rings
   for (const v of s.vips) t.true(s.markers.some((m) => m.address === v.vip), `${where}: listener ${v.vip} without its marker`);
 }
 
-function stepThrough(t: import('ava').ExecutionContext, from: LiveState, ops: Op[]): LiveState {
+function stepThrough(t: import('ava').ExecutionContext, from: LiveState, ops: Op[], cap: LbCapacity = LB_MAP_CAPACITY): LiveState {
   let s = from;
   const rings = new Map<number, number[]>();
-  const seed = (st: LiveState) => { for (const x of st.services) if (x.ring) rings.set(x.id, [...x.ring]); };
+  const seed = (st: LiveState) => { for (const x of st.services) { const r = x.ring ? ringRealIds(x.ring) : x.reals; if (r) rings.set(x.id, [...r]); } };
   seed(s);
   ops.forEach((o, i) => {
     // a ring fill is invisible until its switch; apply fill+switch pairs as the data plane does
@@ -40,6 +42,10 @@ function stepThrough(t: import('ava').ExecutionContext, from: LiveState, ops: Op
     s = applyOps(s, fill ? [fill, o] : [o]);
     seed(s);
     assertConsistent(t, s, rings, `after op ${i} (${o.op})`);
+    const where = `after op ${i} (${o.op})`;
+    if (s.services.length > cap.services) t.fail(`${where}: ${s.services.length} rings, capacity ${cap.services}`);
+    if (s.reals.length > cap.reals) t.fail(`${where}: ${s.reals.length} reals, capacity ${cap.reals}`);
+    if (s.vips.length + s.markers.length > cap.vipEntries) t.fail(`${where}: ${s.vips.length + s.markers.length} lb_vips entries, capacity ${cap.vipEntries}`);
   });
   return s;
 }
@@ -158,4 +164,117 @@ test('describeOp names the map and the key of every op', (t) => {
   t.true(lines.some((l) => /^lb_rings\[10\] = ring [0-9a-f]{12} \(new service\)$/.test(l)));
   t.true(lines.includes('lb_vips[203.0.113.20:53/UDP] = {service 20, dsr-ipip, target 53, sport-hash}'));
   t.true(lines.includes('lb_vips[203.0.113.20 marker] = {}'));
+});
+
+// ------------------------------------------------------------------ room: removals first, waves, refusal
+
+const room = (c: Partial<LbCapacity>): LbCapacity => ({ ...LB_MAP_CAPACITY, ...c });
+const many: Record<number, string> = Object.fromEntries(Array.from({ length: 9 }, (_, i) => [i + 1, `198.51.100.${i + 1}`]));
+
+test('a service replaced by another with every map full: the removed listeners, marker and ring go first', (t) => {
+  const cap = room({ services: 3, vipEntries: 6, reals: 3 });
+  const from = lb([svc(1, '203.0.113.1', [1]), svc(2, '203.0.113.2', [2]), svc(3, '203.0.113.3', [3])], { reals: many });
+  const to = lb([svc(1, '203.0.113.1', [1]), svc(2, '203.0.113.2', [2]), svc(4, '203.0.113.4', [4])], { reals: many });
+  const ops = planOps(liveOf(from), to, cap);
+  t.deepEqual(kinds(ops), ['vip.delete', 'marker.delete', 'service.delete', 'real.delete', 'real.put', 'ring.fill',
+    'service.switch', 'marker.put', 'vip.put']);
+  const end = stepThrough(t, liveOf(from), ops, cap);
+  t.deepEqual(planOps(end, to, cap), []);
+});
+
+test('every service renamed on the same listeners, one free ring entry: waves, each listener moved in place', (t) => {
+  const cap = room({ services: 3 });
+  const ports = [{ port: 80, protocol: 'TCP' as const }, { port: 443, protocol: 'TCP' as const }];
+  const from = lb([svc(1, '203.0.113.1', [1], { ports }), svc(2, '203.0.113.2', [2], { ports })], { reals: many });
+  const to = lb([svc(11, '203.0.113.1', [1], { ports }), svc(12, '203.0.113.2', [2], { ports })], { reals: many });
+  const ops = planOps(liveOf(from), to, cap);
+  t.deepEqual(kinds(ops), ['ring.fill', 'service.switch', 'vip.put', 'vip.put', 'service.delete',
+    'ring.fill', 'service.switch', 'vip.put', 'vip.put', 'service.delete']);
+  t.false(ops.some((o) => o.op === 'vip.delete'), 'no listener of the revision is ever missing');
+  const end = stepThrough(t, liveOf(from), ops, cap);
+  t.deepEqual(planOps(end, to, cap), []);
+  // with room for both, one wave: all switches in one batch, then the listeners, then the old rings
+  t.deepEqual(kinds(planOps(liveOf(from), to)), ['ring.fill', 'ring.fill', 'service.switch', 'service.switch',
+    'vip.put', 'vip.put', 'vip.put', 'vip.put', 'service.delete', 'service.delete']);
+});
+
+test('reals: old and new together exceed lb_reals: per-service waves, a real deleted once no live ring names it', (t) => {
+  const cap = room({ reals: 5 }); // 3 live, 3 new: 6 would not fit
+  const from = lb([svc(1, '203.0.113.1', [1, 2]), svc(2, '203.0.113.2', [3])], { reals: many });
+  const to = lb([svc(1, '203.0.113.1', [4, 5]), svc(2, '203.0.113.2', [6])], { reals: many });
+  const ops = planOps(liveOf(from), to, cap);
+  t.deepEqual(ops.map((o) => (o.op === 'real.put' || o.op === 'real.delete' ? `${o.op} ${o.real.id}` : 'serviceId' in o ? `${o.op} ${o.serviceId}` : o.op)),
+    ['real.put 4', 'real.put 5', 'ring.fill 1', 'service.switch 1', 'real.delete 1', 'real.delete 2', 'real.put 6',
+      'ring.fill 2', 'service.switch 2', 'real.delete 3']);
+  const end = stepThrough(t, liveOf(from), ops, cap);
+  t.deepEqual(planOps(end, to, cap), []);
+});
+
+test('reals of a live ring of unknown content wait until that ring is switched (safe without the table)', (t) => {
+  const from = lb([svc(1, '203.0.113.1', [1, 2]), svc(2, '203.0.113.2', [3])], { reals: many });
+  const to = lb([svc(1, '203.0.113.1', [2]), svc(2, '203.0.113.2', [3, 4])], { reals: many });
+  const blind: LiveState = { ...liveOf(from), services: liveOf(from).services.map(({ reals: _r, ...s }) => s) };
+  const ops = planOps(blind, to);
+  const del = ops.findIndex((o) => o.op === 'real.delete');
+  t.true(del > ops.findLastIndex((o) => o.op === 'service.switch'), 'real 1 goes only after every unknown ring is switched');
+  t.deepEqual(planOps(applyOps(blind, ops), to), []);
+});
+
+test('refused before any op: a ring whose new reals alone exceed the free room; renames with no free ring entry', (t) => {
+  const from = lb([svc(1, '203.0.113.1', [1, 2, 3])], { reals: many });
+  const to = lb([svc(1, '203.0.113.1', [4, 5])], { reals: many });
+  const e = t.throws(() => planOps(liveOf(from), to, room({ reals: 4 })), { instanceOf: PlanCapacityError });
+  t.regex(e!.message, /^lb_reals: the new ring of service svc-1 \(1\) needs 2 reals the node does not hold, 1 of 4 entries are free/);
+  const full = lb([svc(1, '203.0.113.1', [1]), svc(2, '203.0.113.2', [2])], { reals: many });
+  const renamed = lb([svc(11, '203.0.113.1', [1]), svc(12, '203.0.113.2', [2])], { reals: many });
+  const e2 = t.throws(() => planOps(liveOf(full), renamed, room({ services: 2 })), { instanceOf: PlanCapacityError });
+  t.regex(e2!.message, /^lb_rings: no free entry for new service svc-11 \(11\): 2 of 2 in use, 2 of them by services the revision removes/);
+  t.throws(() => planOps(EMPTY_LIVE, full, room({ services: 1 })), { message: /^lb_rings: the revision needs 2 services, the map holds 1$/ });
+});
+
+test('benign changes at full capacity plan exactly the ops they did before (no extra ops)', (t) => {
+  const cap = room({ services: 2, reals: 3, vipEntries: 4 });
+  const from = lb([svc(1, '203.0.113.1', [1, 2]), svc(2, '203.0.113.2', [3])], { reals: many });
+  t.deepEqual(planOps(liveOf(from), from, cap), []);
+  const oneRing = lb([svc(1, '203.0.113.1', [1, 2, 2]), svc(2, '203.0.113.2', [3])], { reals: many });
+  t.deepEqual(kinds(planOps(liveOf(from), oneRing, cap)), ['ring.fill', 'service.switch']);
+  const mode = lb([svc(1, '203.0.113.1', [1, 2], { forwarding: 'snat' }), svc(2, '203.0.113.2', [3])], { reals: many });
+  t.deepEqual(kinds(planOps(liveOf(from), mode, cap)), ['vip.put']);
+});
+
+test('random revisions within small maps: every plan keeps references whole and occupancy within capacity, or is refused', (t) => {
+  const cap = room({ services: 3, reals: 4, vipEntries: 8 });
+  let x = 777;
+  const rnd = (n: number) => ((x = (Math.imul(x, 1103515245) + 12345) >>> 0) >>> 16) % n;
+  let live = EMPTY_LIVE;
+  let applied = 0;
+  let refused = 0;
+  let interleaved = 0;
+  for (let round = 0; round < 300; round++) {
+    const services: SvcSpec[] = [];
+    for (let id = 1; id <= 6 && services.length < cap.services; id++) {
+      if (rnd(2) === 0) continue;
+      const rs = [1, 2, 3, 4, 5, 6, 7].filter(() => rnd(4) === 0);
+      const ports = [80, 443, 53].filter(() => rnd(2) === 0).map((port) => ({ port, protocol: 'TCP' as const }));
+      services.push(svc(id, `203.0.113.${rnd(3) ? id : 1 + rnd(3)}`, rs.length ? rs : [1 + rnd(7)], { ports: ports.length ? ports : [{ port: 80, protocol: 'TCP' }] }));
+    }
+    const d = lb(services, { reals: many });
+    const vipKeys = new Set(d.vips.map((v) => `${v.vip}|${v.port}`));
+    if (d.reals.length > cap.reals || vipKeys.size !== d.vips.length || d.vips.length + new Set(d.vips.map((v) => v.vip)).size > cap.vipEntries) continue;
+    let ops: Op[];
+    try {
+      ops = planOps(live, d, cap);
+    } catch (e) {
+      t.true(e instanceof PlanCapacityError, String(e));
+      refused++;
+      continue;
+    }
+    const firstFree = ops.findIndex((o) => o.op === 'service.delete' || o.op === 'real.delete');
+    if (firstFree >= 0 && ops.slice(firstFree).some((o) => o.op === 'service.switch')) interleaved++;
+    live = stepThrough(t, live, ops, cap);
+    t.deepEqual(planOps(live, d, cap), [], `round ${round}: converged`);
+    applied++;
+  }
+  t.log(`${applied} revisions applied (${interleaved} freed room before a switch), ${refused} refused`);
+  t.true(applied > 50 && interleaved > 10);
 });

@@ -155,6 +155,17 @@ test('seed change is a cluster change and reshuffles every table', (t) => {
   t.true(plan.services.find((s) => s.name === 'api')!.movedShare > 0.3);
 });
 
+test('a conntrack.newFlowRate change is a cluster change (every lb node rewrites lb_config), moving no flow', (t) => {
+  const head = baseModel();
+  head.cluster.spec.conntrack.newFlowRate = 5000;
+  const plan = planChanges(baseModel(), head);
+  t.is(baseModel().cluster.spec.conntrack.newFlowRate, 0, 'the base has the guard off');
+  t.deepEqual(plan.cluster, [{ field: 'conntrack.newFlowRate', before: '0', after: '5000' }]);
+  t.true(plan.changed);
+  t.deepEqual(plan.services, []);
+  t.regex(formatPlanText(plan), /cluster conntrack\.newFlowRate: 0 -> 5000/);
+});
+
 test('no valid base: everything is added; invalid head: diagnostics only', (t) => {
   const plan = planChanges(null, baseModel());
   t.true(plan.changed);

@@ -1,11 +1,13 @@
 // The one plan engine: what a node's data plane must do to turn what the kernel holds (LiveState) into what a
 // revision wants (DesiredState), as an ordered list of map operations (Op[]). Pure. The lb and backend data
 // planes execute these ops (src/bpf/dataplane, src/bpf/backend); the reconciler uses an empty plan as its
-// read-back and drift check; `gitlb plan --live` prints them. Order (make-before-break, docs/render.md):
-// settings, reals, ring fills, service switches, VIP address markers and listeners, then the deletes of
-// listeners, markers, services and reals nothing refers to any more.
+// read-back and drift check; `gitlb plan --live` prints them. Order (docs/render.md, planLb below): settings;
+// listeners and markers the revision removes; then waves of (rings of removed services no listener names, reals
+// no live ring names, new reals, ring fills, service switches, markers and listeners of the switched services),
+// so that no packet finds a reference to something missing and no map ever holds more than its capacity.
 import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
 import { compareIps, ipFamily } from './ip.js';
+import { DATAPLANE_LIMITS } from './config/limits.js';
 
 /** lb_config: the flow-hash seed, the MTU, the outer sources of dsr-ipip and the new-flow rate guard (absent: off). */
 export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string; newFlowRate?: number }
@@ -59,6 +61,9 @@ export interface LiveService {
   id: number;
   tableSize: number;
   digest: string;
+  /** The distinct real ids the ring names, ascending, when the reader knows them (the planner then deletes a
+   * real this ring names only once the ring is switched or gone; unknown: every live real waits for it). */
+  reals?: readonly number[];
   /** Kernel id of the inner map holding the ring (identity: a new table is a new map). */
   mapId?: number;
   ring?: Uint32Array;
@@ -189,8 +194,8 @@ export function desiredBackendTunnels(d: Pick<DesiredState, 'addresses' | 'lbAdd
   return [...byAddr.values()].sort((a, b) => a.family - b.family || compareIps(a.address, b.address));
 }
 
-export function planOps(live: LiveState, desired: DesiredState): Op[] {
-  return desired.role === 'backend' ? planBackend(live, desired) : planLb(live, desired);
+export function planOps(live: LiveState, desired: DesiredState, capacity: LbCapacity = LB_MAP_CAPACITY): Op[] {
+  return desired.role === 'backend' ? planBackend(live, desired) : planLb(live, desired, capacity);
 }
 
 function planBackend(live: LiveState, desired: DesiredState): Op[] {
@@ -221,8 +226,57 @@ function planBackend(live: LiveState, desired: DesiredState): Op[] {
   return ops;
 }
 
-function planLb(live: LiveState, desired: DesiredState): Op[] {
+/** The room planLb plans within: the fixed sizes of an lb node's maps (src/bpf/include/lb_consts.h). */
+export interface LbCapacity { services: number; vipEntries: number; reals: number }
+export const LB_MAP_CAPACITY: LbCapacity = {
+  services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries, reals: DATAPLANE_LIMITS.lbReals,
+};
+
+/** A transition the maps cannot hold at any moment of any safe order: thrown by planOps, before anything is written. */
+export class PlanCapacityError extends Error {
+  readonly code = 'ENOSPC';
+  constructor(message: string) {
+    super(message);
+    this.name = 'PlanCapacityError';
+  }
+}
+
+/** The distinct non-zero real ids of a ring, ascending (rings are long runs of few ids: one set insert per run). */
+export function ringRealIds(ring: ArrayLike<number>): number[] {
+  const out = new Set<number>();
+  let last = 0;
+  for (let i = 0; i < ring.length; i++) {
+    const id = ring[i]!;
+    if (id !== last && id !== 0) out.add(id);
+    last = id;
+  }
+  return [...out].sort((a, b) => a - b);
+}
+
+/**
+ * The lb plan. Make-before-break only where a packet could otherwise find a reference to something missing, and
+ * removals first everywhere else, so a transition needs room for the bigger of the two revisions, not for both:
+ *   1. settings;
+ *   2. listeners and markers whose key the revision removes (a packet to a removed VIP:port stops being ours
+ *      either way; deleting it first only moves that moment earlier, and nothing else refers to a listener);
+ *   3. waves, until every service has its desired ring: delete the rings (and so the stats slots) of removed
+ *      services no listener names any more, delete reals no live ring names and the revision drops, add the reals
+ *      the next rings need, fill those rings, switch them in (one batch), then write the new and changed listeners
+ *      (and their markers) whose services now have their desired rings. A ring switched in place (kept service)
+ *      needs no room; a new service takes an lb_rings entry, a new real an lb_reals entry. Everything fits in one
+ *      wave unless the old and new revisions together exceed a map: then each wave takes the services that fit
+ *      in the room left, and the next wave first frees what they released.
+ *   4. the desired reals no ring names (none in practice).
+ * A transition no wave can progress in (every free entry taken and nothing freeable until a service that does
+ * not fit is in) throws PlanCapacityError naming the map and the numbers, before any op exists.
+ */
+function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   const ops: Op[] = [];
+  const wantMarkers = desiredMarkers(desired);
+  for (const [what, n, max, map] of [['services', desired.services.length, cap.services, 'lb_rings'],
+    ['listeners + VIP addresses', desired.vips.length + wantMarkers.length, cap.vipEntries, 'lb_vips'],
+    ['reals', desired.reals.length, cap.reals, 'lb_reals']] as const)
+    if (n > max) throw new PlanCapacityError(`${map}: the revision needs ${n} ${what}, the map holds ${max}`);
 
   // 1. node settings (independent of the tables)
   const settings = desiredSettings(desired);
@@ -230,47 +284,139 @@ function planLb(live: LiveState, desired: DesiredState): Op[] {
   const snat = desiredSnat(desired);
   if (!live.snat || !sameSnat(live.snat, snat)) ops.push({ op: 'snat.set', value: snat, before: live.snat });
 
-  // 2. reals before any ring refers to them
-  const liveReals = new Map(live.reals.map((r) => [r.id, r]));
-  for (const r of desired.reals) {
-    const cur = liveReals.get(r.id) ?? null;
-    if (!cur || cur.address !== r.address || cur.family !== r.family) ops.push({ op: 'real.put', real: r, before: cur });
-  }
+  // 2. listeners, then markers, whose keys the revision removes (listeners first: a listener keeps its marker)
+  const liveVips = new Map(live.vips.map((v) => [vipId(v), v]));
+  const wantVipIds = new Set(desired.vips.map(vipId));
+  const wantMarkerIds = new Set(wantMarkers.map(markerId));
+  for (const [id, v] of liveVips) if (!wantVipIds.has(id)) ops.push({ op: 'vip.delete', vip: v });
+  for (const m of live.markers) if (!wantMarkerIds.has(markerId(m))) ops.push({ op: 'marker.delete', marker: m });
+  const markers = new Set(live.markers.map(markerId).filter((id) => wantMarkerIds.has(id)));
 
-  // 3. new rings, filled while nothing reads them; 4. then each service switched to its ring in one write
+  // How many kept listeners name each service now: a removed service's ring goes once none does.
+  const refs = new Map<number, number>();
+  const ref = (id: number, d: number) => refs.set(id, (refs.get(id) ?? 0) + d);
+  for (const [id, v] of liveVips) if (wantVipIds.has(id)) ref(v.serviceId, 1);
+  let pendingVips = desired.vips.filter((v) => { const cur = liveVips.get(vipId(v)); return !cur || !sameVip(cur, v); });
+
   const liveServices = new Map(live.services.map((s) => [s.id, s]));
-  const switches: Op[] = [];
+  const wantServiceIds = new Set(desired.services.map((s) => s.id));
+  /** Services whose ring is the desired one now. */
+  const ready = new Set<number>();
+  let todo: DesiredState['services'] = [];
   for (const s of desired.services) {
     const cur = liveServices.get(s.id);
-    if (cur && cur.tableSize === s.tableSize && cur.digest === s.digest) continue;
-    ops.push({ op: 'ring.fill', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest, ring: s.ring });
-    switches.push({ op: 'service.switch', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest,
-      before: cur ? { tableSize: cur.tableSize, digest: cur.digest } : null });
+    if (cur && cur.tableSize === s.tableSize && cur.digest === s.digest) ready.add(s.id);
+    else todo.push(s);
   }
-  ops.push(...switches);
-
-  // 5. VIP address markers, then listeners (once their services exist)
-  const liveMarkers = new Set(live.markers.map(markerId));
-  const wantMarkers = desiredMarkers(desired);
-  const wantMarkerIds = new Set(wantMarkers.map(markerId));
-  for (const m of wantMarkers) if (!liveMarkers.has(markerId(m))) ops.push({ op: 'marker.put', marker: m });
-  const liveVips = new Map(live.vips.map((v) => [vipId(v), v]));
-  const wantVips = new Set<string>();
-  for (const v of desired.vips) {
-    const id = vipId(v);
-    wantVips.add(id);
-    const cur = liveVips.get(id) ?? null;
-    if (!cur || !sameVip(cur, v)) ops.push({ op: 'vip.put', vip: v, before: cur });
-  }
-
-  // 6. deletes, from the outside in: listeners, markers, services no listener uses, reals no ring uses
-  for (const [id, v] of liveVips) if (!wantVips.has(id)) ops.push({ op: 'vip.delete', vip: v });
-  for (const m of live.markers) if (!wantMarkerIds.has(markerId(m))) ops.push({ op: 'marker.delete', marker: m });
-  const wantServices = new Set(desired.services.map((s) => s.id));
+  const removed = live.services.filter((s) => !wantServiceIds.has(s.id));
+  const inRings = new Set(liveServices.keys());
+  /** Reals the live rings that are still to change or go may name (null: not known, so any live real). An
+   * unchanged ring is the desired one, and a desired ring names only desired reals. */
+  const oldRings = new Map<number, ReadonlySet<number> | null>();
   for (const s of live.services)
-    if (!wantServices.has(s.id)) ops.push({ op: 'service.delete', serviceId: s.id, tableSize: s.tableSize, digest: s.digest });
-  const wantReals = new Set(desired.reals.map((r) => r.id));
-  for (const r of live.reals) if (!wantReals.has(r.id)) ops.push({ op: 'real.delete', real: r });
+    if (!ready.has(s.id)) oldRings.set(s.id, s.reals ? new Set(s.reals) : s.ring ? new Set(ringRealIds(s.ring)) : null);
+
+  const have = new Map(live.reals.map((r) => [r.id, r]));
+  const wantReals = new Map(desired.reals.map((r) => [r.id, r]));
+  // a real that keeps its id and changes address is updated in place (no room needed)
+  for (const r of desired.reals) {
+    const cur = have.get(r.id);
+    if (cur && (cur.address !== r.address || cur.family !== r.family)) { ops.push({ op: 'real.put', real: r, before: cur }); have.set(r.id, r); }
+  }
+  const doomed = new Set(live.reals.filter((r) => !wantReals.has(r.id)).map((r) => r.id));
+
+  const freeServices = () => {
+    for (const s of removed) {
+      if (!inRings.has(s.id) || (refs.get(s.id) ?? 0) > 0) continue;
+      ops.push({ op: 'service.delete', serviceId: s.id, tableSize: s.tableSize, digest: s.digest });
+      inRings.delete(s.id);
+      oldRings.delete(s.id);
+    }
+  };
+  const freeReals = () => {
+    if (!doomed.size) return;
+    const named = new Set<number>();
+    for (const r of oldRings.values()) {
+      if (r === null) return; // an old ring of unknown content may name any of them: they wait until it is gone
+      for (const id of r) if (doomed.has(id)) named.add(id);
+    }
+    for (const id of [...doomed].sort((a, b) => a - b)) {
+      if (named.has(id)) continue;
+      ops.push({ op: 'real.delete', real: have.get(id)! });
+      have.delete(id);
+      doomed.delete(id);
+    }
+  };
+
+  for (;;) { // at least once: a missing marker of unchanged listeners goes in the listener phase
+    const before = ops.length;
+    freeServices();
+    freeReals();
+    // the services that fit in the room left, with the reals their rings need
+    let serviceRoom = cap.services - inRings.size;
+    let realRoom = cap.reals - have.size;
+    const take: typeof todo = [];
+    const rest: typeof todo = [];
+    const adding = new Set<number>();
+    let blocked: string | null = null;
+    for (const s of todo) {
+      const isNew = !inRings.has(s.id);
+      // (a ring naming a real not in reals is left to validateDesired, which names the field)
+      const need = ringRealIds(s.ring).filter((id) => !have.has(id) && !adding.has(id) && wantReals.has(id));
+      if ((isNew && serviceRoom < 1) || need.length > realRoom) {
+        blocked ??= isNew && serviceRoom < 1
+          ? `lb_rings: no free entry for new service ${s.name} (${s.id}): ${inRings.size} of ${cap.services} in use, ` +
+            `${removed.filter((r) => inRings.has(r.id)).length} of them by services the revision removes whose listeners move to services not in yet`
+          : `lb_reals: the new ring of service ${s.name} (${s.id}) needs ${need.length} reals the node does not hold, ` +
+            `${realRoom} of ${cap.reals} entries are free (${have.size} in use, ${doomed.size} of them by reals the revision ` +
+            'removes that live rings still name)';
+        rest.push(s);
+        continue;
+      }
+      if (isNew) serviceRoom--;
+      realRoom -= need.length;
+      for (const id of need) adding.add(id);
+      take.push(s);
+    }
+    for (const id of [...adding].sort((a, b) => a - b)) {
+      const r = wantReals.get(id)!;
+      ops.push({ op: 'real.put', real: r, before: null });
+      have.set(id, r);
+    }
+    for (const s of take) ops.push({ op: 'ring.fill', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest, ring: s.ring });
+    for (const s of take) {
+      const cur = liveServices.get(s.id);
+      ops.push({ op: 'service.switch', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest,
+        before: cur ? { tableSize: cur.tableSize, digest: cur.digest } : null });
+      inRings.add(s.id);
+      oldRings.delete(s.id);
+      ready.add(s.id);
+    }
+    todo = rest;
+    // listeners (new, or pointing at another service/mode/port) whose services have their desired rings, after
+    // the markers of their addresses
+    const now = pendingVips.filter((v) => ready.has(v.serviceId));
+    pendingVips = pendingVips.filter((v) => !ready.has(v.serviceId));
+    // a missing marker goes in with the first listener of its address, or at once if none of them changes
+    const later = new Set(pendingVips.map((v) => markerId({ address: v.vip, family: v.family })));
+    const nowAt = new Set(now.map((v) => markerId({ address: v.vip, family: v.family })));
+    for (const m of wantMarkers) {
+      const id = markerId(m);
+      if (!markers.has(id) && (nowAt.has(id) || !later.has(id))) { ops.push({ op: 'marker.put', marker: m }); markers.add(id); }
+    }
+    for (const v of now) {
+      const cur = liveVips.get(vipId(v)) ?? null;
+      ops.push({ op: 'vip.put', vip: v, before: cur });
+      if (cur) ref(cur.serviceId, -1); // a kept key: it names its old service no more
+      ref(v.serviceId, 1);
+    }
+    if (!todo.length && !pendingVips.length) break;
+    if (ops.length === before) throw new PlanCapacityError(`${blocked ?? 'no progress'} (docs/render.md "The plan engine")`);
+  }
+  // the rings and reals nothing names any more, then desired reals no ring names
+  freeServices();
+  freeReals();
+  for (const r of desired.reals) if (!have.has(r.id)) { ops.push({ op: 'real.put', real: r, before: null }); have.set(r.id, r); }
   return ops;
 }
 
@@ -335,7 +481,7 @@ export function liveOf(desired: DesiredState): LiveState {
     settings: desiredSettings(desired),
     snat: desiredSnat(desired),
     reals: desired.reals.map((r) => ({ ...r })),
-    services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest })),
+    services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest, reals: ringRealIds(s.ring) })),
     vips: desired.vips.map((v) => ({ ...v })),
     markers: desiredMarkers(desired),
     backendVips: [],

@@ -329,6 +329,7 @@ export function planChanges(base: ConfigModel | null, head: ConfigModel, diagnos
         ['maglev.tableSize', bc.maglev.tableSize, hc.maglev.tableSize],
         ['maglev.seed', bc.maglev.seed, hc.maglev.seed],
         ['conntrack.maxEntries', bc.conntrack.maxEntries, hc.conntrack.maxEntries],
+        ['conntrack.newFlowRate', bc.conntrack.newFlowRate, hc.conntrack.newFlowRate],
         ['status.branch', bc.status.branch, hc.status.branch],
         ['rollback.policy', bc.rollback.policy, hc.rollback.policy],
         ['health', bc.health, hc.health],

@@ -1,5 +1,6 @@
 // Byte layouts of the LB program's map keys and values (src/bpf/include/lb_structs.h), and the
 // numbers of lb_consts.h. The only TS file that knows these layouts; checked against BTF at load.
+import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { formatIp, ipFamily, requireIp } from '../../render/ip.js';
 import type { Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
@@ -10,7 +11,7 @@ export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip
 export const VIP_F_HASH_SRC_PORT = 1;
 export const PROTO_NUMBER: Record<Protocol, number> = { TCP: 6, UDP: 17 };
 export const PROTO_NAME: Record<number, Protocol> = { 6: 'TCP', 17: 'UDP' };
-export const MAX_SRC4 = 8;
+export const MAX_SRC4 = DATAPLANE_LIMITS.lbSrc4; // LB_MAX_SRC4 (lb_consts.h)
 
 /** lb_counters indexes, in enum lb_counter order (lb_consts.h). */
 export const COUNTER_NAMES = [

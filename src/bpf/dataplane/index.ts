@@ -10,11 +10,11 @@ import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
-import { EMPTY_LIVE, desiredMarkers, planOps, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
+import { EMPTY_LIVE, desiredMarkers, planOps, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
   decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
-  encodeVipValue, familyOf,
+  encodeVipValue, familyOf, MAX_SRC4,
 } from './codec.js';
 import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, ringIdentities, type RingInfo } from './rings.js';
 import {
@@ -87,6 +87,8 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
   for (const s of d.services)
     if (s.tableSize > MAX_RING_ENTRIES) fail(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
+  const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
+  if (src4 > MAX_SRC4) fail(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
 }
 
 const hexKey = (b: Buffer) => b.toString('hex');
@@ -315,22 +317,48 @@ class LbDataPlane implements DataPlane {
     /** Inner maps replaced or removed by this execute, held open so an undo can put them back. */
     const held: BpfMap[] = [];
 
-    /** Slots of the reals in lb_reals (read once, when the first new real needs one) plus those given out now. */
-    /** Stats slots of the services that have listeners (read once, at the first vip.put). A service keeps its
-     * slot while any listener names it; a slot nobody names is free, and zeroed when given out again. */
-    let svcSlots: Map<number, number> | null = null;
+    /** Stats slots of the services that have listeners, and how many listeners name each service (read once, at
+     * the first listener write). A service keeps its slot while any listener names it; a slot no listener names
+     * is free at once (a removed service's slot can go to a new service of the same apply), and zeroed when given
+     * out again. The planner keeps services with listeners within lb_rings, so within the 1024 slots. */
+    let svcSlots: { slot: Map<number, number>; listeners: Map<number, number> } | null = null;
+    const listenerIndex = () => {
+      if (svcSlots) return svcSlots;
+      const slot = new Map<number, number>();
+      const listeners = new Map<number, number>();
+      for (const [k, v] of m.vips.entries()) {
+        if (isMarkerKey(k)) continue;
+        const val = decodeVipValue(v);
+        slot.set(val.serviceId, val.statsSlot ?? 0);
+        listeners.set(val.serviceId, (listeners.get(val.serviceId) ?? 0) + 1);
+      }
+      return (svcSlots = { slot, listeners });
+    };
+    /** The listener at `key` names its service no more (deleted or about to name another). */
+    const unnameService = (key: Buffer) => {
+      const cur = m.vips.lookup(key);
+      if (!cur) return;
+      const { serviceId } = decodeVipValue(cur);
+      const idx = listenerIndex();
+      const n = (idx.listeners.get(serviceId) ?? 1) - 1;
+      if (n > 0) idx.listeners.set(serviceId, n);
+      else { idx.listeners.delete(serviceId); idx.slot.delete(serviceId); }
+    };
     const serviceSlot = (serviceId: number): number => {
-      svcSlots ??= serviceSlots(m.vips);
-      const have = svcSlots.get(serviceId);
+      const idx = listenerIndex();
+      idx.listeners.set(serviceId, (idx.listeners.get(serviceId) ?? 0) + 1);
+      const have = idx.slot.get(serviceId);
       if (have !== undefined) return have;
-      const used = new Set(svcSlots.values());
+      const used = new Set(idx.slot.values());
       let s = 0;
       while (used.has(s)) s++;
       if (s >= m.serviceStats.maxEntries) fail(`services: all ${m.serviceStats.maxEntries} service stats slots are in use`);
       put(m.serviceStats, encodeU32(s), ZERO_TRAFFIC);
-      svcSlots.set(serviceId, s);
+      idx.slot.set(serviceId, s);
       return s;
     };
+    /** Slots of the reals in lb_reals (read once, when the first new real needs one), minus those freed and plus
+     * those given out by this execute: a deleted real's slot can go to a real added after it. */
     let slotsInUse: Set<number> | null = null;
     let cursor = 0;
     const freeSlot = (): number => {
@@ -339,6 +367,11 @@ class LbDataPlane implements DataPlane {
       if (cursor >= m.realSlots.maxEntries) fail(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
       slotsInUse.add(cursor);
       return cursor;
+    };
+    const releaseSlot = (slot: number) => {
+      if (!slotsInUse) return; // not read yet: the read will not see it
+      slotsInUse.delete(slot);
+      cursor = Math.min(cursor, slot);
     };
     const { put, del } = undoableMapWrites(log, report);
     /** Opens the ring a service uses now (null if none), kept open until the end of execute. */
@@ -431,7 +464,7 @@ class LbDataPlane implements DataPlane {
           case 'ring.fill': {
             filled.get(o.serviceId)?.map.close();
             const map = createRing(o.serviceId, o.ring);
-            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest } });
+            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest, reals: ringRealIds(o.ring) } });
             report.changedRingEntries += o.ring.length;
             report.mapWrites++;
             break;
@@ -444,15 +477,24 @@ class LbDataPlane implements DataPlane {
             i += run.length - 1;
             break;
           }
-          case 'vip.put':
-            put(m.vips, vipKeyOf(o.vip), vipValueOf(o.vip, serviceSlot(o.vip.serviceId)));
+          case 'vip.put': {
+            // the new service is named before the old one is unnamed: a listener that stays with its service keeps
+            // the slot (and its counters)
+            const key = vipKeyOf(o.vip);
+            const slot = serviceSlot(o.vip.serviceId);
+            unnameService(key);
+            put(m.vips, key, vipValueOf(o.vip, slot));
             break;
+          }
           case 'marker.put':
             put(m.vips, markerKeyOf(o.marker), MARKER_VALUE);
             break;
-          case 'vip.delete':
-            del(m.vips, vipKeyOf(o.vip));
+          case 'vip.delete': {
+            const key = vipKeyOf(o.vip);
+            unnameService(key);
+            del(m.vips, key);
             break;
+          }
           case 'marker.delete':
             del(m.vips, markerKeyOf(o.marker));
             break;
@@ -468,7 +510,10 @@ class LbDataPlane implements DataPlane {
             const key = encodeU32(o.real.id);
             const prev = m.reals.lookup(key);
             del(m.reals, key);
-            if (prev) put(m.realSlots, encodeU32(realSlotOf(prev)), FREE_SLOT);
+            if (prev) {
+              put(m.realSlots, encodeU32(realSlotOf(prev)), FREE_SLOT);
+              releaseSlot(realSlotOf(prev));
+            }
             break;
           }
           default:
@@ -629,7 +674,7 @@ function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, me
   for (const [id, mapId] of ringIdentities(outer)) {
     const cached = cache.get(mapId);
     if (cached && !opts.tables && !opts.verify && id % RING_ROTATION_CHECKS !== turn) {
-      out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId });
+      out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId, ...(cached.reals && { reals: cached.reals }) });
       continue;
     }
     const key = encodeU32(id);
@@ -637,7 +682,7 @@ function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, me
     if (!inner) continue; // deleted while we read
     try {
       const ring = readRing(inner);
-      const info = { tableSize: ring.length, digest: ringDigest(ring) };
+      const info = { tableSize: ring.length, digest: ringDigest(ring), reals: ringRealIds(ring) };
       const innerId = inner.id(); // the service may have been switched since the batch read
       cache.set(innerId, info);
       out.push({ id, ...info, mapId: innerId, ...(opts.tables && { ring }) });

@@ -61,7 +61,8 @@ export function readRing(m: BpfMap): Uint32Array {
   return out;
 }
 
-export interface RingInfo { tableSize: number; digest: string }
+/** What a ring holds, by identity: size, digest and the distinct real ids it names (the planner's real deletes). */
+export interface RingInfo { tableSize: number; digest: string; reals?: readonly number[] }
 
 /** Digest of each inner map by kernel map id (ids are not reused while a map lives; see docs/bpf-binding.md). */
 export class RingCache {

@@ -44,4 +44,6 @@ export const DATAPLANE_LIMITS = {
   /** Listeners plus one address marker per VIP address. */
   lbVipEntries: 4096,
   lbReals: 65536,
+  /** IPv4 outer sources of dsr-ipip in lb_config (LB_MAX_SRC4): an lb node's IPv4 spec.addresses. */
+  lbSrc4: 8,
 } as const;

@@ -1,6 +1,6 @@
 // Rules that span fields or documents and that JSON Schema cannot express. Each rule reports at the
 // YAML node a person has to change. Runs only on documents that passed their schema.
-import { LIMITS } from './limits.js';
+import { DATAPLANE_LIMITS, LIMITS } from './limits.js';
 import { checkLbCapacity } from './capacity.js';
 import { vipProbeUnsupported } from './health-via.js';
 import { type AddressFacts, type Family, type IpAddress, type IpCidr, addressFacts, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
@@ -215,10 +215,16 @@ function checkNode(
     allowed.push(c);
   });
   const own = new Set<string>();
+  let v4 = 0;
   spec.addresses.forEach((text, i) => {
     const a = checkAddress(emit, doc, ['spec', 'addresses', i], text);
     if (!a) return;
     const canon = formatIp(a);
+    // An lb node's addresses are the outer sources of dsr-ipip, and lb_config holds 8 IPv4 ones: a 9th could
+    // never be applied (the node would report it as a difference after every apply), so it is refused here.
+    if (spec.role === 'lb' && a.family === 4 && ++v4 === DATAPLANE_LIMITS.lbSrc4 + 1)
+      emit('error', doc, ['spec', 'addresses', i], `spec.addresses[${i}]: ${canon} is the ${v4}th IPv4 address of lb node '${name}'; ` +
+        `an lb node uses at most ${DATAPLANE_LIMITS.lbSrc4} (the dsr-ipip outer sources, lb_config holds ${DATAPLANE_LIMITS.lbSrc4})`);
     const owner = nodeAddressOwner.get(canon);
     if (own.has(canon)) emit('error', doc, ['spec', 'addresses', i], `spec.addresses[${i}]: ${canon} is listed twice`);
     else if (owner) emit('error', doc, ['spec', 'addresses', i], `spec.addresses[${i}]: ${canon} is already an address of node '${owner}'`);
