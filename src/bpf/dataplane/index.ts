@@ -1,6 +1,7 @@
 // The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, reads what the
-// maps hold (LiveState), plans with the one planner (src/render/ops.ts) and executes the ops with undo
-// (make-before-break, one outer-map update per ring switch), and sums the counters. Map layout: docs/datapath.md.
+// maps hold (LiveState), plans with the one planner (src/render/ops.ts: no packet finds a reference to something
+// missing, no map over its capacity) and executes the ops in their order with undo (one outer-map update per ring
+// switch, a run of switches or service deletes in one batch), and sums the counters. Map layout: docs/datapath.md.
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
