@@ -245,10 +245,135 @@ test('gitlb plan --base-dir/--head-dir compares directories; usage errors', asyn
     const r = await runPlan(['--base-dir', a.path, '--head-dir', b.path, '--exit-code']);
     t.is(r.code, EXIT_CHANGES);
     t.regex(r.stdout, /real 198\.51\.100\.1 removed/);
-    await t.throwsAsync(runPlan(['--base-dir', a.path, '--head', 'HEAD']), { instanceOf: UsageError });
+    await t.throwsAsync(runPlan(['--base-dir', a.path]), { instanceOf: UsageError, message: 'no head: give --head REV or --head-dir DIR' });
     await t.throwsAsync(runPlan(['--base-dir', a.path, '--head-dir', b.path, '--format', 'yaml']), { instanceOf: UsageError });
   } finally {
     await a.remove();
     await b.remove();
+  }
+});
+
+test('gitlb plan mixes a revision and a directory: --base HEAD --head-dir . plans uncommitted edits, and the reverse', async (t) => {
+  const repo = await tempDir('plan-mixed');
+  const other = await tempDir('plan-mixed-other');
+  try {
+    await git(repo.path, 'init', '-q', '-b', 'main');
+    await commitTree(repo.path, configFiles({ webReals: tenReals }), 'base');
+
+    // A clean working tree: the same config as HEAD.
+    const clean = await runPlan(['--repo', repo.path, '--base', 'HEAD', '--head-dir', repo.path, '--exit-code']);
+    t.is(clean.code, 0, clean.stdout);
+    t.regex(clean.stdout, /no changes \(2 services unchanged\)/);
+
+    // Uncommitted edits: a real removed from a tracked file, a new untracked service file.
+    await writeTree(repo.path, {
+      'services/web.yaml': configFiles({ webReals: tenReals.slice(1) })['services/web.yaml']!,
+      'services/extra.yaml': 'apiVersion: gitlb/v1\nkind: Service\nmetadata: {name: extra}\nspec:\n  vip: 192.0.2.20\n  ports: [{port: 80}]\n  dispatch: {mode: snat}\n  reals: [{address: 198.51.100.70}]\n',
+    });
+    const edits = await runPlan(['--repo', repo.path, '--base', 'HEAD', '--head-dir', repo.path, '--exit-code']);
+    t.is(edits.code, EXIT_CHANGES, edits.stdout);
+    t.regex(edits.stdout, /service web \(192\.0\.2\.10\): changed/);
+    t.regex(edits.stdout, /real 198\.51\.100\.1 removed/);
+    t.regex(edits.stdout, /service extra \(192\.0\.2\.20\): added/);
+    // The reverse: the directory is the base, a revision the head (what going back to HEAD would do).
+    const back = await runPlan(['--repo', repo.path, '--base-dir', repo.path, '--head', 'HEAD']);
+    t.is(back.code, 0, back.stdout);
+    t.regex(back.stdout, /real 198\.51\.100\.1 added/);
+    t.regex(back.stdout, /service extra \(192\.0\.2\.20\): removed/);
+    // The head directory may be anywhere, not only the repository's working tree.
+    await writeTree(other.path, configFiles({ webReals: [...tenReals, '{address: 198.51.100.11}'] }));
+    const elsewhere = await runPlan(['--repo', repo.path, '--base', 'HEAD', '--head-dir', other.path]);
+    t.regex(elsewhere.stdout, /real 198\.51\.100\.11 added/);
+
+    // --path applies to both sides: the revision's subdirectory and the directory's.
+    await git(repo.path, 'checkout', '-q', '--', '.');
+    await git(repo.path, 'clean', '-qfd');
+    await commitTree(repo.path, Object.fromEntries(Object.entries(configFiles({ webReals: tenReals })).map(([p, c]) => [`lb/${p}`, c])), 'config in lb/');
+    await writeTree(repo.path, { 'lb/services/web.yaml': configFiles({ webReals: tenReals.slice(0, 9) })['services/web.yaml']! });
+    const sub = await runPlan(['--repo', repo.path, '--path', 'lb', '--base', 'HEAD', '--head-dir', repo.path]);
+    t.is(sub.code, 0, sub.stdout);
+    t.regex(sub.stdout, /real 198\.51\.100\.10 removed/);
+
+    // The user's command, as typed in the working tree: --repo defaults to the current directory.
+    const typed = await gitlb(['plan', '--path', 'lb', '--base', 'HEAD', '--head-dir', '.'], repo.path);
+    t.is(typed.code, 0, typed.stderr);
+    t.regex(typed.stdout, /real 198\.51\.100\.10 removed/);
+  } finally {
+    await repo.remove();
+    await other.remove();
+  }
+});
+
+test('gitlb plan: each side needs one of its two options; errors name the option', async (t) => {
+  const repo = await tempDir('plan-errors');
+  const plain = await tempDir('plan-errors-plain');
+  try {
+    await git(repo.path, 'init', '-q', '-b', 'main');
+    await commitTree(repo.path, configFiles({ webReals: tenReals }), 'base');
+    const usage = async (args: string[], message: string) => {
+      const err = await t.throwsAsync(runPlan(args), { instanceOf: UsageError });
+      t.is(err?.message, message, args.join(' '));
+    };
+    await usage([], 'give the base (--base REV or --base-dir DIR) and the head (--head REV or --head-dir DIR)');
+    await usage(['--head-dir', repo.path], 'no base: give --base REV or --base-dir DIR');
+    await usage(['--base', 'HEAD'], 'no head: give --head REV or --head-dir DIR');
+    await usage(['--base', 'HEAD', '--base-dir', repo.path, '--head-dir', repo.path], '--base and --base-dir both give the base: give one of them');
+    await usage(['--base', 'HEAD', '--head', 'HEAD', '--head-dir', repo.path], '--head and --head-dir both give the head: give one of them');
+    await usage(['--base', '', '--head-dir', repo.path], '--base: empty revision');
+    await usage(['--repo', repo.path, '--base-dir', repo.path, '--head-dir', repo.path], '--repo holds the revisions of --base/--head: with --base-dir and --head-dir there is none');
+
+    // Runtime failures (exit 1) name the option too.
+    await t.throwsAsync(runPlan(['--repo', repo.path, '--base', 'nope', '--head-dir', repo.path]), { message: "--base: unknown revision 'nope'" });
+    await t.throwsAsync(runPlan(['--repo', repo.path, '--base-dir', repo.path, '--head', 'HEAD~3']), { message: /^--head: revision 'HEAD~3': commit [0-9a-f]{12} has no parent #1$/ });
+    await t.throwsAsync(runPlan(['--repo', plain.path, '--base', 'HEAD', '--head-dir', repo.path]), {
+      message: `--repo: ${plain.path}: not a Git repository (no .git directory, not a bare repository)`,
+    });
+    await t.throwsAsync(runPlan(['--repo', repo.path, '--base', 'HEAD', '--head-dir', `${plain.path}/nope`]), { message: `--head-dir ${plain.path}/nope: no such directory` });
+    const typed = await gitlb(['plan', '--base', 'HEAD', '--head-dir', '.'], plain.path);
+    t.is(typed.code, 1);
+    t.is(typed.stderr, 'gitlb plan: --repo (default .): .: not a Git repository (no .git directory, not a bare repository)\n');
+  } finally {
+    await repo.remove();
+    await plain.remove();
+  }
+});
+
+test('gitlb plan --live reads --head / --head-dir under --path, like the other sides', async (t) => {
+  const repo = await tempDir('plan-live-path');
+  try {
+    // The config in lb/, something that is not valid config beside it: only --path keeps it out.
+    const inLb = Object.fromEntries(Object.entries(configFiles({ webReals: tenReals })).map(([p, c]) => [`lb/${p}`, c]));
+    await git(repo.path, 'init', '-q', '-b', 'main');
+    await commitTree(repo.path, { ...inLb, 'other/broken.yaml': 'not: [yaml' }, 'config in lb/');
+    const pins = `${repo.path}/no-pins`; // a node without pins plans everything
+    for (const head of [['--head-dir', repo.path], ['--repo', repo.path, '--head', 'HEAD']]) {
+      const r = await runPlan(['--live', '--node', 'lb-1', '--pin-root', pins, '--path', 'lb', ...head]);
+      t.is(r.code, 0, r.stdout);
+      t.regex(r.stdout, /^lb-1 \(lb, pins .*\): \d+ map operations/, head.join(' '));
+    }
+    await t.throwsAsync(runPlan(['--live', '--node', 'lb-1', '--pin-root', pins, '--repo', repo.path, '--head', 'nope']), { message: "--head: unknown revision 'nope'" });
+  } finally {
+    await repo.remove();
+  }
+});
+
+test('gitlb plan --repo: a .git file (separate git dir, submodule) is followed; a linked worktree is refused, not misread', async (t) => {
+  const tmp = await tempDir('plan-gitfile');
+  try {
+    const wt = `${tmp.path}/wt`;
+    await git(tmp.path, 'init', '-q', '-b', 'main', '--separate-git-dir', `${tmp.path}/sep.git`, wt);
+    await commitTree(wt, configFiles({ webReals: tenReals }), 'base');
+    await writeTree(wt, { 'services/web.yaml': configFiles({ webReals: tenReals.slice(1) })['services/web.yaml']! });
+    const r = await runPlan(['--repo', wt, '--base', 'HEAD', '--head-dir', wt]);
+    t.is(r.code, 0, r.stdout);
+    t.regex(r.stdout, /real 198\.51\.100\.1 removed/);
+
+    // A linked worktree on another branch: its HEAD is not the main working tree's, so it is refused.
+    await git(wt, 'worktree', 'add', '-q', '-b', 'other', `${tmp.path}/linked`);
+    await t.throwsAsync(runPlan(['--repo', `${tmp.path}/linked`, '--base', 'HEAD', '--head-dir', `${tmp.path}/linked`]), {
+      message: `--repo: ${tmp.path}/linked is a linked worktree (git worktree), which is not supported: give the main working tree or a bare clone, and a branch or commit id as the revision`,
+    });
+  } finally {
+    await tmp.remove();
   }
 });

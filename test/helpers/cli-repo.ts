@@ -52,10 +52,11 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `gitlb ARGS` (src/cli/main.ts under tsx) and returns its exit code and output. */
+/** Runs `gitlb ARGS` (src/cli/main.ts under tsx) in `cwd` and returns its exit code and output. */
 export async function gitlb(args: string[], cwd = root): Promise<CliResult> {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', join(root, 'src/cli/main.ts'), ...args], {
+    // tsx by its resolved URL: a bare 'tsx' is looked up from `cwd`, which may be outside the project.
+    const { stdout, stderr } = await run(process.execPath, ['--import', import.meta.resolve('tsx'), join(root, 'src/cli/main.ts'), ...args], {
       cwd,
       timeout: 60_000,
       maxBuffer: 64 * 1024 * 1024,

@@ -1,7 +1,8 @@
-// `gitlb plan`: what a change (e.g. a pull request) does to traffic, from two revisions or two directories.
+// `gitlb plan`: what a change (e.g. a pull request, or uncommitted edits) does to traffic, between two revisions or
+// directories in any mix.
 import { defineCommand, formatOption, pathOption, UsageError } from '../command.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
-import { readConfigAtRevision } from '../../reconciler/source/git-tree.js';
+import { gitdirOf, readConfigAtRevision } from '../../reconciler/source/git-tree.js';
 import { join } from 'node:path';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../render/config/index.js';
 import { renderDesiredState } from '../../render/desired.js';
@@ -43,9 +44,11 @@ async function readDirOption(option: string, dir: string, path: string) {
 export const command = defineCommand<PlanOptions>({
   name: 'plan',
   summary: 'show what a config change does to traffic (per service: reals, weights, modes, moved connections)',
-  description: `Compares two revisions of the config: read straight from Git objects (no checkout; REV is a branch, tag, commit
-id, optionally with ~N / ^N, e.g. --base origin/main --head HEAD) in the repository DIR (default: .), or two
-plain directories (--base-dir A --head-dir B). Per service it lists added, removed and changed reals, weight and
+  description: `Compares two revisions of the config. Each side is a revision read straight from Git objects (--base /
+--head REV: no checkout; REV is a branch, tag, commit id, optionally with ~N / ^N) in the repository --repo
+(default: .), or a directory as it is on disk (--base-dir / --head-dir DIR: every config file there, committed
+or not), in any mix: --base origin/main --head HEAD, --base-dir A --head-dir B, or --base HEAD --head-dir . (what
+the uncommitted edits of the working tree change). Per service it lists added, removed and changed reals, weight and
 state changes, mode and other field changes, the share of Maglev table entries that change backend (= the share of
 new connections that will land on a different real) and the reals that gain or lose share; plus node and cluster
 changes, and the validation errors of the head revision. All reals count as healthy.`,
@@ -53,11 +56,11 @@ changes, and the validation errors of the head revision. All reals count as heal
 validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan changes something.`,
   define: (cmd) =>
     cmd
-      .option('--base <rev>', 'base revision (with --head)')
-      .option('--head <rev>', 'head revision (with --base)')
-      .option('--repo <dir>', 'repository holding --base and --head (default: .)')
-      .option('--base-dir <dir>', 'base config directory (with --head-dir)')
-      .option('--head-dir <dir>', 'head config directory (with --base-dir)')
+      .option('--base <rev>', 'base revision (or --base-dir)')
+      .option('--head <rev>', 'head revision (or --head-dir)')
+      .option('--repo <dir>', 'repository holding --base and/or --head (default: .)')
+      .option('--base-dir <dir>', 'base config directory, as it is on disk (or --base)')
+      .option('--head-dir <dir>', 'head config directory, as it is on disk (or --head)')
       .addOption(formatOption(FORMATS, 'text', 'text, markdown (ready to post as a pull-request comment) or json (sorted keys)'))
       .addOption(pathOption())
       .option('--exit-code', `exit ${EXIT_CHANGES} when the plan changes something (like git diff --exit-code)`, false)
@@ -71,31 +74,61 @@ validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan change
   },
 });
 
-/** The whole command minus the process: parses argv, reads both revisions, returns the output and exit code.
+/** The whole command minus the process: parses argv, reads both sides, returns the output and exit code.
  * Usage errors throw UsageError, unreadable revisions throw as they are (exit status 1 from the dispatcher). */
 export async function runPlan(argv: string[]): Promise<{ code: number; stdout: string }> {
   return planCore(command.parse(argv).opts as unknown as PlanOptions);
 }
 
+/** One side of the comparison: a revision of --repo, or a directory as it is on disk. */
+type Side = { option: '--base' | '--head'; rev: string } | { option: '--base-dir' | '--head-dir'; dir: string };
+
+/** The side given by `revOption` or `dirOption` (exactly one of them), or a usage error naming both. */
+function sideOf(what: 'base' | 'head', rev: string | undefined, dir: string | undefined): Side {
+  const [revOption, dirOption] = what === 'base' ? (['--base', '--base-dir'] as const) : (['--head', '--head-dir'] as const);
+  if (rev !== undefined && dir !== undefined) throw new UsageError(`${revOption} and ${dirOption} both give the ${what}: give one of them`);
+  if (rev !== undefined) {
+    if (!rev) throw new UsageError(`${revOption}: empty revision`);
+    return { option: revOption, rev };
+  }
+  if (dir !== undefined) {
+    if (!dir) throw new UsageError(`${dirOption}: empty directory`);
+    return { option: dirOption, dir };
+  }
+  throw new UsageError(`no ${what}: give ${revOption} REV or ${dirOption} DIR`);
+}
+
+/** The config of one side; a revision that cannot be read is named by its option (`--base: unknown revision 'x'`). */
+async function readSide(side: Side, repo: string, path: string): Promise<ConfigFile[]> {
+  if (!('rev' in side)) return readDirOption(side.option, side.dir, path);
+  try {
+    return await readConfigAtRevision(repo, side.rev, path);
+  } catch (err) {
+    throw new Error(`${side.option}: ${(err as Error).message}`);
+  }
+}
+
 async function planCore(opts: PlanOptions): Promise<{ code: number; stdout: string }> {
   if (opts.live) return livePlan(opts);
-  const byRev = opts.base !== undefined || opts.head !== undefined;
-  const byDir = opts.baseDir !== undefined || opts.headDir !== undefined;
-  if (byRev === byDir) throw new UsageError('give either --base and --head, or --base-dir and --head-dir');
-  if (byRev && (!opts.base || !opts.head)) throw new UsageError('--base and --head are both required');
-  if (byDir && (!opts.baseDir || !opts.headDir)) throw new UsageError('--base-dir and --head-dir are both required');
-  if (byDir && opts.repo) throw new UsageError('--repo goes with --base/--head');
-
-  let baseFiles: ConfigFile[];
-  let headFiles: ConfigFile[];
-  if (byRev) {
-    const repo = opts.repo ?? '.';
-    baseFiles = await readConfigAtRevision(repo, opts.base!, opts.path);
-    headFiles = await readConfigAtRevision(repo, opts.head!, opts.path);
-  } else {
-    baseFiles = await readDirOption('--base-dir', opts.baseDir!, opts.path);
-    headFiles = await readDirOption('--head-dir', opts.headDir!, opts.path);
+  // Each side is a revision or a directory, in any mix: --base HEAD --head-dir . plans the uncommitted edits.
+  if ([opts.base, opts.baseDir, opts.head, opts.headDir].every((o) => o === undefined)) {
+    throw new UsageError('give the base (--base REV or --base-dir DIR) and the head (--head REV or --head-dir DIR)');
   }
+  const baseSide = sideOf('base', opts.base, opts.baseDir);
+  const headSide = sideOf('head', opts.head, opts.headDir);
+  if (opts.repo !== undefined && !('rev' in baseSide) && !('rev' in headSide)) {
+    throw new UsageError('--repo holds the revisions of --base/--head: with --base-dir and --head-dir there is none');
+  }
+  const repo = opts.repo ?? '.';
+  if ('rev' in baseSide || 'rev' in headSide) {
+    try {
+      gitdirOf(repo);
+    } catch (err) {
+      throw new Error(`--repo${opts.repo === undefined ? ' (default .)' : ''}: ${(err as Error).message}`);
+    }
+  }
+  const baseFiles = await readSide(baseSide, repo, opts.path);
+  const headFiles = await readSide(headSide, repo, opts.path);
 
   const base = parseConfig(baseFiles);
   const head = parseConfig(headFiles);
@@ -116,7 +149,7 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
   if (opts.base !== undefined || opts.baseDir !== undefined) throw new UsageError('--live compares with the live maps: no --base/--base-dir');
   if ((opts.head === undefined) === (opts.headDir === undefined)) throw new UsageError('--live needs --head (with --repo) or --head-dir');
   if (opts.format === 'markdown') throw new UsageError('--live prints text or json');
-  const files = opts.head !== undefined ? await readConfigAtRevision(opts.repo ?? '.', opts.head) : await readDirOption('--head-dir', opts.headDir!, '');
+  const files = await readSide(sideOf('head', opts.head, opts.headDir), opts.repo ?? '.', opts.path);
   const parsed = parseConfig(files);
   if (!parsed.model) {
     const errors = parsed.diagnostics.filter((d) => d.severity === 'error').map(formatDiagnostic);

@@ -2,7 +2,7 @@
 // `gitlb plan --base REV --head REV` compares. Revisions: a ref (`main`, `origin/main`, `refs/heads/x`, `HEAD`, a
 // tag), a full or abbreviated commit id, each optionally followed by `~N` / `^N` / `~` / `^` suffixes.
 import * as fs from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import git from 'isomorphic-git';
 import { readRevisionFiles } from './git-objects.js';
 
@@ -11,13 +11,29 @@ export interface ConfigFile {
   content: Uint8Array;
 }
 
-/** The git directory of a working tree (`DIR/.git`) or of a bare repository (`DIR`). */
+/**
+ * The git directory of a working tree (`DIR/.git`), of a working tree whose `.git` is a `gitdir:` file (a submodule,
+ * `git init --separate-git-dir`), or of a bare repository (`DIR`). A linked worktree (`git worktree add`) is
+ * refused: its HEAD lives apart from the refs and objects (`commondir`), which isomorphic-git does not follow, and
+ * reading the common directory alone would silently take the main working tree's HEAD for this one's.
+ */
 export function gitdirOf(repoDir: string): string {
   const dotGit = join(repoDir, '.git');
+  let st: fs.Stats | undefined;
   try {
-    if (fs.statSync(dotGit).isDirectory()) return dotGit;
+    st = fs.statSync(dotGit);
   } catch {
     // not a working tree: fall through to "bare"
+  }
+  if (st?.isDirectory()) return dotGit;
+  if (st?.isFile()) {
+    const m = /^gitdir:\s*(.+?)\s*$/m.exec(fs.readFileSync(dotGit, 'utf8'));
+    if (!m) throw new Error(`${repoDir}: .git is a file without a 'gitdir:' line`);
+    const gitdir = resolve(repoDir, m[1]!);
+    if (fs.existsSync(join(gitdir, 'commondir'))) {
+      throw new Error(`${repoDir} is a linked worktree (git worktree), which is not supported: give the main working tree or a bare clone, and a branch or commit id as the revision`);
+    }
+    return gitdir;
   }
   if (fs.existsSync(join(repoDir, 'HEAD')) && fs.existsSync(join(repoDir, 'objects'))) return repoDir;
   throw new Error(`${repoDir}: not a Git repository (no .git directory, not a bare repository)`);
