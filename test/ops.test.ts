@@ -20,14 +20,38 @@ const lb = (services: SvcSpec[], o: { mtu?: number; reals?: Record<number, strin
 const A = lb([svc(10, '203.0.113.10', [1, 2]), svc(20, '203.0.113.20', [2, 3], { ports: [{ port: 53, protocol: 'UDP' }, { port: 53, protocol: 'TCP' }] })]);
 const kinds = (ops: Op[]) => ops.map((o) => o.op);
 
-/** Make-before-break, checked on the state after every single op: nothing refers to something missing. */
-function assertConsistent(t: import('ava').ExecutionContext, s: LiveState, rings: Map<number, number[]>, where: string): void {
+/** What refers to something missing in `s` (rings: the reals each live ring names). */
+function violations(s: LiveState, rings: Map<number, number[]>): string[] {
+  const out: string[] = [];
   const services = new Set(s.services.map((x) => x.id));
   const reals = new Set(s.reals.map((r) => r.id));
-  for (const v of s.vips) t.true(services.has(v.serviceId), `${where}: listener ${v.vip}:${v.port} points at missing service ${v.serviceId}`);
+  for (const v of s.vips) if (!services.has(v.serviceId)) out.push(`listener ${v.vip}:${v.port} points at missing service ${v.serviceId}`);
   for (const x of s.services)
-    for (const id of rings.get(x.id) ?? []) if (id) t.true(reals.has(id), `${where}: ring of ${x.id} names missing real ${id}`);
-  for (const v of s.vips) t.true(s.markers.some((m) => m.address === v.vip), `${where}: listener ${v.vip} without its marker`);
+    for (const id of rings.get(x.id) ?? []) if (id && !reals.has(id)) out.push(`ring of ${x.id} names missing real ${id}`);
+  for (const v of s.vips) if (!s.markers.some((m) => m.address === v.vip)) out.push(`listener ${v.vip} without its marker`);
+  return out;
+}
+
+/** Make-before-break, checked on the state after every single op: nothing refers to something missing. */
+function assertConsistent(t: import('ava').ExecutionContext, s: LiveState, rings: Map<number, number[]>, where: string): void {
+  for (const v of violations(s, rings)) t.fail(`${where}: ${v}`);
+}
+
+/** The violations met along `ops` (fill+switch pairs applied together, as the data plane does). */
+function violationsAlong(from: LiveState, ops: Op[]): string[] {
+  let s = from;
+  const rings = new Map<number, number[]>();
+  const seed = (st: LiveState) => { for (const x of st.services) { const r = x.ring ? ringRealIds(x.ring) : x.reals; if (r) rings.set(x.id, [...r]); } };
+  seed(s);
+  const out: string[] = [];
+  ops.forEach((o, i) => {
+    if (o.op === 'ring.fill') return;
+    const fill = o.op === 'service.switch' ? ops.find((f) => f.op === 'ring.fill' && f.serviceId === o.serviceId)! : null;
+    s = applyOps(s, fill ? [fill, o] : [o]);
+    seed(s);
+    for (const v of violations(s, rings)) out.push(`after op ${i} (${o.op}): ${v}`);
+  });
+  return out;
 }
 
 function stepThrough(t: import('ava').ExecutionContext, from: LiveState, ops: Op[], cap: LbCapacity = LB_MAP_CAPACITY): LiveState {
@@ -277,4 +301,23 @@ test('random revisions within small maps: every plan keeps references whole and 
   }
   t.log(`${applied} revisions applied (${interleaved} freed room before a switch), ${refused} refused`);
   t.true(applied > 50 && interleaved > 10);
+});
+
+test('guard: the removals-first order still never removes a ring or real a live listener or ring names (and the check sees it)', (t) => {
+  // a listener moves from a removed service to a new one, and a real leaves a kept ring: the tempting orders
+  // (ring deleted before the listener moves, real deleted before the ring is switched) are what the plan must not do
+  const ports = [{ port: 53, protocol: 'UDP' as const }, { port: 53, protocol: 'TCP' as const }];
+  const from = lb([svc(10, '203.0.113.10', [1, 2]), svc(20, '203.0.113.20', [2, 3], { ports })]);
+  const to = lb([svc(10, '203.0.113.10', [2]), svc(30, '203.0.113.20', [3], { ports })]);
+  for (const cap of [LB_MAP_CAPACITY, room({ services: 3, reals: 3 })]) {
+    const ops = planOps(liveOf(from), to, cap);
+    t.deepEqual(violationsAlong(liveOf(from), ops), []);
+    t.deepEqual(planOps(applyOps(liveOf(from), ops), to, cap), []);
+    const early = (kind: 'service.delete' | 'real.delete') => {
+      const i = ops.findIndex((o) => o.op === kind);
+      return [ops[i]!, ...ops.filter((_, j) => j !== i)];
+    };
+    t.regex(violationsAlong(liveOf(from), early('service.delete')).join('\n'), /listener 203\.0\.113\.20:53 points at missing service 20/);
+    t.regex(violationsAlong(liveOf(from), early('real.delete')).join('\n'), /ring of 10 names missing real 1/);
+  }
 });

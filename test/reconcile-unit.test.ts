@@ -10,7 +10,7 @@ import addFormats from 'ajv-formats';
 import { MemoryDataPlane } from '../src/bpf/dataplane/memory.js';
 import { parseConfig } from '../src/render/config/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
-import { planOps } from '../src/render/ops.js';
+import { EMPTY_LIVE, LB_MAP_CAPACITY, planOps } from '../src/render/ops.js';
 import { LocalRemote } from '../src/reconciler/source/git-remote.js';
 import { Reconciler, type ReconcilerOptions } from '../src/reconciler/reconcile.js';
 import { getCondition } from '../src/reconciler/status/conditions.js';
@@ -192,6 +192,29 @@ test('EINVAL from the data plane (the node cannot represent the revision) is not
   clock.now += 3_600_000;
   await r.reconcile('poll');
   t.is(dp.failures, 1, 'not tried again');
+});
+
+test('a transition no order of ops fits the maps fails at plan, before any write, and is not retried (ENOSPC)', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const dp = new MemoryDataPlane(EMPTY_LIVE, { ...LB_MAP_CAPACITY, services: 1 });
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+  const before = await dp.readLive();
+  // the one service renamed on the same listener: the new ring needs an entry while the listener names the old one
+  await commitFiles(work, { 'services/web.yaml': null, 'services/web2.yaml': serviceYaml('web2', '203.0.113.10', REALS) }, 'rename');
+  const o = await r.reconcile('poll');
+  t.true(o.kind === 'failed' && o.stage === 'apply' && /^lb_rings: no free entry for new service web2 \(\d+\): 1 of 1 in use/.test(o.reason), JSON.stringify(o));
+  t.deepEqual(await dp.readLive(), before, 'nothing written');
+  t.is(dp.executed.length, 1, 'no execute after the first');
+  t.is(r.nextRetryAt, null);
+  t.is(cond(r, 'Stalled')?.status, 'True');
+  clock.now += 3_600_000;
+  await r.reconcile('poll');
+  t.is(dp.executed.length, 1, 'not tried again');
+  // in two steps (a new VIP first, then the old service removed) it applies
+  await commitFiles(work, { 'services/web2.yaml': serviceYaml('web2', '203.0.113.11', REALS) }, 'the new name on a new VIP');
+  t.is((await r.reconcile('poll')).kind, 'applied');
+  t.deepEqual((await dp.readLive()).vips.map((v) => v.vip), ['203.0.113.11']);
 });
 
 test('a health change re-renders the applied revision and applies only the difference', async (t) => {

@@ -608,8 +608,10 @@ export class Reconciler {
         this.countReport(report);
       } catch (err) {
         // EINVAL: the data plane cannot represent this revision on this node (e.g. the Node's interface is not
-        // the one the data plane was opened on): retrying the same revision would fail the same way.
-        return { ok: false, stage: 'apply', reason: errorText(err), permanent: (err as { code?: string }).code === 'EINVAL' };
+        // the one the data plane was opened on); ENOSPC: the plan found no order of ops that fits the node's maps
+        // (PlanCapacityError, nothing written). Retrying the same revision would fail the same way.
+        const code = (err as { code?: string }).code;
+        return { ok: false, stage: 'apply', reason: errorText(err), permanent: code === 'EINVAL' || code === 'ENOSPC' };
       }
       this.liveModel = model;
       // Read back: the kernel must now hold exactly what was rendered.

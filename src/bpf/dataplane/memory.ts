@@ -5,7 +5,7 @@
 // state intact and the error is thrown with its errno in `code`. A fault hook fails a chosen op so tests can
 // reach the apply-failure, undo and retry paths the kernel only shows under pressure (E2BIG, ENOMEM, ...).
 import type { DesiredState } from '../../render/state.js';
-import { applyOps, EMPTY_LIVE, planOps, type LiveState, type Op, type OpKind } from '../../render/ops.js';
+import { applyOps, EMPTY_LIVE, LB_MAP_CAPACITY, planOps, type LbCapacity, type LiveState, type Op, type OpKind } from '../../render/ops.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type ExecuteOptions, type ReadLiveOptions } from './types.js';
 
 /** Fails the `nth` op (1-based; counting only ops of `kind` when given) of each of the next `times` executes. */
@@ -52,7 +52,8 @@ export class MemoryDataPlane implements DataPlane {
   /** Executes that failed (injected faults or invalid op sequences); their ops were undone. */
   failures = 0;
 
-  constructor(initial: LiveState = EMPTY_LIVE) {
+  /** `capacity`: the map sizes it plans within (default: the kernel data plane's, lb_consts.h). */
+  constructor(initial: LiveState = EMPTY_LIVE, private readonly capacity: LbCapacity = LB_MAP_CAPACITY) {
     this.live = initial;
   }
 
@@ -97,7 +98,7 @@ export class MemoryDataPlane implements DataPlane {
 
   async plan(desired: DesiredState): Promise<Op[]> {
     this.open();
-    return planOps(this.live, desired);
+    return planOps(this.live, desired, this.capacity);
   }
 
   async execute(ops: Op[], opts: ExecuteOptions = {}): Promise<ApplyReport> {
