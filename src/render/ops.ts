@@ -91,8 +91,8 @@ export type Op =
   | { op: 'settings.set'; value: LbSettings; before: LbSettings | null }
   | { op: 'snat.set'; value: SnatSettings; before: SnatSettings | null }
   | { op: 'real.put'; real: DesiredReal; before: DesiredReal | null }
-  /** Builds a new ring for a service (not yet visible to packets). */
-  | { op: 'ring.fill'; serviceId: number; name: string; tableSize: number; digest: string; ring: Uint32Array }
+  /** Builds a new ring for a service (not yet visible to packets); `reals`: the distinct real ids it names. */
+  | { op: 'ring.fill'; serviceId: number; name: string; tableSize: number; digest: string; ring: Uint32Array; reals?: readonly number[] }
   /** Points the service at the ring filled by the ring.fill before it: one map update. */
   | { op: 'service.switch'; serviceId: number; name: string; tableSize: number; digest: string; before: { tableSize: number; digest: string } | null }
   | { op: 'vip.put'; vip: DesiredVip; before: DesiredVip | null }
@@ -241,16 +241,33 @@ export class PlanCapacityError extends Error {
   }
 }
 
-/** The distinct non-zero real ids of a ring, ascending (rings are long runs of few ids: one set insert per run). */
+/** The distinct non-zero real ids of a ring, ascending. A Maglev ring interleaves its reals entry by entry, so a
+ * small direct-mapped memo of ids already seen spares the set insert of almost every entry (a collision only costs
+ * an insert, which is idempotent). */
 export function ringRealIds(ring: ArrayLike<number>): number[] {
   const out = new Set<number>();
-  let last = 0;
+  const seen = new Uint32Array(1024); // 0 = empty slot (real ids are >= 1)
   for (let i = 0; i < ring.length; i++) {
     const id = ring[i]!;
-    if (id !== last && id !== 0) out.add(id);
-    last = id;
+    if (id === 0) continue;
+    const h = (id ^ (id >>> 10) ^ (id >>> 20)) & 1023;
+    if (seen[h] === id) continue;
+    seen[h] = id;
+    out.add(id);
   }
   return [...out].sort((a, b) => a - b);
+}
+
+/** The distinct real ids of a desired ring: render lists each real with the entries it got (service-table.ts), so
+ * when those entries add up to the whole ring they name exactly its reals and no entry needs reading. */
+function desiredRingReals(s: DesiredState['services'][number]): number[] {
+  let sum = 0;
+  const out: number[] = [];
+  for (const r of s.reals) {
+    sum += r.entries;
+    if (r.entries > 0) out.push(r.realId); // s.reals is sorted by real id
+  }
+  return sum === s.ring.length ? out : ringRealIds(s.ring);
 }
 
 /**
@@ -292,14 +309,16 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   for (const m of live.markers) if (!wantMarkerIds.has(markerId(m))) ops.push({ op: 'marker.delete', marker: m });
   const markers = new Set(live.markers.map(markerId).filter((id) => wantMarkerIds.has(id)));
 
-  // How many kept listeners name each service now: a removed service's ring goes once none does.
-  const refs = new Map<number, number>();
-  const ref = (id: number, d: number) => refs.set(id, (refs.get(id) ?? 0) + d);
-  for (const [id, v] of liveVips) if (wantVipIds.has(id)) ref(v.serviceId, 1);
-  let pendingVips = desired.vips.filter((v) => { const cur = liveVips.get(vipId(v)); return !cur || !sameVip(cur, v); });
-
   const liveServices = new Map(live.services.map((s) => [s.id, s]));
   const wantServiceIds = new Set(desired.services.map((s) => s.id));
+  const removed = live.services.filter((s) => !wantServiceIds.has(s.id));
+  // How many kept listeners name each service now: a removed service's ring goes once none does (counted only
+  // when a service is removed).
+  const refs = new Map<number, number>();
+  const ref = (id: number, d: number) => { if (removed.length) refs.set(id, (refs.get(id) ?? 0) + d); };
+  if (removed.length) for (const [id, v] of liveVips) if (wantVipIds.has(id)) ref(v.serviceId, 1);
+  let pendingVips = desired.vips.filter((v) => { const cur = liveVips.get(vipId(v)); return !cur || !sameVip(cur, v); });
+
   /** Services whose ring is the desired one now. */
   const ready = new Set<number>();
   let todo: DesiredState['services'] = [];
@@ -308,7 +327,6 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
     if (cur && cur.tableSize === s.tableSize && cur.digest === s.digest) ready.add(s.id);
     else todo.push(s);
   }
-  const removed = live.services.filter((s) => !wantServiceIds.has(s.id));
   const inRings = new Set(liveServices.keys());
   /** Reals the live rings that are still to change or go may name (null: not known, so any live real). An
    * unchanged ring is the desired one, and a desired ring names only desired reals. */
@@ -355,14 +373,15 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
     // the services that fit in the room left, with the reals their rings need
     let serviceRoom = cap.services - inRings.size;
     let realRoom = cap.reals - have.size;
-    const take: typeof todo = [];
+    const take: Array<{ s: DesiredState['services'][number]; names: number[] }> = [];
     const rest: typeof todo = [];
     const adding = new Set<number>();
     let blocked: string | null = null;
     for (const s of todo) {
       const isNew = !inRings.has(s.id);
       // (a ring naming a real not in reals is left to validateDesired, which names the field)
-      const need = ringRealIds(s.ring).filter((id) => !have.has(id) && !adding.has(id) && wantReals.has(id));
+      const names = desiredRingReals(s);
+      const need = names.filter((id) => !have.has(id) && !adding.has(id) && wantReals.has(id));
       if ((isNew && serviceRoom < 1) || need.length > realRoom) {
         blocked ??= isNew && serviceRoom < 1
           ? `lb_rings: no free entry for new service ${s.name} (${s.id}): ${inRings.size} of ${cap.services} in use, ` +
@@ -376,15 +395,16 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
       if (isNew) serviceRoom--;
       realRoom -= need.length;
       for (const id of need) adding.add(id);
-      take.push(s);
+      take.push({ s, names });
     }
     for (const id of [...adding].sort((a, b) => a - b)) {
       const r = wantReals.get(id)!;
       ops.push({ op: 'real.put', real: r, before: null });
       have.set(id, r);
     }
-    for (const s of take) ops.push({ op: 'ring.fill', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest, ring: s.ring });
-    for (const s of take) {
+    for (const { s, names } of take)
+      ops.push({ op: 'ring.fill', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest, ring: s.ring, reals: names });
+    for (const { s } of take) {
       const cur = liveServices.get(s.id);
       ops.push({ op: 'service.switch', serviceId: s.id, name: s.name, tableSize: s.tableSize, digest: s.digest,
         before: cur ? { tableSize: cur.tableSize, digest: cur.digest } : null });
@@ -398,11 +418,13 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
     const now = pendingVips.filter((v) => ready.has(v.serviceId));
     pendingVips = pendingVips.filter((v) => !ready.has(v.serviceId));
     // a missing marker goes in with the first listener of its address, or at once if none of them changes
-    const later = new Set(pendingVips.map((v) => markerId({ address: v.vip, family: v.family })));
-    const nowAt = new Set(now.map((v) => markerId({ address: v.vip, family: v.family })));
-    for (const m of wantMarkers) {
-      const id = markerId(m);
-      if (!markers.has(id) && (nowAt.has(id) || !later.has(id))) { ops.push({ op: 'marker.put', marker: m }); markers.add(id); }
+    if (markers.size < wantMarkerIds.size) {
+      const later = new Set(pendingVips.map((v) => markerId({ address: v.vip, family: v.family })));
+      const nowAt = new Set(now.map((v) => markerId({ address: v.vip, family: v.family })));
+      for (const m of wantMarkers) {
+        const id = markerId(m);
+        if (!markers.has(id) && (nowAt.has(id) || !later.has(id))) { ops.push({ op: 'marker.put', marker: m }); markers.add(id); }
+      }
     }
     for (const v of now) {
       const cur = liveVips.get(vipId(v)) ?? null;
@@ -460,7 +482,7 @@ export function describeOp(o: Op): string {
 /** An op as plain JSON: rings are summarised (size and digest), not listed. */
 export function opToJson(o: Op): Record<string, unknown> {
   if (o.op !== 'ring.fill') return { ...o, describe: describeOp(o) };
-  const { ring: _ring, ...rest } = o;
+  const { ring: _ring, reals: _reals, ...rest } = o;
   return { ...rest, describe: describeOp(o) };
 }
 
@@ -481,7 +503,7 @@ export function liveOf(desired: DesiredState): LiveState {
     settings: desiredSettings(desired),
     snat: desiredSnat(desired),
     reals: desired.reals.map((r) => ({ ...r })),
-    services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest, reals: ringRealIds(s.ring) })),
+    services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest, reals: desiredRingReals(s) })),
     vips: desired.vips.map((v) => ({ ...v })),
     markers: desiredMarkers(desired),
     backendVips: [],
@@ -507,7 +529,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
       case 'settings.set': settings = o.value; break;
       case 'snat.set': snat = o.value; break;
       case 'real.put': reals.set(o.real.id, o.real); break;
-      case 'ring.fill': filled.set(o.serviceId, { id: o.serviceId, tableSize: o.tableSize, digest: o.digest, ring: o.ring }); break;
+      case 'ring.fill': filled.set(o.serviceId, { id: o.serviceId, tableSize: o.tableSize, digest: o.digest, ring: o.ring, ...(o.reals && { reals: o.reals }) }); break;
       case 'service.switch': {
         const s = filled.get(o.serviceId);
         if (!s) throw new Error(`service.switch of service ${o.serviceId} without a ring.fill before it`);

@@ -465,7 +465,7 @@ class LbDataPlane implements DataPlane {
           case 'ring.fill': {
             filled.get(o.serviceId)?.map.close();
             const map = createRing(o.serviceId, o.ring);
-            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest, reals: ringRealIds(o.ring) } });
+            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest, reals: o.reals ?? ringRealIds(o.ring) } });
             report.changedRingEntries += o.ring.length;
             report.mapWrites++;
             break;
