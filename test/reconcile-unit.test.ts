@@ -592,3 +592,23 @@ test('a failed status push is logged once however many publishes it carried, ret
   r.stopStatusRetries();
   t.true(lines.some((l) => l.level === 'info' && l.msg === 'status write recovered after 2 failed pushes'), lines.map((l) => l.msg).join('\n'));
 });
+
+test('flushStatus waits for the statuses handed over before the call, not for the ones published while it waits', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS));
+  const writes: { why: string; done: () => void }[] = [];
+  const { r } = reconciler(work, new MemoryDataPlane(), 'lb-1', {
+    statusSink: (_status, _branch, why) => new Promise<void>((done) => writes.push({ why, done })),
+  });
+  t.is((await r.reconcile('start')).kind, 'applied');
+  t.deepEqual(writes.map((w) => w.why), ['start (start)']);
+  let flushed = false;
+  const flushing = r.flushStatus().then(() => (flushed = true));
+  r.heartbeat(0); // a newer status while the flush waits (a health flip, a retry): its push has not ended
+  t.deepEqual(writes.map((w) => w.why), ['start (start)', 'heartbeat']);
+  writes[0]!.done();
+  for (let i = 0; i < 5; i++) await new Promise((res) => setImmediate(res));
+  t.true(flushed, 'the flush ended with the push it was called for');
+  writes[1]!.done();
+  await flushing;
+  await r.flushStatus();
+});

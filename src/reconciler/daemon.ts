@@ -145,7 +145,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
         if (reconciler.appliedRevision !== before || out.kind === 'applied')
           await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision });
         // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.
-        if (out.kind === 'failed' && out.rollback?.pushed) runner.trigger('reconcile', 'automatic revert');
+        if (out.kind === 'failed' && out.rollback?.pushed) runner.followUp('reconcile', 'automatic revert');
         // Transient failures (fetch included) come back on their own, with backoff.
         clearTimeout(retryTimer);
         const at = reconciler.nextRetryAt;

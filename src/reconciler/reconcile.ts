@@ -394,13 +394,13 @@ export class Reconciler {
     clearTimeout(this.statusRetry);
   }
 
-  /** Resolves when every status handed to the sink so far has been written (or has failed and been logged). */
+  /**
+   * Resolves when every status handed to the sink so far has been written (or has failed and been logged). Not
+   * the ones handed over meanwhile: waiting for those too never ends while health flips or status retries keep
+   * publishing.
+   */
   async flushStatus(): Promise<void> {
-    let seen: Promise<void> | undefined;
-    while (seen !== this.pendingStatus) {
-      seen = this.pendingStatus;
-      await seen;
-    }
+    await this.pendingStatus;
   }
 
   private attempt(revision: string, result: AttemptResult, stage?: FailureStage, reason?: string): StatusAttempt {
