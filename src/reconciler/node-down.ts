@@ -102,9 +102,22 @@ export async function takeNodeDown(o: NodeDownOptions): Promise<NodeDownReport> 
   rmSync(pinDir, { recursive: true, force: true });
   for (const { pin, info } of links) {
     // The link object must be gone: had anything else kept it, the program would still be attached.
-    const still = await bpftool(['link', 'show', 'id', String(info.id)]);
-    if (still.code === 0) throw new Error(`${pin} (link id ${info.id}) is still attached after unpinning: some process holds it`);
+    if (!(await linkGone(info.id))) throw new Error(`${pin} (link id ${info.id}) is still attached after unpinning: some process holds it`);
     report.links.push(`${pin} (${info.type ?? 'link'}, id ${info.id})`);
   }
   return report;
+}
+
+/** How long an unpinned link may take to go: the kernel frees a link whose last reference was its pin from a
+ * workqueue (bpf_link_put defers), so its id can still be shown for a moment after the unlink. */
+const LINK_RELEASE_WAIT_MS = 3_000;
+
+/** Whether the kernel no longer knows link `id`, re-checked every 100 ms for up to LINK_RELEASE_WAIT_MS. */
+async function linkGone(id: number): Promise<boolean> {
+  const deadline = Date.now() + LINK_RELEASE_WAIT_MS;
+  for (;;) {
+    if ((await bpftool(['link', 'show', 'id', String(id)])).code !== 0) return true;
+    if (Date.now() >= deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
