@@ -135,12 +135,16 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
 
     // health flip: be-2's servers stop; the first scrape after the daemon logs the flip shows it
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
-    process.kill(server.pid, 'SIGKILL');
     const logFile = join(stateDir, 'logs', 'daemon-lb-1.log');
+    const logLines = () => readFileSync(logFile, 'utf8').split('\n');
+    // only lines written after the kill: a real can go down once while the lab starts (its server not listening
+    // yet), and that old line would be taken for this flip
+    const before = logLines().length - 1;
+    process.kill(server.pid, 'SIGKILL');
     let flip: Record<string, unknown> | undefined;
     for (let i = 0; i < 100 && !flip; i++) {
       await new Promise((r) => setTimeout(r, INTERVAL_MS / 2));
-      flip = readFileSync(logFile, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>)
+      flip = logLines().slice(before).filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>)
         .find((r) => r.stage === 'health' && r.real === BE['be-2'] && r.to === 'down' && r.service === 'udp-dsr');
     }
     t.truthy(flip, 'the daemon logged the flip as a JSON line naming service and real');

@@ -3,12 +3,14 @@
 // /tmp/gitlb-status-XXXX behind on every Ctrl-C. So every such directory is registered here, and while any is
 // registered (and the CLI has asked for it) SIGINT and SIGTERM remove them all before the process exits with
 // 128 + the signal number (130, 143), as the shell would report the signal.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { existsSync, rmSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const registered = new Set<string>();
+/** makeTempDir calls between installing the listeners and registering their directory. */
+let creating = 0;
 let onSignal = false;
 const SIGNALS = { SIGINT: 130, SIGTERM: 143 } as const;
 const handlers = new Map<NodeJS.Signals, () => void>();
@@ -23,12 +25,23 @@ export function removeTempDirsOnSignal(): void {
   syncListeners();
 }
 
-/** A fresh directory under the system's temporary directory, registered: a signal exit removes it too. */
+/**
+ * A fresh directory under the system's temporary directory, registered: a signal exit removes it too. The
+ * listeners are installed before the directory exists, and it is created and registered in one synchronous step:
+ * with an asynchronous mkdtemp the directory existed while its completion waited for a busy main thread (module
+ * loading under load), and a Ctrl-C in that window took the default action and left it behind.
+ */
 export async function makeTempDir(prefix: string): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), prefix));
-  registered.add(dir);
+  creating++;
   syncListeners();
-  return dir;
+  try {
+    const dir = mkdtempSync(join(tmpdir(), prefix));
+    registered.add(dir);
+    return dir;
+  } finally {
+    creating--;
+    syncListeners();
+  }
 }
 
 /** Removes a directory of makeTempDir (in the caller's `finally`) and unregisters it. */
@@ -47,7 +60,7 @@ export function registeredTempDirs(): string[] {
 }
 
 function syncListeners(): void {
-  const want = onSignal && registered.size > 0;
+  const want = onSignal && (registered.size > 0 || creating > 0);
   if (want && !handlers.size) {
     for (const [sig, code] of Object.entries(SIGNALS) as [NodeJS.Signals, number][]) {
       const h = () => {
