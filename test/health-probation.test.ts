@@ -7,7 +7,9 @@
 // that does not answer gets no table entries while a new one that does is admitted.
 // What a client sees meanwhile (real traffic through the lab's router and XDP lb nodes): test/e2e.test.ts.
 import test from 'ava';
+import { once } from 'node:events';
 import { rmSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { addAddrs, createNetns, deleteNetns, nsName, nsSpawn, stopChild } from '../src/lab/netns.js';
 import { LineTap } from './health-lab.js';
@@ -53,6 +55,9 @@ test('targetPort at a closed port fails at health with nothing applied and one r
     t.is(partial.checkerState, 'down', 'the checker starts it from its probation result');
     t.is(partial.later.silent, 0, 'still out after several check intervals');
   } finally {
+    // After its last line the runner removes its Git cache, served repository and pins in its own `finally`; killed
+    // 3 s after that line on a loaded machine, it left /tmp/gitlb-probation-* and /tmp/gitlb-srv-* behind.
+    if (child.exitCode === null && child.signalCode === null) await Promise.race([once(child, 'exit'), sleep(30_000)]);
     await stopChild(child, 3000);
   }
 });
