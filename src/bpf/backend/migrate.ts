@@ -6,6 +6,8 @@
 // programs keep their old maps.
 import type { BpfMap } from '../libbpf.js';
 import { withMap } from '../dataplane/pinned-stats.js';
+import { encodeU32 } from '../dataplane/codec.js';
+import { entriesOfOldLayout } from '../dataplane/migrate.js';
 import { OLD_VIP_VALUE_SIZE, STAT_NAMES } from './codec.js';
 
 /** What old-layout pins held; null fields when the pin was absent or already had the current layout. */
@@ -15,18 +17,11 @@ export interface OldBackendPins {
   stats: Buffer[] | null;
 }
 
-const u32 = (n: number): Buffer => {
-  const b = Buffer.alloc(4);
-  b.writeUInt32LE(n);
-  return b;
-};
-
 export function readOldBackendPins(pinRoot: string): OldBackendPins {
   return {
-    vips: withMap(pinRoot, 'be_vips', (m) => (m.valueSize === OLD_VIP_VALUE_SIZE
-      ? m.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v)] as [Buffer, Buffer]) : null)) ?? null,
+    vips: entriesOfOldLayout(pinRoot, 'be_vips', OLD_VIP_VALUE_SIZE),
     stats: withMap(pinRoot, 'be_stats', (m) => (m.maxEntries < STAT_NAMES.length
-      ? Array.from({ length: m.maxEntries }, (_, i) => Buffer.from(m.lookup(u32(i)) ?? Buffer.alloc(0))) : null)) ?? null,
+      ? Array.from({ length: m.maxEntries }, (_, i) => Buffer.from(m.lookup(encodeU32(i)) ?? Buffer.alloc(0))) : null)) ?? null,
   };
 }
 
@@ -39,6 +34,6 @@ export function restoreOldBackendPins(old: OldBackendPins, maps: { vips: BpfMap;
     maps.vips.update(k, value);
   }
   (old.stats ?? []).forEach((v, i) => {
-    if (v.length === maps.stats.valueBufferSize) maps.stats.update(u32(i), v);
+    if (v.length === maps.stats.valueBufferSize) maps.stats.update(encodeU32(i), v);
   });
 }

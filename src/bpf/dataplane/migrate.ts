@@ -15,10 +15,15 @@ export interface OldPins {
 const OLD_VIP_VALUE = 8;
 const OLD_CONFIG = 64;
 
+/** Every entry of the pin `name` when its values are still `oldValueSize` bytes (an older layout); else null. */
+export function entriesOfOldLayout(pinRoot: string, name: string, oldValueSize: number): Array<[Buffer, Buffer]> | null {
+  return withMap(pinRoot, name, (m) => (m.valueSize === oldValueSize
+    ? m.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v)] as [Buffer, Buffer]) : null)) ?? null;
+}
+
 export function readOldPins(pinRoot: string): OldPins {
   return {
-    vips: withMap(pinRoot, 'lb_vips', (m) => (m.valueSize === OLD_VIP_VALUE
-      ? m.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v)] as [Buffer, Buffer]) : null)) ?? null,
+    vips: entriesOfOldLayout(pinRoot, 'lb_vips', OLD_VIP_VALUE),
     config: withMap(pinRoot, 'lb_config', (m) => {
       if (m.valueSize !== OLD_CONFIG) return null;
       const v = m.lookup(encodeU32(0));
