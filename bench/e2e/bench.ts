@@ -16,6 +16,11 @@
 //   path to them. `--backend-http node` measures with the Node servers, for comparison.
 // - "direct, be-1 only" (information, in the first lab): the same load on one backend; when it is close to the
 //   spread direct, one backend is not what limits direct.
+// - "direct, routed via the lb nodes" (information, in every gitlb lab): direct's load, but through the lb nodes'
+//   kernels (routedViaLbNodes): the same extra hop a VIP request takes, with no balancer.
+// - the floor lab (last, without gitlb): bench/e2e/xdp_l2_floor.c on the lb nodes, a MAC rewrite and XDP_TX for
+//   web's VIP and nothing else (floor.ts), native and then generic: the least any XDP L2 DSR balancer pays here.
+//   What a gitlb mode loses against direct beyond the floor is gitlb's; the rest is the lab's topology.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,14 +34,16 @@ import { waitForAnnounced } from '../../src/demo/failover.js';
 import { writeBenchConfig, type BenchConfig } from './config.js';
 import { formatTable, summarize, type Sample, type Series } from './table.js';
 import { wrk } from './wrk.js';
+import { attachFloor, buildFloor } from './floor.js';
 
 const { values } = parseArgs({
   options: {
     duration: { type: 'string', default: '3' },
     rounds: { type: 'string', default: '3' },
-    connections: { type: 'string', default: '15' },
+    connections: { type: 'string', default: '60' },
     'xdp-mode': { type: 'string' },
     'backend-http': { type: 'string', default: 'haproxy' },
+    floor: { type: 'boolean', default: false },
   },
 });
 const xdpMode = values['xdp-mode'];
@@ -64,6 +71,29 @@ interface Target {
   url: string;
   /** direct: wrk's threads go to these addresses (url's port), one backend per thread */
   spreadOver?: string[];
+  /** information: route the direct load through the lb nodes' kernels (see routedViaLbNodes) */
+  viaLbNodes?: boolean;
+  /** run before each of the target's measurements and before its warm-up (the floor attaches its program) */
+  before?: (state: LabState) => Promise<void>;
+}
+
+/**
+ * "direct, routed via the lb nodes": for the time of one measurement the router reaches the backends over an ECMP
+ * route through the lb nodes, whose kernels forward the packets (not VIP traffic: their XDP program passes it up).
+ * A request then takes the same extra hop a VIP request takes (router -> lb -> backend over the switch, replies
+ * straight back), with no balancing at all: how much of the gap to direct is the lab's topology, not gitlb.
+ * Returns the undo.
+ */
+async function routedViaLbNodes(state: LabState, backends: string[]): Promise<() => Promise<void>> {
+  const router = labNs(state, 'router');
+  const lbs = state.plan.nodes.filter((n) => n.role === 'lb');
+  const hops = lbs.flatMap((n) => ['nexthop', 'via', n.addresses.find((a) => !a.includes(':'))!]);
+  // the lb node forwards out of the interface the packet came in on: no ICMP redirects to the router
+  for (const n of lbs) await run(nsArgv(labNs(state, n.ns), ['sysctl', '-q', '-w', 'net.ipv4.conf.all.send_redirects=0', `net.ipv4.conf.${n.interface}.send_redirects=0`]));
+  for (const b of backends) await run(nsArgv(router, ['ip', 'route', 'replace', `${b}/32`, ...hops]));
+  return async () => {
+    for (const b of backends) await run(nsArgv(router, ['ip', 'route', 'del', `${b}/32`]));
+  };
 }
 
 function haproxyConfig(backends: string[]): string {
@@ -164,6 +194,7 @@ async function main(): Promise<void> {
   const connections = Math.max(threads, wantedConnections - (wantedConnections % threads));
   const be = (i: number) => `http://${cfg.backends[i]}:${BACKEND_PORT}/`;
   const direct: Target = { name: `direct, ${threads} backends`, url: be(0), spreadOver: cfg.backends };
+  const routed: Target = { name: 'direct, routed via the lb nodes (info)', url: be(0), spreadOver: cfg.backends, viaLbNodes: true };
   const directOne: Target = { name: `direct, ${cfg.backends[0]} only (info)`, url: be(0) };
   const haproxyT: Target = { name: 'haproxy tcp mode', url: `http://${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}/` };
   const nftT: Target = { name: 'nftables dnat', url: `http://${NFT_BIND.addr}:${NFT_BIND.port}/` };
@@ -187,9 +218,15 @@ async function main(): Promise<void> {
     process.stderr.write(`bench/e2e: ${what} ...\n`);
     const client = labNs(state, 'client');
     const o = { seconds, connections, threads, spreadOver: t.spreadOver };
-    const rps = await wrk(client, t.url, { ...o, closeEach: false });
-    const cps = await wrk(client, t.url, { ...o, closeEach: true });
-    return { rps, cps };
+    await t.before?.(state);
+    const undo = t.viaLbNodes ? await routedViaLbNodes(state, t.spreadOver!) : null;
+    try {
+      const rps = await wrk(client, t.url, { ...o, closeEach: false });
+      const cps = await wrk(client, t.url, { ...o, closeEach: true });
+      return { rps, cps };
+    } finally {
+      await undo?.();
+    }
   };
   const header = () => [
     `e2e throughput in the lab: wrk -t${threads} -c${connections}, ${seconds} s per measurement, ${rounds} rounds, from the client namespace`,
@@ -204,7 +241,7 @@ async function main(): Promise<void> {
       const attached = await attachedModes(state);
       ran.push(`lab ${i + 1}: --xdp-mode ${mode}: ${attached}`);
       const tag = attached.includes('native') ? (attached.includes('generic') ? ' [mixed]' : ' [native]') : ' [generic]';
-      const targets = [direct, ...(i === 0 ? [directOne, haproxyT, nftT] : []), ...modeTargets];
+      const targets = [direct, routed, ...(i === 0 ? [directOne, haproxyT, nftT] : []), ...modeTargets];
       if (i === 0) {
         // the peers, once: haproxy (TCP mode) and nftables DNAT, both in the router namespace
         const router = labNs(state, 'router');
@@ -220,6 +257,29 @@ async function main(): Promise<void> {
       }
       await warmUp(state, cfg, targets, mode);
       const series = targets.map((t): Series => ({ name: `${t.name}${modeTargets.includes(t) ? tag : ` [lab ${i + 1}]`}`, lab: i, direct: t === direct, samples: [] }));
+      rows.push(...series);
+      for (let k = 0; k < rounds; k++) {
+        for (const [j, t] of targets.entries()) series[j]!.samples.push(await sample(state, t, `round ${k + 1}/${rounds}: ${series[j]!.name}`));
+      }
+      series[0]!.samples.push(await sample(state, direct, `after the last round: ${series[0]!.name}`));
+      await cleanup();
+    }
+    if (!xdpMode || values.floor) {
+      // the floor lab: no gitlb at all; the lb nodes run xdp_l2_floor.c (native, then generic) for web's VIP
+      const i = xdpModes.length;
+      process.stderr.write(`bench/e2e: building the floor lab (no daemons; xdp_l2_floor on the lb nodes) ...\n`);
+      labDir = join(scratch, `lab-${i}`);
+      const state = await labUp({ stateDir: labDir, configDir: cfg.dir, daemons: false, vipsOnLo: true, backendHttp, routing: 'static' });
+      const web = cfg.services.find((x) => x.name === 'web')!;
+      const obj = await buildFloor(state, cfg.backends, web.url, scratch);
+      const floorT = (m: 'native' | 'generic'): Target => ({ name: `xdp l2 floor (web's VIP) [${m}]`, url: web.url, before: (st) => attachFloor(st, obj, m) });
+      const targets = [direct, floorT('native'), floorT('generic')];
+      ran.push(`lab ${i + 1}: no daemons, bench/e2e/xdp_l2_floor.c on both lb nodes (MAC rewrite + XDP_TX, nothing else)`);
+      for (const t of targets) {
+        await t.before?.(state);
+        await warmUp(state, cfg, [t], 'floor');
+      }
+      const series = targets.map((t): Series => ({ name: t === direct ? `${t.name} [lab ${i + 1}]` : t.name, lab: i, direct: t === direct, samples: [] }));
       rows.push(...series);
       for (let k = 0; k < rounds; k++) {
         for (const [j, t] of targets.entries()) series[j]!.samples.push(await sample(state, t, `round ${k + 1}/${rounds}: ${series[j]!.name}`));

@@ -21,6 +21,7 @@ import {
   routeAddArgs,
   run,
   setSysctls,
+  disableBridgeNetfilter,
   sleep,
   waitForPort,
 } from './netns.js';
@@ -266,6 +267,7 @@ async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string)
     if (vipsOnLo) for (const l of plan.loAddrs.filter((x) => x.ns === short)) for (const a of l.addrs) cmds.push(addrAddArgs('lo', a));
   });
   await Promise.all([...byNs(plan.sysctls)].map(([short, list]) => setSysctls(ns(short), list.map((x) => [x.key, x.value]))));
+  await Promise.all([...new Set(plan.bridges.map((b) => b.ns))].map((short) => disableBridgeNetfilter(ns(short))));
   await Promise.all(
     ends.map((end) => {
       // Senders into a native-XDP veth must not leave checksums partial: XDP_TX'd frames would carry them

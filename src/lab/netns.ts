@@ -342,6 +342,20 @@ export async function getSysctl(ns: string, key: string): Promise<string> {
   return r.stdout.trim();
 }
 
+/**
+ * Makes the bridges in `ns` plain L2 switches: where br_netfilter is loaded (its sysctls exist in every
+ * namespace, set to 1), every bridged frame is otherwise sent through the IPv4/IPv6/ARP netfilter hooks, which
+ * costs a route lookup and an skb extension per frame. A VIP packet crosses the lab's switch twice (router -> lb,
+ * lb -> backend) and a direct one once, so that cost would be charged to the load balancer. No-op without
+ * br_netfilter.
+ */
+export async function disableBridgeNetfilter(ns: string): Promise<void> {
+  const keys = ['bridge-nf-call-iptables', 'bridge-nf-call-ip6tables', 'bridge-nf-call-arptables'];
+  const present = await exec(nsArgv(ns, ['test', '-e', '/proc/sys/net/bridge/bridge-nf-call-iptables']));
+  if (present.code !== 0) return;
+  await setSysctls(ns, keys.map((k) => [`net.bridge.${k}`, '0']));
+}
+
 /** Turns on IPv4 and IPv6 forwarding inside `ns` (a router). */
 export async function enableForwarding(ns: string): Promise<void> {
   await setSysctl(ns, 'net.ipv4.ip_forward', '1');
