@@ -111,3 +111,22 @@ test.serial('--help: status, history, verify and down show one --git-timeout (do
     t.regex(help, new RegExp(`--git-timeout <seconds> deadline of each Git ${what} \\(a slow Git server needs more\\) \\(default: 10\\)`), cmd);
   }
 });
+
+test.serial('--git-timeout is one option in every command that reads Git: seconds, with or without "s", same bounds', async (t) => {
+  for (const cmd of ['status', 'history', 'verify', 'down', 'doctor']) {
+    const help = await gitlb([cmd, '--help']);
+    t.regex(help.stdout, /--git-timeout <seconds>\s+deadline of each Git fetch/, cmd);
+    t.regex(help.stdout, /\(default: 10\)/, cmd);
+  }
+  // doctor used to take a duration ("5s"); both spellings are seconds now, and its bounds are the others'
+  const dir = await tempDir('doctor-timeout');
+  try {
+    const args = (v: string) => ['doctor', '--pin-root', join(dir, 'pins'), '--repo', join(dir, 'none'), '--git-timeout', v];
+    for (const v of ['5', '5s']) t.not((await gitlb(args(v))).code, 2, v);
+    const bad = await gitlb(args('0'));
+    t.is(bad.code, 2);
+    t.regex(bad.stderr, /'0' is not a number of seconds between 0\.1 and 600/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -139,7 +139,8 @@ export function gitTimeoutMs(seconds: number): number {
 }
 
 function gitTimeoutSeconds(text: string): number {
-  const s = Number(text);
+  // "10s" too: the unit the help and docs say, written out
+  const s = Number(text.trim().replace(/s$/, ''));
   if (!(s >= 0.1 && s <= 600)) throw new InvalidArgumentError(`'${text}' is not a number of seconds between 0.1 and 600`);
   return s;
 }

@@ -1,5 +1,5 @@
 // `gitlb doctor`: preflight of a node — one line per check and a verdict (see src/reconciler/doctor.ts).
-import { defineCommand, duration, nodeName, Option, pathOption } from '../command.js';
+import { commandGitTimeoutOption, defineCommand, gitTimeoutMs, nodeName, pathOption } from '../command.js';
 import { runDoctor } from '../../reconciler/doctor.js';
 
 interface DoctorOptions {
@@ -11,6 +11,7 @@ interface DoctorOptions {
   path: string;
   credentialsFile?: string;
   webhookSecretFile?: string;
+  /** Seconds (`--git-timeout`, as in every other command that reads Git). */
   gitTimeout: number;
 }
 
@@ -33,7 +34,7 @@ is attached, pinned or written. Run it with the options 'gitlb run' gets.`,
       .addOption(pathOption())
       .option('--credentials-file <file>', 'token, or username=/token= lines (env GITLB_GIT_TOKEN, GITLB_GIT_USERNAME win)')
       .option('--webhook-secret-file <file>', 'file holding the webhook shared secret')
-      .addOption(new Option('--git-timeout <duration>', 'deadline of the Git fetch').argParser(duration).default(10_000, '10s')),
+      .addOption(commandGitTimeoutOption('fetch')),
   async run(o) {
     const results = await runDoctor({
       interface: o.interface,
@@ -45,7 +46,7 @@ is attached, pinned or written. Run it with the options 'gitlb run' gets.`,
       credentialsFile: o.credentialsFile,
       webhookSecretFile: o.webhookSecretFile,
       env: process.env,
-      gitTimeoutMs: o.gitTimeout,
+      gitTimeoutMs: gitTimeoutMs(o.gitTimeout),
     });
     const width = Math.max(...results.map((r) => r.name.length));
     for (const r of results) process.stdout.write(`${r.level.toUpperCase().padEnd(4)}  ${r.name.padEnd(width)}  ${r.detail}\n`);
