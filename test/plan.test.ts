@@ -357,7 +357,7 @@ test('gitlb plan --live reads --head / --head-dir under --path, like the other s
   }
 });
 
-test('gitlb plan --repo: a .git file (separate git dir, submodule) is followed; a linked worktree is refused, not misread', async (t) => {
+test('gitlb plan --repo: a .git file (separate git dir, submodule, linked worktree) is followed; HEAD is that working tree\'s own', async (t) => {
   const tmp = await tempDir('plan-gitfile');
   try {
     const wt = `${tmp.path}/wt`;
@@ -368,11 +368,24 @@ test('gitlb plan --repo: a .git file (separate git dir, submodule) is followed; 
     t.is(r.code, 0, r.stdout);
     t.regex(r.stdout, /real 198\.51\.100\.1 removed/);
 
-    // A linked worktree on another branch: its HEAD is not the main working tree's, so it is refused.
-    await git(wt, 'worktree', 'add', '-q', '-b', 'other', `${tmp.path}/linked`);
-    await t.throwsAsync(runPlan(['--repo', `${tmp.path}/linked`, '--base', 'HEAD', '--head-dir', `${tmp.path}/linked`]), {
-      message: `--repo: ${tmp.path}/linked is a linked worktree (git worktree), which is not supported: give the main working tree or a bare clone, and a branch or commit id as the revision`,
-    });
+    // A linked worktree on another branch, one commit further (real .1 gone): its HEAD, not the main tree's, is the
+    // base, so its own uncommitted edit (real .2 gone too) is the only change; the main tree still plans .1.
+    const linked = `${tmp.path}/linked`;
+    await git(wt, 'worktree', 'add', '-q', '-b', 'other', linked);
+    await commitTree(linked, configFiles({ webReals: tenReals.slice(1) }), 'drop .1');
+    await writeTree(linked, { 'services/web.yaml': configFiles({ webReals: tenReals.slice(2) })['services/web.yaml']! });
+    const own = await runPlan(['--repo', linked, '--base', 'HEAD', '--head-dir', linked]);
+    t.is(own.code, 0, own.stdout);
+    t.regex(own.stdout, /real 198\.51\.100\.2 removed/);
+    t.notRegex(own.stdout, /198\.51\.100\.1\b/);
+    // refs and objects are the common ones: the main tree's branch reads from the worktree too
+    const main = await runPlan(['--repo', linked, '--base', 'main', '--head', 'other']);
+    t.is(main.code, 0, main.stdout);
+    t.regex(main.stdout, /real 198\.51\.100\.1 removed/);
+    // a detached HEAD in the worktree is followed as well
+    await git(linked, 'checkout', '-qf', '--detach', 'main');
+    const detached = await runPlan(['--repo', linked, '--base', 'HEAD', '--head', 'other']);
+    t.regex(detached.stdout, /real 198\.51\.100\.1 removed/);
   } finally {
     await tmp.remove();
   }

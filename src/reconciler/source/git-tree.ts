@@ -11,13 +11,21 @@ export interface ConfigFile {
   content: Uint8Array;
 }
 
+/** Where a repository's Git data lives: objects and shared refs (`gitdir`), and this working tree's own HEAD. */
+export interface GitDirs {
+  gitdir: string;
+  /** The directory holding this working tree's HEAD: `gitdir`, except in a linked worktree (`git worktree add`). */
+  headDir: string;
+}
+
 /**
- * The git directory of a working tree (`DIR/.git`), of a working tree whose `.git` is a `gitdir:` file (a submodule,
- * `git init --separate-git-dir`), or of a bare repository (`DIR`). A linked worktree (`git worktree add`) is
- * refused: its HEAD lives apart from the refs and objects (`commondir`), which isomorphic-git does not follow, and
- * reading the common directory alone would silently take the main working tree's HEAD for this one's.
+ * The git directories of a working tree (`DIR/.git`), of a working tree whose `.git` is a `gitdir:` file (a
+ * submodule, `git init --separate-git-dir`, a linked worktree), or of a bare repository (`DIR`). A linked worktree
+ * keeps its HEAD in its own directory and everything else in the common one (its `commondir` file), which
+ * isomorphic-git does not follow: `gitdir` is then the common directory and `headDir` the worktree's, and HEAD is
+ * resolved from there (resolveRevision), so `HEAD` means this working tree's HEAD, not the main one's.
  */
-export function gitdirOf(repoDir: string): string {
+export function gitDirsOf(repoDir: string): GitDirs {
   const dotGit = join(repoDir, '.git');
   let st: fs.Stats | undefined;
   try {
@@ -25,18 +33,41 @@ export function gitdirOf(repoDir: string): string {
   } catch {
     // not a working tree: fall through to "bare"
   }
-  if (st?.isDirectory()) return dotGit;
+  if (st?.isDirectory()) return { gitdir: dotGit, headDir: dotGit };
   if (st?.isFile()) {
     const m = /^gitdir:\s*(.+?)\s*$/m.exec(fs.readFileSync(dotGit, 'utf8'));
     if (!m) throw new Error(`${repoDir}: .git is a file without a 'gitdir:' line`);
     const gitdir = resolve(repoDir, m[1]!);
-    if (fs.existsSync(join(gitdir, 'commondir'))) {
-      throw new Error(`${repoDir} is a linked worktree (git worktree), which is not supported: give the main working tree or a bare clone, and a branch or commit id as the revision`);
+    const commondirFile = join(gitdir, 'commondir');
+    if (fs.existsSync(commondirFile)) {
+      const common = resolve(gitdir, fs.readFileSync(commondirFile, 'utf8').trim());
+      if (!fs.existsSync(join(common, 'objects'))) throw new Error(`${repoDir}: linked worktree whose common directory ${common} has no objects`);
+      return { gitdir: common, headDir: gitdir };
     }
-    return gitdir;
+    return { gitdir, headDir: gitdir };
   }
-  if (fs.existsSync(join(repoDir, 'HEAD')) && fs.existsSync(join(repoDir, 'objects'))) return repoDir;
+  if (fs.existsSync(join(repoDir, 'HEAD')) && fs.existsSync(join(repoDir, 'objects'))) return { gitdir: repoDir, headDir: repoDir };
   throw new Error(`${repoDir}: not a Git repository (no .git directory, not a bare repository)`);
+}
+
+/** The directory of objects and refs of the repository at `repoDir` (see gitDirsOf). */
+export function gitdirOf(repoDir: string): string {
+  return gitDirsOf(repoDir).gitdir;
+}
+
+/** A linked worktree's HEAD: the commit it names directly, or the ref it points at resolved in the common directory. */
+async function worktreeHead(dirs: GitDirs, rev: string): Promise<string> {
+  const head = fs.readFileSync(join(dirs.headDir, 'HEAD'), 'utf8').trim();
+  const ref = /^ref:\s*(\S+)$/.exec(head);
+  if (!ref) {
+    if (/^[0-9a-f]{40}$/.test(head)) return head;
+    throw new Error(`revision '${rev}': cannot read HEAD of the worktree (${dirs.headDir}/HEAD)`);
+  }
+  try {
+    return await git.resolveRef({ fs, gitdir: dirs.gitdir, ref: ref[1]! });
+  } catch {
+    throw new Error(`revision '${rev}': HEAD of the worktree names ${ref[1]}, which has no commit yet`);
+  }
 }
 
 /** Peels annotated tags until a commit is reached. */
@@ -53,7 +84,9 @@ async function peelToCommit(gitdir: string, oid: string, rev: string): Promise<s
   throw new Error(`revision '${rev}': tag chain too deep`);
 }
 
-async function resolveBase(gitdir: string, name: string, rev: string): Promise<string> {
+async function resolveBase(dirs: GitDirs, name: string, rev: string): Promise<string> {
+  const gitdir = dirs.gitdir;
+  if (name === 'HEAD' && dirs.headDir !== gitdir) return worktreeHead(dirs, rev);
   const candidates = [name, `refs/heads/${name}`, `refs/tags/${name}`, `refs/remotes/${name}`];
   for (const ref of candidates) {
     try {
@@ -72,12 +105,14 @@ async function resolveBase(gitdir: string, name: string, rev: string): Promise<s
   throw new Error(`unknown revision '${rev}'`);
 }
 
-/** Resolves a revision expression to a commit id. */
-export async function resolveRevision(gitdir: string, rev: string): Promise<string> {
+/** Resolves a revision expression to a commit id (`dirs`: a git directory, or both of a linked worktree). */
+export async function resolveRevision(dirs: string | GitDirs, rev: string): Promise<string> {
+  if (typeof dirs === 'string') dirs = { gitdir: dirs, headDir: dirs };
+  const gitdir = dirs.gitdir;
   const m = /^(.*?)((?:[~^]\d*)*)$/.exec(rev.trim());
   const name = m?.[1] ?? '';
   if (!name) throw new Error(`invalid revision '${rev}'`);
-  let oid = await peelToCommit(gitdir, await resolveBase(gitdir, name, rev), rev);
+  let oid = await peelToCommit(gitdir, await resolveBase(dirs, name, rev), rev);
   for (const step of (m?.[2] ?? '').match(/[~^]\d*/g) ?? []) {
     const count = step.length > 1 ? Number(step.slice(1)) : 1;
     if (step[0] === '~') {
@@ -101,7 +136,7 @@ async function nthParent(gitdir: string, oid: string, n: number, rev: string): P
  * tree or a bare repository), read from Git objects; the working tree is never touched. Sorted by path.
  */
 export async function readConfigAtRevision(repoDir: string, rev: string, configPath = ''): Promise<ConfigFile[]> {
-  const gitdir = gitdirOf(repoDir);
-  const oid = await resolveRevision(gitdir, rev);
-  return readRevisionFiles(gitdir, oid, configPath);
+  const dirs = gitDirsOf(repoDir);
+  const oid = await resolveRevision(dirs, rev);
+  return readRevisionFiles(dirs.gitdir, oid, configPath);
 }
