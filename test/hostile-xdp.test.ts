@@ -4,7 +4,7 @@
 // output checked and every packet accounted for by one counter. docs/datapath.md, "Hostile packets".
 import test from 'ava';
 import {
-  IPPROTO, TCP_FLAGS, encapsulate, frame, hex, icmpv4, ipPacket, ipv4Header, ipv6FragmentHeader, ipv6Header, tcpSegment, type EthSpec,
+  IPPROTO, TCP_FLAGS, encapsulate, frame, hex, icmpv4, icmpv6, ipPacket, ipv4Header, ipv6FragmentHeader, ipv6Header, tcpSegment, type EthSpec,
 } from './lib/packets.js';
 import { LAB, runHarness, runHarnessScript, setupLab, teardownLab } from './lib/xdp-lab.js';
 import { ETH_IN, ETH_REAL, XDP, XDP_STATE } from './lib/hostile-setups.js';
@@ -104,6 +104,10 @@ function baseKinds(): Record<string, string> {
     'ipopt v4 UDP no checksum': inFrame(ipPacket({ src: CLIENT4, dst: V.ipopt, l4: { udp: { sport: 42011, dport: 53, payload: Buffer.from('q'), checksum: 0 } } })),
     'snat v4 SYN': inFrame(tcp(CLIENT4, V.snat, 42012, 80)),
     'ICMP echo to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } })),
+    'ICMPv6 echo to a VIP': inFrame((() => {
+      const m = icmpv6(CLIENT6, V.l2v6, 128, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping'));
+      return Buffer.concat([ipv6Header({ src: CLIENT6, dst: V.l2v6, nextHeader: IPPROTO.ICMPV6 }, m.length), m]);
+    })()),
     'non-VIP v4 TCP': inFrame(tcp(CLIENT4, '203.0.113.99', 42013, 80)),
     'ipip v4 SYN vlan': inFrame(tcp(CLIENT4, V.ipip, 42014, 80), { ...ETH_IN, vlan: 7 }),
     'ipopt v4 SYN ip options': inFrame(ipPacket({ src: CLIENT4, dst: V.ipopt, v4: { options: Buffer.from([1, 1, 1, 0]) }, l4: { tcp: { sport: 42015, dport: 80 } } })),

@@ -146,3 +146,15 @@ test.serial('path MTU: a client sending full-size segments to an ipip VIP learns
   t.regex(route, /mtu 1480/, `client's route cache: ${route}`);
   t.log(`icmp_sent +${after.icmp_sent - before.icmp_sent}; client route: ${route.trim().split('\n').join(' ')}`);
 });
+
+test.serial('ping a VIP: the real ping gets its echo replies from the VIP through the LB, IPv4 and IPv6', async (t) => {
+  const before = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
+  for (const vip of [VIP.l2, VIP.ipopt, VIP.l2v6]) {
+    // -c 3 -W 2: three requests, each answered or the command fails (exit 1); the summary line must say 0% loss
+    const out = sh(NS.client, ['ping', '-n', '-c', '3', '-i', '0.2', '-W', '2', vip]);
+    t.regex(out, /3 packets transmitted, 3 received/, out);
+    t.regex(out, new RegExp(`from ${vip.replace(/[.:]/g, (c) => `\\${c}`)}`), 'answered by the VIP itself');
+  }
+  const after = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
+  t.is(after.icmp_echo_reply - (before.icmp_echo_reply ?? 0), 9, 'the LB answered all nine (icmp_echo_reply)');
+});

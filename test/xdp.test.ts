@@ -260,8 +260,43 @@ const add = (c: Case) => cases.push(c);
   add({ name: 'non-VIP address passes untouched', input: inFrame(other), action: 'pass', counter: 'pass_not_vip' });
   const port = tcp(CLIENT4, '203.0.113.10', 46002, 443);
   add({ name: 'VIP address on another port passes', input: inFrame(port), action: 'pass', counter: 'pass_not_vip' });
-  const icmp = ipPacket({ src: CLIENT4, dst: '203.0.113.10', v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } });
-  add({ name: 'ICMP echo to a VIP passes', input: inFrame(icmp), action: 'pass' });
+}
+
+// ---- ping a VIP: echo requests to a VIP address are answered from it (docs/datapath.md, "Echo")
+{
+  const VIP = '203.0.113.10';
+  const VIP6 = '2001:db8:f::10';
+  const idSeq = Buffer.from([0x12, 0x34, 0, 7]);
+  const data = Buffer.from('ping payload 0123456789');
+  const echo4 = (type: number, src = CLIENT4, dst = VIP, v4: Partial<IpPacketSpec['v4']> = {}) =>
+    ipPacket({ src, dst, v4: { proto: IPPROTO.ICMP, ttl: 7, id: 0x4242, df: true, tos: 0x10, ...v4 }, l4: { raw: icmpv4(type, 0, idSeq, data) } });
+  const echo6 = (type: number, src = CLIENT6, dst = VIP6) => {
+    const m = icmpv6(src, dst, type, 0, idSeq, data);
+    return Buffer.concat([ipv6Header({ src, dst, nextHeader: IPPROTO.ICMPV6, hopLimit: 5 }, m.length), m]);
+  };
+  // the expected replies are built from scratch (full checksums), so they check the program's incremental updates
+  const reply4 = echo4(0, VIP, CLIENT4, { ttl: 64 });
+  const reply6 = (() => {
+    const m = icmpv6(VIP6, CLIENT6, 129, 0, idSeq, data);
+    return Buffer.concat([ipv6Header({ src: VIP6, dst: CLIENT6, nextHeader: IPPROTO.ICMPV6, hopLimit: 64 }, m.length), m]);
+  })();
+  const back = (ip: Buffer, eth: EthSpec = ETH_IN) => frame({ dst: eth.src, src: eth.dst, vlan: eth.vlan }, ip);
+  add({ name: 'ICMP echo to a VIP address is answered from it (TTL 64, checksums right)', input: inFrame(echo4(8)), action: 'tx', output: back(reply4), counter: 'icmp_echo_reply' });
+  add({ name: 'ICMP echo to a VIP on a VLAN is answered on it', input: inFrame(echo4(8), { ...ETH_IN, vlan: 9 }), action: 'tx', output: back(reply4, { ...ETH_IN, vlan: 9 }), counter: 'icmp_echo_reply' });
+  add({ name: 'ICMPv6 echo to a VIP address is answered from it (hop limit 64)', input: inFrame(echo6(128)), action: 'tx', output: back(reply6), counter: 'icmp_echo_reply' });
+  add({ name: 'ICMP echo with trailer bytes: the answer carries the IP packet only', input: Buffer.concat([inFrame(echo4(8)), Buffer.alloc(6, 0xee)]), action: 'tx', output: back(reply4), counter: 'icmp_echo_reply' });
+  // what must be left alone
+  add({ name: 'ICMP echo to a non-VIP address passes', input: inFrame(echo4(8, CLIENT4, '203.0.113.99')), action: 'pass', counter: 'pass_not_vip' });
+  add({ name: 'ICMPv6 echo to a non-VIP address passes', input: inFrame(echo6(128, CLIENT6, '2001:db8:f::99')), action: 'pass', counter: 'pass_not_vip' });
+  add({ name: 'ICMP echo reply to a VIP passes', input: inFrame(echo4(0)), action: 'pass', counter: 'pass_not_vip' });
+  add({ name: 'ICMP echo with IPv4 options to a VIP passes (the kernel\'s)', input: inFrame(echo4(8, CLIENT4, VIP, { options: Buffer.from([1, 1, 1, 0]) })), action: 'pass', counter: 'pass_not_vip' });
+  // and what gets no answer
+  add({ name: 'ICMP echo to a VIP with a wrong IPv4 header checksum is dropped unanswered', input: inFrame(echo4(8, CLIENT4, VIP, { checksum: 0xbad })), action: 'drop', counter: 'drop_bad_ip_csum' });
+  add({ name: 'ICMP echo to a VIP from a martian source is dropped', input: inFrame(echo4(8, '127.0.0.1')), action: 'drop', counter: 'drop_martian' });
+  add({ name: 'ICMP echo to a VIP via the broadcast MAC is dropped', input: inFrame(echo4(8), { ...ETH_IN, dst: 'ff:ff:ff:ff:ff:ff' }), action: 'drop', counter: 'drop_l2_not_unicast' });
+  add({ name: 'ICMPv6 echo to a VIP from a multicast source is dropped', input: inFrame(echo6(128, 'ff02::1')), action: 'drop', counter: 'drop_martian' });
+}
+{
   const arp = Buffer.concat([mac('ff:ff:ff:ff:ff:ff'), mac(LAB.clientMac), Buffer.from([0x08, 0x06]), Buffer.alloc(28, 1)]);
   add({ name: 'ARP passes', input: arp, action: 'pass', counter: 'pass_not_ip' });
 }

@@ -102,10 +102,10 @@ async function main(): Promise<void> {
       const sum = (pred: (k: string) => boolean) => Object.entries(s.counters).filter(([k]) => pred(k)).reduce((a, [, v]) => a + v, 0);
       const drops = sum((k) => k.startsWith('drop_') || k.startsWith('snat_drop_'));
       const passes = sum((k) => k.startsWith('pass_') || k.startsWith('snat_pass_'));
-      const sent = sum((k) => k === 'tx' || k === 'redirect' || k === 'icmp_sent');
+      const sent = sum((k) => k === 'tx' || k === 'redirect' || k === 'icmp_sent' || k === 'icmp_echo_reply');
       if (drops !== (s.actions.drop ?? 0)) s.problems.push(`${s.actions.drop ?? 0} drops but ${drops} drop counts`);
       if (passes !== (s.actions.pass ?? 0)) s.problems.push(`${s.actions.pass ?? 0} passes but ${passes} pass counts`);
-      if (sent !== (s.actions.tx ?? 0) + (s.actions.redirect ?? 0)) s.problems.push(`${(s.actions.tx ?? 0) + (s.actions.redirect ?? 0)} sent but ${sent} tx/redirect/icmp_sent counts`);
+      if (sent !== (s.actions.tx ?? 0) + (s.actions.redirect ?? 0)) s.problems.push(`${(s.actions.tx ?? 0) + (s.actions.redirect ?? 0)} sent but ${sent} tx/redirect/icmp_sent/icmp_echo_reply counts`);
       out.push(s);
     };
     const entries = Object.entries(kinds);

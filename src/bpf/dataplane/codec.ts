@@ -20,7 +20,7 @@ export const COUNTER_NAMES = [
   'drop_no_service', 'drop_no_real', 'drop_real_missing', 'drop_fib', 'drop_fib_no_neigh',
   'drop_ipopt_no_room', 'drop_unsupported', 'drop_adjust',
   'ct_hit', 'ct_miss', 'icmp_sent', 'tx', 'redirect', 'ct_rate_limited',
-  'drop_martian', 'drop_l2_not_unicast', 'drop_bad_ip_csum',
+  'drop_martian', 'drop_l2_not_unicast', 'drop_bad_ip_csum', 'icmp_echo_reply',
 ] as const;
 export type CounterName = (typeof COUNTER_NAMES)[number];
 

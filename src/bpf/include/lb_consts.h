@@ -77,6 +77,7 @@ enum lb_counter {
 	LB_CNT_DROP_MARTIAN,         /* source 0/8, 127/8, 224/3, ::, ::1, ff00::/8 or fe80::/10, to a VIP or the SNAT address */
 	LB_CNT_DROP_L2_NOT_UNICAST,  /* to a VIP via a broadcast/multicast MAC, or from a group MAC */
 	LB_CNT_DROP_BAD_IP_CSUM,     /* IPv4 header checksum wrong where we would rewrite the whole header */
+	LB_CNT_ICMP_ECHO_REPLY,      /* ICMP / ICMPv6 echo request to a VIP address answered */
 	LB_CNT_MAX,
 };
 

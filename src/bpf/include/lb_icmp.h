@@ -37,6 +37,11 @@ struct lb_icmp6hdr {
 #define LB_ICMPV6_PKT_TOOBIG 2
 #define LB_IPPROTO_ICMP 1
 #define LB_IPPROTO_ICMPV6 58
+#define LB_ICMP_ECHO_REQUEST 8
+#define LB_ICMP_ECHO_REPLY 0
+#define LB_ICMPV6_ECHO_REQUEST 128
+#define LB_ICMPV6_ECHO_REPLY 129
+#define LB_ICMP_ECHO_HDR_LEN 8
 
 #define LB_ICMP_QUOTE_L4 8
 #define LB_ICMP6_QUOTE (LB_IPV6_HDR_LEN + LB_ICMP_QUOTE_L4)
@@ -193,6 +198,82 @@ static __always_inline int lb_icmp6_too_big(struct xdp_md *ctx, const struct lb_
 	if (lb_csum_packet(icmp, data_end, body, 20, &sum))
 		return -1;
 	icmp->checksum = lb_csum_fold(sum);
+	return 0;
+}
+
+/* 1 when the packet is an ICMP echo request (ICMPv6 for IPv6) with its whole 8-byte header, else 0. */
+static __always_inline int lb_is_echo_request(struct xdp_md *ctx, const struct lb_packet *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l4_off = p->l4_off;
+
+	if (p->proto != (p->family == 4 ? LB_IPPROTO_ICMP : LB_IPPROTO_ICMPV6))
+		return 0;
+	/* IPv4 options (record route, timestamps) would want filling in: such a request stays the kernel's */
+	if (p->family == 4 && p->ihl_bytes != 20)
+		return 0;
+	if (l4_off > 18 + LB_IPV4_MAX_HDR_LEN || p->l3_len < p->ihl_bytes + LB_ICMP_ECHO_HDR_LEN)
+		return 0;
+	__u8 *icmp = data + l4_off;
+
+	if ((void *)(icmp + LB_ICMP_ECHO_HDR_LEN) > data_end)
+		return 0;
+	return icmp[0] == (p->family == 4 ? LB_ICMP_ECHO_REQUEST : LB_ICMPV6_ECHO_REQUEST) && icmp[1] == 0;
+}
+
+/* Answer an echo request in place (the caller checked it is one, to a VIP address, trimmed to its IP length):
+ * MACs and addresses swapped, TTL / hop limit 64, type to echo reply. Every checksum is updated incrementally
+ * (RFC 1624): swapping addresses changes no sum, so only the TTL word (IPv4 header) and the type (ICMP) count,
+ * and a checksum that arrived wrong leaves wrong. Identifier, sequence and data go back as they came. */
+static __always_inline int lb_icmp_echo_reply(struct xdp_md *ctx, const struct lb_packet *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u32 l3_off = p->l3_off;
+	__u32 l4_off = p->l4_off;
+	__u8 mac[6];
+
+	if ((void *)(eth + 1) > data_end || l3_off > 18 || l4_off > 18 + LB_IPV4_MAX_HDR_LEN)
+		return -1;
+	__builtin_memcpy(mac, eth->h_source, 6);
+	__builtin_memcpy(eth->h_source, eth->h_dest, 6);
+	__builtin_memcpy(eth->h_dest, mac, 6);
+
+	__u16 *type_code = data + l4_off;
+
+	if ((void *)(type_code + 2) > data_end)
+		return -1;
+	__u16 old_tc = *type_code;
+
+	((__u8 *)type_code)[0] = p->family == 4 ? LB_ICMP_ECHO_REPLY : LB_ICMPV6_ECHO_REPLY;
+	lb_csum_replace2(&type_code[1], old_tc, *type_code);
+
+	if (p->family == 4) {
+		struct iphdr *iph = data + l3_off;
+
+		if ((void *)(iph + 1) > data_end)
+			return -1;
+		__u16 old_ttl = *(__u16 *)&iph->ttl; /* the ttl/protocol word, as summed */
+
+		iph->ttl = LB_DEFAULT_TTL;
+		lb_csum_replace2(&iph->check, old_ttl, *(__u16 *)&iph->ttl);
+		__be32 a = iph->saddr;
+
+		iph->saddr = iph->daddr;
+		iph->daddr = a;
+		return 0;
+	}
+	struct ipv6hdr *ip6 = data + l3_off;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	struct in6_addr a = ip6->saddr;
+
+	ip6->saddr = ip6->daddr;
+	ip6->daddr = a;
+	ip6->hop_limit = LB_DEFAULT_TTL;
 	return 0;
 }
 

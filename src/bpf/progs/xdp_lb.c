@@ -76,6 +76,28 @@ static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, i
 	return lb_pass(LB_CNT_PASS_NOT_VIP);
 }
 
+/* An echo request (lb_is_echo_request): answered when sent to one of our VIP addresses (its address marker),
+ * screened like VIP traffic first (group MACs, martian sources, a wrong IPv4 header checksum get no answer).
+ * -1: not to a VIP address, the caller goes on. */
+static __always_inline int lb_echo(struct xdp_md *ctx, struct lb_packet *p)
+{
+	struct lb_vip_key k LB_KEY_ALIGN;
+	__u32 reason;
+
+	lb_vip_key_of(p, &k, 0);
+	if (!bpf_map_lookup_elem(&lb_vips, &k))
+		return -1;
+	reason = lb_hostile_reason(ctx, p);
+	if (reason)
+		return lb_drop(reason);
+	if (p->family == 4 && !lb_ipv4_csum_ok(ctx, p->l3_off, p->ihl_bytes))
+		return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
+	if (lb_trim_to_ip(ctx, p) || lb_icmp_echo_reply(ctx, p))
+		return lb_drop(LB_CNT_DROP_ADJUST);
+	lb_count(LB_CNT_ICMP_ECHO_REPLY);
+	return XDP_TX;
+}
+
 static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_flow_key *k)
 {
 	lb_put_addr(k->src, p->src);
@@ -130,6 +152,13 @@ int xdp_lb(struct xdp_md *ctx)
 
 		if (snat >= 0)
 			return snat;
+		/* ping a VIP, get an answer from it (echo requests only: the rest of ICMP stays the kernel's) */
+		if (verdict == LB_PARSE_PASS && reason == LB_CNT_PASS_NOT_VIP && lb_is_echo_request(ctx, &p)) {
+			int echo = lb_echo(ctx, &p);
+
+			if (echo >= 0)
+				return echo;
+		}
 		if (verdict == LB_PARSE_PASS)
 			return lb_pass(reason);
 		return lb_damaged(&p, reason, reason == LB_CNT_DROP_MALFORMED_L4 || (reason == LB_CNT_DROP_TRUNCATED_L4 && p.dport));
