@@ -1,6 +1,6 @@
 // Dense slots of the LB data plane (docs/datapath.md, Maps): every real gets a slot of its own that
 // lb_real_slots names it in, connection-table hits find the real through it, a removed real's entries miss,
-// reals adopted from pins without slots are given slots at load, and a service's traffic counters live in the
+// reals adopted from pins without slots (and their rings of real ids) are given slots at load, and a service's traffic counters live in the
 // stats slot its listeners carry, zeroed when the slot is given to another service. Listeners and settings pinned
 // in the older, shorter layouts are carried over at load. The real program runs
 // through BPF_PROG_TEST_RUN; no interface is involved (the packets stop at the next-hop lookup, after the
@@ -11,6 +11,7 @@ import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/in
 import { BpfMap, MapType } from '../src/bpf/libbpf.js';
 import { encodeReal, encodeU32, realSlotOf } from '../src/bpf/dataplane/codec.js';
 import { makeState } from './lib/lb-state.js';
+import { pinIdRings } from './lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from './lib/packets.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xslot`;
@@ -68,6 +69,7 @@ test.serial('a removed real frees its slot: its connection-table entries miss an
 });
 
 test.serial('reals pinned by a version without slots are given slots at load', async (t) => {
+  const want = state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 2, vip: '203.0.113.11', real: 2 }], { 2: REALS[2], 3: REALS[3] });
   const o = dp!.object()!;
   for (const [k, v] of o.map('lb_reals').entries()) {
     const id = k.readUInt32LE(0);
@@ -75,12 +77,12 @@ test.serial('reals pinned by a version without slots are given slots at load', a
     o.map('lb_real_slots').update(encodeU32(realSlotOf(v)), Buffer.alloc(24));
   }
   dp!.close();
+  pinIdRings(PIN, want.services); // and that version's rings held real ids
   dp = await openLbDataPlane({ pinRoot: PIN });
   const s = slots();
   t.is(new Set([...s.values()].map(([slot]) => slot)).size, s.size);
   for (const [id, [, named]] of s) t.is(named, id);
-  t.deepEqual(await dp.plan(state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 2, vip: '203.0.113.11', real: 2 }],
-    { 2: REALS[2], 3: REALS[3] })), [], 'slots are not part of what the plan compares');
+  t.deepEqual(await dp.plan(want), [], 'slots are not part of what the plan compares');
   await run(ack('203.0.113.10', 40001));
   t.like(await run(ack('203.0.113.10', 40001)), { ct_hit: 1 });
 });

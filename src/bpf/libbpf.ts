@@ -40,6 +40,8 @@ interface Owner { closed: boolean; what: string; shared?: boolean; /** keeps the
 
 export interface MapSpec {
   name: string; type: number; keySize: number; valueSize: number; maxEntries: number; flags?: number;
+  /** Map-in-map only: a map of the kind its inner maps will be (the kernel copies its description). */
+  inner?: BpfMap;
 }
 
 export class BpfMap {
@@ -104,8 +106,10 @@ export class BpfMap {
   /** Creates a standalone map (typically the inner map of a map-in-map); it owns its fd. */
   static create(spec: MapSpec): BpfMap {
     const fd = named(`map '${spec.name}'`, () =>
-      native().mapCreate(spec.type, spec.name.slice(0, 15), spec.keySize, spec.valueSize, spec.maxEntries, spec.flags ?? 0, -1));
-    return new BpfMap({ ...spec, flags: spec.flags ?? 0, fd, pinPath: null, reused: false, btfKeyType: '', btfValueType: '' },
+      native().mapCreate(spec.type, spec.name.slice(0, 15), spec.keySize, spec.valueSize, spec.maxEntries, spec.flags ?? 0,
+        spec.inner ? spec.inner.fd : -1));
+    const { inner: _inner, ...desc } = spec;
+    return new BpfMap({ ...desc, flags: spec.flags ?? 0, fd, pinPath: null, reused: false, btfKeyType: '', btfValueType: '' },
       { closed: false, what: `map '${spec.name}'` });
   }
 

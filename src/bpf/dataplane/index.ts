@@ -17,12 +17,14 @@ import {
   decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
   encodeVipValue, familyOf, MAX_SRC4,
 } from './codec.js';
-import { MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, readRing, ringDigest, ringIdentities, type RingInfo } from './rings.js';
+import {
+  MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, idRing, readRing, ringDigest, ringIdentities, ringsHoldSlots, slotRing, type RingInfo,
+} from './rings.js';
 import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
-import { readOldPins, restoreOldPins } from './migrate.js';
+import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
 import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
 export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
@@ -160,8 +162,16 @@ class LbDataPlane implements DataPlane {
     // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing; listeners and
     // settings in an older layout are carried over (migrate.ts)
     const old = readOldPins(this.opts.pinRoot);
-    const obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries,
-      replaceIncompatiblePins: true });
+    // rings of real ids (lb_rings of an older version): held open across the load, which replaces the pin
+    const oldRings = openOldRings(this.opts.pinRoot);
+    let obj: BpfObject;
+    try {
+      obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries,
+        replaceIncompatiblePins: true });
+    } catch (e) {
+      oldRings?.close();
+      throw e;
+    }
     try {
       for (const [name, want] of Object.entries(LAYOUTS)) {
         const got = obj.btfStruct(name);
@@ -182,6 +192,8 @@ class LbDataPlane implements DataPlane {
       this.obj = obj;
       restoreOldPins(old, this.maps);
       this.repairRealSlots();
+      // once every real has its slot, and before the new program is attached (the old one keeps its own map)
+      if (oldRings) restoreOldRings(oldRings, this.maps.rings, (id) => liveSlotOf(this.maps, id));
       // Pins of the single shared ring of earlier versions: unused now (rings live in lb_rings). Unlinking a pin
       // frees nothing a running program still holds; it only stops the old ring outliving the upgrade.
       for (const stale of ['lb_ring', 'lb_services']) rmSync(pinned(stale), { force: true });
@@ -190,6 +202,8 @@ class LbDataPlane implements DataPlane {
       this.obj = null;
       obj.close();
       throw e;
+    } finally {
+      oldRings?.close();
     }
   }
 
@@ -375,6 +389,32 @@ class LbDataPlane implements DataPlane {
       cursor = Math.min(cursor, slot);
     };
     const { put, del } = undoableMapWrites(log, report);
+    /** The real ids each ring in lb_rings names now, by service id: read at the first real.delete (from the ring
+     * cache; a ring new to it is read), again after rings were switched or deleted. */
+    let ringReals: Map<number, ReadonlySet<number>> | null = null;
+    const liveRingNaming = (realId: number): number | null => {
+      if (!ringReals) {
+        ringReals = new Map();
+        let read: ((inner: BpfMap) => Uint32Array) | null = null;
+        for (const [serviceId, mapId] of ringIdentities(m.rings)) {
+          let reals = this.rings.get(mapId)?.reals;
+          if (!reals) {
+            const inner = m.rings.openInner(encodeU32(serviceId));
+            if (!inner) continue;
+            try {
+              const ring = (read ??= ringReader(m))(inner);
+              reals = ringRealIds(ring);
+              this.rings.set(inner.id(), { tableSize: ring.length, digest: ringDigest(ring), reals });
+            } finally {
+              inner.close();
+            }
+          }
+          ringReals.set(serviceId, new Set(reals));
+        }
+      }
+      for (const [serviceId, reals] of ringReals) if (reals.has(realId)) return serviceId;
+      return null;
+    };
     /** Opens the ring a service uses now (null if none), kept open until the end of execute. */
     const holdCurrent = (key: Buffer): BpfMap | null => {
       const cur = m.rings.openInner(key);
@@ -408,6 +448,7 @@ class LbDataPlane implements DataPlane {
           report.ringSwitches++;
           report.mapWrites++;
         }
+        ringReals = null;
       }
     };
 
@@ -429,6 +470,7 @@ class LbDataPlane implements DataPlane {
           if (prev) log.onUndo(() => m.rings.setInner(key, prev));
           // its stats slot is free once no listener names it (the listeners go in vip.delete)
         }
+        ringReals = null;
       }
     };
 
@@ -463,8 +505,15 @@ class LbDataPlane implements DataPlane {
             break;
           }
           case 'ring.fill': {
+            // the inner array holds this node's slots of the ring's real ids: every real it names has its slot by
+            // now (real.put comes first), and no slot it names is freed while a ring names it (real.delete comes
+            // after the switch away from it, which waits for running programs)
             filled.get(o.serviceId)?.map.close();
-            const map = createRing(o.serviceId, o.ring);
+            const map = createRing(o.serviceId, slotRing(o.ring, (id) => {
+              const slot = liveSlotOf(m, id);
+              if (slot === null) fail(`ring.fill of service ${o.name} (${o.serviceId}): real ${id} has no slot on this node`);
+              return slot;
+            }));
             filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest, reals: o.reals ?? ringRealIds(o.ring) } });
             report.changedRingEntries += o.ring.length;
             report.mapWrites++;
@@ -507,7 +556,11 @@ class LbDataPlane implements DataPlane {
             break;
           }
           case 'real.delete': {
-            // connection-table entries to it fall back to the ring once its slot is free (real id 0)
+            // connection-table entries to it fall back to the ring once its slot is free (real id 0). Rings name
+            // slots: a slot still named by a live ring could be given to another real (even later in this
+            // execute) and take that ring's flows, so the plan's order (switch away first) is checked here.
+            const namer = liveRingNaming(o.real.id);
+            if (namer !== null) fail(`real.delete of real ${o.real.id}: the ring of service ${namer} in lb_rings still names it`);
             const key = encodeU32(o.real.id);
             const prev = m.reals.lookup(key);
             del(m.reals, key);
@@ -569,8 +622,18 @@ class LbDataPlane implements DataPlane {
   }
 }
 
-type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'>;
-const LIVE_MAP_PINS: Record<keyof LiveMaps, string> = {
+/** The slot lb_reals gives real `id` when lb_real_slots names the real there too; null when the node holds no slot
+ * for it. */
+function liveSlotOf(m: Pick<LbMaps, 'reals' | 'realSlots'>, id: number): number | null {
+  const v = m.reals.lookup(encodeU32(id));
+  if (!v) return null;
+  const slot = realSlotOf(v);
+  return m.realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) === id ? slot : null;
+}
+
+/** realSlots: absent only when reading the pins of a version whose rings still hold real ids. */
+type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap };
+const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots'>, string> = {
   vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
 };
 
@@ -651,7 +714,7 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: 
   const snat = (memo.snat = readSetting(m.snatConfig, memo.snat, (b) => snatConfigToSettings(decodeSnatConfig(b))));
   const reals = (memo.reals = readMap(m.reals, memo.reals, decodeReals));
   const vips = (memo.vips = readMap(m.vips, memo.vips, decodeVips));
-  const services = readServices(m.rings, cache, opts, memo);
+  const services = readServices(m, cache, opts, memo);
   const prev = memo.live;
   if (prev && prev.settings === config.value && prev.snat === snat.value && prev.reals === reals.value &&
     prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.services === services) return prev;
@@ -669,7 +732,24 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: 
   return live;
 }
 
-function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveService[] {
+/** Reads a ring back in real ids: the slots + 1 an inner array holds name the ids lb_real_slots holds now (each
+ * slot looked up once per readLive); the rings of an older version hold the ids themselves. */
+function ringReader(m: LiveMaps): (inner: BpfMap) => Uint32Array {
+  if (!ringsHoldSlots(m.rings)) return readRing;
+  const realSlots = m.realSlots;
+  if (!realSlots) fail('lb_rings holds real slots, but lb_real_slots is not there to name them');
+  const ids = new Map<number, number>();
+  const idOf = (slot: number): number => {
+    let id = ids.get(slot);
+    if (id === undefined) ids.set(slot, (id = slot < realSlots.maxEntries ? realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) ?? 0 : 0));
+    return id;
+  };
+  return (inner) => idRing(readRing(inner), idOf);
+}
+
+function readServices(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveService[] {
+  const outer = m.rings;
+  let read: ((inner: BpfMap) => Uint32Array) | null = null;
   const turn = opts.verifyTurn === undefined ? -1 : opts.verifyTurn % RING_ROTATION_CHECKS;
   const out: LiveService[] = [];
   for (const [id, mapId] of ringIdentities(outer)) {
@@ -682,7 +762,7 @@ function readServices(outer: BpfMap, cache: RingCache, opts: ReadLiveOptions, me
     const inner = outer.openInner(key);
     if (!inner) continue; // deleted while we read
     try {
-      const ring = readRing(inner);
+      const ring = (read ??= ringReader(m))(inner);
       const info = { tableSize: ring.length, digest: ringDigest(ring), reals: ringRealIds(ring) };
       const innerId = inner.id(); // the service may have been switched since the batch read
       cache.set(innerId, info);
@@ -710,12 +790,16 @@ export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): L
   const opened: BpfMap[] = [];
   try {
     const maps = {} as LiveMaps;
-    for (const [k, pin] of Object.entries(LIVE_MAP_PINS) as Array<[keyof LiveMaps, string]>) {
+    for (const [k, pin] of Object.entries(LIVE_MAP_PINS) as Array<[keyof typeof LIVE_MAP_PINS, string]>) {
       const m = BpfMap.open(join(pinRoot, pin), pin);
       opened.push(m);
       maps[k] = m;
     }
     checkRingMaps(maps.rings);
+    if (ringsHoldSlots(maps.rings)) {
+      maps.realSlots = BpfMap.open(join(pinRoot, 'lb_real_slots'), 'lb_real_slots');
+      opened.push(maps.realSlots);
+    }
     return readLbLive(maps, new RingCache(), opts, new LiveMemo());
   } finally {
     for (const m of opened) m.close();

@@ -1,5 +1,8 @@
 // Per-service Maglev rings of the LB program (lb_rings in lb_maps.h): one inner BPF array per service, slot 0
-// holding the table size M and slots 1..M the real ids. A ring is filled completely while nothing points at
+// holding the table size M and slots 1..M the real of each entry as its real slot + 1 (0 = none), so the packet
+// path reads the array lb_real_slots. Rings are rendered, planned, digested and compared in real ids (the same on
+// every node); only the inner array holds this node's slots: slotRing() translates when a ring is filled, idRing()
+// back when one is read. A ring is filled completely while nothing points at
 // it and then switched in with one update of the outer map, so packets see the old table or the new one.
 // Rings are never rewritten in place (and are frozen, so no other process can either), so a ring's content is
 // known from the map's identity: the digest of each inner map is cached by its kernel map id, and reading the
@@ -20,6 +23,15 @@ export function ringDigest(ring: Uint32Array): string {
   return createHash('sha256').update(le).digest('hex');
 }
 
+/** BPF_F_RDONLY_PROG on lb_rings: the program only reads it, and its rings hold real slots (see ringsHoldSlots). */
+export const BPF_F_RDONLY_PROG = 1 << 7;
+
+/** Whether the rings under `outer` hold real slots + 1 (this version) or real ids (versions before it, whose
+ * lb_rings was created without BPF_F_RDONLY_PROG). */
+export function ringsHoldSlots(outer: BpfMap): boolean {
+  return (outer.flags & BPF_F_RDONLY_PROG) !== 0;
+}
+
 /** lb_rings must be a hash of maps keyed by a u32 service id (a pin from another layout is refused at load). */
 export function checkRingMaps(outer: BpfMap): void {
   if (outer.type !== MapType.hashOfMaps || outer.keySize !== 4)
@@ -27,7 +39,38 @@ export function checkRingMaps(outer: BpfMap): void {
       { code: 'EPROTO' });
 }
 
-/** A new inner array holding `ring`, frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
+/**
+ * A ring of real ids as the inner array holds it on this node: each id as its real slot + 1, 0 (no real) as 0.
+ * `slotOf` gives the slot of a real id (throws for a real the node holds no slot for); asked once per id.
+ */
+export function slotRing(ring: Uint32Array, slotOf: (realId: number) => number): Uint32Array {
+  const out = new Uint32Array(ring.length);
+  const entries = new Map<number, number>([[0, 0]]);
+  for (let i = 0; i < ring.length; i++) {
+    const id = ring[i]!;
+    let e = entries.get(id);
+    if (e === undefined) entries.set(id, (e = slotOf(id) + 1));
+    out[i] = e;
+  }
+  return out;
+}
+
+/** The ring of real ids an inner array of slots + 1 stands for; `idOf(slot)` is the real id lb_real_slots names
+ * at `slot` (0 when free: such an entry reads as "no real", so a ring naming a freed slot differs from its digest). */
+export function idRing(entries: Uint32Array, idOf: (slot: number) => number): Uint32Array {
+  const out = new Uint32Array(entries.length);
+  const ids = new Map<number, number>();
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i]!;
+    if (e === 0) continue;
+    let id = ids.get(e);
+    if (id === undefined) ids.set(e, (id = idOf(e - 1)));
+    out[i] = id;
+  }
+  return out;
+}
+
+/** A new inner array holding `ring` (entries as the program reads them: slots + 1), frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
 export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4, valueSize: 4,
     maxEntries: ring.length + 1, flags: BPF_F_INNER_MAP });
@@ -49,7 +92,7 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   }
 }
 
-/** The ring held by an inner array (slot 0 is its size). */
+/** The entries held by an inner array (slot 0 is its size), as stored (slots + 1; see idRing). */
 export function readRing(m: BpfMap): Uint32Array {
   const size = m.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
   const { keys, values, count } = m.lookupBatch(65536);

@@ -62,7 +62,7 @@ enum lb_counter {
 	LB_CNT_DROP_FRAGMENT,        /* IPv4 fragment or IPv6 fragment header, to a VIP address */
 	LB_CNT_DROP_NO_SERVICE,      /* VIP points at a service id without a service entry */
 	LB_CNT_DROP_NO_REAL,         /* empty service: ring has no real for the flow */
-	LB_CNT_DROP_REAL_MISSING,    /* ring names a real id absent from lb_reals */
+	LB_CNT_DROP_REAL_MISSING,    /* ring names a real slot that is free (lb_real_slots real id 0) */
 	LB_CNT_DROP_FIB,             /* bpf_fib_lookup failed (no route) */
 	LB_CNT_DROP_FIB_NO_NEIGH,    /* route found but no neighbour entry for the next hop */
 	LB_CNT_DROP_IPOPT_NO_ROOM,   /* existing IPv4 options leave no room for the DSR option */

@@ -17,10 +17,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_vips SEC(".maps");
 
-/* One Maglev ring per service, each its own array map: slot 0 holds the table size M, slots 1..M the real
- * ids (0 = no real). BPF_F_INNER_MAP lets every inner array have its own size. The loader fills a new inner
- * array and then points the service's outer entry at it: one map update switches the whole table, so the
- * packet path sees the old ring or the new one, never a mix, and there is no shared ring space to run out of. */
+/* One Maglev ring per service, each its own array map: slot 0 holds the table size M, slots 1..M the real of
+ * each table entry as its real slot + 1 (0 = no real), so the packet path reaches the real through the array
+ * lb_real_slots, never through the hash lb_reals. Render computes rings in real ids (the same on every node); the
+ * loader translates them to this node's slots when it fills an inner array (rings.ts). BPF_F_INNER_MAP lets every
+ * inner array have its own size. The loader fills a new inner array and then points the service's outer entry at
+ * it: one map update switches the whole table, so the packet path sees the old ring or the new one, never a mix,
+ * and there is no shared ring space to run out of. */
 struct lb_ring_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_INNER_MAP);
@@ -29,9 +32,12 @@ struct lb_ring_inner {
 	__type(value, __u32);
 };
 
-/* service id -> that service's ring (an lb_ring_inner) */
+/* service id -> that service's ring (an lb_ring_inner). BPF_F_RDONLY_PROG: the program only reads it; the flag
+ * also marks the layout of rings of real slots: a pin without it (an older version) holds rings of real ids and
+ * is rebuilt at load (src/bpf/dataplane/migrate.ts), never read as slots. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(map_flags, BPF_F_RDONLY_PROG);
 	__uint(max_entries, LB_MAX_SERVICES);
 	__type(key, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -119,9 +125,10 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_real_stats SEC(".maps");
 
-/* The real a service's Maglev ring gives a flow hash: three lookups (the service's ring, its size in slot 0,
- * the slot). Returns the real, or 0 with *reason = LB_CNT_DROP_NO_SERVICE (no ring), LB_CNT_DROP_NO_REAL
- * (empty slot or empty table) or LB_CNT_DROP_REAL_MISSING. */
+/* The real a service's Maglev ring gives a flow hash: four lookups (the service's ring, its size in slot 0, the
+ * entry, the real's slot in lb_real_slots), all but the first inlined array reads. Returns the real and sets
+ * *real_id from its slot entry, or returns 0 with *reason = LB_CNT_DROP_NO_SERVICE (no ring), LB_CNT_DROP_NO_REAL
+ * (empty entry or empty table) or LB_CNT_DROP_REAL_MISSING (the entry's slot is free: real id 0). */
 static __always_inline struct lb_real *lb_ring_pick(__u32 service_id, __u32 hash, __u32 *real_id, __u32 *reason)
 {
 	void *ring = bpf_map_lookup_elem(&lb_rings, &service_id);
@@ -144,9 +151,15 @@ static __always_inline struct lb_real *lb_ring_pick(__u32 service_id, __u32 hash
 		*reason = LB_CNT_DROP_NO_REAL;
 		return 0;
 	}
-	*real_id = *entry;
-	*reason = LB_CNT_DROP_REAL_MISSING;
-	return bpf_map_lookup_elem(&lb_reals, real_id);
+	slot = *entry - 1;
+	struct lb_real_slot *rs = bpf_map_lookup_elem(&lb_real_slots, &slot);
+
+	if (!rs || rs->real_id == 0) {
+		*reason = LB_CNT_DROP_REAL_MISSING;
+		return 0;
+	}
+	*real_id = rs->real_id;
+	return &rs->real;
 }
 
 #endif
