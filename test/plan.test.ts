@@ -54,8 +54,14 @@ test('removing one of ten reals: its share moves, survivors keep their entries',
   t.deepEqual(losing, ['198.51.100.3']);
   const text = formatPlanText(plan);
   t.regex(text, /service web \(192\.0\.2\.10\): changed/);
-  t.regex(text, /real 198\.51\.100\.3 removed/);
+  t.regex(text, /real 198\.51\.100\.3 removed \(was weight \d+, active\); its open connections break: set state: drain first/);
   t.regex(text, /of table entries change backend/);
+  // a real drained first is removed without the reminder
+  const drained = baseModel();
+  svc(drained, 'web').spec.reals = svc(drained, 'web').spec.reals.map((r) => (r.address === '198.51.100.3' ? { ...r, state: 'drain' as const } : r));
+  const afterDrain = formatPlanText(planChanges(drained, head));
+  t.regex(afterDrain, /real 198\.51\.100\.3 removed \(was weight \d+, drain\)\n/);
+  t.notRegex(afterDrain, /open connections break/);
   t.regex(text, /loses: 198\.51\.100\.3/);
 });
 

@@ -16,7 +16,11 @@ function counts(plan: Plan): string {
 
 function realChangeText(r: RealPlan): string | null {
   if (r.change === 'added') return `real ${r.address} added (weight ${r.after!.weight}, ${r.after!.state})`;
-  if (r.change === 'removed') return `real ${r.address} removed (was weight ${r.before!.weight}, ${r.before!.state})`;
+  if (r.change === 'removed') {
+    // the connection table no longer finds a removed real: its open connections land elsewhere and are reset
+    const cut = r.before!.state === 'drain' ? '' : '; its open connections break: set state: drain first to let them finish';
+    return `real ${r.address} removed (was weight ${r.before!.weight}, ${r.before!.state})${cut}`;
+  }
   if (r.change !== 'changed') return null;
   const parts: string[] = [];
   if (r.before!.weight !== r.after!.weight) parts.push(`weight ${r.before!.weight} -> ${r.after!.weight}`);
