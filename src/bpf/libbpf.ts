@@ -335,6 +335,27 @@ export class BpfMap {
   }
 }
 
+/**
+ * Returns once every BPF program that was running when it was called has finished. The kernel waits for running
+ * programs (an RCU grace period) after an update of a map-in-map, so that userspace knows none still uses the
+ * old inner map: one update of a private one-slot array of maps buys that wait. After a program swap in a link,
+ * this is what tells that the old program writes its maps no more.
+ */
+export function waitForPrograms(): void {
+  const n = native();
+  const inner = named('wait for programs', () => n.mapCreate(MapType.array, 'gitlb_wait_in', 4, 4, 1, 0, -1));
+  let outer = -1;
+  try {
+    outer = named('wait for programs', () => n.mapCreate(MapType.arrayOfMaps, 'gitlb_wait', 4, 4, 1, 0, inner));
+    const v = Buffer.alloc(4);
+    v.writeUInt32LE(inner);
+    named('wait for programs', () => n.mapUpdate(outer, Buffer.alloc(4), v, 0));
+  } finally {
+    if (outer >= 0) n.closeFd(outer);
+    n.closeFd(inner);
+  }
+}
+
 export interface TestRunOptions {
   data: Buffer;
   repeat?: number;
@@ -407,6 +428,11 @@ export interface LoadOptions {
   replaceIncompatiblePins?: boolean;
   /** max_entries overrides applied before load, by map name. */
   mapMaxEntries?: Record<string, number>;
+  /**
+   * Maps the program uses instead of creating or adopting its own, by name (a resized table,
+   * src/bpf/dataplane/resize.ts). Such a map is not pinned by the load; the caller keeps owning it.
+   */
+  mapFds?: Record<string, BpfMap>;
 }
 
 export class BpfObject {
@@ -431,9 +457,10 @@ export class BpfObject {
       if (!Number.isInteger(n) || n <= 0 || n > 0xffffffff)
         throw bpfError('EINVAL', `mapMaxEntries.${name}: ${n} is not a positive 32-bit integer`);
     const pinRoot = opts.pinRoot ? ensurePinDir(opts.pinRoot) : undefined;
+    const mapFds = opts.mapFds ? Object.fromEntries(Object.entries(opts.mapFds).map(([k, m]) => [k, m.fd])) : undefined;
     const loaded = await native().loadObject(path, {
       pinRoot, reusePinnedMaps: opts.reusePinnedMaps ?? true, replaceIncompatiblePins: opts.replaceIncompatiblePins ?? false,
-      mapMaxEntries: opts.mapMaxEntries,
+      mapMaxEntries: opts.mapMaxEntries, ...(mapFds && { mapFds }),
     });
     return new BpfObject(path, loaded);
   }
@@ -466,6 +493,19 @@ export class BpfObject {
   btfStruct(name: string): { size: number; members: Array<{ name: string; offset: number; bitSize: number; size: number }> } | null {
     if (this.#owner.closed) throw bpfError('EBADF', `${this.#owner.what} is closed`);
     return native().btfStruct(this.#handle, name);
+  }
+
+  /**
+   * A new standalone map like this object's map `name` (type, key and value size, flags, BTF types) holding
+   * `maxEntries`: the kernel's refusal (ENOMEM, E2BIG) is thrown with the size named. The caller closes it.
+   */
+  createMapLike(name: string, maxEntries: number): BpfMap {
+    if (this.#owner.closed) throw bpfError('EBADF', `${this.#owner.what} is closed`);
+    const like = this.map(name);
+    const fd = named(`map '${name}'`, () => native().mapCreateLike(this.#handle, name, maxEntries));
+    return new BpfMap({ name, type: like.type, keySize: like.keySize, valueSize: like.valueSize, maxEntries, flags: like.flags,
+      fd, pinPath: null, reused: false, btfKeyType: like.btfKeyType, btfValueType: like.btfValueType },
+    { closed: false, what: `map '${name}' (${maxEntries} entries)` });
   }
 
   /** Closes programs' and maps' fds. Pinned maps and links stay in the kernel. */

@@ -104,7 +104,10 @@ export type Op =
   | { op: 'backend-vip.put'; entry: BackendVip; before: BackendVip | null }
   | { op: 'backend-vip.delete'; entry: BackendVip }
   | { op: 'backend-tunnel.put'; entry: BackendTunnelAddr; before: BackendTunnelAddr | null }
-  | { op: 'backend-tunnel.delete'; entry: BackendTunnelAddr };
+  | { op: 'backend-tunnel.delete'; entry: BackendTunnelAddr }
+  /** A table sized by Cluster.spec.conntrack.maxEntries gets a new size: planned by the lb data plane from its map
+   * sizes (src/bpf/dataplane/resize.ts), executed before every other op; no packet-path outage, no flow lost. */
+  | { op: 'table.resize'; map: string; from: number; to: number };
 
 export type OpKind = Op['op'];
 
@@ -476,6 +479,7 @@ export function describeOp(o: Op): string {
     case 'backend-vip.delete': return `delete be_vips[${beText(o.entry)}]`;
     case 'backend-tunnel.put': return `be_tunnel_addrs[${tunnelText(o.entry)}]${o.before ? ` (was ${tunnelText(o.before)})` : ''}`;
     case 'backend-tunnel.delete': return `delete be_tunnel_addrs[${tunnelText(o.entry)}]`;
+    case 'table.resize': return `resize ${o.map}: ${o.from} -> ${o.to} entries (entries copied, program swapped in its link)`;
   }
 }
 
@@ -546,6 +550,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
       case 'backend-vip.delete': be.delete(backendVipId(o.entry)); break;
       case 'backend-tunnel.put': tunnels.set(backendTunnelId(o.entry), o.entry); break;
       case 'backend-tunnel.delete': tunnels.delete(backendTunnelId(o.entry)); break;
+      case 'table.resize': break; // table sizes are not part of LiveState
     }
   }
   return {

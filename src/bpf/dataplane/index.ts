@@ -25,6 +25,7 @@ import {
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
 import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
+import { planResizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
 import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
 export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
@@ -131,6 +132,26 @@ function runOf<K extends Op['op']>(ops: readonly Op[], start: number, kind: K): 
   return ops.slice(start, end) as Array<Extract<Op, { op: K }>>;
 }
 
+/** The maps of a loaded xdp_lb, once its struct layouts are checked against the codecs (BTF). */
+function checkedMaps(obj: BpfObject): LbMaps {
+  for (const [name, want] of Object.entries(LAYOUTS)) {
+    const got = obj.btfStruct(name);
+    if (!got || got.size !== want.size) fail(`${OBJECT_NAME}.o: struct ${name} is ${got?.size} bytes, codec expects ${want.size}`);
+    for (const [member, off] of Object.entries(want.members)) {
+      const mm = got.members.find((x) => x.name === member);
+      if (!mm || mm.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${mm?.offset}, codec expects ${off}`);
+    }
+  }
+  checkRingMaps(obj.map('lb_rings'));
+  checkSnatLayouts(obj);
+  return {
+    vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), realSlots: obj.map('lb_real_slots'),
+    conntrack: obj.map('lb_conntrack'),
+    config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
+    serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
+  };
+}
+
 class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
   private maps!: LbMaps;
@@ -164,6 +185,7 @@ class LbDataPlane implements DataPlane {
     const old = readOldPins(this.opts.pinRoot);
     // rings of real ids (lb_rings of an older version): held open across the load, which replaces the pin
     const oldRings = openOldRings(this.opts.pinRoot);
+    removeStaleNextPins(this.opts.pinRoot);
     let obj: BpfObject;
     try {
       obj = await BpfObject.load(OBJECT_NAME, { pinRoot: this.opts.pinRoot, reusePinnedMaps: true, mapMaxEntries,
@@ -173,22 +195,7 @@ class LbDataPlane implements DataPlane {
       throw e;
     }
     try {
-      for (const [name, want] of Object.entries(LAYOUTS)) {
-        const got = obj.btfStruct(name);
-        if (!got || got.size !== want.size) fail(`${OBJECT_NAME}.o: struct ${name} is ${got?.size} bytes, codec expects ${want.size}`);
-        for (const [member, off] of Object.entries(want.members)) {
-          const mm = got.members.find((x) => x.name === member);
-          if (!mm || mm.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${mm?.offset}, codec expects ${off}`);
-        }
-      }
-      checkRingMaps(obj.map('lb_rings'));
-      checkSnatLayouts(obj);
-      this.maps = {
-        vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), realSlots: obj.map('lb_real_slots'),
-        conntrack: obj.map('lb_conntrack'),
-        config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
-        serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
-      };
+      this.maps = checkedMaps(obj);
       this.obj = obj;
       restoreOldPins(old, this.maps);
       this.repairRealSlots();
@@ -291,6 +298,52 @@ class LbDataPlane implements DataPlane {
     this.record({ probe: check.detail, at });
   }
 
+  /**
+   * Resizes tables sized by conntrackMaxEntries without an outage (resize.ts): a new instance of xdp_lb using the
+   * new tables replaces the running one in its pinned link. Not undone when a later op of the same execute fails:
+   * the new tables hold every flow, and an apply of the old size resizes back.
+   */
+  private async resize(resizes: TableResize[], report: ApplyReport): Promise<void> {
+    const pinRoot = this.opts.pinRoot;
+    if (!this.attachment && existsSync(join(pinRoot, LINK_PIN)))
+      fail(`${resizes[0]!.map}: xdp_lb runs in the link pinned at ${join(pinRoot, LINK_PIN)}, which this data plane ` +
+        `(opened without an interface) does not hold; the resize needs the program swapped in that link`);
+    const { obj, tables } = await resizeTables({
+      pinRoot, obj: this.obj!, resizes,
+      load: async (mapFds) => {
+        const o = await BpfObject.load(OBJECT_NAME, { pinRoot, reusePinnedMaps: true, mapFds });
+        try {
+          checkedMaps(o);
+        } catch (e) {
+          o.close();
+          throw e;
+        }
+        return o;
+      },
+      swap: (o) => this.swapProgram(o),
+    });
+    const previous = this.obj!;
+    this.maps = checkedMaps(obj);
+    this.obj = obj;
+    previous.close();
+    this.resized = tables;
+    report.ops += resizes.length;
+    report.mapWrites += resizes.length;
+  }
+
+  /** What the last resize did, per table (copied entries, merge counts): for logs, tests and bench/. */
+  resized: ResizeResult['tables'] | null = null;
+
+  /** Points the pinned link at `obj`'s program (bpf_link_update, compare-and-swap); the link stays the same. */
+  private swapProgram(obj: BpfObject): void {
+    const a = this.attachment;
+    if (!a) return; // not attached: packets reach no instance (BPF_PROG_TEST_RUN runs the loaded one)
+    // same interface and mode as the link has: attach.ts swaps the program in the link (replacement 'program')
+    const next = obj.program(PROGRAM_NAME).attachXdp(this.opts.interface!, a.mode, join(this.opts.pinRoot, LINK_PIN));
+    a.close();
+    this.attachment = next;
+  }
+
   /** Keeps this.forwarding beside the link pin for the next daemon to adopt. */
   private record(r: { probe: string; at: number }): void {
     const a = this.attachment!;
@@ -313,7 +366,9 @@ class LbDataPlane implements DataPlane {
     this.sizing = desired;
     const ops = planOps(await this.readLive(), desired);
     this.check(desired, new Set(ops.flatMap((o) => (o.op === 'ring.fill' ? [o.serviceId] : []))));
-    return ops;
+    // a table of another size is resized before anything else is written (resize.ts)
+    const resizes = this.obj ? planResizes(Object.fromEntries(this.obj.maps().map((m) => [m.name, m.maxEntries])), desired) : [];
+    return resizes.length ? [...resizes, ...ops] : ops;
   }
 
   async apply(desired: DesiredState): Promise<ApplyReport> {
@@ -324,8 +379,11 @@ class LbDataPlane implements DataPlane {
 
   async execute(ops: Op[], opts: ExecuteOptions = {}): Promise<ApplyReport> {
     if (!this.obj) await this.load(this.sizing ?? undefined);
-    const m = this.maps;
     const report: ApplyReport = { ...EMPTY_REPORT };
+    // table resizes first, all in one program swap; refused before anything else is written (resize.ts)
+    const resizes = ops.filter((o): o is TableResize => o.op === 'table.resize');
+    if (resizes.length) await this.resize(resizes, report);
+    const m = this.maps;
     const log = new UndoLog();
     /** Rings filled by this execute, by service id, until their switch (closed at the end either way). */
     const filled = new Map<number, { map: BpfMap; info: RingInfo }>();
@@ -570,6 +628,8 @@ class LbDataPlane implements DataPlane {
             }
             break;
           }
+          case 'table.resize':
+            break; // done before the other ops
           default:
             fail(`the lb data plane cannot execute '${o.op}'`);
         }
@@ -814,6 +874,8 @@ function decodeConfigSettings(b: Buffer): LbSettings {
 
 export type LbDataPlaneHandle = DataPlane & {
   object(): BpfObject | null;
+  /** What the last table resize did per table (entries copied before the swap, merged after it); null before one. */
+  readonly resized: ResizeResult['tables'] | null;
   /** How xdp_lb is attached and whether native XDP was seen to forward (null until attached). */
   readonly forwarding: XdpForwarding | null;
 };

@@ -60,14 +60,15 @@ std::string TrimVerifierLog(const std::string& log, size_t maxLines) {
 class LoadWorker : public Napi::AsyncWorker {
  public:
   LoadWorker(Napi::Env env, std::string path, std::string pinRoot, bool reuse, bool replaceIncompatible,
-             std::map<std::string, uint32_t> maxEntries)
+             std::map<std::string, uint32_t> maxEntries, std::map<std::string, int> mapFds)
       : Napi::AsyncWorker(env),
         deferred_(Napi::Promise::Deferred::New(env)),
         path_(std::move(path)),
         pinRoot_(std::move(pinRoot)),
         reuse_(reuse),
         replaceIncompatible_(replaceIncompatible),
-        maxEntries_(std::move(maxEntries)) {}
+        maxEntries_(std::move(maxEntries)),
+        mapFds_(std::move(mapFds)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -152,11 +153,21 @@ class LoadWorker : public Napi::AsyncWorker {
       int r = bpf_map__set_max_entries(m, n);
       if (r) return Fail(r, "set max_entries of map '" + name + "' to " + std::to_string(n));
     }
+    // Maps handed in by fd (a resized table, src/bpf/dataplane/resize.ts): the program uses that map, and it is
+    // neither looked up nor pinned under pinRoot (the caller pins it when the new program runs).
+    for (auto& [name, fd] : mapFds_) {
+      bpf_map* m = bpf_object__find_map_by_name(obj_, name.c_str());
+      if (!m) return Fail(ENOENT, "map fd: map '" + name + "' not found in " + path_);
+      int r = bpf_map__reuse_fd(m, fd);
+      if (!r) r = bpf_map__set_pin_path(m, nullptr);
+      if (r) return Fail(r, "use the given map for '" + name + "'");
+    }
     std::map<std::string, bool> reused;
     if (!pinRoot_.empty()) {
       bpf_map* m;
       bpf_object__for_each_map(m, obj_) {
         if (bpf_map__is_internal(m)) continue;  // .rodata/.bss belong to one program build
+        if (mapFds_.count(bpf_map__name(m))) continue;
         std::string pin = pinRoot_ + "/" + bpf_map__name(m);
         if (!reuse_ || (replaceIncompatible_ && !PinnedCompatible(m, pin))) {
           if (unlink(pin.c_str()) && errno != ENOENT) return Fail(errno, "remove old pin " + pin);
@@ -255,6 +266,7 @@ class LoadWorker : public Napi::AsyncWorker {
   std::string path_, pinRoot_;
   bool reuse_, replaceIncompatible_;
   std::map<std::string, uint32_t> maxEntries_;
+  std::map<std::string, int> mapFds_;
   bpf_object* obj_ = nullptr;
   std::string log_, what_;
   int err_ = 0;
@@ -275,6 +287,7 @@ Napi::Value LoadObject(const Napi::CallbackInfo& info) {
   std::string pinRoot;
   bool reuse = true, replace = false;
   std::map<std::string, uint32_t> maxEntries;
+  std::map<std::string, int> mapFds;
   if (info.Length() > 1 && info[1].IsObject()) {
     Napi::Object o = info[1].As<Napi::Object>();
     if (o.Get("pinRoot").IsString()) pinRoot = o.Get("pinRoot").As<Napi::String>().Utf8Value();
@@ -291,8 +304,19 @@ Napi::Value LoadObject(const Napi::CallbackInfo& info) {
         maxEntries[k] = v.As<Napi::Number>().Uint32Value();
       }
     }
+    Napi::Value mf = o.Get("mapFds");
+    if (mf.IsObject()) {
+      Napi::Object mo = mf.As<Napi::Object>();
+      Napi::Array keys = mo.GetPropertyNames();
+      for (uint32_t i = 0; i < keys.Length(); i++) {
+        std::string k = keys.Get(i).As<Napi::String>().Utf8Value();
+        Napi::Value v = mo.Get(k);
+        if (!v.IsNumber() || v.As<Napi::Number>().Int32Value() < 0) throw Napi::TypeError::New(env, "mapFds." + k + " must be a file descriptor");
+        mapFds[k] = v.As<Napi::Number>().Int32Value();
+      }
+    }
   }
-  auto* w = new LoadWorker(env, path, pinRoot, reuse, replace, std::move(maxEntries));
+  auto* w = new LoadWorker(env, path, pinRoot, reuse, replace, std::move(maxEntries), std::move(mapFds));
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;
@@ -337,12 +361,35 @@ Napi::Value BtfStruct(const Napi::CallbackInfo& info) {
   return res;
 }
 
+// mapCreateLike(handle, name, maxEntries) -> fd: a new map like the object's map `name` (type, key and value
+// size, flags, the object's BTF types of key and value) with another max_entries. Used to resize a table.
+Napi::Value MapCreateLike(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ObjHolder* h = ArgObj(info);
+  std::string name = ArgString(info, 1, "map name");
+  uint32_t max = ArgU32(info, 2, "maxEntries");
+  if (!h->obj) ThrowErrno(env, EBADF, "map create on a closed object");
+  bpf_map* m = bpf_object__find_map_by_name(h->obj, name.c_str());
+  if (!m) ThrowErrno(env, ENOENT, "map '" + name + "' not found in the object");
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = bpf_map__map_flags(m));
+  const btf* b = bpf_object__btf(h->obj);
+  if (b && btf__fd(b) >= 0 && bpf_map__btf_value_type_id(m)) {
+    opts.btf_fd = btf__fd(b);
+    opts.btf_key_type_id = bpf_map__btf_key_type_id(m);
+    opts.btf_value_type_id = bpf_map__btf_value_type_id(m);
+  }
+  int fd = bpf_map_create(bpf_map__type(m), name.c_str(), bpf_map__key_size(m), bpf_map__value_size(m), max, &opts);
+  if (fd < 0) ThrowErrno(env, errno, "create map '" + name + "' of " + std::to_string(max) + " entries");
+  return Napi::Number::New(env, fd);
+}
+
 }  // namespace
 
 void InitObject(Napi::Env env, Napi::Object exports) {
   exports.Set("loadObject", Napi::Function::New(env, LoadObject, "loadObject"));
   exports.Set("closeObject", Napi::Function::New(env, CloseObject, "closeObject"));
   exports.Set("btfStruct", Napi::Function::New(env, BtfStruct, "btfStruct"));
+  exports.Set("mapCreateLike", Napi::Function::New(env, MapCreateLike, "mapCreateLike"));
 }
 
 }  // namespace gitlb

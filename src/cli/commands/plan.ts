@@ -159,8 +159,10 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
   const pins = join(opts.pinRoot, opts.node);
   const { readPinnedLbLive } = await import('../../bpf/dataplane/index.js');
   const { readPinnedBackendLive } = await import('../../bpf/backend/index.js');
+  const { planResizes, pinnedTableSizes } = await import('../../bpf/dataplane/resize.js');
   const live = desired.role === 'backend' ? readPinnedBackendLive(pins) : readPinnedLbLive(pins);
-  const ops = planOps(live, desired);
+  // table sizes are not in LiveState: the lb data plane plans their resize from the pinned maps (first, as it runs it)
+  const ops = [...(desired.role === 'lb' ? planResizes(pinnedTableSizes(pins), desired) : []), ...planOps(live, desired)];
   const stdout = opts.format === 'json'
     ? JSON.stringify(ops.map(opToJson), null, 2) + '\n'
     : `${opts.node} (${desired.role}, pins ${pins}): ${ops.length === 0 ? 'nothing to do' : `${ops.length} map operations`}\n` +

@@ -1,0 +1,217 @@
+// Resizing the tables Cluster.spec.conntrack.maxEntries sizes (lb_conntrack, lb_snat_fwd, lb_snat_rev) on a running
+// node: no packet-path outage, no established flow or live translation lost, and no extra lookup per packet.
+// A map's max_entries is fixed at its creation, so a resize is a new map and a new instance of xdp_lb that uses it:
+//   1. a new map like the old one (type, flags, key, value, BTF) of the new size; the kernel's refusal leaves all as is
+//   2. copy every entry (batched); plain hash tables (SNAT) whose entries do not fit are refused here
+//   3. load xdp_lb again, the new maps given by fd, every other map the pinned one; pin the new maps beside the old
+//   4. swap the program in the pinned XDP link (bpf_link_update, compare-and-swap), rename the new pins over the old
+//      ones (bpffs renames atomically: a pin never names nothing), wait for programs still running the old instance
+//   5. carry over what the old program wrote between the copy and the swap: a three-way merge per key of the copy
+//      (base), the old table now (ours) and the new one (theirs): a key the new program changed since the swap is
+//      left alone; otherwise the old table's change (insert, new value, for SNAT also delete) is applied.
+// The old maps are freed when the old program and object are closed. Spec: docs/datapath.md, "Resizing tables".
+import { renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { BpfMap, MapType, waitForPrograms, type BpfError, type BpfObject } from '../libbpf.js';
+import type { DesiredState } from '../../render/state.js';
+import type { Op } from '../../render/ops.js';
+import { SNAT_MAPS, snatMapSizes } from './snat.js';
+
+/** The tables whose size comes from DesiredState.conntrackMaxEntries, in the order they are resized. */
+export const RESIZABLE_TABLES = ['lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev] as const;
+export type TableResize = Extract<Op, { op: 'table.resize' }>;
+
+/** A new map is pinned beside the old one under this suffix until the swap (pin names cannot hold a dot). */
+export const NEXT_PIN_SUFFIX = '_next';
+const BATCH = 4096;
+
+/** The size each resizable table should have for `desired`. */
+export function desiredTableSizes(d: DesiredState): Record<string, number> {
+  return { lb_conntrack: d.conntrackMaxEntries, ...snatMapSizes(d) };
+}
+
+/** The table.resize ops that take tables of sizes `current` (by map name; absent: not loaded) to `desired`. */
+export function planResizes(current: Readonly<Record<string, number>>, desired: DesiredState): TableResize[] {
+  const want = desiredTableSizes(desired);
+  const out: TableResize[] = [];
+  for (const map of RESIZABLE_TABLES) {
+    const from = current[map];
+    const to = want[map];
+    if (from !== undefined && to !== undefined && from !== to) out.push({ op: 'table.resize', map, from, to });
+  }
+  return out;
+}
+
+/** Sizes of the resizable tables pinned under `pinRoot` (for `gitlb plan --live`); absent pins are left out. */
+export function pinnedTableSizes(pinRoot: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const name of RESIZABLE_TABLES) {
+    let m: BpfMap;
+    try {
+      m = BpfMap.open(join(pinRoot, name), name);
+    } catch (e) {
+      if ((e as BpfError).code === 'ENOENT') continue;
+      throw e;
+    }
+    out[name] = m.maxEntries;
+    m.close();
+  }
+  return out;
+}
+
+/** Removes new-map pins a crash between their pinning and the swap left behind (nothing uses them). */
+export function removeStaleNextPins(pinRoot: string): void {
+  for (const name of RESIZABLE_TABLES) rmSync(join(pinRoot, name + NEXT_PIN_SUFFIX), { force: true });
+}
+
+function refuse(message: string, code = 'ENOSPC'): never {
+  throw Object.assign(new Error(message), { code });
+}
+
+/** Packed entries as read by one batched walk. */
+interface Snapshot { keys: Buffer; values: Buffer; count: number }
+
+const keyAt = (s: Snapshot, m: BpfMap, i: number) => s.keys.subarray(i * m.keySize, (i + 1) * m.keySize);
+const valueAt = (s: Snapshot, m: BpfMap, i: number) => s.values.subarray(i * m.valueBufferSize, (i + 1) * m.valueBufferSize);
+
+/** Writes `snap` into `to` in batches. An LRU table smaller than the entries keeps what fits (later copies evict). */
+function copyInto(snap: Snapshot, to: BpfMap): void {
+  for (let i = 0; i < snap.count; i += BATCH) {
+    const n = Math.min(BATCH, snap.count - i);
+    to.updateBatch(snap.keys.subarray(i * to.keySize, (i + n) * to.keySize),
+      snap.values.subarray(i * to.valueBufferSize, (i + n) * to.valueBufferSize), n);
+  }
+}
+
+export interface MergeCounts {
+  /** Entries the old program inserted or changed after the copy, written into the new table. */
+  written: number;
+  /** Entries the old program deleted after the copy, deleted from the new table (plain hash tables only). */
+  deleted: number;
+  /** Entries of the old table that found no room in the new one (a plain hash table full). */
+  lost: number;
+}
+
+/**
+ * Carries into `neu` what the old program changed in `old` after `base` was copied, once no program writes `old`
+ * any more. Per key: base (the copy), ours (`old` now), theirs (`neu` now). Equal base and ours: nothing to do.
+ * Otherwise the old table's change wins only while theirs is still the copy (the new program has not touched the
+ * key since the swap): a flow the new instance already saw keeps what it saw. An LRU table's deletions are its own
+ * evictions under pressure; the resized table had room, so they are not carried over.
+ */
+export function mergeSinceCopy(base: Snapshot, old: BpfMap, neu: BpfMap): MergeCounts {
+  const counts: MergeCounts = { written: 0, deleted: 0, lost: 0 };
+  const index = new Map<string, number>();
+  for (let i = 0; i < base.count; i++) index.set(keyAt(base, old, i).toString('latin1'), i);
+  const seen = new Uint8Array(base.count);
+  const now = old.lookupBatch(BATCH);
+  const theirs = Buffer.alloc(neu.valueBufferSize);
+  const stillCopy = (k: Buffer, b: Buffer) => neu.lookupInto(k, theirs) && theirs.equals(b);
+  for (let i = 0; i < now.count; i++) {
+    const k = keyAt(now, old, i);
+    const ours = valueAt(now, old, i);
+    const j = index.get(k.toString('latin1'));
+    if (j !== undefined) {
+      seen[j] = 1;
+      const b = valueAt(base, old, j);
+      if (b.equals(ours) || !stillCopy(k, b)) continue;
+      try {
+        neu.update(k, ours, 'exist');
+        counts.written++;
+      } catch (e) {
+        if ((e as BpfError).code !== 'ENOENT') throw e; // deleted by the new program since the look-up: its call
+      }
+      continue;
+    }
+    try {
+      neu.update(k, ours, 'noexist'); // inserted after the copy; the new program's own entry wins
+      counts.written++;
+    } catch (e) {
+      const code = (e as BpfError).code;
+      if (code === 'EEXIST') continue;
+      if (code === 'E2BIG' || code === 'ENOMEM') { counts.lost++; continue; }
+      throw e;
+    }
+  }
+  if (old.type === MapType.lruHash || old.type === MapType.lruPercpuHash) return counts;
+  for (let j = 0; j < base.count; j++) {
+    if (seen[j]) continue;
+    const k = keyAt(base, old, j);
+    if (stillCopy(k, valueAt(base, old, j)) && neu.delete(k)) counts.deleted++;
+  }
+  return counts;
+}
+
+export interface ResizeContext {
+  pinRoot: string;
+  /** The loaded object: its maps are the pinned ones, its program the one the packet path runs. */
+  obj: BpfObject;
+  resizes: readonly TableResize[];
+  /** Loads a new instance of the program whose maps named in `mapFds` are those, every other one the pinned one. */
+  load(mapFds: Record<string, BpfMap>): Promise<BpfObject>;
+  /** Makes the packet path run `obj`'s program instead of the current one, atomically; throws when it cannot. */
+  swap(obj: BpfObject): void;
+}
+
+export interface ResizeResult {
+  /** The new object (the caller adopts it and closes the old one). */
+  obj: BpfObject;
+  /** Per table: entries copied before the swap, and what the merge after it did. */
+  tables: Record<string, { copied: number; size: number } & MergeCounts>;
+}
+
+/**
+ * Resizes the tables of `ctx.resizes` (see the top of this file). Until the swap, any failure leaves everything as
+ * it was (new maps freed, their pins removed) and is thrown; a refusal of the kernel to allocate a table, or SNAT
+ * translations that would not fit, is an ENOSPC error naming the table and both sizes.
+ */
+export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
+  const made: Array<{ name: string; old: BpfMap; neu: BpfMap; base: Snapshot; pin: string }> = [];
+  let obj: BpfObject | null = null;
+  let swapped = false;
+  try {
+    for (const r of ctx.resizes) {
+      const old = ctx.obj.map(r.map);
+      let neu: BpfMap;
+      try {
+        neu = ctx.obj.createMapLike(r.map, r.to);
+      } catch (e) {
+        const code = (e as BpfError).code ?? 'error';
+        refuse(`${r.map}: the kernel refused a table of ${r.to} entries (${code}: ${(e as Error).message}); ` +
+          `the table of ${old.maxEntries} entries stays in place, nothing was changed`);
+      }
+      const pin = join(ctx.pinRoot, r.map + NEXT_PIN_SUFFIX);
+      made.push({ name: r.map, old, neu, base: { keys: Buffer.alloc(0), values: Buffer.alloc(0), count: 0 }, pin });
+      const base = old.lookupBatch(BATCH);
+      if (old.type === MapType.hash && base.count > r.to)
+        refuse(`${r.map}: ${base.count} live translations do not fit in ${r.to} entries (a plain hash table never ` +
+          `drops one); the table of ${old.maxEntries} entries stays in place, nothing was changed`);
+      copyInto(base, neu);
+      made[made.length - 1]!.base = base;
+      rmSync(pin, { force: true });
+      neu.pin(pin);
+    }
+    obj = await ctx.load(Object.fromEntries(made.map((t) => [t.name, t.neu])));
+    ctx.swap(obj);
+    swapped = true;
+  } catch (e) {
+    if (!swapped) {
+      obj?.close();
+      for (const t of made) {
+        t.neu.close();
+        rmSync(t.pin, { force: true });
+      }
+    }
+    throw e;
+  }
+  // the new program runs: the pins follow it at once (a crash from here on adopts the new tables)
+  for (const t of made) renameSync(t.pin, join(ctx.pinRoot, t.name));
+  waitForPrograms();
+  const tables: ResizeResult['tables'] = {};
+  for (const t of made) {
+    const merged = mergeSinceCopy(t.base, t.old, t.neu);
+    tables[t.name] = { copied: t.base.count, size: t.neu.maxEntries, ...merged };
+    t.neu.close(); // the new object holds its own reference
+  }
+  return { obj, tables };
+}
