@@ -9,7 +9,8 @@ import test from 'ava';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
-import { BpfMap, type BpfError } from '../src/bpf/libbpf.js';
+import { BpfMap, MapType, type BpfError } from '../src/bpf/libbpf.js';
+import { mergeSinceCopy } from '../src/bpf/dataplane/resize.js';
 import { encodeU32 } from '../src/bpf/dataplane/codec.js';
 import { describeOp } from '../src/render/ops.js';
 import { makeState } from './lib/lb-state.js';
@@ -130,3 +131,70 @@ function BpfMapExists(path: string): boolean {
     return false;
   }
 }
+
+// ------------------------------------------------------------------ SNAT translations
+
+const SNAT_VIP = '203.0.113.20';
+const snatState = (real: number, conntrackMaxEntries: number) => {
+  const s = makeState({ reals: REALS, hashSeed: 3, conntrackMaxEntries,
+    services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ring: ring(1) }, { id: 2, vip: SNAT_VIP, forwarding: 'snat', ring: ring(real) }] });
+  return { ...s, snatAddress: '192.0.2.100', snatPorts: { min: 40000, max: 40999 } };
+};
+const snatPacket = (sport: number, flags: number) => frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
+  ipPacket({ src: '192.0.2.1', dst: SNAT_VIP, l4: { tcp: { sport, dport: 80, flags } } }));
+const SNAT_FLOWS = Array.from({ length: 60 }, (_, i) => 42000 + i);
+const dump = (name: string) => dp!.object()!.map(name).entries().map(([k, v]) => k.toString('hex') + v.toString('hex')).sort();
+
+test.serial('SNAT: every translation is carried over byte for byte and still used', async (t) => {
+  await dp!.apply(snatState(1, 2048));
+  for (const sport of SNAT_FLOWS) t.like(await run(snatPacket(sport, TCP_FLAGS.SYN)), { snat_new: 1 });
+  const fwd = dump('lb_snat_fwd');
+  const rev = dump('lb_snat_rev');
+  t.is(rev.length, SNAT_FLOWS.length);
+  await dp!.apply(snatState(2, 4096));
+  t.is(pinned().lb_snat_rev!.max, 4096);
+  t.deepEqual(dump('lb_snat_fwd'), fwd);
+  t.deepEqual(dump('lb_snat_rev'), rev);
+  // the ring now says real 2: a translation found in the new tables keeps the flow on real 1
+  for (const sport of SNAT_FLOWS) t.like(await run(snatPacket(sport, TCP_FLAGS.ACK)), { snat_hit: 1, 'real:1': 1 }, `flow ${sport}`);
+});
+
+test.serial('SNAT: a shrink below the live translations is refused and changes nothing', async (t) => {
+  const before = pinned();
+  const prog = progId();
+  const err = await t.throwsAsync(dp!.apply(snatState(2, 32))) as BpfError;
+  t.is(err.code, 'ENOSPC');
+  t.regex(err.message, /lb_snat_fwd: 60 live translations do not fit in 32 entries/);
+  t.deepEqual(pinned(), before, 'the connection table, already copied when SNAT was refused, is not swapped in either');
+  t.is(progId(), prog);
+  t.false(BpfMapExists(join(PIN, 'lb_conntrack_next')));
+});
+
+// ------------------------------------------------------------------ the merge after the swap
+
+test('merge: what the old program wrote after the copy reaches the new table unless the new one wrote it first', (t) => {
+  const spec = (name: string, type: number, maxEntries: number) => ({ name, type, keySize: 4, valueSize: 4, maxEntries });
+  for (const [type, name] of [[MapType.hash, 'plain hash'], [MapType.lruHash, 'LRU hash']] as const) {
+    const old = BpfMap.create(spec('old', type, 64));
+    const neu = BpfMap.create(spec('neu', type, 128));
+    try {
+      const k = (n: number) => encodeU32(n);
+      for (const n of [1, 2, 3, 4, 5]) old.update(k(n), k(100 + n));
+      const base = old.lookupBatch();
+      for (const n of [1, 2, 3, 4, 5]) neu.update(k(n), k(100 + n)); // the copy
+      // the old program, between the copy and the swap: changes 1 and 2, deletes 3 and 4, inserts 6 and 7
+      old.update(k(1), k(201)); old.update(k(2), k(202)); old.delete(k(3)); old.delete(k(4));
+      old.update(k(6), k(206)); old.update(k(7), k(207));
+      // the new program, after the swap: changes 2, writes 4 anew, inserts 7
+      neu.update(k(2), k(302)); neu.update(k(4), k(304)); neu.update(k(7), k(307));
+      const counts = mergeSinceCopy(base, old, neu);
+      const got = Object.fromEntries(neu.entries().map(([kk, v]) => [kk.readUInt32LE(0), v.readUInt32LE(0)]));
+      const lru = type === MapType.lruHash;
+      t.deepEqual(got, { 1: 201, 2: 302, ...(lru ? { 3: 103 } : {}), 4: 304, 5: 105, 6: 206, 7: 307 }, name);
+      t.deepEqual(counts, { written: 2, deleted: lru ? 0 : 1, lost: 0 }, name);
+    } finally {
+      old.close();
+      neu.close();
+    }
+  }
+});

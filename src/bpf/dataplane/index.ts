@@ -308,7 +308,7 @@ class LbDataPlane implements DataPlane {
     if (!this.attachment && existsSync(join(pinRoot, LINK_PIN)))
       fail(`${resizes[0]!.map}: xdp_lb runs in the link pinned at ${join(pinRoot, LINK_PIN)}, which this data plane ` +
         `(opened without an interface) does not hold; the resize needs the program swapped in that link`);
-    const { obj, tables } = await resizeTables({
+    const { obj, tables, ms } = await resizeTables({
       pinRoot, obj: this.obj!, resizes,
       load: async (mapFds) => {
         const o = await BpfObject.load(OBJECT_NAME, { pinRoot, reusePinnedMaps: true, mapFds });
@@ -327,12 +327,15 @@ class LbDataPlane implements DataPlane {
     this.obj = obj;
     previous.close();
     this.resized = tables;
+    this.resizeMs = ms;
     report.ops += resizes.length;
     report.mapWrites += resizes.length;
   }
 
   /** What the last resize did, per table (copied entries, merge counts): for logs, tests and bench/. */
   resized: ResizeResult['tables'] | null = null;
+  /** How long each phase of the last resize took (ms). */
+  resizeMs: ResizeResult['ms'] | null = null;
 
   /** Points the pinned link at `obj`'s program (bpf_link_update, compare-and-swap); the link stays the same. */
   private swapProgram(obj: BpfObject): void {
@@ -876,6 +879,8 @@ export type LbDataPlaneHandle = DataPlane & {
   object(): BpfObject | null;
   /** What the last table resize did per table (entries copied before the swap, merged after it); null before one. */
   readonly resized: ResizeResult['tables'] | null;
+  /** How long each phase of the last resize took (ms): for logs and bench/maps/resize.ts. */
+  readonly resizeMs: ResizeResult['ms'] | null;
   /** How xdp_lb is attached and whether native XDP was seen to forward (null until attached). */
   readonly forwarding: XdpForwarding | null;
 };

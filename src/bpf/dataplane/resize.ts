@@ -83,6 +83,66 @@ function copyInto(snap: Snapshot, to: BpfMap): void {
   }
 }
 
+/**
+ * Index of packed keys: open addressing over a typed array, by a 32-bit hash of the key's words; a hit is
+ * confirmed by comparing the bytes. (A Map of the keys as strings costs several times more at 60,000 keys.)
+ */
+class KeyIndex {
+  private readonly slots: Int32Array;
+  private readonly mask: number;
+  private readonly words: Uint32Array | null;
+
+  constructor(private readonly keys: Buffer, private readonly size: number, count: number) {
+    let n = 16;
+    while (n < count * 2) n *= 2;
+    this.slots = new Int32Array(n).fill(-1);
+    this.mask = n - 1;
+    this.words = keys.byteOffset % 4 === 0 && size % 4 === 0 ? new Uint32Array(keys.buffer, keys.byteOffset, (count * size) / 4) : null;
+    this.scratch = new Uint32Array(Math.ceil(size / 4));
+    this.scratchBytes = Buffer.from(this.scratch.buffer);
+    for (let i = 0; i < count; i++) {
+      let h = this.hashAt(i) & this.mask;
+      while (this.slots[h]! >= 0) h = (h + 1) & this.mask;
+      this.slots[h] = i;
+    }
+  }
+
+  private hashAt(i: number): number {
+    let h = 0x811c9dc5;
+    if (this.words) {
+      const w = this.words;
+      for (let o = (i * this.size) / 4, end = o + this.size / 4; o < end; o++) h = Math.imul(h ^ w[o]!, 0x01000193);
+    } else {
+      for (let o = i * this.size, end = o + this.size; o < end; o++) h = Math.imul(h ^ this.keys[o]!, 0x01000193);
+    }
+    return h ^ (h >>> 15);
+  }
+
+  /** Words of the key looked up, read like the packed keys' (host order): the key is copied in first. */
+  private readonly scratch: Uint32Array;
+  private readonly scratchBytes: Buffer;
+
+  private hashOf(key: Buffer): number {
+    let h = 0x811c9dc5;
+    if (this.words) {
+      key.copy(this.scratchBytes, 0, 0, this.size);
+      for (const w of this.scratch) h = Math.imul(h ^ w, 0x01000193);
+    } else {
+      for (let o = 0; o < this.size; o++) h = Math.imul(h ^ key[o]!, 0x01000193);
+    }
+    return h ^ (h >>> 15);
+  }
+
+  /** The index of `key` among the packed keys, or -1. */
+  find(key: Buffer): number {
+    for (let h = this.hashOf(key) & this.mask; ; h = (h + 1) & this.mask) {
+      const i = this.slots[h]!;
+      if (i < 0) return -1;
+      if (this.keys.compare(key, 0, this.size, i * this.size, (i + 1) * this.size) === 0) return i;
+    }
+  }
+}
+
 export interface MergeCounts {
   /** Entries the old program inserted or changed after the copy, written into the new table. */
   written: number;
@@ -101,8 +161,7 @@ export interface MergeCounts {
  */
 export function mergeSinceCopy(base: Snapshot, old: BpfMap, neu: BpfMap): MergeCounts {
   const counts: MergeCounts = { written: 0, deleted: 0, lost: 0 };
-  const index = new Map<string, number>();
-  for (let i = 0; i < base.count; i++) index.set(keyAt(base, old, i).toString('latin1'), i);
+  const index = new KeyIndex(base.keys, old.keySize, base.count);
   const seen = new Uint8Array(base.count);
   const now = old.lookupBatch(BATCH);
   const theirs = Buffer.alloc(neu.valueBufferSize);
@@ -110,8 +169,8 @@ export function mergeSinceCopy(base: Snapshot, old: BpfMap, neu: BpfMap): MergeC
   for (let i = 0; i < now.count; i++) {
     const k = keyAt(now, old, i);
     const ours = valueAt(now, old, i);
-    const j = index.get(k.toString('latin1'));
-    if (j !== undefined) {
+    const j = index.find(k);
+    if (j >= 0) {
       seen[j] = 1;
       const b = valueAt(base, old, j);
       if (b.equals(ours) || !stillCopy(k, b)) continue;
@@ -158,6 +217,9 @@ export interface ResizeResult {
   obj: BpfObject;
   /** Per table: entries copied before the swap, and what the merge after it did. */
   tables: Record<string, { copied: number; size: number } & MergeCounts>;
+  /** Milliseconds per phase: new maps, program load, copy and swap (the window the merge covers), re-pin and
+   * wait for programs still running the old instance, merge. */
+  ms: { create: number; load: number; copyAndSwap: number; wait: number; merge: number };
 }
 
 /**
@@ -169,7 +231,12 @@ export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
   const made: Array<{ name: string; old: BpfMap; neu: BpfMap; base: Snapshot; pin: string }> = [];
   let obj: BpfObject | null = null;
   let swapped = false;
+  const t0 = performance.now();
+  let t1 = t0;
+  let t2 = t0;
   try {
+    // the slow part first (a big table is preallocated by the kernel: ~1.5 s per million entries here) and the
+    // program load, so that the copy -> swap window, whose writes the merge has to carry over, is only the copy
     for (const r of ctx.resizes) {
       const old = ctx.obj.map(r.map);
       let neu: BpfMap;
@@ -180,18 +247,23 @@ export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
         refuse(`${r.map}: the kernel refused a table of ${r.to} entries (${code}: ${(e as Error).message}); ` +
           `the table of ${old.maxEntries} entries stays in place, nothing was changed`);
       }
-      const pin = join(ctx.pinRoot, r.map + NEXT_PIN_SUFFIX);
-      made.push({ name: r.map, old, neu, base: { keys: Buffer.alloc(0), values: Buffer.alloc(0), count: 0 }, pin });
-      const base = old.lookupBatch(BATCH);
-      if (old.type === MapType.hash && base.count > r.to)
-        refuse(`${r.map}: ${base.count} live translations do not fit in ${r.to} entries (a plain hash table never ` +
-          `drops one); the table of ${old.maxEntries} entries stays in place, nothing was changed`);
-      copyInto(base, neu);
-      made[made.length - 1]!.base = base;
-      rmSync(pin, { force: true });
-      neu.pin(pin);
+      made.push({ name: r.map, old, neu, base: { keys: Buffer.alloc(0), values: Buffer.alloc(0), count: 0 },
+        pin: join(ctx.pinRoot, r.map + NEXT_PIN_SUFFIX) });
     }
+    t1 = performance.now();
     obj = await ctx.load(Object.fromEntries(made.map((t) => [t.name, t.neu])));
+    t2 = performance.now();
+    for (const t of made) {
+      t.base = t.old.lookupBatch(BATCH);
+      if (t.old.type === MapType.hash && t.base.count > t.neu.maxEntries)
+        refuse(`${t.name}: ${t.base.count} live translations do not fit in ${t.neu.maxEntries} entries (a plain hash ` +
+          `table never drops one); the table of ${t.old.maxEntries} entries stays in place, nothing was changed`);
+      copyInto(t.base, t.neu);
+    }
+    for (const t of made) {
+      rmSync(t.pin, { force: true });
+      t.neu.pin(t.pin);
+    }
     ctx.swap(obj);
     swapped = true;
   } catch (e) {
@@ -204,14 +276,17 @@ export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
     }
     throw e;
   }
+  const t3 = performance.now();
   // the new program runs: the pins follow it at once (a crash from here on adopts the new tables)
   for (const t of made) renameSync(t.pin, join(ctx.pinRoot, t.name));
   waitForPrograms();
+  const t4 = performance.now();
   const tables: ResizeResult['tables'] = {};
   for (const t of made) {
     const merged = mergeSinceCopy(t.base, t.old, t.neu);
     tables[t.name] = { copied: t.base.count, size: t.neu.maxEntries, ...merged };
     t.neu.close(); // the new object holds its own reference
   }
-  return { obj, tables };
+  const ms = { create: t1 - t0, load: t2 - t1, copyAndSwap: t3 - t2, wait: t4 - t3, merge: performance.now() - t4 };
+  return { obj, tables, ms };
 }
