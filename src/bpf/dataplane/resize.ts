@@ -2,8 +2,9 @@
 // node: no packet-path outage, no established flow or live translation lost, and no extra lookup per packet.
 // A map's max_entries is fixed at its creation, so a resize is a new map and a new instance of xdp_lb that uses it:
 //   1. a new map like the old one (type, flags, key, value, BTF) of the new size; the kernel's refusal leaves all as is
-//   2. copy every entry (batched); plain hash tables (SNAT) whose entries do not fit are refused here
-//   3. load xdp_lb again, the new maps given by fd, every other map the pinned one; pin the new maps beside the old
+//   2. load xdp_lb again, the new maps given by fd, every other map the pinned one (1 and 2 are the slow steps)
+//   3. copy every entry (batched); plain hash tables (SNAT) whose entries do not fit are refused here; pin the new
+//      maps beside the old ones
 //   4. swap the program in the pinned XDP link (bpf_link_update, compare-and-swap), rename the new pins over the old
 //      ones (bpffs renames atomically: a pin never names nothing), wait for programs still running the old instance
 //   5. carry over what the old program wrote between the copy and the swap: a three-way merge per key of the copy
