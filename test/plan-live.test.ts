@@ -1,6 +1,7 @@
 // `gitlb plan --live`: the exact map operations a node would perform, read from its pinned maps (real kernel
 // maps, nothing attached). After an apply of the same revision it prints nothing to do; after a config change it
-// lists the ops, and running them through the data plane leaves nothing to do.
+// lists the ops (a new conntrack.maxEntries: the table resizes), and running them through the data plane leaves
+// nothing to do.
 import test from 'ava';
 import { cpSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -46,6 +47,18 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
     const desired = await render();
     t.deepEqual((await dp.plan(desired)).map((o) => o.op), json.map((o) => o.op), 'the CLI prints what the data plane would do');
     await dp.apply(desired);
+    t.regex((await live()).stdout, /nothing to do/);
+
+    // a new conntrack.maxEntries: the resize of each table sized by it, first, as the data plane plans it
+    const cluster = join(dir, 'cluster.yaml');
+    writeFileSync(cluster, readFileSync(cluster, 'utf8').replace('maxEntries: 65536', 'maxEntries: 131072'));
+    const resized = await live('--exit-code');
+    t.is(resized.code, 3);
+    t.regex(resized.stdout, /: 3 map operations\n +1\. resize lb_conntrack: 65536 -> 131072 entries/);
+    t.regex(resized.stdout, /resize lb_snat_rev: 65536 -> 131072 entries/);
+    const grown = await render();
+    t.deepEqual((await dp.plan(grown)).map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
+    await dp.apply(grown);
     t.regex((await live()).stdout, /nothing to do/);
   } finally {
     dp.close();

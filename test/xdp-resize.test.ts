@@ -9,7 +9,7 @@ import test from 'ava';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/index.js';
-import { BpfMap, MapType, type BpfError } from '../src/bpf/libbpf.js';
+import { BpfMap, MapType, onCpu, onlineCpus, possibleCpus, type BpfError } from '../src/bpf/libbpf.js';
 import { mergeSinceCopy } from '../src/bpf/dataplane/resize.js';
 import { encodeU32 } from '../src/bpf/dataplane/codec.js';
 import { describeOp } from '../src/render/ops.js';
@@ -131,6 +131,40 @@ function BpfMapExists(path: string): boolean {
     return false;
   }
 }
+
+// ------------------------------------------------------------------ per-CPU shares
+
+/** Runs packets through xdp_lb (on `cpu` when given: BPF_PROG_TEST_RUN runs on the caller's CPU); the sums of the
+ * counters that moved. */
+async function runAll(packets: Buffer[], cpu?: number): Promise<{ ctHit: number; ctMiss: number; real1: number; real2: number }> {
+  const before = await dp!.counters();
+  const prog = dp!.object()!.program('xdp_lb');
+  const send = () => {
+    for (const data of packets) prog.testRun({ data, ctxIn: Buffer.concat([Buffer.alloc(4), encodeU32(data.length), Buffer.alloc(16)]) });
+  };
+  if (cpu === undefined) send();
+  else onCpu(cpu, send);
+  const after = await dp!.counters();
+  const n = (k: string) => (after[k] as number) - (before[k] as number);
+  const pk = (k: string) => ((after[k] as Record<string, number> | undefined)?.packets ?? 0) - ((before[k] as Record<string, number> | undefined)?.packets ?? 0);
+  return { ctHit: n('ct_hit'), ctMiss: n('ct_miss'), real1: pk('real:1'), real2: pk('real:2') };
+}
+
+// lb_conntrack gives each possible CPU a share of max_entries (BPF_F_NO_COMMON_LRU) and takes an insert from the
+// share of the CPU it runs on: 800 flows, half from each CPU, fit a table of 1,024 on 2 CPUs and one of 1,536, but
+// copied from one CPU they would not (768 a share). The copy is spread over the CPUs as the traffic was.
+(onlineCpus().length === 2 && possibleCpus() === 2 ? test.serial : test.serial.skip)(
+  'a grow keeps every flow even when they exceed one CPU\'s share of the new table', async (t) => {
+    await dp!.apply(state(1, 1024));
+    const cpuFlows = [Array.from({ length: 400 }, (_, i) => 43000 + i), Array.from({ length: 400 }, (_, i) => 44000 + i)];
+    for (const [cpu, flows] of cpuFlows.entries())
+      t.like(await runAll(flows.map(ack), onlineCpus()[cpu]!), { ctMiss: 400, real1: 400 }, `CPU ${cpu}`);
+    await dp!.apply(state(1, 1536));
+    t.is(pinned().lb_conntrack!.max, 1536);
+    t.true(dp!.resized!.lb_conntrack!.copied >= 800);
+    await dp!.apply(state(2, 1536));
+    t.deepEqual(await runAll(cpuFlows.flat().map(ack)), { ctHit: 800, ctMiss: 0, real1: 800, real2: 0 });
+  });
 
 // ------------------------------------------------------------------ SNAT translations
 

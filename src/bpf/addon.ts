@@ -38,6 +38,7 @@ export interface NativeAddon {
   objGet(path: string): number;
   closeFd(fd: number): void;
   numPossibleCpus(): number;
+  threadCpus(set?: number[]): number[];
   progTestRun(fd: number, opts: { data?: Buffer; repeat?: number; dataOutSize?: number; flags?: number;
     ctxIn?: Buffer; ctxOutSize?: number; cpu?: number; batchSize?: number }):
     { retval: number; durationNs: number; data: Buffer; ctx: Buffer };

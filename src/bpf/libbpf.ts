@@ -1,6 +1,7 @@
 // gitlb's TypeScript API over libbpf (Node-API addon in ./napi). Everything in the
 // project that touches BPF objects, maps, programs or links goes through here.
 // Sizes are checked before each syscall; errors carry `.code` (errno name).
+import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { native, type NativeMapDesc } from './addon.js';
 import { attachTc, attachXdp, type TcAttachOptions, type TcAttachment, type XdpAttachment } from './attach.js';
@@ -332,6 +333,29 @@ export class BpfMap {
     if (this.#owner.shared) return; // the BpfObject closes its maps
     this.#owner.closed = true;
     native().closeFd(this.#fd);
+  }
+}
+
+/** The CPUs online now (from /sys/devices/system/cpu/online, e.g. "0-3,6"). */
+export function onlineCpus(): number[] {
+  const out: number[] = [];
+  for (const part of readFileSync('/sys/devices/system/cpu/online', 'utf8').trim().split(',')) {
+    const [a, b] = part.split('-').map(Number) as [number, number | undefined];
+    for (let c = a; c <= (b ?? a); c++) out.push(c);
+  }
+  return out;
+}
+
+/**
+ * Runs `fn` with the calling thread on `cpu` alone and then puts its previous CPU set back. For map writes whose
+ * placement depends on the CPU of the syscall (a per-CPU LRU map takes an insert from that CPU's share).
+ */
+export function onCpu<T>(cpu: number, fn: () => T): T {
+  const prev = named(`CPU ${cpu}`, () => native().threadCpus([cpu]));
+  try {
+    return fn();
+  } finally {
+    native().threadCpus(prev);
   }
 }
 

@@ -13,7 +13,7 @@
 // The old maps are freed when the old program and object are closed. Spec: docs/datapath.md, "Resizing tables".
 import { renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { BpfMap, MapType, waitForPrograms, type BpfError, type BpfObject } from '../libbpf.js';
+import { BpfMap, MapType, onCpu, onlineCpus, waitForPrograms, type BpfError, type BpfObject } from '../libbpf.js';
 import type { DesiredState } from '../../render/state.js';
 import type { Op } from '../../render/ops.js';
 import { SNAT_MAPS, snatMapSizes } from './snat.js';
@@ -75,12 +75,38 @@ interface Snapshot { keys: Buffer; values: Buffer; count: number }
 const keyAt = (s: Snapshot, m: BpfMap, i: number) => s.keys.subarray(i * m.keySize, (i + 1) * m.keySize);
 const valueAt = (s: Snapshot, m: BpfMap, i: number) => s.values.subarray(i * m.valueBufferSize, (i + 1) * m.valueBufferSize);
 
-/** Writes `snap` into `to` in batches. An LRU table smaller than the entries keeps what fits (later copies evict). */
+/** BPF_F_NO_COMMON_LRU: an LRU map with a free list and an LRU list per CPU. */
+const NO_COMMON_LRU = 2;
+
+/** Writes entries [from, to) of `snap` into `map` in batches. */
+function copyRange(snap: Snapshot, map: BpfMap, from: number, to: number): void {
+  for (let i = from; i < to; i += BATCH) {
+    const n = Math.min(BATCH, to - i);
+    map.updateBatch(snap.keys.subarray(i * map.keySize, (i + n) * map.keySize),
+      snap.values.subarray(i * map.valueBufferSize, (i + n) * map.valueBufferSize), n);
+  }
+}
+
+/**
+ * Writes `snap` into `to` in batches. A per-CPU LRU table (lb_conntrack) takes each insert from the share of the
+ * CPU the syscall runs on (max_entries / possible CPUs): copied from one CPU, more entries than one share would
+ * evict each other even in a table with room for all. So the copy is spread in equal parts over the online CPUs
+ * (the thread moved to each in turn, its CPU set put back after), as the traffic that wrote them was. An LRU table
+ * smaller than the entries keeps what fits (later copies evict earlier ones of the same CPU).
+ */
 function copyInto(snap: Snapshot, to: BpfMap): void {
-  for (let i = 0; i < snap.count; i += BATCH) {
-    const n = Math.min(BATCH, snap.count - i);
-    to.updateBatch(snap.keys.subarray(i * to.keySize, (i + n) * to.keySize),
-      snap.values.subarray(i * to.valueBufferSize, (i + n) * to.valueBufferSize), n);
+  const cpus = to.type === MapType.lruHash && (to.flags & NO_COMMON_LRU) !== 0 ? onlineCpus() : [];
+  if (cpus.length < 2) return copyRange(snap, to, 0, snap.count);
+  for (let c = 0; c < cpus.length; c++) {
+    const from = Math.floor((snap.count * c) / cpus.length);
+    const end = Math.floor((snap.count * (c + 1)) / cpus.length);
+    try {
+      onCpu(cpus[c]!, () => copyRange(snap, to, from, end));
+    } catch (e) {
+      // a CPU this process may not use (cpuset): that part goes in from where the thread is
+      if ((e as BpfError).code !== 'EINVAL') throw e;
+      copyRange(snap, to, from, end);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sched.h>
 #include <unistd.h>
 #include <vector>
 
@@ -248,6 +249,32 @@ Napi::Value NumPossibleCpus(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), n);
 }
 
+// threadCpus([cpus]) -> cpus: the CPUs the calling thread may run on; with an array, first sets them (the thread
+// is moved at once when it is not on one of them). A per-CPU LRU map takes an insert from the syscall's CPU's
+// share, so a copy into one is spread over the CPUs this way (src/bpf/dataplane/resize.ts).
+Napi::Value ThreadCpus(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set)) ThrowErrno(env, errno, "sched_getaffinity");
+  Napi::Array prev = Napi::Array::New(env);
+  uint32_t n = 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) prev.Set(n++, c);
+  if (info.Length() > 0 && info[0].IsArray()) {
+    Napi::Array want = info[0].As<Napi::Array>();
+    cpu_set_t next;
+    CPU_ZERO(&next);
+    for (uint32_t i = 0; i < want.Length(); i++) {
+      int c = want.Get(i).As<Napi::Number>().Int32Value();
+      if (c < 0 || c >= CPU_SETSIZE) ThrowErrno(env, EINVAL, "CPU " + std::to_string(c));
+      CPU_SET(c, &next);
+    }
+    if (sched_setaffinity(0, sizeof next, &next)) ThrowErrno(env, errno, "sched_setaffinity");
+  }
+  return prev;
+}
+
 }  // namespace
 
 void InitMaps(Napi::Env env, Napi::Object exports) {
@@ -267,6 +294,7 @@ void InitMaps(Napi::Env env, Napi::Object exports) {
   exports.Set("objGet", Napi::Function::New(env, ObjGet, "objGet"));
   exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
   exports.Set("numPossibleCpus", Napi::Function::New(env, NumPossibleCpus, "numPossibleCpus"));
+  exports.Set("threadCpus", Napi::Function::New(env, ThreadCpus, "threadCpus"));
 }
 
 }  // namespace gitlb
