@@ -72,7 +72,8 @@ test.serial('grow: the pinned tables get the new size and every flow keeps its r
   const ops = await dp.plan(state(1, 8192));
   t.log(ops.map(describeOp).join('\n'));
   t.deepEqual(ops, TABLES.map((map) => ({ op: 'table.resize', map, from: 1024, to: 8192 })));
-  await dp.execute(ops);
+  const report = await dp.execute(ops);
+  t.like(report, { ops: 3, mapWrites: 3, mapDeletes: 0, ringSwitches: 0 });
   const after = pinned();
   for (const name of TABLES) {
     t.is(after[name]!.max, 8192, name);

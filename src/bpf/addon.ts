@@ -16,7 +16,7 @@ export interface NativeXdpQuery { progId: number; drvProgId: number; skbProgId: 
 export interface NativeAddon {
   loadObject(path: string, opts: { pinRoot?: string; reusePinnedMaps?: boolean; replaceIncompatiblePins?: boolean;
     mapMaxEntries?: Record<string, number>; mapFds?: Record<string, number> }): Promise<NativeLoaded>;
-  mapCreateLike(handle: unknown, name: string, maxEntries: number): number;
+  mapCreateLike(handle: unknown, name: string, maxEntries: number): Promise<number>;
   closeObject(handle: unknown): void;
   btfStruct(handle: unknown, name: string): { size: number; members: NativeBtfMember[] } | null;
   mapLookup(fd: number, key: Buffer, valueSize: number, flags?: number): Buffer | null;

@@ -521,12 +521,19 @@ export class BpfObject {
 
   /**
    * A new standalone map like this object's map `name` (type, key and value size, flags, BTF types) holding
-   * `maxEntries`: the kernel's refusal (ENOMEM, E2BIG) is thrown with the size named. The caller closes it.
+   * `maxEntries`, created off the main thread (the kernel preallocates a hash table's elements: about 0.7 s per
+   * million entries). The kernel's refusal (ENOMEM, E2BIG) is thrown with the size named. The caller closes it;
+   * this object must stay open until it resolves.
    */
-  createMapLike(name: string, maxEntries: number): BpfMap {
+  async createMapLike(name: string, maxEntries: number): Promise<BpfMap> {
     if (this.#owner.closed) throw bpfError('EBADF', `${this.#owner.what} is closed`);
     const like = this.map(name);
-    const fd = named(`map '${name}'`, () => native().mapCreateLike(this.#handle, name, maxEntries));
+    let fd: number;
+    try {
+      fd = await native().mapCreateLike(this.#handle, name, maxEntries);
+    } catch (e) {
+      throw named(`map '${name}'`, () => { throw e; });
+    }
     return new BpfMap({ name, type: like.type, keySize: like.keySize, valueSize: like.valueSize, maxEntries, flags: like.flags,
       fd, pinPath: null, reused: false, btfKeyType: like.btfKeyType, btfValueType: like.btfValueType },
     { closed: false, what: `map '${name}' (${maxEntries} entries)` });

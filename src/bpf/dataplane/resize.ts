@@ -262,20 +262,22 @@ export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
   let t1 = t0;
   let t2 = t0;
   try {
-    // the slow part first (a big table is preallocated by the kernel: ~1.5 s per million entries here) and the
-    // program load, so that the copy -> swap window, whose writes the merge has to carry over, is only the copy
-    for (const r of ctx.resizes) {
-      const old = ctx.obj.map(r.map);
-      let neu: BpfMap;
-      try {
-        neu = ctx.obj.createMapLike(r.map, r.to);
-      } catch (e) {
-        const code = (e as BpfError).code ?? 'error';
-        refuse(`${r.map}: the kernel refused a table of ${r.to} entries (${code}: ${(e as Error).message}); ` +
-          `the table of ${old.maxEntries} entries stays in place, nothing was changed`);
-      }
-      made.push({ name: r.map, old, neu, base: { keys: Buffer.alloc(0), values: Buffer.alloc(0), count: 0 },
-        pin: join(ctx.pinRoot, r.map + NEXT_PIN_SUFFIX) });
+    // the slow parts first, the new maps (the kernel preallocates a hash table: ~0.7 s per million entries; created
+    // side by side, off the main thread) and the program load, so that the copy -> swap window, whose writes the
+    // merge has to carry over, is the copy alone. Any refusal frees the maps made.
+    const created = await Promise.allSettled(ctx.resizes.map((r) => ctx.obj.createMapLike(r.map, r.to)));
+    for (const [i, r] of ctx.resizes.entries()) {
+      const c = created[i]!;
+      if (c.status === 'fulfilled')
+        made.push({ name: r.map, old: ctx.obj.map(r.map), neu: c.value, base: { keys: Buffer.alloc(0), values: Buffer.alloc(0), count: 0 },
+          pin: join(ctx.pinRoot, r.map + NEXT_PIN_SUFFIX) });
+    }
+    const refused = ctx.resizes.findIndex((_, i) => created[i]!.status === 'rejected');
+    if (refused >= 0) {
+      const r = ctx.resizes[refused]!;
+      const e = (created[refused] as PromiseRejectedResult).reason as BpfError;
+      refuse(`${r.map}: the kernel refused a table of ${r.to} entries (${e.code ?? 'error'}: ${e.message}); ` +
+        `the table of ${ctx.obj.map(r.map).maxEntries} entries stays in place, nothing was changed`);
     }
     t1 = performance.now();
     obj = await ctx.load(Object.fromEntries(made.map((t) => [t.name, t.neu])));

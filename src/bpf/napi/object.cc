@@ -361,8 +361,52 @@ Napi::Value BtfStruct(const Napi::CallbackInfo& info) {
   return res;
 }
 
-// mapCreateLike(handle, name, maxEntries) -> fd: a new map like the object's map `name` (type, key and value
-// size, flags, the object's BTF types of key and value) with another max_entries. Used to resize a table.
+// Creates one map off the main thread: a big hash table is preallocated by the kernel (about 0.7 s per million
+// entries), which must not stall the daemon's event loop (health probes, metrics).
+class CreateMapWorker : public Napi::AsyncWorker {
+ public:
+  CreateMapWorker(Napi::Env env, bpf_map_type type, std::string name, uint32_t ksize, uint32_t vsize, uint32_t max,
+                  uint32_t flags, int btfFd, uint32_t btfKey, uint32_t btfValue)
+      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), type_(type), name_(std::move(name)),
+        ksize_(ksize), vsize_(vsize), max_(max), flags_(flags), btfFd_(btfFd), btfKey_(btfKey), btfValue_(btfValue) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = flags_);
+    if (btfFd_ >= 0) {
+      opts.btf_fd = btfFd_;
+      opts.btf_key_type_id = btfKey_;
+      opts.btf_value_type_id = btfValue_;
+    }
+    fd_ = bpf_map_create(type_, name_.c_str(), ksize_, vsize_, max_, &opts);
+    if (fd_ < 0) err_ = errno;
+  }
+
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (fd_ < 0) {
+      deferred_.Reject(ErrnoError(env, err_, "create map '" + name_ + "' of " + std::to_string(max_) + " entries").Value());
+      return;
+    }
+    deferred_.Resolve(Napi::Number::New(env, fd_));
+  }
+
+  void OnError(const Napi::Error& e) override { deferred_.Reject(e.Value()); }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  bpf_map_type type_;
+  std::string name_;
+  uint32_t ksize_, vsize_, max_, flags_;
+  int btfFd_;
+  uint32_t btfKey_, btfValue_;
+  int fd_ = -1, err_ = 0;
+};
+
+// mapCreateLike(handle, name, maxEntries) -> Promise<fd>: a new map like the object's map `name` (type, key and
+// value size, flags, the object's BTF types of key and value) with another max_entries. Used to resize a table.
+// The object (and so its BTF fd) must stay open until the promise settles.
 Napi::Value MapCreateLike(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   ObjHolder* h = ArgObj(info);
@@ -371,16 +415,14 @@ Napi::Value MapCreateLike(const Napi::CallbackInfo& info) {
   if (!h->obj) ThrowErrno(env, EBADF, "map create on a closed object");
   bpf_map* m = bpf_object__find_map_by_name(h->obj, name.c_str());
   if (!m) ThrowErrno(env, ENOENT, "map '" + name + "' not found in the object");
-  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = bpf_map__map_flags(m));
   const btf* b = bpf_object__btf(h->obj);
-  if (b && btf__fd(b) >= 0 && bpf_map__btf_value_type_id(m)) {
-    opts.btf_fd = btf__fd(b);
-    opts.btf_key_type_id = bpf_map__btf_key_type_id(m);
-    opts.btf_value_type_id = bpf_map__btf_value_type_id(m);
-  }
-  int fd = bpf_map_create(bpf_map__type(m), name.c_str(), bpf_map__key_size(m), bpf_map__value_size(m), max, &opts);
-  if (fd < 0) ThrowErrno(env, errno, "create map '" + name + "' of " + std::to_string(max) + " entries");
-  return Napi::Number::New(env, fd);
+  bool withBtf = b && btf__fd(b) >= 0 && bpf_map__btf_value_type_id(m);
+  auto* w = new CreateMapWorker(env, bpf_map__type(m), name, bpf_map__key_size(m), bpf_map__value_size(m), max,
+                                bpf_map__map_flags(m), withBtf ? btf__fd(b) : -1,
+                                withBtf ? bpf_map__btf_key_type_id(m) : 0, withBtf ? bpf_map__btf_value_type_id(m) : 0);
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
 }
 
 }  // namespace
