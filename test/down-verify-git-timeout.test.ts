@@ -20,8 +20,9 @@ test.serial('down --repo: --git-timeout bounds the fetches and the push of the s
     const bare = join(r.root, 'config.git');
     const statusTip = () => git(bare, 'rev-parse', '--verify', '-q', 'refs/heads/gitlb-status').catch(() => null);
     // lb-1 has no data plane under this pin root: down removes nothing and goes straight to the status write.
+    // --bird-socket off: no BIRD here, and down would otherwise fetch the config first to find lb-1's BGP settings.
     const down = (timeout: string) =>
-      gitlb(['down', '--node', 'lb-1', '--pin-root', join(dir, 'pins'), '--cache-dir', join(dir, 'cache'), '--repo', `${proxy.url}/config.git`, '--git-timeout', timeout]);
+      gitlb(['down', '--node', 'lb-1', '--pin-root', join(dir, 'pins'), '--cache-dir', join(dir, 'cache'), '--repo', `${proxy.url}/config.git`, '--git-timeout', timeout, '--bird-socket', 'off']);
 
     // The first fetch (the config branch) held 20 s: a 3 s deadline fails there, nothing is written.
     proxy.hold((n) => n === 1, 20_000);

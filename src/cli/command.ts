@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 // The contract every `gitlb` subcommand implements: one commander definition per file under ./commands/, so usage,
 // defaults, help and shell completion all come from the same place.
 import { Argument, Command, CommanderError, InvalidArgumentError, Option } from 'commander';
@@ -162,4 +163,20 @@ export function pathOption(): Option {
 /** `--format` with its choices and default, one definition for parsing, help and completion. */
 export function formatOption(choices: readonly string[], def: string, what = ''): Option {
   return new Option('--format <format>', `output format${what ? `: ${what}` : ''}`).choices(choices).default(def);
+}
+
+/** `--bird-config` and `--bird-socket`: where an lb node's generated BIRD file lives and how BIRD is reloaded.
+ * One definition for `gitlb run` (which keeps BIRD in step) and `gitlb down` (which withdraws every VIP). */
+export function addBirdOptions(cmd: Command): Command {
+  for (const o of [
+    new Option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)"),
+    new Option('--bird-socket <path>', "BIRD's control socket for birdc configure; off: do not drive BIRD even when the config has BGP settings").default('/run/bird/bird.ctl'),
+  ])
+    cmd.addOption(o);
+  return cmd;
+}
+
+/** The generated BIRD file's path: --bird-config, else <cache-dir>/bird-gitlb.conf. */
+export function birdConfigFile(birdConfig: string | undefined, cacheDir: string): string {
+  return birdConfig ?? join(cacheDir, 'bird-gitlb.conf');
 }

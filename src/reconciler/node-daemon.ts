@@ -8,7 +8,8 @@ import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
 import type { DesiredState } from '../render/state.js';
 import type { ConfigModel } from '../render/model.js';
 import { parseConfig } from '../render/config/index.js';
-import { readLocalState, startDaemon, type Daemon } from './daemon.js';
+import { startDaemon, type Daemon } from './daemon.js';
+import { lastAppliedModel } from './served-model.js';
 import { startSchedule } from './triggers/schedule.js';
 import { readAllStatuses } from './status/status-report.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
@@ -100,17 +101,7 @@ async function nodeAtHead(o: NodeDaemonOptions): Promise<{ reachable: boolean; m
     if (!head) return { reachable: true, model: null };
     return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath)).model ?? null };
   } catch {
-    return { reachable: false, model: gitdir ? await lastAppliedModel(o, gitdir) : null };
-  }
-}
-
-async function lastAppliedModel(o: NodeDaemonOptions, gitdir: string): Promise<ConfigModel | null> {
-  const local = await readLocalState(join(o.cacheDir, 'state.json'));
-  if (!local?.appliedRevision || local.node !== o.node || local.branch !== o.branch) return null;
-  try {
-    return parseConfig(await readRevisionFiles(gitdir, local.appliedRevision, o.configPath)).model ?? null;
-  } catch {
-    return null; // not in the cache: the daemon says so when it tries to adopt it
+    return { reachable: false, model: gitdir ? await lastAppliedModel({ ...o, gitdir }) : null };
   }
 }
 

@@ -38,15 +38,20 @@ export function parse(files: ConfigFile[]) {
   return { model: r.model, lines: r.diagnostics.map(formatDiagnostic) };
 }
 
-export function goodModel(lb1Extra = PEERS): ConfigModel {
-  const { model, lines } = parse([
+/** The files of goodModel(), as they would sit in a config repository. */
+export function goodFiles(lb1Extra = PEERS): ConfigFile[] {
+  return [
     file('cluster.yaml', CLUSTER_BGP('    localAsn: 65001\n    holdTime: 3\n    communities: ["65001:200", "65001:100", "65001:100"]\n    med: 50\n')),
     file('nodes/lb-1.yaml', lbNode('lb-1', lb1Extra)),
     file('nodes/be-1.yaml', BE),
     file('services/web.yaml', svc('web', '203.0.113.10', '[{address: 198.51.100.21}, {address: 198.51.100.22}]')),
     file('services/api.yaml', svc('api', '203.0.113.20', '[{address: 198.51.100.21}]')),
     file('services/web6.yaml', svc('web6', '2001:db8:ff::10', '[{address: 2001:db8:1::21}]')),
-  ]);
+  ];
+}
+
+export function goodModel(lb1Extra = PEERS): ConfigModel {
+  const { model, lines } = parse(goodFiles(lb1Extra));
   if (!model) throw new Error(lines.join('\n'));
   return model;
 }

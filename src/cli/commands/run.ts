@@ -2,7 +2,7 @@
 // is assembled in src/reconciler/node-daemon.ts.
 import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
 import { join } from 'node:path';
-import { type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
+import { addBirdOptions, birdConfigFile, type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
@@ -85,9 +85,8 @@ function defineRun(cmd: Command): void {
     .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
     .option('--peer-secret-file <file>', "lb nodes, consensus mode: the cluster's shared secret (or env GITLB_PEER_SECRET); with it observations travel directly between the daemons over HTTP, without it through the status branch")
     .option('--peer-listen <addr:port>', "where to serve observations to peers (default: this node's first address at --peer-port)")
-    .option('--peer-port <port>', 'the port every lb daemon serves observations on', port, DEFAULT_PEER_PORT)
-    .option('--bird-config <file>', "lb nodes with BGP: the generated BIRD file to write, included by BIRD's main configuration (default <cache-dir>/bird-gitlb.conf; docs/bgp.md)")
-    .option('--bird-socket <path>', "BIRD's control socket for birdc configure; off: do not drive BIRD even when the config has BGP settings", '/run/bird/bird.ctl')
+    .option('--peer-port <port>', 'the port every lb daemon serves observations on', port, DEFAULT_PEER_PORT);
+  addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
     .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
@@ -178,7 +177,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         ...(peerSecret && { peer: { secret: peerSecret, port: values.peerPort, listen: values.peerListen } }),
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
-        bird: values.birdSocket === 'off' ? undefined : { configFile: values.birdConfig ?? join(cacheDir, 'bird-gitlb.conf'), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
+        bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },
         once: values.once,
         log,
         hooks,
