@@ -15,9 +15,17 @@ import { startWebhook, parseListen, type WebhookServer } from './triggers/webhoo
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
 import { SerialRunner } from './triggers/serial-runner.js';
+import { withDeadline } from './source/deadline.js';
 
 /** An idle node rewrites its status at least this often (checked on the drift schedule, every 60 s by default). */
 export const STATUS_HEARTBEAT_MS = 5 * 60_000;
+
+/**
+ * On stop, Git operations in flight are aborted and the last status write gets this long (or the Git timeout, if
+ * shorter), so `gitlb run` exits within seconds of SIGTERM even while the Git server hangs: systemd's
+ * TimeoutStopSec (30 s in deploy/systemd/gitlb.service) must never run out.
+ */
+export const LAST_STATUS_WRITE_MS = 5_000;
 
 /** Options the daemon hands to its Reconciler unchanged are declared (and documented) on ReconcilerOptions. */
 export interface DaemonOptions extends Pick<ReconcilerOptions,
@@ -52,7 +60,9 @@ export interface Daemon {
   refreshHealth(why: string): void;
   /** Resolves when no reconcile or drift check is running or queued. */
   idle(): Promise<void>;
-  stop(): Promise<void>;
+  /** Aborts Git operations in flight, retries nothing, and with `lastStatus` makes one status write bounded by
+   * LAST_STATUS_WRITE_MS; the data plane is left as it is. */
+  stop(opts?: { lastStatus?: string }): Promise<void>;
 }
 
 interface LocalState {
@@ -95,13 +105,15 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
   await mkdir(o.cacheDir, { recursive: true });
   const credentials = loadCredentials({ file: o.credentialsFile });
-  const opened = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs });
+  // Aborted on stop: a fetch or push held by a hanging server ends at once instead of at its deadline.
+  const stopping = new AbortController();
+  const opened = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs, stop: stopping.signal });
   const remote = o.wrapRemote ? o.wrapRemote(opened) : opened;
   const stateFile = join(o.cacheDir, 'state.json');
   const writers = new Map<string, StatusWriter>();
   const writerFor = (branch: string) => {
     let w = writers.get(branch);
-    if (!w) writers.set(branch, (w = new StatusWriter({ remote, branch, node: o.node, signer: o.signer })));
+    if (!w) writers.set(branch, (w = new StatusWriter({ remote, branch, node: o.node, signer: o.signer, stop: stopping.signal })));
     return w;
   };
 
@@ -149,7 +161,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
         // Transient failures (fetch included) come back on their own, with backoff.
         clearTimeout(retryTimer);
         const at = reconciler.nextRetryAt;
-        if (at) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
+        if (at && !stopping.signal.aborted) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
       },
       drift: async () => {
         await reconciler.checkDrift();
@@ -196,6 +208,21 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     throw err;
   }
 
+  /** One status write on a fresh remote (the daemon's own is aborted), the whole of it bounded. */
+  const lastStatusWrite = async (why: string) => {
+    const ms = Math.min(LAST_STATUS_WRITE_MS, o.gitTimeoutMs ?? LAST_STATUS_WRITE_MS);
+    const bound = new AbortController();
+    const last = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: ms, stop: bound.signal });
+    const writer = new StatusWriter({ remote: last, branch: o.statusBranch ?? reconciler.statusBranch, node: o.node, signer: o.signer, maxAttempts: 3, stop: bound.signal });
+    try {
+      await withDeadline('last status write', ms, () => writer.write(reconciler.snapshot(), why), bound.signal);
+    } catch (err) {
+      log.warn(`last status write failed: ${(err as Error).message}`, { stage: 'status' });
+    } finally {
+      bound.abort();
+    }
+  };
+
   runner.trigger('reconcile', 'start');
   log.info(`gitlb run: node ${o.node}, ${remote.description} branch ${o.branch}`);
 
@@ -211,10 +238,11 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       await healthRunner.idle();
       await reconciler.flushStatus();
     },
-    stop: async () => {
+    stop: async (opts = {}) => {
       runner.stop();
       healthRunner.stop();
       reconciler.stopStatusRetries();
+      stopping.abort();
       clearTimeout(retryTimer);
       for (const s of schedules) s.stop();
       await webhook?.close();
@@ -222,6 +250,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       await runner.idle();
       await healthRunner.idle();
       await reconciler.flushStatus();
+      clearTimeout(retryTimer); // a pass that ended after the abort set none, but be sure nothing keeps us alive
+      if (opts.lastStatus && o.writeStatus !== false) await lastStatusWrite(opts.lastStatus);
     },
   };
 }

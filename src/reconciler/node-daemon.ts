@@ -82,7 +82,8 @@ export interface NodeDaemon {
   role: 'lb' | 'backend';
   /** The outcome of the latest reconcile pass. */
   lastOutcome(): Outcome | null;
-  stop(): Promise<void>;
+  /** Bounded: Git operations are aborted; `lastStatus` asks for one last status write (Daemon.stop). */
+  stop(opts?: { lastStatus?: string }): Promise<void>;
 }
 
 /** A start-up problem the operator must fix (bad flag combination); `gitlb run` exits 2 with its message. */
@@ -325,11 +326,11 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     daemon: d,
     role,
     lastOutcome: () => d.reconciler.lastOutcome,
-    stop: async () => {
+    stop: async (opts) => {
       // Withdraw first, so the routers move new flows away while this node still forwards what arrives.
       if (o.bird?.withdrawOnExit) await bgp?.withdrawAll();
       bgp?.stop();
-      await d.stop();
+      await d.stop(opts);
       for (const t of tasks) t.stop();
       await peerServer?.close();
       await health?.checker.stop();

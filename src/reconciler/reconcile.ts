@@ -22,6 +22,7 @@ import type { DesiredState } from '../render/state.js';
 import type { ApplyReport, DataPlane, LiveState, ReadLiveOptions } from '../bpf/dataplane/index.js';
 import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
+import { isStopped } from './source/deadline.js';
 import { describeOp, planOps, type Op } from '../render/ops.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
@@ -443,6 +444,8 @@ export class Reconciler {
       this.timings.fetch = Math.round(performance.now() - t);
       if (!head) throw new Error(`branch '${this.o.branch}' not found in ${this.o.remote.description}`);
     } catch (err) {
+      // Aborted because the daemon is stopping: not a Git failure, nothing to record or publish.
+      if (isStopped(err)) return { kind: 'failed', revision: null, stage: 'fetch', reason: 'stopping' };
       return this.fetchFailed(errorText(err));
     }
     const outage = this.fetchBackoff.recovered(this.clock().getTime());

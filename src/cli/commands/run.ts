@@ -207,7 +207,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
     // What stays behind is the point of this line: the pinned data plane keeps forwarding without the daemon.
     const bgpNote = nd.role === 'lb' && values.birdSocket !== 'off' && values.withdrawOnExit ? '; withdrawing every VIP by BGP first' : '';
     log.info(`stopping on ${signal}: data plane left pinned and forwarding${bgpNote}`, { stage: 'stop', signal });
-    await nd.stop();
+    await nd.stop({ lastStatus: `stopping on ${signal}` });
     await metricsServer?.close();
     return 0;
   },

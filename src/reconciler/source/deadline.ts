@@ -9,18 +9,42 @@ export class DeadlineError extends Error {
   readonly code = 'ETIMEDOUT';
 }
 
-export function withDeadline<T>(what: string, ms: number, op: (signal: AbortSignal) => Promise<T>): Promise<T> {
+/** The operation was cut short because the process is stopping (`stop` signal of withDeadline), not a Git failure. */
+export class StoppedError extends Error {
+  readonly code = 'ESTOPPED';
+}
+
+export function isStopped(err: unknown): boolean {
+  return (err as { code?: string } | null)?.code === 'ESTOPPED';
+}
+
+/**
+ * Runs `op` with an AbortSignal aborted at the deadline, or at once when `stop` aborts (the daemon is stopping:
+ * a held fetch must not hold the shutdown). Either way the caller gets the error right then.
+ */
+export function withDeadline<T>(what: string, ms: number, op: (signal: AbortSignal) => Promise<T>, stop?: AbortSignal): Promise<T> {
+  if (stop?.aborted) return Promise.reject(new StoppedError(`${what} not started: stopping`));
   const ctl = new AbortController();
   let timer: NodeJS.Timeout | undefined;
+  let onStop: (() => void) | undefined;
   const expired = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       const err = new DeadlineError(`${what} timed out after ${ms} ms`);
       ctl.abort(err);
       reject(err);
     }, ms);
+    onStop = () => {
+      const err = new StoppedError(`${what} aborted: stopping`);
+      ctl.abort(err);
+      reject(err);
+    };
+    stop?.addEventListener('abort', onStop, { once: true });
   });
   const run = op(ctl.signal);
   // The losing operation may still reject after the deadline; that rejection is expected and not reported.
   run.catch(() => {});
-  return Promise.race([run, expired]).finally(() => clearTimeout(timer));
+  return Promise.race([run, expired]).finally(() => {
+    clearTimeout(timer);
+    if (onStop) stop?.removeEventListener('abort', onStop);
+  });
 }

@@ -123,6 +123,8 @@ export class HttpRemote implements GitRemote {
     private readonly credentials?: GitCredentials,
     /** Deadline of each fetch, deepen and push (default 10 s). */
     private readonly timeoutMs = DEFAULT_GIT_TIMEOUT_MS,
+    /** Aborts every operation in flight and refuses new ones (the daemon is stopping). */
+    private readonly stop?: AbortSignal,
   ) {
     this.gitdir = cacheDir;
     this.description = redactUrl(url);
@@ -149,7 +151,7 @@ export class HttpRemote implements GitRemote {
     const e = err instanceof Error ? err : new Error(String(err));
     const text = redactText(e.message, this.credentials);
     const out = new Error(text.includes(this.description) ? text : `${this.description}: ${text}`);
-    (out as { code?: string }).code = (e as { code?: string }).code;
+    (out as { code?: string }).code = (e as { code?: string }).code; // ESTOPPED stays recognisable (isStopped)
     return out;
   }
 
@@ -167,7 +169,7 @@ export class HttpRemote implements GitRemote {
       depth,
       relative,
       onAuth: this.onAuth,
-    }));
+    }), this.stop);
   }
 
   async fetch(branch: string, opts: { depth?: number } = {}): Promise<string | null> {
@@ -210,7 +212,7 @@ export class HttpRemote implements GitRemote {
         ref: localRef,
         remoteRef: `refs/heads/${branch}`,
         onAuth: this.onAuth,
-      }));
+      }), this.stop);
       if (r.ok) return true;
       return false;
     } catch (err) {
@@ -230,6 +232,8 @@ export function isUrl(repo: string): boolean {
   return /^https?:\/\//i.test(repo);
 }
 
-export function openRemote(repo: string, opts: { cacheDir: string; credentials?: GitCredentials; timeoutMs?: number }): GitRemote {
-  return isUrl(repo) ? new HttpRemote(repo, opts.cacheDir, opts.credentials, opts.timeoutMs) : new LocalRemote(repo);
+/** `stop`: aborting it aborts every HTTP operation of the remote in flight and refuses new ones (a local
+ * repository has no network operation to hold a stop). */
+export function openRemote(repo: string, opts: { cacheDir: string; credentials?: GitCredentials; timeoutMs?: number; stop?: AbortSignal }): GitRemote {
+  return isUrl(repo) ? new HttpRemote(repo, opts.cacheDir, opts.credentials, opts.timeoutMs, opts.stop) : new LocalRemote(repo);
 }

@@ -16,6 +16,8 @@ export interface StatusWriterOptions {
   backoffMs?: { base: number; max: number }; // default 20..1000 ms, full jitter
   clock?: () => Date;
   random?: () => number;
+  /** Once aborted (the daemon is stopping), a failed round is not retried. */
+  stop?: AbortSignal;
 }
 
 export interface StatusWriteResult {
@@ -103,6 +105,8 @@ export class StatusWriter {
         lastError = err instanceof Error ? err.message : String(err);
         if (++transientErrors >= 5) break;
       }
+      if (this.o.stop?.aborted) break; // stopping: the daemon makes its own last attempt
+
       // Full jitter: writers that collided spread out instead of colliding again in lock step.
       const cap = Math.min(this.backoff.max, this.backoff.base * 2 ** Math.min(attempt, 10));
       await sleep(Math.floor(this.random() * cap));
