@@ -75,3 +75,35 @@ test('revision skew beyond the grace is a problem of its own when no node is rep
   const w = assessStatus({ statuses, head: { oid: r2, committedAt: new Date(now.getTime() - 700_000) }, configNodes: [], now, behindGraceMs: 120_000, staleAfterMs: 60_000 });
   t.deepEqual(w.problems, ['lb-1: behind the branch for 12m (applied 0c9402011111, head 641288a22222)']);
 });
+
+test('no lb node has written a status: the summary says there is nothing to compare, not that digests agree', (t) => {
+  const v = assessStatus({
+    statuses: [node('be-1', 'backend', 'x')],
+    head: { oid: 'a'.repeat(40), committedAt: now },
+    configNodes: [{ name: 'lb-1', role: 'lb' }, { name: 'be-1', role: 'backend' }] as never,
+    now,
+    behindGraceMs: 60_000,
+    staleAfterMs: 60_000,
+  });
+  const text = formatStatusVerdict(v, now);
+  t.notRegex(text, /digests agree/);
+  t.regex(text, /table digests: nothing to compare \(no lb node has written a status with tables\)/);
+  t.regex(formatStatusVerdict(assess([node('lb-1', 'lb', 'd1')]), now), /table digests: nothing to compare \(only lb-1 reports tables\)/);
+});
+
+test('a node taken down while the config names it: its problem is printed once, as the count says', (t) => {
+  const message = 'data plane removed by gitlb down (1 links detached)';
+  const down = {
+    node: 'lb-1',
+    role: 'lb',
+    appliedRevision: null,
+    updatedAt: now.toISOString(),
+    services: [],
+    warnings: [`data plane removed by gitlb down at ${now.toISOString()}`],
+    conditions: [{ type: 'Ready', status: 'False', reason: 'Decommissioned', message, lastTransitionTime: now.toISOString() }],
+  } as unknown as NodeStatus;
+  const v = assessStatus({ statuses: [down], head: { oid: 'a'.repeat(40), committedAt: now }, configNodes: [{ name: 'lb-1', role: 'lb' }] as never, now, behindGraceMs: 60_000, staleAfterMs: 60_000 });
+  const text = formatStatusVerdict(v, now);
+  t.regex(text, /verdict: 1 problem\(s\)/);
+  t.is(text.split(message).length - 1, 1, text);
+});

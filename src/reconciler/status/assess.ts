@@ -159,7 +159,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     });
   }
   nodes.sort((a, b) => a.node.localeCompare(b.node));
-  const problems = nodes.flatMap((n) => n.problems);
+  const problems = [...new Set(nodes.flatMap((n) => n.problems))]; // one line per problem, however it was found
   const revisionSkew = assessSkew(input, nodes);
   if (revisionSkew?.beyondGrace) {
     // A node behind the head past the grace already names the cause; the skew line would repeat it.
@@ -201,6 +201,15 @@ function readyText(conditions: Condition[]): string {
   return ready ? `${ready.status}/${ready.reason}` : '-';
 }
 
+/** Agreement needs two lb nodes with tables: with fewer there is nothing to compare, and saying "agree" would claim
+ * a check that did not happen. */
+function digestsText(v: StatusVerdict): string {
+  const compared = v.nodes.filter((n) => n.digests !== '-').map((n) => n.node);
+  if (compared.length === 0) return 'table digests: nothing to compare (no lb node has written a status with tables)';
+  if (compared.length === 1) return `table digests: nothing to compare (only ${compared[0]} reports tables)`;
+  return `table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
+}
+
 /** The table, the details below it (unhealthy reals, warnings, conditions that are not fine) and the verdict. */
 export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const rows = v.nodes.map((n) => [
@@ -223,7 +232,8 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     for (const w of n.warnings) details.push(`${n.node}: warning: ${w}`);
     for (const c of n.conditions) {
       const fine = (c.type === 'Ready' && c.status === 'True') || (c.type !== 'Ready' && c.status === 'False');
-      if (!fine) details.push(`${n.node}: condition ${c.type}=${c.status} ${c.reason}: ${c.message}`);
+      // A condition the verdict's problem line already quotes (gitlb down's Ready=False) is not said twice.
+      if (!fine && !n.problems.some((p) => c.message && p.includes(c.message))) details.push(`${n.node}: condition ${c.type}=${c.status} ${c.reason}: ${c.message}`);
     }
   }
   const head = v.head ? `head ${v.head.slice(0, 12)}${v.headCommittedAt ? ` (committed ${formatAge(now.getTime() - Date.parse(v.headCommittedAt))} ago)` : ''}` : 'no config branch';
@@ -231,7 +241,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     ? `table digests ${v.digestsAgree ? 'agree' : 'DIFFER'} among lb nodes at the same revision; revision skew: ${skewText(v.revisionSkew)}${
         v.revisionSkew.forMs === null ? '' : ` (for ${formatAge(v.revisionSkew.forMs)}${v.revisionSkew.beyondGrace ? ', beyond the grace' : ', within the grace'})`
       }`
-    : `table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
+    : digestsText(v);
   const summary = `${v.nodes.length} node(s); ${head}; ${digests}`;
   const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
   return printable([...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join(''));
