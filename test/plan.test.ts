@@ -396,3 +396,30 @@ test('gitlb plan --repo: a .git file (separate git dir, submodule, linked worktr
     await tmp.remove();
   }
 });
+
+test('plan warns when targetPort moves away from an explicit healthCheck.port that stays; lets the rest through', async (t) => {
+  const { parseConfig } = await import('../src/render/config/index.js');
+  const enc = (s: string) => new TextEncoder().encode(s);
+  const cfg = (targetPort: number, hc: string) => {
+    const r = parseConfig([
+      { path: 'cluster.yaml', content: enc('apiVersion: gitlb/v1\nkind: Cluster\nmetadata: {name: c}\nspec:\n  maglev: {tableSize: 1021, seed: Z2l0bGItc2VlZC0x}\n') },
+      { path: 'nodes/lb.yaml', content: enc('apiVersion: gitlb/v1\nkind: Node\nmetadata: {name: lb-1}\nspec:\n  role: lb\n  interface: eth0\n  allowedVips: [192.0.2.0/24]\n  snatAddress: 192.0.2.250\n') },
+      { path: 'services/dns.yaml', content: enc(`apiVersion: gitlb/v1\nkind: Service\nmetadata: {name: dns}\nspec:\n  vip: 192.0.2.53\n  ports: [{port: 53, protocol: UDP, targetPort: ${targetPort}}]\n  dispatch: {mode: snat}\n${hc}  reals: [{address: 198.51.100.53}]\n`) },
+    ]);
+    t.deepEqual(r.diagnostics.filter((d) => d.severity === 'error'), []);
+    return r.model!;
+  };
+  const warned = (a: ReturnType<typeof cfg>, b: ReturnType<typeof cfg>) => planChanges(a, b).diagnostics.filter((d) => /health check still probes/.test(d.message));
+  const explicit = (port: number) => `  healthCheck: {type: tcp, port: ${port}}\n`;
+
+  const w = warned(cfg(5353, explicit(5353)), cfg(5354, explicit(5353)));
+  t.is(w.length, 1);
+  t.like(w[0], { severity: 'warning', file: 'services/dns.yaml', line: 1 }); // the Service document; the message names the fields
+  t.regex(w[0]!.message, /spec\.ports\[0\]\.targetPort 5353 -> 5354 .*the health check still probes port 5353; it will not see whether the reals serve the new targetPort 5354/);
+  t.regex(formatPlanText(planChanges(cfg(5353, explicit(5353)), cfg(5354, explicit(5353)))), /health check still probes port 5353/);
+  // Let through: the health port follows, no explicit port (the default follows), targetPort unchanged, a separate health port.
+  t.deepEqual(warned(cfg(5353, explicit(5353)), cfg(5354, explicit(5354))), []);
+  t.deepEqual(warned(cfg(5353, ''), cfg(5354, '')), []);
+  t.deepEqual(warned(cfg(5353, explicit(5353)), cfg(5353, explicit(5353))), []);
+  t.deepEqual(warned(cfg(5353, explicit(8080)), cfg(5354, explicit(8080))), []);
+});

@@ -339,13 +339,41 @@ export function planChanges(base: ConfigModel | null, head: ConfigModel, diagnos
   return {
     headValid: true,
     baseValid: base !== null,
-    diagnostics,
+    diagnostics: [...diagnostics, ...healthPortWarnings(bServices, head.services)],
     cluster,
     nodes,
     services,
     unchangedServices: all.length - services.length,
     changed: services.length > 0 || nodes.length > 0 || cluster.length > 0 || base === null,
   };
+}
+
+/**
+ * A targetPort change the health check cannot see: the check probes an explicit healthCheck.port that stayed at
+ * the old targetPort, so it stays green whether or not the reals serve the new one (docs/health.md). A health port
+ * that differs from the old targetPort (a separate health endpoint), one that follows the change, and a defaulted
+ * one (it follows the first port's targetPort) do not warn; nor do `via: vip` checks, which probe the VIP's port.
+ */
+function healthPortWarnings(base: Map<string, ServiceDoc>, head: ServiceDoc[]): PlanDiagnostic[] {
+  const out: PlanDiagnostic[] = [];
+  for (const h of head) {
+    const b = base.get(h.metadata.name);
+    const probe = h.spec.healthCheck.port;
+    if (!b || probe === undefined || h.spec.healthCheck.type === 'none' || h.spec.healthCheck.via === 'vip') continue;
+    if (b.spec.healthCheck.port !== probe) continue;
+    h.spec.ports.forEach((p, i) => {
+      const was = b.spec.ports.find((x) => x.port === p.port && x.protocol === p.protocol);
+      if (!was) return;
+      const from = was.targetPort ?? was.port;
+      const to = p.targetPort ?? p.port;
+      if (from === to || probe !== from) return;
+      out.push({ severity: 'warning', file: h.source.file, line: h.source.line, col: h.source.col,
+        message: `service '${h.metadata.name}' spec.ports[${i}].targetPort ${from} -> ${to} (${p.port}/${p.protocol}): spec.healthCheck.port is ` +
+          `still ${probe}: the health check still probes port ${probe}; it will not see whether the reals serve the new targetPort ${to}. ` +
+          `Change spec.healthCheck.port with it unless port ${probe} is a separate health endpoint.` });
+    });
+  }
+  return out;
 }
 
 /** The plan of a head revision that does not validate: its diagnostics, nothing else. */
