@@ -69,8 +69,8 @@ async function announceAll(): Promise<void> {
   if (a.status().bird.error) throw new Error(a.status().bird.error);
 }
 
-const down = async (extra: string[]) => {
-  const cache = await tempDir('down-bgp-cache');
+const down = async (extra: string[], cache?: string) => {
+  cache ??= await tempDir('down-bgp-cache');
   const args = ['down', '--node', 'lb-1', '--repo', repo, '--pin-root', join(dir, 'no-pins'), '--cache-dir', cache, ...extra];
   return exec([process.execPath, '--import', 'tsx', MAIN, ...args], { cwd: root, timeoutMs: 50_000 });
 };
@@ -102,4 +102,25 @@ test.serial('down --help says how to take a BGP node down: the BIRD options run 
   t.regex(r.stdout, /--bird-config <file>/);
   t.regex(r.stdout, /--bird-socket <path>/);
   t.regex(r.stdout.replace(/\s+/g, ' '), /down first withdraws every VIP/);
+});
+
+test.serial('nothing under the pin root while lb-1 looks alive (a gitlb run --node lb-1 process): down refuses, records nothing', async (t) => {
+  // A stand-in with the daemon's command line (node running a file named like the CLI); down reads /proc, not a mock.
+  writeFileSync(join(dir, 'main.ts'), 'setTimeout(() => {}, 120_000);\n');
+  const { spawn } = await import('node:child_process');
+  const cache = await tempDir('down-bgp-alive');
+  const p = spawn(process.execPath, [join(dir, 'main.ts'), 'run', '--node', 'lb-1', '--cache-dir', cache], { stdio: 'ignore' });
+  try {
+    const r = await down(['--bird-socket', 'off'], cache);
+    t.is(r.code, 1, r.stdout + r.stderr);
+    t.regex(r.stderr, new RegExp(`found no data plane of lb-1 under ${dir}/no-pins/lb-1, but it looks alive: a gitlb run --node lb-1 process with cache dir ${cache} is running \\(pid ${p.pid}\\)`));
+    t.notRegex(r.stdout, /recorded in status/);
+  } finally {
+    p.kill();
+  }
+  // Without it: said plainly, and what was recorded.
+  const r = await down(['--bird-socket', 'off'], cache);
+  t.is(r.code, 0, r.stdout + r.stderr);
+  t.regex(r.stdout, /nothing to remove \(nothing found at that pin root, and no sign of a running lb-1/);
+  t.regex(r.stdout, /recorded in status\/lb-1\.yaml on gitlb-status: Ready=False\/Decommissioned \(no data plane found under .*no-pins\/lb-1/);
 });

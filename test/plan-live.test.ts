@@ -22,8 +22,12 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
   const render = async () => renderDesiredState(parseConfig(await readConfigDir(dir)).model!, 'lb-1');
   const live = (...extra: string[]) => runPlan(['--live', '--node', 'lb-1', '--head-dir', dir, '--pin-root', ROOT, ...extra]);
 
-  const fresh = await live();
-  t.regex(fresh.stdout, /lb-1 \(lb, pins .*\): \d+ map operations/, 'a node without pins plans everything');
+  // Nothing pinned (a wrong --pin-root looks the same): an error naming the pin dir, not a plan of everything.
+  const err = await t.throwsAsync(live());
+  t.regex(err!.message, new RegExp(`nothing is pinned under ${ROOT}/lb-1: no live data plane of lb-1`));
+  const fresh = await live('--empty-live');
+  t.regex(fresh.stdout, new RegExp(`^nothing is pinned under ${ROOT}/lb-1: the live side is empty`));
+  t.regex(fresh.stdout, /lb-1 \(lb, pins .*\): \d+ map operations/, 'asked for: a node without pins plans everything');
   const dp = await openLbDataPlane({ pinRoot: join(ROOT, 'lb-1') });
   try {
     await dp.apply(await render());

@@ -351,11 +351,11 @@ test('gitlb plan --live reads --head / --head-dir under --path, like the other s
     const inLb = Object.fromEntries(Object.entries(configFiles({ webReals: tenReals })).map(([p, c]) => [`lb/${p}`, c]));
     await git(repo.path, 'init', '-q', '-b', 'main');
     await commitTree(repo.path, { ...inLb, 'other/broken.yaml': 'not: [yaml' }, 'config in lb/');
-    const pins = `${repo.path}/no-pins`; // a node without pins plans everything
+    const pins = `${repo.path}/no-pins`; // a node without pins plans everything, when asked to (--empty-live)
     for (const head of [['--head-dir', repo.path], ['--repo', repo.path, '--head', 'HEAD']]) {
-      const r = await runPlan(['--live', '--node', 'lb-1', '--pin-root', pins, '--path', 'lb', ...head]);
+      const r = await runPlan(['--live', '--node', 'lb-1', '--pin-root', pins, '--empty-live', '--path', 'lb', ...head]);
       t.is(r.code, 0, r.stdout);
-      t.regex(r.stdout, /^lb-1 \(lb, pins .*\): \d+ map operations/, head.join(' '));
+      t.regex(r.stdout, /^lb-1 \(lb, pins .*\): \d+ map operations/m, head.join(' '));
     }
     await t.throwsAsync(runPlan(['--live', '--node', 'lb-1', '--pin-root', pins, '--repo', repo.path, '--head', 'nope']), { message: "--head: unknown revision 'nope'" });
   } finally {

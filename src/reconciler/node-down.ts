@@ -5,6 +5,7 @@ import { existsSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'nod
 import { join } from 'node:path';
 import { reconcileBackendVips } from './backend-vips.js';
 import { runFile } from './run-file.js';
+import { nodeAliveEvidence } from './node-alive.js';
 
 export interface NodeDownOptions {
   node: string;
@@ -26,6 +27,9 @@ export interface NodeDownReport {
   vips: string[];
   nothingToDo: boolean;
 }
+
+/** Thrown when nothing was found under the pin root but the node shows signs of life (nothing removed or recorded). */
+export class AliveElsewhereError extends Error {}
 
 const bpftool = (args: string[]) => runFile('bpftool', ['-j', ...args], 15_000);
 
@@ -76,7 +80,13 @@ export async function takeNodeDown(o: NodeDownOptions): Promise<NodeDownReport> 
   const vipState = join(o.cacheDir, 'backend-vips.json');
   const pins = existsSync(pinDir) ? readdirSync(pinDir).sort() : [];
   const report: NodeDownReport = { pinDir, links: [], pins, vips: [], nothingToDo: pins.length === 0 && !existsSync(vipState) };
-  if (report.nothingToDo) return report;
+  if (report.nothingToDo) {
+    // Nothing here is also what a wrong --pin-root looks like: refuse when the node looks alive.
+    const alive = await nodeAliveEvidence(o.node, o.interface, o.cacheDir);
+    if (alive.length)
+      throw new AliveElsewhereError(`found no data plane of ${o.node} under ${pinDir}, but it looks alive: ${alive.join('; ')}. Wrong --pin-root (give the one gitlb run uses)? Nothing removed, nothing recorded`);
+    return report;
+  }
 
   // Links detach when their last reference goes; a running daemon holds the maps (and maybe the links), and
   // would keep a half-removed data plane or attach it again: refuse while any process holds any of them.

@@ -109,8 +109,12 @@ lb nodes with BGP: BIRD keeps announcing what the daemon last wrote, so down fir
 'gitlb run --withdraw-on-exit' does: it writes --bird-config (default <cache-dir>/bird-gitlb.conf) from the
 config the node served (its last applied revision in --cache-dir, else the head of --repo) with no VIP announced
 and reloads BIRD through --bird-socket. Give the same --bird-config and --bird-socket as to 'gitlb run'. If BIRD
-cannot be told, down fails (exit 1) and removes nothing; --bird-socket off skips BGP.`,
-  exitStatus: 'Exit status: 0 removed (or nothing to remove), 1 runtime failure (BIRD could not be told to withdraw, a process holds a link, a link stayed attached, Git), 2 usage error.',
+cannot be told, down fails (exit 1) and removes nothing; --bird-socket off skips BGP.
+
+Nothing under --pin-root/<node> may just be the wrong --pin-root: when the node looks alive (gitlb's XDP program
+on --interface, a 'gitlb run --node <node>' process with the same --cache-dir) down fails (exit 1) and records
+nothing; otherwise it says that nothing was found there and what it recorded.`,
+  exitStatus: 'Exit status: 0 removed (or nothing to remove), 1 runtime failure (BIRD could not be told to withdraw, nothing pinned but the node looks alive, a process holds a link, a link stayed attached, Git), 2 usage error.',
   define: (cmd) => {
     cmd
       .requiredOption('--node <name>', 'the node to take down', nodeName)
@@ -130,7 +134,7 @@ cannot be told, down fails (exit 1) and removes nothing; --bird-socket off skips
     process.stdout.write(`${await withdrawBgp(o, cacheDir, cmd)}\n`);
     const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir, interface: o.interface });
     if (r.nothingToDo) {
-      process.stdout.write(`gitlb down: ${o.node} has no data plane under ${r.pinDir}; nothing to remove\n`);
+      process.stdout.write(`gitlb down: ${o.node} has no data plane under ${r.pinDir}; nothing to remove (nothing found at that pin root, and no sign of a running ${o.node}: no gitlb run process${o.interface ? `, no gitlb XDP program on ${o.interface}` : ''})\n`);
     } else {
       if (r.vips.length) process.stdout.write(`removed VIPs: ${r.vips.join(' ')}\n`);
       for (const l of r.links) process.stdout.write(`detached ${l}\n`);
@@ -138,13 +142,13 @@ cannot be told, down fails (exit 1) and removes nothing; --bird-socket off skips
     }
     if (o.repo) {
       const now = new Date().toISOString();
-      const what = r.nothingToDo ? 'no data plane (gitlb down found nothing to remove)' : `data plane removed by gitlb down (${r.links.length} links detached)`;
+      const what = r.nothingToDo ? `no data plane found under ${r.pinDir} (gitlb down removed nothing)` : `data plane removed by gitlb down (${r.links.length} links detached)`;
       await withStatusBranch(
         statusBranchOptions({ ...o, repo: o.repo }),
         async (remote, statusBranch) => {
           const prev = (await readAllStatuses(remote, statusBranch)).find((s) => s.node === o.node);
           await new StatusWriter({ remote, branch: statusBranch, node: o.node }).write(downStatus(prev, o.node, o.branch, what, now), 'gitlb down');
-          process.stdout.write(`recorded in status/${o.node}.yaml on ${statusBranch}\n`);
+          process.stdout.write(`recorded in status/${o.node}.yaml on ${statusBranch}: Ready=False/Decommissioned (${what})\n`);
         },
       );
     }

@@ -3,6 +3,7 @@
 import { defineCommand, formatOption, pathOption, UsageError } from '../command.js';
 import { readConfigDir } from '../../reconciler/source/read-dir.js';
 import { gitdirOf, readConfigAtRevision } from '../../reconciler/source/git-tree.js';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../render/config/index.js';
 import { renderDesiredState } from '../../render/desired.js';
@@ -25,6 +26,8 @@ interface PlanOptions {
   node?: string;
   pinRoot: string;
   path: string;
+  /** --live with nothing pinned: plan against an empty data plane instead of failing. */
+  emptyLive: boolean;
 }
 
 /** Exit status of `--exit-code` when the plan changes something (0 and 1 keep their meaning). */
@@ -53,7 +56,7 @@ state changes, mode and other field changes, the share of Maglev table entries t
 new connections that will land on a different real) and the reals that gain or lose share; plus node and cluster
 changes, and the validation errors of the head revision. All reals count as healthy.`,
   exitStatus: `Exit status: 0 planned (changes or not), 1 runtime failure (unreadable revision, head revision does not
-validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan changes something.`,
+validate, --live with nothing pinned under --pin-root/<node> and no --empty-live), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan changes something.`,
   define: (cmd) =>
     cmd
       .option('--base <rev>', 'base revision (or --base-dir)')
@@ -66,7 +69,8 @@ validate), 2 usage error; with --exit-code, ${EXIT_CHANGES} when the plan change
       .option('--exit-code', `exit ${EXIT_CHANGES} when the plan changes something (like git diff --exit-code)`, false)
       .option('--live', 'print the exact map operations node --node would perform to reach --head (or --head-dir), read from its pinned maps', false)
       .option('--node <name>', 'the node whose pinned maps --live reads')
-      .option('--pin-root <dir>', 'bpffs root of pinned maps (node dir below it), for --live', '/sys/fs/bpf/gitlb'),
+      .option('--pin-root <dir>', 'bpffs root of pinned maps (node dir below it), for --live', '/sys/fs/bpf/gitlb')
+      .option('--empty-live', "--live when nothing is pinned under --pin-root/<node>: plan against an empty data plane (a node's first apply) instead of failing", false),
   async run(opts) {
     const result = await planCore(opts);
     process.stdout.write(result.stdout);
@@ -157,6 +161,11 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
   }
   const desired = renderDesiredState(parsed.model, opts.node);
   const pins = join(opts.pinRoot, opts.node);
+  // No pins is what a wrong --pin-root looks like: planning against it would list the whole config as if the node
+  // were empty. That is an error unless asked for (--empty-live), and then said plainly.
+  const nothingPinned = !existsSync(pins) || readdirSync(pins).length === 0;
+  if (nothingPinned && !opts.emptyLive)
+    throw new Error(`nothing is pinned under ${pins}: no live data plane of ${opts.node} to compare with (wrong --pin-root? the node's daemon uses its own); --empty-live plans against an empty data plane`);
   const { readPinnedLbLive } = await import('../../bpf/dataplane/index.js');
   const { readPinnedBackendLive } = await import('../../bpf/backend/index.js');
   const { planResizes, pinnedTableSizes } = await import('../../bpf/dataplane/resize.js');
@@ -165,7 +174,8 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
   const ops = [...(desired.role === 'lb' ? planResizes(pinnedTableSizes(pins), desired) : []), ...planOps(live, desired)];
   const stdout = opts.format === 'json'
     ? JSON.stringify(ops.map(opToJson), null, 2) + '\n'
-    : `${opts.node} (${desired.role}, pins ${pins}): ${ops.length === 0 ? 'nothing to do' : `${ops.length} map operations`}\n` +
+    : (nothingPinned ? `nothing is pinned under ${pins}: the live side is empty (--empty-live)\n` : '') +
+      `${opts.node} (${desired.role}, pins ${pins}): ${ops.length === 0 ? 'nothing to do' : `${ops.length} map operations`}\n` +
       ops.map((o, i) => `${String(i + 1).padStart(4)}. ${describeOp(o)}\n`).join('');
   return { code: ops.length && opts.exitCode ? EXIT_CHANGES : 0, stdout };
 }
