@@ -14,6 +14,7 @@ import { mergeSinceCopy } from '../src/bpf/dataplane/resize.js';
 import { encodeU32 } from '../src/bpf/dataplane/codec.js';
 import { describeOp } from '../src/render/ops.js';
 import { makeState } from './lib/lb-state.js';
+import { runMoved } from './lib/xdp-run-moved.js';
 import { TCP_FLAGS, frame, ipPacket } from './lib/packets.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-ctresz`;
@@ -33,18 +34,8 @@ test.after.always(() => {
   rmSync(PIN, { recursive: true, force: true });
 });
 
-/** Runs one packet through the loaded xdp_lb; the counters that moved. */
-async function run(data: Buffer): Promise<Record<string, number>> {
-  const before = await dp!.counters();
-  dp!.object()!.program('xdp_lb').testRun({ data, ctxIn: Buffer.concat([Buffer.alloc(4), encodeU32(data.length), Buffer.alloc(16)]) });
-  const after = await dp!.counters();
-  const moved: Record<string, number> = {};
-  for (const [k, v] of Object.entries(after)) {
-    if (typeof v === 'number' && v !== before[k]) moved[k] = v - (before[k] as number);
-    if (typeof v === 'object' && (v.packets ?? 0) !== ((before[k] as Record<string, number> | undefined)?.packets ?? 0)) moved[k] = 1;
-  }
-  return moved;
-}
+/** One packet through the loaded xdp_lb; the counters that moved (test/lib/xdp-run-moved.ts). */
+const run = (data: Buffer) => runMoved(dp!, data);
 
 /** max_entries and kernel id of each table, from its pin. */
 function pinned(): Record<string, { max: number; id: number }> {

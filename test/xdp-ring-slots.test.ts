@@ -13,6 +13,7 @@ import { encodeU32, realSlotOf } from '../src/bpf/dataplane/codec.js';
 import { BPF_F_RDONLY_PROG, readRing } from '../src/bpf/dataplane/rings.js';
 import { ringSlot } from '../src/bpf/dataplane/flow-hash.js';
 import { makeState } from './lib/lb-state.js';
+import { runMoved } from './lib/xdp-run-moved.js';
 import { pinIdRings } from './lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from './lib/packets.js';
 import type { DesiredState } from '../src/render/state.js';
@@ -43,21 +44,8 @@ test.after.always(() => {
   rmSync(PIN, { recursive: true, force: true });
 });
 
-/** Sends one packet; the counters that moved (global ones, and real:<id> new flows). */
-async function run(data: Buffer): Promise<Record<string, number>> {
-  const before = await dp!.counters();
-  dp!.object()!.program('xdp_lb').testRun({ data, ctxIn: Buffer.concat([Buffer.alloc(4), encodeU32(data.length), Buffer.alloc(16)]) });
-  const after = await dp!.counters();
-  const moved: Record<string, number> = {};
-  for (const [k, v] of Object.entries(after)) {
-    if (typeof v === 'number' && v !== before[k]) moved[k] = v - ((before[k] as number) ?? 0);
-    if (k.startsWith('real:') && typeof v === 'object') {
-      const d = v.newFlows! - ((before[k] as Record<string, number> | undefined)?.newFlows ?? 0);
-      if (d) moved[k] = d;
-    }
-  }
-  return moved;
-}
+/** One packet through the loaded xdp_lb; the counters that moved (test/lib/xdp-run-moved.ts). */
+const run = (data: Buffer) => runMoved(dp!, data);
 
 /** real id -> its slot on this node */
 const slotsOfReals = () => new Map(dp!.object()!.map('lb_reals').entries().map(([k, v]) => [k.readUInt32LE(0), realSlotOf(v)]));

@@ -11,6 +11,7 @@ import { openLbDataPlane, type LbDataPlaneHandle } from '../src/bpf/dataplane/in
 import { BpfMap, MapType } from '../src/bpf/libbpf.js';
 import { encodeReal, encodeU32, realSlotOf } from '../src/bpf/dataplane/codec.js';
 import { makeState } from './lib/lb-state.js';
+import { runMoved } from './lib/xdp-run-moved.js';
 import { pinIdRings } from './lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from './lib/packets.js';
 
@@ -30,15 +31,8 @@ test.after.always(() => {
   rmSync(PIN, { recursive: true, force: true });
 });
 
-/** Runs one packet; the global counters that moved. */
-async function run(data: Buffer): Promise<Record<string, number>> {
-  const before = await dp!.counters();
-  dp!.object()!.program('xdp_lb').testRun({ data, ctxIn: Buffer.concat([Buffer.alloc(4), encodeU32(data.length), Buffer.alloc(16)]) });
-  const after = await dp!.counters();
-  const moved: Record<string, number> = {};
-  for (const [k, v] of Object.entries(after)) if (typeof v === 'number' && v !== before[k]) moved[k] = v - (before[k] as number);
-  return moved;
-}
+/** One packet through the loaded xdp_lb; the counters that moved (test/lib/xdp-run-moved.ts). */
+const run = (data: Buffer) => runMoved(dp!, data);
 
 /** real id -> [slot, the id lb_real_slots holds at that slot] */
 function slots(): Map<number, [number, number]> {
