@@ -2,7 +2,7 @@
 // VIP itself (the daemon's --withdraw-on-exit path) — checked in BIRD's own tables, against a real BIRD 2 in a
 // network namespace of its own. When BIRD cannot be told, down fails and removes nothing.
 import test from 'ava';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BgpAnnouncer } from '../src/reconciler/bgp/announcer.js';
@@ -70,7 +70,8 @@ async function announceAll(): Promise<void> {
 }
 
 const down = async (extra: string[], cache?: string) => {
-  cache ??= await tempDir('down-bgp-cache');
+  // under the test's dir, so the after hook removes it with everything else
+  cache ??= mkdtempSync(join(dir, 'cache-'));
   const args = ['down', '--node', 'lb-1', '--repo', repo, '--pin-root', join(dir, 'no-pins'), '--cache-dir', cache, ...extra];
   return exec([process.execPath, '--import', 'tsx', MAIN, ...args], { cwd: root, timeoutMs: 50_000 });
 };
@@ -108,7 +109,7 @@ test.serial('nothing under the pin root while lb-1 looks alive (a gitlb run --no
   // A stand-in with the daemon's command line (node running a file named like the CLI); down reads /proc, not a mock.
   writeFileSync(join(dir, 'main.ts'), 'setTimeout(() => {}, 120_000);\n');
   const { spawn } = await import('node:child_process');
-  const cache = await tempDir('down-bgp-alive');
+  const cache = mkdtempSync(join(dir, 'alive-'));
   const p = spawn(process.execPath, [join(dir, 'main.ts'), 'run', '--node', 'lb-1', '--cache-dir', cache], { stdio: 'ignore' });
   try {
     const r = await down(['--bird-socket', 'off'], cache);
