@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 # python3-scapy builds other projects' packets at test time; python3-dpkt and python3-libtrace ship the sample
-# captures the same test reads from their installed paths (test/hostile-foreign.test.ts)
+# captures the same test reads from their installed paths (test/netns/hostile-foreign.test.ts)
 DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config iproute2 ethtool nftables \
             tcpdump iputils-ping netcat-openbsd curl git haproxy wrk make g++ python3 bird2 prometheus gnupg openssh-client \
             python3-scapy python3-dpkt python3-libtrace
@@ -14,7 +14,7 @@ ADDON    := src/bpf/napi/build/Release/gitlb_bpf.node
 ADDON_SRC := $(wildcard src/bpf/napi/*.cc src/bpf/napi/*.h src/bpf/napi/binding.gyp)
 AVA_FLAGS ?=
 
-.PHONY: deps build bpf addon ts test demo clean lab-clean bench install install-tree
+.PHONY: deps build bpf addon ts test test-unit demo clean lab-clean bench install install-tree
 
 deps: node_modules/.package-lock.json
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -45,8 +45,13 @@ $(ADDON): $(ADDON_SRC)
 ts:
 	node_modules/.bin/tsc -p tsconfig.json
 
+# bin/gitlb (which tests run as a user would) runs tsc's output in dist/, so the tests need the whole build.
 test: build
 	node_modules/.bin/ava $(AVA_FLAGS)
+
+# The unit tier: no root, no BPF, no namespaces, no child processes (test/unit/); seconds.
+test-unit: node_modules/.package-lock.json
+	node_modules/.bin/ava 'test/unit/**/*.test.ts' $(AVA_FLAGS)
 
 demo: build
 	bin/gitlb demo

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Packets built by another project's protocol implementation (Debian's python3-scapy, installed by `make deps`)
-# for the foreign-packet suite (test/hostile-foreign.test.ts): scapy's own layers, field defaults, lengths and
+# for the foreign-packet suite (test/netns/hostile-foreign.test.ts): scapy's own layers, field defaults, lengths and
 # checksums, aimed at the test's VIPs, ports, SNAT address and backend addresses (and at addresses that are none
 # of those), so they reach every path of xdp_lb and tc_backend. Nothing here checks anything: the test runs the
 # frames through the real programs and judges the outputs with test/lib/hostile.ts.

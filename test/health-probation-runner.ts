@@ -1,4 +1,4 @@
-// Runs the probation scenarios of test/health-probation.test.ts inside that test's network namespace (reals on
+// Runs the probation scenarios of test/netns/health-probation.test.ts inside that test's network namespace (reals on
 // its loopback device, 198.51.100.0/24) and prints one JSON line of observations per scenario; the test asserts.
 import net from 'node:net';
 import { rmSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Child process for test/libbpf.test.ts attach tests. Runs INSIDE a throwaway network
+// Child process for test/netns/libbpf.test.ts attach tests. Runs INSIDE a throwaway network
 // namespace (started with `ip netns exec`), performs one step and prints one JSON line.
 // Usage: node --import tsx test/libbpf-attach.child.ts <step> <pinRoot> <ifname>
 import { spawnSync } from 'node:child_process';

@@ -1,7 +1,7 @@
 // A killed backend seen by an lb node running the real `gitlb run` daemon (real XDP data plane, real Git server
 // over HTTP in the lab), either connected to the Git server or partitioned from it by an nftables drop rule in
 // its own namespace. Measures, from the client's point of view, how long new connections still reach the dead
-// backend and how soon they reach it again once it is back. Used by test/reconcile-partition-netns.test.ts and
+// backend and how soon they reach it again once it is back. Used by test/netns/reconcile-partition-netns.test.ts and
 // bench/health (side by side). Needs root; everything lives in the lab's own namespaces.
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

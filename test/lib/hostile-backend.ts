@@ -1,5 +1,5 @@
-// Runs frames through a backend TC program (tc_backend.o) for the hostile-packet suites (test/hostile-backend.test.ts,
-// test/hostile-foreign.test.ts): each output checked with test/lib/hostile.ts, every action tallied, and every
+// Runs frames through a backend TC program (tc_backend.o) for the hostile-packet suites (test/netns/hostile-backend.test.ts,
+// test/netns/hostile-foreign.test.ts): each output checked with test/lib/hostile.ts, every action tallied, and every
 // dropped packet accounted for by exactly one drop counter.
 import { TcAction, type BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import type { StatName } from '../../src/bpf/backend/codec.js';

@@ -1,7 +1,7 @@
 // The hostile-packet suite's model of tc_vip_probe (src/bpf/progs/tc_vip_probe.c; docs/health.md, "Probing
 // through the VIP path", its hostile-packets paragraph): what each program may do with a frame, computed here
 // from the routes the test installed, independently of the BPF code, and a runner that checks every output
-// against it (test/hostile-vip-probe.test.ts).
+// against it (test/kernel/hostile-vip-probe.test.ts).
 import { TcAction, type BpfProgram } from '../../src/bpf/libbpf.js';
 import type { VipProbeRoute } from '../../src/bpf/vip-probe.js';
 import { IPPROTO, ipBytes, onesSum } from './packets.js';

@@ -1,6 +1,6 @@
 // Runs inside a test network namespace (like xdp-harness.ts): the hostile-packet suite for xdp_lb. Applies the
 // desired state read from stdin, opens a SNAT flow, then runs every truncation, named mutation and seeded bit flip
-// of every base frame, and every frame of the given corpora (other projects' packets: test/hostile-foreign.test.ts),
+// of every base frame, and every frame of the given corpora (other projects' packets: test/netns/hostile-foreign.test.ts),
 // through BPF_PROG_TEST_RUN, checks each output (test/lib/hostile.ts) and the counters per batch, and prints one
 // JSON summary per batch. Generation and checks run here so 10,000s of frames never cross a pipe.
 import { execFileSync } from 'node:child_process';

@@ -1,4 +1,4 @@
-// Other projects' captured packets for the foreign-packet suite (test/hostile-foreign.test.ts): sample captures that
+// Other projects' captured packets for the foreign-packet suite (test/netns/hostile-foreign.test.ts): sample captures that
 // Debian packages install (`make deps` installs the packages; nothing is copied into this repository), read at test
 // time from their installed paths, and a retargeting that sends a captured IP packet to one of our addresses
 // without changing whether its checksums were right.

@@ -1,7 +1,7 @@
 // Runs inside the lb test network namespace (nsenter --net, so the host's bpffs pins are seen): opens the pinned
 // lb data plane on <ifname> (generic XDP) as a daemon start does, applies the desired state from stdin and prints
 // the pinned XDP link after the start and after the apply, the program the data plane holds, the pinned
-// connection table's size and what a table resize did (test/xdp-resize-link-netns.test.ts).
+// connection table's size and what a table resize did (test/netns/xdp-resize-link-netns.test.ts).
 //   resize-runner.ts <pinRoot> <ifname>
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

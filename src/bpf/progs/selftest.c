@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-/* Test program for the libbpf binding (test/libbpf.test.ts): one map of each kind
+/* Test program for the libbpf binding (test/netns/libbpf.test.ts): one map of each kind
  * the data plane uses, a struct whose layout the TS codec checks against BTF, and
  * one XDP and one TC program whose behaviour is driven by a config map so that
  * BPF_PROG_TEST_RUN can observe map writes from Node. */

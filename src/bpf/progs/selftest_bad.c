@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* A program the verifier must reject (packet read without a bounds check):
- * used by test/libbpf.test.ts to check that load errors carry the verifier log. */
+ * used by test/netns/libbpf.test.ts to check that load errors carry the verifier log. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 

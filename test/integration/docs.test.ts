@@ -1,0 +1,143 @@
+// docs/ are code: every YAML example in them validates, and every field of every config schema is documented in
+// docs/config.md. Examples are checked with `gitlb validate` inside a copy of sample-config-repo/.
+import test from 'ava';
+import { readFileSync, readdirSync } from 'node:fs';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse, parseDocument } from 'yaml';
+import { tempDir, writeTree } from '../helpers/cli-repo.js';
+import { runCli } from '../../src/cli/main.js';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const KINDS = ['Cluster', 'Node', 'Service'];
+
+interface Example {
+  where: string; // docs/x.md:LINE
+  text: string;
+}
+
+function yamlExamples(): Example[] {
+  const files = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const out: Example[] = [];
+  for (const file of files) {
+    const lines = readFileSync(join(root, file), 'utf8').split('\n');
+    for (let i = 0; i < lines.length; i++) {
+      if (!/^```ya?ml\s*$/.test(lines[i]!)) continue;
+      const start = i + 1;
+      while (++i < lines.length && !lines[i]!.startsWith('```'));
+      out.push({ where: `${file}:${start}`, text: lines.slice(start, i).join('\n') + '\n' });
+    }
+  }
+  return out;
+}
+
+/** The sample repository as path -> parsed document (one document per file there). */
+function sampleDocs(): Map<string, Record<string, unknown>> {
+  const docs = new Map<string, Record<string, unknown>>();
+  const walk = (rel: string) => {
+    for (const e of readdirSync(join(root, 'sample-config-repo', rel), { withFileTypes: true })) {
+      const path = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) walk(path);
+      else if (e.name.endsWith('.yaml')) docs.set(path, parse(readFileSync(join(root, 'sample-config-repo', path), 'utf8')));
+    }
+  };
+  walk('');
+  return docs;
+}
+
+function merge(base: unknown, part: unknown): unknown {
+  if (base && part && typeof base === 'object' && typeof part === 'object' && !Array.isArray(base) && !Array.isArray(part)) {
+    const out: Record<string, unknown> = { ...(base as Record<string, unknown>) };
+    for (const [k, v] of Object.entries(part)) out[k] = merge(out[k], v);
+    return out;
+  }
+  return part;
+}
+
+/** The sample repository with the example in it: a whole Node replaces its namesake, a whole Service every sample
+ * service (whose VIPs it might reuse), a Cluster is merged over the sample's; a `# part of a KIND` fragment is merged
+ * into a document of that kind. */
+function repoWith(example: Record<string, unknown>, fragmentOf: string | null): Record<string, string> {
+  const docs = sampleDocs();
+  const kind = fragmentOf ?? (example.kind as string);
+  const sameKind = [...docs].filter(([, d]) => d.kind === kind);
+  if (fragmentOf) {
+    const [path, doc] = sameKind.find(([, d]) => (d.metadata as { name: string }).name === 'web') ?? sameKind[0]!;
+    docs.set(path, merge(doc, example) as Record<string, unknown>);
+  } else if (kind === 'Cluster') {
+    // The one Cluster: the example's fields over the sample's, whose nodes may rely on others (e.g. spec.bgp).
+    const [path, doc] = sameKind[0]!;
+    docs.set(path, merge(doc, example) as Record<string, unknown>);
+  } else {
+    const name = (example.metadata as { name?: string } | undefined)?.name;
+    for (const [path, d] of sameKind) if (kind === 'Service' || (d.metadata as { name: string }).name === name) docs.delete(path);
+    docs.set(`example/${kind.toLowerCase()}.yaml`, example);
+  }
+  return Object.fromEntries([...docs].map(([p, d]) => [p, JSON.stringify(d)]));
+}
+
+async function validate(dir: string): Promise<{ code: number; out: { valid: boolean; diagnostics: { message: string; line: number }[] } }> {
+  const write = process.stdout.write;
+  let stdout = '';
+  process.stdout.write = ((s: string) => ((stdout += s), true)) as typeof process.stdout.write;
+  try {
+    const code = await runCli(['validate', dir, '--format', 'json']);
+    return { code, out: JSON.parse(stdout) };
+  } finally {
+    process.stdout.write = write;
+  }
+}
+
+test('every YAML example in docs/ and README is valid YAML and, with the sample repository around it, valid config', async (t) => {
+  const examples = yamlExamples();
+  t.true(examples.length >= 6, `found ${examples.length}`);
+  const dir = await tempDir('docs-examples');
+  try {
+    let checked = 0;
+    for (const [i, ex] of examples.entries()) {
+      const doc = parseDocument(ex.text);
+      t.deepEqual(doc.errors.map((e) => e.message), [], `${ex.where}: YAML`);
+      const data = doc.toJS() as Record<string, unknown> | null;
+      if (data === null) continue; // a comment-only block, e.g. the schema modeline
+      const fragmentOf = /^# part of a (\w+)/.exec(ex.text)?.[1] ?? null;
+      if (fragmentOf === 'NodeStatus') continue; // status, not config: valid YAML is what can be checked here
+      t.true(fragmentOf !== null || KINDS.includes(data.kind as string), `${ex.where}: neither a whole document nor marked '# part of a KIND'`);
+      const exDir = join(dir.path, String(i));
+      await writeTree(exDir, repoWith(data, fragmentOf));
+      const r = await validate(exDir);
+      t.is(r.code, 0, `${ex.where}: ${JSON.stringify(r.out.diagnostics)}`);
+      checked++;
+    }
+    t.true(checked >= 5, `${checked} examples validated`);
+  } finally {
+    await dir.remove();
+  }
+});
+
+/** Leaf fields of a schema as dotted paths, `[]` for list items (`spec.ports[].port`). */
+function schemaLeaves(schema: Record<string, unknown>): string[] {
+  const defs = (schema.$defs ?? {}) as Record<string, Record<string, unknown>>;
+  const out: string[] = [];
+  const walk = (node: Record<string, unknown> | undefined, path: string) => {
+    if (!node) return;
+    if (typeof node.$ref === 'string') return walk(defs[node.$ref.split('/').pop()!], path);
+    const props = node.properties as Record<string, Record<string, unknown>> | undefined;
+    const items = node.items as Record<string, unknown> | undefined;
+    if (props) for (const [k, v] of Object.entries(props)) walk(v, path ? `${path}.${k}` : k);
+    else if (items) walk(items, `${path}[]`);
+    else out.push(path.replace(/\[\]$/, '')); // a list of scalars is documented as the list
+  };
+  walk(schema, '');
+  return out;
+}
+
+test('every field of every config schema is documented in docs/config.md', (t) => {
+  const doc = readFileSync(join(root, 'docs/config.md'), 'utf8');
+  for (const kind of ['cluster', 'node', 'service']) {
+    const schema = JSON.parse(readFileSync(join(root, 'schemas', `${kind}.schema.json`), 'utf8'));
+    const leaves = schemaLeaves(schema);
+    t.true(leaves.length > 5, kind);
+    const missing = leaves.filter((f) => !doc.includes('`' + f + '`'));
+    t.deepEqual(missing, [], `${kind}: fields without a row in docs/config.md`);
+  }
+});

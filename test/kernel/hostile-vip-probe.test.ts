@@ -1,0 +1,130 @@
+// Hostile packets against tc_vip_probe (build/bpf/tc_vip_probe.o: vip_probe_egress and vip_probe_ingress, which see
+// every IPv4 TCP packet of an lb node's interface once a `via: vip` check runs) through BPF_PROG_TEST_RUN: first
+// the named defects (each failed before its fix), then the suite of the other programs (test/lib/hostile.ts): every
+// truncation, named header mutations and 10,000 seeded bit flips per program of the packet kinds it handles, each
+// output checked against the model of docs/health.md (test/lib/hostile-vip-probe.ts), counts printed.
+import test from 'ava';
+import { BpfObject, TcAction, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { VIP_PROBE_OBJECT, encodeIn, encodeOut } from '../../src/bpf/vip-probe.js';
+import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
+import { bitFlips, fixIpv4Checksum, mutations, truncations } from '../lib/hostile.js';
+import { expected, fuzz, problemsOf, type ProbeRoute } from '../lib/hostile-vip-probe.js';
+
+const FLIPS_PER_PROGRAM = 10_000;
+const NODE = '203.0.113.1'; // the lb node's address: the probes' source
+const ETH = { dst: '02:00:00:00:00:02', src: '02:00:00:00:00:01' };
+const ROUTES: ProbeRoute[] = [
+  { vip: '192.0.2.10', port: 80, sourcePort: 61000, real: '198.51.100.11', encap: 'l2' },
+  { vip: '192.0.2.11', port: 80, sourcePort: 61001, real: '198.51.100.12', encap: 'ipip', outerSource: '203.0.113.5' },
+  { vip: '192.0.2.11', port: 443, sourcePort: 61002, real: '198.51.100.13', encap: 'ipip' },
+  // an entry vip-probe.ts never writes: the program must drop the probe rather than let it reach the real's address
+  { vip: '192.0.2.12', port: 80, sourcePort: 61003, real: '198.51.100.14', encap: 'unknown' },
+];
+
+let obj: BpfObject;
+let egress: BpfProgram;
+let ingress: BpfProgram;
+
+test.before(async () => {
+  obj = await BpfObject.load(VIP_PROBE_OBJECT);
+  egress = obj.program('vip_probe_egress');
+  ingress = obj.program('vip_probe_ingress');
+  for (const r of ROUTES) {
+    const real = { ...r, encap: r.encap === 'unknown' ? 'l2' as const : r.encap };
+    const [ik, iv] = encodeIn(real);
+    const [ok, ov] = encodeOut(real);
+    if (r.encap === 'unknown') ov.writeUInt32LE(3, 8);
+    obj.map('probe_in').update(ik, iv);
+    obj.map('probe_out').update(ok, ov);
+  }
+});
+test.after.always(() => obj?.close());
+
+const tcp = (src: string, dst: string, sport: number, dport: number, flags: number, payload = '', v4 = {}) =>
+  frame(ETH, ipPacket({ src, dst, v4: { df: true, id: 7, ...v4 }, l4: { tcp: { sport, dport, flags, seq: 100, ack: flags & TCP_FLAGS.ACK ? 200 : 0, payload: Buffer.from(payload) } } }));
+const [L2, IPIP, IPIP_NO_SRC, UNKNOWN] = ROUTES as [ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute];
+const probe = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '', v4 = {}) => tcp(NODE, r.real, r.sourcePort, r.port, flags, payload, v4);
+const answer = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE, r.port, r.sourcePort, flags, payload);
+
+function check(t: import('ava').ExecutionContext, prog: BpfProgram, which: 'egress' | 'ingress', f: Buffer) {
+  const r = prog.testRun({ data: f, dataOutSize: f.length + 256 });
+  const want = expected(which, f, ROUTES);
+  t.deepEqual(problemsOf(f, r.retval, r.data, want), [], `${want.kind}: ${want.why}`);
+  return { want, action: r.retval, out: r.data };
+}
+
+// ---------------------------------------------------------------- the model's paths, byte for byte
+
+test('the model and the program agree on every path: l2 rewrite, IPIP with and without an outer source, answers, no route, unknown encap', (t) => {
+  t.is(check(t, egress, 'egress', probe(L2)).want.kind, 'rewrite');
+  t.is(check(t, egress, 'egress', probe(IPIP)).want.kind, 'encap');
+  t.is(check(t, egress, 'egress', probe(IPIP_NO_SRC, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n')).want.kind, 'encap');
+  t.is(check(t, egress, 'egress', probe(UNKNOWN)).action, TcAction.shot);
+  t.is(check(t, egress, 'egress', tcp(NODE, L2.real, 40000, L2.port, TCP_FLAGS.SYN)).want.kind, 'pass');
+  t.is(check(t, ingress, 'ingress', answer(L2)).want.kind, 'rewrite');
+  t.is(check(t, ingress, 'ingress', answer(IPIP, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'HTTP/1.0 200 OK\r\n\r\n')).want.kind, 'rewrite');
+  t.is(check(t, ingress, 'ingress', tcp(L2.vip, NODE, L2.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK)).want.kind, 'pass');
+});
+
+// ---------------------------------------------------------------- the named defects
+
+const damaged: Array<[string, () => Buffer]> = [
+  ['IPv4 version 6 in an IPv4 frame', () => { const f = probe(IPIP); f[14] = 0x65; return fixIpv4Checksum(f); }],
+  ['a first fragment (MF)', () => probe(IPIP, TCP_FLAGS.SYN, '', { df: false, mf: true })],
+  ['a later fragment whose payload looks like the probe\'s ports', () => probe(L2, TCP_FLAGS.SYN, '', { df: false, fragOffset: 3 })],
+  ['total length beyond the frame', () => { const f = probe(IPIP); f.writeUInt16BE(f.length - 14 + 4, 16); return fixIpv4Checksum(f); }],
+  ['total length shorter than IPv4 + TCP headers', () => { const f = probe(IPIP); f.writeUInt16BE(20, 16); return fixIpv4Checksum(f); }],
+];
+for (const [name, build] of damaged) {
+  test(`defect: a probe-shaped packet that is not a whole IPv4 TCP packet passes untouched: ${name}`, (t) => {
+    const f = build();
+    const want = expected('egress', f, ROUTES);
+    t.is(want.kind, 'pass');
+    const r = egress.testRun({ data: f, dataOutSize: f.length + 256 });
+    t.is(r.retval, TcAction.ok);
+    t.deepEqual(r.data, f);
+    // the same damage on an answer
+    const a = answer(L2);
+    a.set(f.subarray(14, 22), 14); // version/IHL, TOS, length, id, flags of the damaged header
+    const fixed = fixIpv4Checksum(a);
+    const ri = ingress.testRun({ data: fixed, dataOutSize: fixed.length + 256 });
+    t.deepEqual(ri.data, fixed, 'ingress');
+  });
+}
+
+// ---------------------------------------------------------------- the suite
+
+const EGRESS_KINDS: Record<string, Buffer> = {
+  'probe SYN l2': probe(L2),
+  'probe SYN ipip': probe(IPIP),
+  'probe request ipip, own source': probe(IPIP_NO_SRC, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
+  'probe RST l2': probe(L2, TCP_FLAGS.RST | TCP_FLAGS.ACK),
+  'probe SYN unknown encap': probe(UNKNOWN),
+  'other TCP': tcp(NODE, L2.real, 40000, L2.port, TCP_FLAGS.SYN),
+};
+const INGRESS_KINDS: Record<string, Buffer> = {
+  'answer SYN-ACK l2': answer(L2),
+  'answer data ipip': answer(IPIP, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'HTTP/1.0 200 OK\r\n\r\n'),
+  'answer RST ipip': answer(IPIP_NO_SRC, TCP_FLAGS.RST),
+  'other TCP from a VIP': tcp(L2.vip, NODE, L2.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK),
+};
+
+for (const [which, kinds, seed] of [['egress', EGRESS_KINDS, 0x3000], ['ingress', INGRESS_KINDS, 0x4000]] as const) {
+  test(`hostile suite: vip_probe_${which}: truncations, mutations and ${FLIPS_PER_PROGRAM} bit flips keep to docs/health.md`, (t) => {
+    const prog = which === 'egress' ? egress : ingress;
+    const named = Object.entries(kinds).flatMap(([k, f]) =>
+      [{ name: 'as built', frame: f }, ...truncations(f), ...mutations(f)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame })));
+    const per = Math.ceil(FLIPS_PER_PROGRAM / Object.keys(kinds).length);
+    const flips = Object.entries(kinds).flatMap(([k, f], i) => bitFlips(f, seed + i, per).map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame })));
+    t.true(flips.length >= FLIPS_PER_PROGRAM);
+    const a = fuzz(prog, which, ROUTES, named);
+    const b = fuzz(prog, which, ROUTES, flips);
+    console.log(`vip_probe_${which}: ${a.runs} truncations/mutations ${JSON.stringify(a.actions)} ${JSON.stringify(a.outcomes)}; ` +
+      `${b.runs} bit flips ${JSON.stringify(b.actions)} ${JSON.stringify(b.outcomes)}`);
+    t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);
+    // every path of the program was reached by the mutated and flipped frames too (the suite is not all passes)
+    const reached = Object.keys({ ...a.outcomes, ...b.outcomes }).map((k) => k.split(':')[0]);
+    for (const kind of which === 'egress' ? ['pass', 'rewrite', 'encap', 'shot'] : ['pass', 'rewrite'])
+      t.true(reached.includes(kind), `${kind} reached`);
+  });
+}

@@ -1,0 +1,123 @@
+// healthCheck.via: vip in a network-namespace lab: a real HealthChecker in the lb namespace with the TC egress
+// probe program (src/bpf/vip-probe.ts) on its interface; two backends holding the VIP on lo, all on one bridge.
+// The lb's own route to the VIP points at backend 2, so a probe for backend 1 only reaches backend 1 when the
+// program steers it there: removing the VIP from backend 1 must mark it down through the VIP path, while the
+// same real probed on its own address (via: real) stays up.
+// ipip: backend 1 runs the real backend data plane (tc_backend decapsulation); detaching it must mark it down.
+import test from 'ava';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ADDR, bridgeLab, sh } from '../lib/bridge-lab.js';
+import { Backend, Runner, model, service } from '../health-lab.js';
+import { nsExec, runPrefix } from '../../src/lab/netns.js';
+import type { DesiredState } from '../../src/render/state.js';
+
+const VIP = '203.0.113.10';
+const VIP_IPIP = '203.0.113.20';
+const PORT = 8001;
+const lab = bridgeLab('v');
+const pinRoot = `/sys/fs/bpf/gitlb-test-${runPrefix()}health-via-vip`;
+const ROOT = join(import.meta.dirname, '..', '..');
+const work = mkdtempSync(join(tmpdir(), `${runPrefix()}health-via-vip-`));
+
+test.before(() => {
+  lab.setup();
+  for (const b of [lab.ns.b1, lab.ns.b2]) {
+    sh(b, ['ip', 'addr', 'add', `${VIP}/32`, 'dev', 'lo']);
+    sh(b, ['sysctl', '-qw', 'net.ipv4.conf.all.arp_ignore=1', 'net.ipv4.conf.all.arp_announce=2']);
+  }
+  // without the program every probe to the VIP would go to backend 2
+  sh(lab.ns.lb, ['ip', 'route', 'add', `${VIP}/32`, 'via', ADDR.b2]);
+});
+
+test.after.always(() => {
+  lab.teardown([pinRoot]);
+  rmSync(work, { recursive: true, force: true });
+});
+
+test.serial('l2: a real that lost its VIP is down via vip, up via real; it comes back when the VIP returns', async (t) => {
+  const hc = { type: 'tcp' as const, port: PORT, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  const backends = [await Backend.start(lab.ns.b1, 'tcp', PORT), await Backend.start(lab.ns.b2, 'tcp', PORT)];
+  const m = model([
+    service('viavip', { ...hc, via: 'vip' }, [ADDR.b1, ADDR.b2], PORT),
+    service('viareal', hc, [ADDR.b1, ADDR.b2], PORT),
+  ]);
+  const runner = await Runner.start(lab.ns.lb, m, 64, 'eth0');
+  try {
+    try {
+      for (const s of ['viavip', 'viareal']) for (const a of [ADDR.b1, ADDR.b2]) await runner.change(s, a, 'up', 5000);
+    } catch (e) {
+      t.log(JSON.stringify((await runner.snapshot()).snapshot.services, null, 1));
+      throw e;
+    }
+    const snap0 = await runner.snapshot();
+    t.is(snap0.snapshot.services.viavip.reals[ADDR.b1].check, `tcp ${VIP}:${PORT} via l2 to ${ADDR.b1}`);
+
+    sh(lab.ns.b1, ['ip', 'addr', 'del', `${VIP}/32`, 'dev', 'lo']);
+    const down = await runner.change('viavip', ADDR.b1, 'down', 5000);
+    t.false(down.result.ok);
+    // a few more intervals: the other reals and the via: real check of the same real do not move
+    await new Promise((r) => setTimeout(r, 800));
+    const snap = (await runner.snapshot()).snapshot.services;
+    t.is(snap.viavip.reals[ADDR.b1].state, 'down');
+    t.is(snap.viavip.reals[ADDR.b2].state, 'up');
+    t.is(snap.viareal.reals[ADDR.b1].state, 'up');
+    t.is(snap.viareal.reals[ADDR.b2].state, 'up');
+    t.deepEqual(runner.pendingChanges().filter((e) => !(e.service === 'viavip' && e.address === ADDR.b1)), []);
+
+    sh(lab.ns.b1, ['ip', 'addr', 'add', `${VIP}/32`, 'dev', 'lo']);
+    const up = await runner.change('viavip', ADDR.b1, 'up', 5000);
+    t.true(up.result.ok);
+  } finally {
+    await runner.stop();
+    for (const b of backends) await b.stop();
+  }
+});
+
+/** What `gitlb run` does on a backend node for one dsr-ipip VIP (test/lib/backend-lab-node.ts), in backend 1. */
+async function backendDataPlane(): Promise<void> {
+  const desired: DesiredState = {
+    node: 'be1', role: 'backend', interface: 'eth0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
+    vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false }],
+    localVips: [VIP_IPIP],
+    addresses: [ADDR.b1],
+    lbAddresses: [ADDR.lb],
+  };
+  const args = { pinRoot, stateFile: join(work, 'backend-vips.json'), desired };
+  const r = await nsExec(lab.ns.b1, [process.execPath, '--import', 'tsx', join(ROOT, 'test/lib/backend-lab-node.ts'), 'backend', JSON.stringify(args)], { cwd: ROOT, timeoutMs: 60_000 });
+  if (r.code !== 0) throw new Error(`backend data plane in ${lab.ns.b1}: ${r.stderr}`);
+}
+
+test.serial('ipip: a real whose decapsulation program is gone is down via vip, up via real', async (t) => {
+  const hc = { type: 'tcp' as const, port: PORT, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', PORT);
+  const ipip = (name: string, via: 'vip' | 'real') => {
+    const s = service(name, { ...hc, via }, [ADDR.b1], PORT);
+    return { ...s, spec: { ...s.spec, vip: VIP_IPIP, dispatch: { mode: 'dsr' as const, encap: 'ipip' as const } } };
+  };
+  const runner = await Runner.start(lab.ns.lb, model([ipip('tunvip', 'vip'), ipip('tunreal', 'real')]), 64, 'eth0');
+  try {
+    await runner.change('tunvip', ADDR.b1, 'up', 5000);
+    await runner.change('tunreal', ADDR.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.tunvip.reals[ADDR.b1].check, `tcp ${VIP_IPIP}:${PORT} via ipip to ${ADDR.b1}`);
+
+    // the pinned link is the only thing keeping the decapsulating program attached
+    const link = join(pinRoot, 'tc_ingress_link');
+    t.true(existsSync(link));
+    rmSync(link);
+    const down = await runner.change('tunvip', ADDR.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    const snap = (await runner.snapshot()).snapshot.services;
+    t.is(snap.tunvip.reals[ADDR.b1].state, 'down');
+    t.is(snap.tunreal.reals[ADDR.b1].state, 'up');
+
+    await backendDataPlane(); // re-attaches
+    await runner.change('tunvip', ADDR.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});

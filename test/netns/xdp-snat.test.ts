@@ -1,0 +1,354 @@
+// SNAT and hybrid in the LB XDP program, through BPF_PROG_TEST_RUN: a script of steps (apply a desired
+// state, run a frame, age a NAT entry, list or sweep the NAT table) executed in order by one harness process
+// inside a namespace of its own (bpf_fib_lookup needs known neighbours), then one ava test per step.
+// Expected frames are built independently with test/lib/packets.ts (checksums from scratch); the SNAT port
+// a new flow gets is predicted by a model of the documented allocation (flow hash start, linear probes).
+import test from 'ava';
+import { execFileSync } from 'node:child_process';
+import {
+  IPPROTO, TCP_FLAGS, checksumProblems, encapsulate, frame, hex, icmpv4, icmpv6, ipPacket, ipv4Header, ipv6Header,
+  type EthSpec,
+} from '../lib/packets.js';
+import { LAB, labNames, setupLab, teardownLab } from '../lib/xdp-lab.js';
+import { makeState, type SvcSpec } from '../lib/lb-state.js';
+import { stateToJson } from '../lib/xdp-harness.js';
+import { runSnatHarness, type SnatStep } from '../lib/snat-harness.js';
+import { flowHash } from '../../src/bpf/dataplane/flow-hash.js';
+import type { SnatRevKey } from '../../src/bpf/dataplane/snat.js';
+import type { DesiredState } from '../../src/render/state.js';
+
+const TAG = 'snat';
+const SEED = 0x12345678;
+const CLIENT4 = '192.0.2.1';
+const CLIENT6 = '2001:db8:c::1';
+const SNAT4 = LAB.lbA.v4; // the node's own address: its own traffic to it must still pass
+const SNAT6 = LAB.lbA.v6;
+const GW6 = '2001:db8:2::fe';
+const ROUTER4 = '198.51.100.254';
+const REALS: Record<number, string> = { 1: '198.51.100.11', 2: '198.51.100.12', 3: '2001:db8:2::11', 4: '2001:db8:2::12' };
+const VIP4 = '203.0.113.13';
+const VIP6 = '2001:db8:f::13';
+const HYB = '203.0.113.14';
+const VIPX = '203.0.113.15';
+const VIPF = '203.0.113.16';
+const ring = (id: number) => Array.from({ length: 7 }, () => id);
+
+const SERVICES: SvcSpec[] = [
+  { id: 1, vip: VIP4, forwarding: 'snat', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
+  { id: 2, vip: VIP6, forwarding: 'snat', ring: ring(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
+  // hybrid as render resolves it: TCP by dsr with the service's encap, UDP by snat, one ring
+  { id: 3, vip: HYB, forwarding: 'dsr-ipip', ring: ring(2), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
+  { id: 4, vip: VIPX, forwarding: 'snat', ring: ring(2), ports: [{ port: 9000, protocol: 'TCP' }] },
+  { id: 5, vip: VIPF, forwarding: 'snat', ring: ring(4) },
+];
+const PORTS = { min: 40000, max: 40999 };
+const TIGHT = { min: 50000, max: 50001 };
+
+function state(extra: Partial<DesiredState>, conntrackMaxEntries = 4096): DesiredState {
+  const s = makeState({ reals: REALS, services: SERVICES, addresses: [LAB.lbA.v4, LAB.lbA.v6], hashSeed: SEED, conntrackMaxEntries });
+  s.vips = s.vips.map((v) => (v.vip === HYB && v.protocol === 'UDP' ? { ...v, forwarding: 'snat' } : v));
+  return { ...s, ...extra };
+}
+const STATES = {
+  v4: state({ snatAddress: SNAT4, snatPorts: PORTS }),
+  v6: state({ snatAddress: SNAT6, snatPorts: PORTS }),
+  tight: state({ snatAddress: SNAT4, snatPorts: TIGHT }),
+  none: state({}),
+  small: state({ snatAddress: SNAT4, snatPorts: PORTS }, 4),
+};
+
+// ---- the allocation model: start = min + flowHash(flow, with source port) % range, then up to 7 more probes
+// (the next ports for a range of at most 8, triangular offsets 1, 3, 6, ... beyond)
+type Endpoint = string;
+const held = new Map<Endpoint, Map<number, string>>(); // endpoint -> port -> owner flow
+const endpoint = (real: string, port: number, proto: number) => `${real}/${port}/${proto}`;
+function allocate(flow: { src: string; dst: string; sport: number; dport: number; proto: number }, real: string, realPort: number,
+  range: { min: number; max: number }): number | null {
+  const ep = endpoint(real, realPort, flow.proto);
+  const used = held.get(ep) ?? new Map<number, string>();
+  held.set(ep, used);
+  const n = range.max - range.min + 1;
+  const start = flowHash(flow, true, SEED) % n;
+  for (let i = 0; i < Math.min(8, n); i++) {
+    const port = range.min + ((start + (n <= 8 ? i : (i * (i + 1)) / 2)) % n);
+    if (!used.has(port)) {
+      used.set(port, `${flow.src}:${flow.sport}`);
+      return port;
+    }
+  }
+  return null;
+}
+
+// ---- frames
+const ETH_CLIENT: EthSpec = { dst: LAB.lbA.mac, src: LAB.clientMac };
+const realMac = (a: string) => LAB.neighbours[a]!;
+const ethFromReal = (real: string): EthSpec => ({ dst: LAB.lbA.mac, src: realMac(real) });
+const ethToReal = (real: string): EthSpec => ({ dst: realMac(real), src: LAB.lbA.mac });
+const ETH_TO_CLIENT: EthSpec = { dst: LAB.gwMac, src: LAB.lbA.mac }; // clients are routed via the gateway
+const tcp = (src: string, dst: string, sport: number, dport: number, flags: number, seq = 1000, payload?: Buffer) =>
+  ipPacket({ src, dst, v4: { id: 7, ttl: 61 }, v6: { hopLimit: 61 }, l4: { tcp: { sport, dport, flags, seq, ack: flags & TCP_FLAGS.ACK ? 555 : 0, payload } } });
+const udp = (src: string, dst: string, sport: number, dport: number, payload = Buffer.from('dns query'), checksum?: number) =>
+  ipPacket({ src, dst, v4: { id: 9, ttl: 61 }, v6: { hopLimit: 61 }, l4: { udp: { sport, dport, payload, ...(checksum !== undefined ? { checksum } : {}) } } });
+
+type Action = 'drop' | 'pass' | 'tx';
+const ACTION: Record<Action, number> = { drop: 1, pass: 2, tx: 3 };
+interface Expect { action: Action; output?: Buffer; counters?: string[]; check?: (r: any) => string | null }
+interface Step { name: string; step: SnatStep; expect?: Expect }
+const script: Step[] = [];
+const apply = (name: keyof typeof STATES) => script.push({ name: `apply ${name}`, step: { op: 'apply', state: stateToJson(STATES[name]) } });
+const run = (name: string, input: Buffer, expect: Expect) =>
+  script.push({ name, step: { op: 'run', data: input.toString('hex'), ifname: 'lbA' }, expect });
+const age = (key: SnatRevKey, ageMs: number) => script.push({ name: `age ${JSON.stringify(key)}`, step: { op: 'age', key, ageMs } });
+const shortTimeouts = () => script.push({ name: 'short timeouts: TCP established 60 s, closing 10 s, UDP 120 s',
+  step: { op: 'timeouts', tcpEstablishedMs: 60_000, tcpClosingMs: 10_000, udpMs: 120_000 } });
+const list = (name: string, check: (r: any) => string | null) => script.push({ name, step: { op: 'list' }, expect: { action: 'pass', check } });
+const revKey = (real: string, realPort: number, snatPort: number, proto: number): SnatRevKey =>
+  ({ real, realPort, snatPort, proto, family: real.includes(':') ? 6 : 4 });
+
+/** A client flow through SNAT: its forward frame in and out, and a reply frame in and out. */
+function snatFlow(o: { client: string; cport: number; vip: string; vport: number; real: string; rport: number; proto: 'tcp' | 'udp';
+  snat: string; range?: { min: number; max: number }; udpChecksum?: number }) {
+  const proto = o.proto === 'tcp' ? IPPROTO.TCP : IPPROTO.UDP;
+  const port = allocate({ src: o.client, dst: o.vip, sport: o.cport, dport: o.vport, proto }, o.real, o.rport, o.range ?? PORTS);
+  const mk = (src: string, dst: string, sport: number, dport: number, flags: number, seq: number) =>
+    o.proto === 'tcp' ? tcp(src, dst, sport, dport, flags, seq) : udp(src, dst, sport, dport, undefined, o.udpChecksum);
+  return {
+    port: port!,
+    key: revKey(o.real, o.rport, port!, proto),
+    fwdIn: (flags: number = TCP_FLAGS.SYN) => frame(ETH_CLIENT, mk(o.client, o.vip, o.cport, o.vport, flags, 1000)),
+    fwdOut: (flags: number = TCP_FLAGS.SYN) => frame(ethToReal(o.real), mk(o.snat, o.real, port!, o.rport, flags, 1000)),
+    replyIn: (flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK) => frame(ethFromReal(o.real), mk(o.real, o.snat, o.rport, port!, flags, 5000)),
+    replyOut: (flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK) => frame(ETH_TO_CLIENT, mk(o.vip, o.client, o.vport, o.cport, flags, 5000)),
+    /** the packet as the real received it, and as the client sent it (quoted in ICMP errors) */
+    sentToReal: () => mk(o.snat, o.real, port!, o.rport, TCP_FLAGS.SYN, 1000),
+    sentByClient: () => mk(o.client, o.vip, o.cport, o.vport, TCP_FLAGS.SYN, 1000),
+  };
+}
+
+const ACK = TCP_FLAGS.ACK;
+const FIN = TCP_FLAGS.FIN | TCP_FLAGS.ACK;
+
+// ---- IPv4
+apply('v4');
+const t1 = snatFlow({ client: CLIENT4, cport: 40001, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+run('v4 TCP SYN: source -> snatAddress:port from the range, destination -> real:targetPort', t1.fwdIn(), { action: 'tx', output: t1.fwdOut(), counters: ['snat_new', 'tx'] });
+run('v4 TCP ACK of the same flow keeps its translation', t1.fwdIn(ACK), { action: 'tx', output: t1.fwdOut(ACK), counters: ['snat_hit'] });
+run('v4 TCP reply from the real: back to the client from VIP:port', t1.replyIn(), { action: 'tx', output: t1.replyOut(), counters: ['snat_reply'] });
+const t2 = snatFlow({ client: CLIENT4, cport: 40002, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+run('v4 TCP second client flow gets its own port', t2.fwdIn(), { action: 'tx', output: t2.fwdOut(), counters: ['snat_new'] });
+run('v4 TCP second flow reply', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
+const u1 = snatFlow({ client: CLIENT4, cport: 40003, vip: VIP4, vport: 53, real: REALS[1]!, rport: 53, proto: 'udp', snat: SNAT4 });
+run('v4 UDP datagram translated', u1.fwdIn(), { action: 'tx', output: u1.fwdOut(), counters: ['snat_new'] });
+run('v4 UDP reply translated back', u1.replyIn(), { action: 'tx', output: u1.replyOut(), counters: ['snat_reply'] });
+const u0 = snatFlow({ client: CLIENT4, cport: 40004, vip: VIP4, vport: 53, real: REALS[1]!, rport: 53, proto: 'udp', snat: SNAT4, udpChecksum: 0 });
+run('v4 UDP without checksum keeps checksum 0', u0.fwdIn(), { action: 'tx', output: u0.fwdOut(), counters: ['snat_new'] });
+run('v4 UDP without checksum: reply keeps 0 too', u0.replyIn(), { action: 'tx', output: u0.replyOut() });
+{
+  const stray = frame(ethFromReal(REALS[1]!), tcp(REALS[1]!, SNAT4, 8080, 39999, ACK));
+  run('v4 packet to the SNAT address without a translation (node traffic) passes untouched', stray, { action: 'pass', counters: ['snat_pass_local'] });
+  const ssh = frame(ETH_CLIENT, tcp(CLIENT4, SNAT4, 50123, 22, TCP_FLAGS.SYN));
+  run('v4 SSH to the node address passes untouched', ssh, { action: 'pass', counters: ['snat_pass_local'] });
+  const wrongReal = frame(ethFromReal(REALS[2]!), tcp(REALS[2]!, SNAT4, 8080, t1.port, ACK));
+  run('v4 reply to a used SNAT port from another real is not translated', wrongReal, { action: 'pass', counters: ['snat_pass_local'] });
+  const ping = frame(ETH_CLIENT, ipPacket({ src: CLIENT4, dst: SNAT4, v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } }));
+  run('v4 ICMP echo to the SNAT address passes', ping, { action: 'pass', counters: ['snat_pass_local'] });
+}
+{
+  // port unreachable from the real about the UDP flow: the whole datagram is quoted
+  const err = icmpv4(3, 3, Buffer.alloc(4), u1.sentToReal());
+  const input = frame(ethFromReal(REALS[1]!), Buffer.concat([ipv4Header({ src: REALS[1]!, dst: SNAT4, proto: IPPROTO.ICMP }, err.length), err]));
+  const back = icmpv4(3, 3, Buffer.alloc(4), u1.sentByClient());
+  const output = frame(ETH_TO_CLIENT, Buffer.concat([ipv4Header({ src: VIP4, dst: CLIENT4, proto: IPPROTO.ICMP }, back.length), back]));
+  run('v4 ICMP port unreachable from the real: to the client from the VIP, quote translated (UDP checksum too)', input, { action: 'tx', output, counters: ['snat_icmp'] });
+  // frag needed from a router about the TCP flow: IP header + 8 bytes quoted; the router stays the source
+  const rest = Buffer.from([0, 0, 0x05, 0x78]);
+  const err2 = icmpv4(3, 4, rest, t1.sentToReal().subarray(0, 28));
+  const input2 = frame({ dst: LAB.lbA.mac, src: LAB.gwMac }, Buffer.concat([ipv4Header({ src: ROUTER4, dst: SNAT4, proto: IPPROTO.ICMP }, err2.length), err2]));
+  const back2 = icmpv4(3, 4, rest, t1.sentByClient().subarray(0, 28));
+  const output2 = frame(ETH_TO_CLIENT, Buffer.concat([ipv4Header({ src: ROUTER4, dst: CLIENT4, proto: IPPROTO.ICMP }, back2.length), back2]));
+  run('v4 ICMP frag-needed from a router (8-byte quote) translated back, router kept as source', input2, { action: 'tx', output: output2, counters: ['snat_icmp'] });
+  const unknown = snatFlow({ client: CLIENT4, cport: 1, vip: VIP4, vport: 53, real: REALS[2]!, rport: 53, proto: 'udp', snat: SNAT4 });
+  held.get(endpoint(REALS[2]!, 53, IPPROTO.UDP))!.delete(unknown.port); // never sent: nothing allocated
+  const err3 = icmpv4(3, 3, Buffer.alloc(4), unknown.sentToReal());
+  const input3 = frame(ethFromReal(REALS[2]!), Buffer.concat([ipv4Header({ src: REALS[2]!, dst: SNAT4, proto: IPPROTO.ICMP }, err3.length), err3]));
+  run('v4 ICMP error about a flow without translation passes untouched', input3, { action: 'pass', counters: ['snat_pass_local'] });
+}
+{
+  const f = snatFlow({ client: CLIENT4, cport: 40005, vip: VIPF, vport: 80, real: REALS[4]!, rport: 80, proto: 'tcp', snat: SNAT4 });
+  run('v4 VIP whose ring names an IPv6 real: dropped (no NAT46), counted', f.fwdIn(), { action: 'drop', counters: ['snat_drop_family'] });
+}
+list('NAT table holds the 4 IPv4 translations with client, VIP and real', (r) => {
+  const got = r.nat.map((t: any) => `${t.rev.client}:${t.rev.clientPort}>${t.rev.vip}:${t.rev.vipPort}=${t.key.real}:${t.key.realPort}@${t.key.snatPort}`).sort();
+  const want = [[t1, 40001, 80, 8080], [t2, 40002, 80, 8080], [u1, 40003, 53, 53], [u0, 40004, 53, 53]]
+    .map(([f, c, v, rp]: any) => `${CLIENT4}:${c}>${VIP4}:${v}=${REALS[1]}:${rp}@${f.port}`).sort();
+  return JSON.stringify(got) === JSON.stringify(want) && r.fwd === 4 ? null : `got ${JSON.stringify(got)} fwd=${r.fwd}, want ${JSON.stringify(want)}`;
+});
+
+// ---- timeouts (bpf_ktime_get_ns): entries aged by rewriting their last-seen time
+run('v4 TCP FIN from the client: translated, the flow enters the closing state', t1.fwdIn(FIN), { action: 'tx', output: t1.fwdOut(FIN), counters: ['snat_hit'] });
+age(t1.key, 11_000);
+run('v4 TCP closing flow idle 11 s (> 10 s): reply not translated, passed, counted', t1.replyIn(ACK), { action: 'pass', counters: ['snat_pass_expired'] });
+age(t2.key, 130_000);
+run('v4 TCP established flow idle 130 s (< 2 h 4 min) still translates', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
+age(u1.key, 130_000);
+run('v4 UDP flow idle 130 s (> 120 s): reply passed as expired', u1.replyIn(), { action: 'pass', counters: ['snat_pass_expired'] });
+age(u0.key, 130_000);
+run('v4 UDP flow idle 130 s: the client\'s next datagram gets a fresh translation', u0.fwdIn(), { action: 'tx', output: u0.fwdOut(), counters: ['snat_new'] });
+list('expired translations are gone from both maps', (r) => {
+  const ports = r.nat.map((t: any) => t.key.snatPort).sort();
+  const want = [t2.port, u0.port].sort();
+  return JSON.stringify(ports) === JSON.stringify(want) && r.fwd === 2 ? null : `ports ${ports} fwd ${r.fwd}, want ${want} and 2`;
+});
+
+// ---- 802.1Q tag and IPv4 options on the SNAT path
+{
+  const v = snatFlow({ client: CLIENT4, cport: 40020, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+  const inV = frame({ ...ETH_CLIENT, vlan: 42 }, tcp(CLIENT4, VIP4, 40020, 80, TCP_FLAGS.SYN));
+  const outV = frame({ ...ethToReal(REALS[1]!), vlan: 42 }, tcp(SNAT4, REALS[1]!, v.port, 8080, TCP_FLAGS.SYN));
+  run('v4 TCP SYN with an 802.1Q tag: translated, tag kept', inV, { action: 'tx', output: outV, counters: ['snat_new'] });
+  const repV = frame({ dst: LAB.lbA.mac, src: realMac(REALS[1]!), vlan: 42 }, tcp(REALS[1]!, SNAT4, 8080, v.port, ACK));
+  const backV = frame({ ...ETH_TO_CLIENT, vlan: 42 }, tcp(VIP4, CLIENT4, 80, 40020, ACK));
+  run('v4 reply with an 802.1Q tag: translated back, tag kept', repV, { action: 'tx', output: backV, counters: ['snat_reply'] });
+  const opts = Buffer.from([0x94, 0x04, 0, 0]); // router alert
+  const o = snatFlow({ client: CLIENT4, cport: 40021, vip: VIP4, vport: 53, real: REALS[1]!, rport: 53, proto: 'udp', snat: SNAT4 });
+  const inO = frame(ETH_CLIENT, ipPacket({ src: CLIENT4, dst: VIP4, v4: { options: opts }, l4: { udp: { sport: 40021, dport: 53, payload: Buffer.from('q') } } }));
+  const outO = frame(ethToReal(REALS[1]!), ipPacket({ src: SNAT4, dst: REALS[1]!, v4: { options: opts }, l4: { udp: { sport: o.port, dport: 53, payload: Buffer.from('q') } } }));
+  run('v4 UDP with IPv4 options: translated, options kept', inO, { action: 'tx', output: outO, counters: ['snat_new'] });
+}
+
+// ---- hybrid: one VIP, TCP by dsr-ipip, UDP by snat
+{
+  const syn = tcp(CLIENT4, HYB, 41000, 80, TCP_FLAGS.SYN);
+  const outer = encapsulate({ src: LAB.lbA.v4, dst: REALS[2]!, v4: { tos: 0, df: true, ttl: 64, id: 0 } }, syn);
+  run('hybrid TCP goes by DSR (IP-in-IP, client packet untouched inside)', frame(ETH_CLIENT, syn), { action: 'tx', output: frame(ethToReal(REALS[2]!), outer), counters: ['tx'] });
+  const hu = snatFlow({ client: CLIENT4, cport: 41001, vip: HYB, vport: 53, real: REALS[2]!, rport: 53, proto: 'udp', snat: SNAT4 });
+  run('hybrid UDP on the same VIP goes by SNAT', hu.fwdIn(), { action: 'tx', output: hu.fwdOut(), counters: ['snat_new'] });
+  run('hybrid UDP reply crosses the LB and leaves from the VIP', hu.replyIn(), { action: 'tx', output: hu.replyOut(), counters: ['snat_reply'] });
+}
+
+// ---- port exhaustion: two ports towards one real endpoint
+apply('tight');
+shortTimeouts();
+{
+  const mk = (cport: number) => snatFlow({ client: CLIENT4, cport, vip: VIPX, vport: 9000, real: REALS[2]!, rport: 9000, proto: 'tcp', snat: SNAT4, range: TIGHT });
+  const a = mk(42001);
+  const b = mk(42002);
+  run('exhaustion: flow A gets one of the 2 ports', a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
+  run('exhaustion: flow B gets the other', b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
+  const c = frame(ETH_CLIENT, tcp(CLIENT4, VIPX, 42003, 9000, TCP_FLAGS.SYN));
+  run('exhaustion: flow C finds no free port: dropped and counted, never a shared port', c, { action: 'drop', counters: ['snat_drop_ports_exhausted'] });
+  run('exhaustion: flow A still translates', a.fwdIn(ACK), { action: 'tx', output: a.fwdOut(ACK), counters: ['snat_hit'] });
+  run('exhaustion: B\'s reply still reaches B', b.replyIn(ACK), { action: 'tx', output: b.replyOut(ACK), counters: ['snat_reply'] });
+  // A expires; C reclaims A's port; A's next packet finds its translation gone and no port left
+  age(a.key, 120_000);
+  const cOut = frame(ethToReal(REALS[2]!), tcp(SNAT4, REALS[2]!, a.port, 9000, TCP_FLAGS.SYN));
+  run('exhaustion: after A expired, C reclaims A\'s port', c, { action: 'tx', output: cOut, counters: ['snat_reclaimed', 'snat_new'] });
+  run('exhaustion: A\'s late packet gets no translation (port now C\'s): dropped', a.fwdIn(ACK), { action: 'drop', counters: ['snat_drop_ports_exhausted'] });
+  const cReply = frame(ETH_TO_CLIENT, tcp(VIPX, CLIENT4, 9000, 42003, TCP_FLAGS.SYN | ACK, 5000));
+  run('exhaustion: the reply on that port now reaches C, whose translation it is', a.replyIn(), { action: 'tx', output: cReply, counters: ['snat_reply'] });
+}
+
+// ---- no SNAT address on the node: the kernel gets the packet, as before XDP SNAT
+apply('none');
+run('no snatAddress of the family: snat listener passed to the kernel', frame(ETH_CLIENT, tcp(CLIENT4, VIP4, 43000, 80, TCP_FLAGS.SYN)), { action: 'pass', counters: ['pass_snat'] });
+
+// ---- IPv6
+apply('v6');
+{
+  const t = snatFlow({ client: CLIENT6, cport: 44001, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 });
+  run('v6 TCP SYN translated (L4 checksum over the new pseudo-header)', t.fwdIn(), { action: 'tx', output: t.fwdOut(), counters: ['snat_new'] });
+  run('v6 TCP ACK keeps the translation', t.fwdIn(ACK), { action: 'tx', output: t.fwdOut(ACK), counters: ['snat_hit'] });
+  run('v6 TCP reply translated back', t.replyIn(), { action: 'tx', output: t.replyOut(), counters: ['snat_reply'] });
+  const u = snatFlow({ client: CLIENT6, cport: 44002, vip: VIP6, vport: 53, real: REALS[3]!, rport: 53, proto: 'udp', snat: SNAT6 });
+  run('v6 UDP translated', u.fwdIn(), { action: 'tx', output: u.fwdOut(), counters: ['snat_new'] });
+  run('v6 UDP reply translated back', u.replyIn(), { action: 'tx', output: u.replyOut(), counters: ['snat_reply'] });
+  const err = icmpv6(REALS[3]!, SNAT6, 1, 4, Buffer.alloc(4), u.sentToReal());
+  const input = frame(ethFromReal(REALS[3]!), Buffer.concat([ipv6Header({ src: REALS[3]!, dst: SNAT6, nextHeader: IPPROTO.ICMPV6 }, err.length), err]));
+  const back = icmpv6(VIP6, CLIENT6, 1, 4, Buffer.alloc(4), u.sentByClient());
+  const output = frame(ETH_TO_CLIENT, Buffer.concat([ipv6Header({ src: VIP6, dst: CLIENT6, nextHeader: IPPROTO.ICMPV6 }, back.length), back]));
+  run('v6 ICMPv6 port unreachable from the real translated back (outer and inner, checksum incl. pseudo-header)', input, { action: 'tx', output, counters: ['snat_icmp'] });
+  const mtu = Buffer.from([0, 0, 0x05, 0x00]);
+  const err2 = icmpv6(GW6, SNAT6, 2, 0, mtu, t.sentToReal());
+  const input2 = frame({ dst: LAB.lbA.mac, src: LAB.gwMac }, Buffer.concat([ipv6Header({ src: GW6, dst: SNAT6, nextHeader: IPPROTO.ICMPV6 }, err2.length), err2]));
+  const back2 = icmpv6(GW6, CLIENT6, 2, 0, mtu, t.sentByClient());
+  const output2 = frame(ETH_TO_CLIENT, Buffer.concat([ipv6Header({ src: GW6, dst: CLIENT6, nextHeader: IPPROTO.ICMPV6 }, back2.length), back2]));
+  run('v6 ICMPv6 packet-too-big from a router translated back (TCP checksum in the quote too)', input2, { action: 'tx', output: output2, counters: ['snat_icmp'] });
+  const stray = frame(ethFromReal(REALS[3]!), udp(REALS[3]!, SNAT6, 53, 39999));
+  run('v6 packet to the SNAT address without translation passes', stray, { action: 'pass', counters: ['snat_pass_local'] });
+  const v4now = frame(ethFromReal(REALS[1]!), tcp(REALS[1]!, SNAT4, 8080, t2.port, ACK));
+  run('v4 reply while the node has only an IPv6 snatAddress: not ours, passed', v4now, { action: 'pass', counters: ['pass_not_vip'] });
+}
+
+// ---- NAT table full (a data plane with 4-entry NAT maps, own pin root) and the sweep
+const fullScript: Step[] = [];
+{
+  const saved = script.length;
+  apply('small');
+  shortTimeouts();
+  held.clear();
+  const flows = [45001, 45002, 45003, 45004].map((cport) =>
+    snatFlow({ client: CLIENT4, cport, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 }));
+  flows.forEach((f, i) => run(`table full: translation ${i + 1} of 4 fits`, f.fwdIn(), { action: 'tx', output: f.fwdOut(), counters: ['snat_new'] }));
+  const fifth = frame(ETH_CLIENT, tcp(CLIENT4, VIP4, 45005, 80, TCP_FLAGS.SYN));
+  run('table full: a 5th translation is dropped and counted', fifth, { action: 'drop', counters: ['snat_drop_table_full'] });
+  run('table full: existing translations keep working', flows[0]!.fwdIn(ACK), { action: 'tx', output: flows[0]!.fwdOut(ACK), counters: ['snat_hit'] });
+  age(flows[1]!.key, 120_000);
+  script.push({ name: 'sweep deletes the expired translation (reverse and forward entry)', step: { op: 'sweep' },
+    expect: { action: 'pass', check: (r) => (r.deleted === 2 ? null : `deleted ${r.deleted}, want 2`) } });
+  held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(flows[1]!.port);
+  const f5 = snatFlow({ client: CLIENT4, cport: 45005, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+  run('table full: after the sweep the 5th translation fits', f5.fwdIn(), { action: 'tx', output: f5.fwdOut(), counters: ['snat_new'] });
+  fullScript.push(...script.splice(saved));
+}
+
+let results: Promise<{ main: any[]; full: any[] }>;
+test.before(() => {
+  const { ns, pinRoot } = setupLab(TAG);
+  // routes back to the clients (via the lab's gateway MAC)
+  const ip = (...a: string[]) => execFileSync('ip', ['-n', ns, ...a], { stdio: ['ignore', 'ignore', 'pipe'] });
+  ip('route', 'add', '192.0.2.0/25', 'via', ROUTER4, 'dev', 'lbA');
+  ip('-6', 'neigh', 'replace', GW6, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
+  ip('-6', 'route', 'add', '2001:db8:c::/64', 'via', GW6, 'dev', 'lbA');
+  results = (async () => ({
+    main: await runSnatHarness(ns, { pinRoot, steps: script.map((s) => s.step) }),
+    full: await runSnatHarness(ns, { pinRoot: `${pinRoot}-small`, steps: fullScript.map((s) => s.step) }),
+  }))();
+  results.catch(() => undefined);
+});
+
+test.after.always(() => {
+  const { pinRoot } = labNames(TAG);
+  teardownLab(TAG);
+  execFileSync('rm', ['-rf', `${pinRoot}-small`]);
+});
+
+test('expected frames built by packets.ts have valid checksums', (t) => {
+  for (const s of [...script, ...fullScript]) {
+    if (!s.expect?.output) continue;
+    t.deepEqual(checksumProblems(s.expect.output.subarray(s.expect.output.readUInt16BE(12) === 0x8100 ? 18 : 14)), [], s.name);
+  }
+});
+
+const seen = new Set<string>();
+for (const [which, steps] of [['main', script], ['full', fullScript]] as const) {
+  steps.forEach((s, i) => {
+    let name = s.name;
+    for (let n = 2; seen.has(name); n++) name = `${s.name} (${n})`;
+    seen.add(name);
+    test(`snat: ${name}`, async (t) => {
+      const r = (await results)[which][i];
+      t.falsy(r.error, r.error);
+      const e = s.expect;
+      if (!e) return t.pass();
+      if (e.check) {
+        const problem = e.check(r);
+        t.is(problem, null);
+        return;
+      }
+      t.is(r.retval, ACTION[e.action], `action ${r.retval}, expected ${e.action} (counters ${JSON.stringify(r.counters)})`);
+      const expected = e.output ?? (e.action === 'pass' ? Buffer.from((s.step as { data: string }).data, 'hex') : undefined);
+      if (expected) t.is(hex(Buffer.from(r.data, 'hex')), hex(expected));
+      for (const c of e.counters ?? []) t.true((r.counters[c] ?? 0) >= 1, `counter ${c} did not move: ${JSON.stringify(r.counters)}`);
+    });
+  });
+}
