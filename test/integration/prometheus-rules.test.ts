@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const dir = join(fileURLToPath(new URL('../..', import.meta.url)), '..', 'deploy', 'prometheus');
+const dir = join(fileURLToPath(new URL('..', import.meta.url)), '..', 'deploy', 'prometheus');
 
 test('promtool: the alert rules are valid and pass their recorded-series tests', (t) => {
   const check = spawnSync('promtool', ['check', 'rules', 'gitlb-rules.yml'], { cwd: dir, encoding: 'utf8' });

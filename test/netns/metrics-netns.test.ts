@@ -13,7 +13,7 @@ import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { parsePromText, sumOf, type Sample } from '../../src/reconciler/metrics/prom-text.js';
 import { queryPrometheus } from '../../src/lab/prometheus.js';
 
-const here = fileURLToPath(new URL('../..', import.meta.url));
+const here = fileURLToPath(new URL('..', import.meta.url));
 const root = join(here, '..');
 const BE: Record<string, string> = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22' };
 const INTERVAL_MS = 300;

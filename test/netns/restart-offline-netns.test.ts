@@ -15,7 +15,7 @@ import { nsSpawn, nsExec, stopChild, pidAlive } from '../../src/lab/netns.js';
 import { LineTap, logMessage } from '../health-lab.js';
 import { writeConfig, startHealthClient, VIP, BE, type Flow } from '../partition-scenario.js';
 
-const here = fileURLToPath(new URL('../..', import.meta.url));
+const here = fileURLToPath(new URL('..', import.meta.url));
 
 /** Waits for `child` to exit (at most `ms`); its exit code, or null when it did not exit. */
 function exited(child: ChildProcess, ms: number): Promise<number | null> {
