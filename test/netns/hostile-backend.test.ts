@@ -102,6 +102,17 @@ test.serial('defect: ipopt with a wrong IPv4 header checksum is dropped, not re-
   t.is(obj.map('be_conns').lookup(key), null, 'nothing recorded from a corrupted header');
 });
 
+test.serial('an untrusted ipopt option (VIP:port not served) with a wrong IPv4 header checksum is left untouched, not dropped', (t) => {
+  // docs/backend.md: an untrusted option leaves the packet untouched; the checksum is judged only for an option we act on.
+  const input = ipoptFrame(V4.client, V4.real, tcp(47210, TARGET_PORT), V4.optVip, VIP_PORT + 1);
+  input.writeUInt16BE(input.readUInt16BE(14 + 10) ^ 0x0400, 14 + 10);
+  const r = run(ingress, input);
+  t.is(r.action, TcAction.ok);
+  t.deepEqual(r.out, input);
+  t.is(r.delta.bad_ip_csum, undefined);
+  t.is(r.delta.ipopt_not_vip, 1);
+});
+
 test.serial('defect: IPv6 fragments pass untouched and are counted as fragments', (t) => {
   const seg = Buffer.from(tcp(1, 2).payload!);
   const input = eth(Buffer.concat([ipv6Header({ src: V6.client, dst: V6.real, nextHeader: IPPROTO.FRAGMENT }, 8 + seg.length),

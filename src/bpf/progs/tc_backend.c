@@ -139,9 +139,9 @@ static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8
 
 /* ---------------------------------------------------------------- ingress: ipopt ------------------------- */
 
-/* Checks the VIP:port an option names against be_vips and records the flow. Returns 1 if recorded. */
-static __always_inline int be_record_flow(const __u8 *vip, __be16 vip_port, __u8 family, __u8 proto,
-                                          const void *client, const void *local, const struct be_ports *ports)
+/* Checks the VIP:port an option names against be_vips. Returns 1 if the option is trusted (counted otherwise). */
+static __always_inline int be_option_trusted(const __u8 *vip, __be16 vip_port, __u8 family, __u8 proto,
+                                             const struct be_ports *ports)
 {
   struct be_vip_key vkey = {};
   struct be_vip_value *v;
@@ -171,7 +171,13 @@ static __always_inline int be_record_flow(const __u8 *vip, __be16 vip_port, __u8
       v->prev_seen_ns = now; /* a single aligned 8-byte store; a racing daemon write replaces the whole element */
     be_count(BE_STAT_IPOPT_PREV_TARGET);
   }
+  return 1;
+}
 
+/* Records a trusted option's flow (client, this real, ports, protocol -> VIP:port) in be_conns. */
+static __always_inline void be_record_flow(const __u8 *vip, __be16 vip_port, __u8 family, __u8 proto,
+                                           const void *client, const void *local, const struct be_ports *ports)
+{
   struct be_conn_key ckey = {};
   struct be_conn_value cval = {};
   if (family == 4) {
@@ -190,7 +196,6 @@ static __always_inline int be_record_flow(const __u8 *vip, __be16 vip_port, __u8
   cval.last_seen_ns = bpf_ktime_get_ns();
   if (bpf_map_update_elem(&be_conns, &ckey, &cval, BPF_ANY) < 0)
     be_count(BE_STAT_CONN_UPDATE_FAIL);
-  return 1;
 }
 
 /* IPv4 with the DSR option as the first (and, when ihl == 7, only) option. */
@@ -217,8 +222,15 @@ static __always_inline int be_ingress_ipopt4(struct __sk_buff *skb)
     return TC_ACT_OK;
   if (be_l4_csum_off(iph.protocol) < 0)
     return TC_ACT_OK;
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF + iph.ihl * 4, &ports, sizeof(ports)) < 0)
+    return TC_ACT_OK;
+  be_copy4(vip, &opt.addr);
+  /* An option we do not trust leaves the packet untouched, whatever its header checksum (the stack judges it). */
+  if (!be_option_trusted(vip, opt.port, 4, iph.protocol, &ports))
+    return TC_ACT_OK;
   /* The strip below recomputes the header checksum: a header that arrived corrupted is dropped here (the stack
-   * would drop it too) instead of being laundered into a valid one. Base header + option = 14 words. */
+   * would drop it too) instead of being laundered into a valid one, and nothing is recorded from it. Base header
+   * + option = 14 words. */
   if (iph.ihl == 7) {
     __u16 sum = be_ones_sum(&iph, 10);
     __u32 s2 = (__u32)sum + be_ones_sum(&opt, 4);
@@ -228,12 +240,7 @@ static __always_inline int be_ingress_ipopt4(struct __sk_buff *skb)
       return TC_ACT_SHOT;
     }
   }
-  if (bpf_skb_load_bytes(skb, BE_L3_OFF + iph.ihl * 4, &ports, sizeof(ports)) < 0)
-    return TC_ACT_OK;
-
-  be_copy4(vip, &opt.addr);
-  if (!be_record_flow(vip, opt.port, 4, iph.protocol, &iph.saddr, &iph.daddr, &ports))
-    return TC_ACT_OK;
+  be_record_flow(vip, opt.port, 4, iph.protocol, &iph.saddr, &iph.daddr, &ports);
   be_count(BE_STAT_IPOPT4);
 
   /* Strip the option when it is the only one: the stack would skip it anyway, but a plain header keeps the
@@ -292,8 +299,9 @@ static __always_inline int be_ingress_ipopt6(struct __sk_buff *skb)
       return TC_ACT_OK;
   }
 
-  if (!be_record_flow(ext.addr, ext.port, 6, ext.nexthdr, &ip6.saddr, &ip6.daddr, &ports))
+  if (!be_option_trusted(ext.addr, ext.port, 6, ext.nexthdr, &ports))
     return TC_ACT_OK;
+  be_record_flow(ext.addr, ext.port, 6, ext.nexthdr, &ip6.saddr, &ip6.daddr, &ports);
   be_count(BE_STAT_IPOPT6);
 
   if (bpf_skb_adjust_room(skb, -BE_DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, BPF_F_ADJ_ROOM_FIXED_GSO) < 0) {
