@@ -16,7 +16,8 @@ export type HarnessStep =
   | { op: 'run'; data: string; ifname: string }
   | { op: 'counters' }
   /** back-to-back runs without reading counters in between (timing-sensitive paths such as the rate guard);
-   * answers the return values, the counters that changed and the connection-table size afterwards */
+   * answers the return values, each output's destination MAC, the counters that changed and the connection-table
+   * size afterwards */
   | { op: 'runMany'; data: string[]; ifname: string }
   | { op: 'live' };
 
@@ -42,6 +43,8 @@ function xdpMd(len: number, ifindex: number): Buffer {
   return b;
 }
 
+const macText = (b: Buffer) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+
 type Counters = Awaited<ReturnType<LbDataPlane['counters']>>;
 
 /** The numeric counters that moved, by how much. */
@@ -63,13 +66,14 @@ export async function runPacket(dp: LbDataPlane, hex: string, ifname: string)
 }
 
 async function runMany(dp: LbDataPlane, hexes: string[], ifname: string)
-  : Promise<{ retvals: number[]; counters: Record<string, number>; ctEntries: number }> {
+  : Promise<{ retvals: number[]; dstMacs: string[]; counters: Record<string, number>; ctEntries: number }> {
   const ifindex = ifindexOf(ifname);
   const prog = dp.object()!.program('xdp_lb');
   const packets = hexes.map((h) => Buffer.from(h, 'hex'));
   const before = await dp.counters();
-  const retvals = packets.map((data) => prog.testRun({ data, ctxIn: xdpMd(data.length, ifindex) }).retval);
-  return { retvals, counters: changed(before, await dp.counters()), ctEntries: dp.object()!.map('lb_conntrack').keys().length };
+  const runs = packets.map((data) => prog.testRun({ data, ctxIn: xdpMd(data.length, ifindex) }));
+  return { retvals: runs.map((r) => r.retval), dstMacs: runs.map((r) => macText(r.data.subarray(0, 6))),
+    counters: changed(before, await dp.counters()), ctEntries: dp.object()!.map('lb_conntrack').keys().length };
 }
 
 async function main(): Promise<void> {

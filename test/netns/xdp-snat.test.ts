@@ -49,6 +49,13 @@ function state(extra: Partial<DesiredState>, conntrackMaxEntries = 4096): Desire
   s.vips = s.vips.map((v) => (v.vip === HYB && v.protocol === 'UDP' ? { ...v, forwarding: 'snat' } : v));
   return { ...s, ...extra };
 }
+/** The v4 state with service 1's ring replaced (every real stays a real of the node). */
+function withRing1(ring1: number[]): DesiredState {
+  const svcs = SERVICES.map((x) => (x.id === 1 ? { ...x, ring: ring1 } : x));
+  const s = makeState({ reals: REALS, services: svcs, addresses: [LAB.lbA.v4, LAB.lbA.v6], hashSeed: SEED, conntrackMaxEntries: 4096 });
+  s.vips = s.vips.map((v) => (v.vip === HYB && v.protocol === 'UDP' ? { ...v, forwarding: 'snat' } : v));
+  return { ...s, snatAddress: SNAT4, snatPorts: PORTS };
+}
 const STATES = {
   v4: state({ snatAddress: SNAT4, snatPorts: PORTS }),
   v6: state({ snatAddress: SNAT6, snatPorts: PORTS }),
@@ -92,7 +99,7 @@ const udp = (src: string, dst: string, sport: number, dport: number, payload = B
 
 type Action = 'drop' | 'pass' | 'tx';
 const ACTION: Record<Action, number> = { drop: 1, pass: 2, tx: 3 };
-interface Expect { action: Action; output?: Buffer; counters?: string[]; check?: (r: any) => string | null }
+interface Expect { action: Action; output?: Buffer; counters?: string[]; noCounters?: string[]; check?: (r: any) => string | null }
 interface Step { name: string; step: SnatStep; expect?: Expect }
 const script: Step[] = [];
 const apply = (name: keyof typeof STATES) => script.push({ name: `apply ${name}`, step: { op: 'apply', state: stateToJson(STATES[name]) } });
@@ -226,6 +233,59 @@ list('expired translations are gone from both maps', (r) => {
   run('hybrid UDP reply crosses the LB and leaves from the VIP', hu.replyIn(), { action: 'tx', output: hu.replyOut(), counters: ['snat_reply'] });
 }
 
+// ---- new connections follow the table (issue 24): a TCP SYN on a known 5-tuple, or a UDP flow whose translation
+// expired, goes where service 1's ring sends it now; every other packet of an established flow keeps its translation
+{
+  const ring1Slot = (cport: number, proto: number, dport: number) =>
+    flowHash({ src: CLIENT4, dst: VIP4, sport: cport, dport, proto }, true, SEED) % 7;
+  const scriptApply = (name: string, st: DesiredState) => script.push({ name: `apply ${name}`, step: { op: 'apply', state: stateToJson(st) } });
+  const mk = (cport: number, real: number, proto: 'tcp' | 'udp' = 'tcp') => snatFlow({ client: CLIENT4, cport, vip: VIP4,
+    vport: proto === 'tcp' ? 80 : 53, real: REALS[real]!, rport: proto === 'tcp' ? 8080 : 53, proto, snat: SNAT4 });
+  // the attacker's reproduction: connect from a fixed source port, close, take that real out, connect again
+  const a1 = mk(46001, 1);
+  run('table: SYN from a fixed source port goes to real 1', a1.fwdIn(), { action: 'tx', output: a1.fwdOut(), counters: ['snat_new'] });
+  run('table: its retransmitted SYN (table unchanged) keeps the translation: same real, same SNAT port', a1.fwdIn(),
+    { action: 'tx', output: a1.fwdOut(), counters: ['snat_hit'], noCounters: ['snat_new', 'snat_repicked'] });
+  run('table: SYN-ACK from real 1 reaches the client', a1.replyIn(), { action: 'tx', output: a1.replyOut(), counters: ['snat_reply'] });
+  run('table: the client\'s ACK keeps the translation', a1.fwdIn(ACK), { action: 'tx', output: a1.fwdOut(ACK), counters: ['snat_hit'] });
+  run('table: the client closes (FIN): translation closing', a1.fwdIn(FIN), { action: 'tx', output: a1.fwdOut(FIN), counters: ['snat_hit'] });
+  // flows that stay established across the change
+  const e1 = mk(46002, 1);
+  run('table: an established flow on real 1 (SYN)', e1.fwdIn(), { action: 'tx', output: e1.fwdOut(), counters: ['snat_new'] });
+  run('table: an established flow on real 1 (ACK)', e1.fwdIn(ACK), { action: 'tx', output: e1.fwdOut(ACK), counters: ['snat_hit'] });
+  const eu = mk(46003, 1, 'udp');
+  run('table: a UDP flow on real 1', eu.fwdIn(), { action: 'tx', output: eu.fwdOut(), counters: ['snat_new'] });
+  // a table change that keeps e1's real for e1 (every other entry now real 2): its retransmitted SYN is not moved
+  const keep = Array.from({ length: 7 }, (_, i) => (i === ring1Slot(46002, IPPROTO.TCP, 80) ? 1 : 2));
+  scriptApply('service 1 ring: real 2 except the entry of the established flow (real 1 stays)', withRing1(keep));
+  run('table kept: a SYN of the flow whose entry still names real 1 keeps its translation', e1.fwdIn(),
+    { action: 'tx', output: e1.fwdOut(), counters: ['snat_hit'], noCounters: ['snat_new', 'snat_repicked'] });
+  // real 1 leaves the table (drained or marked down: still a real of the node)
+  scriptApply('service 1 ring: real 2 only (real 1 out of the table, still a real of the node)', withRing1(ring(2)));
+  run('table moved: the established flow\'s ACK keeps real 1 and its SNAT port', e1.fwdIn(ACK),
+    { action: 'tx', output: e1.fwdOut(ACK), counters: ['snat_hit'], noCounters: ['snat_new', 'snat_repicked'] });
+  run('table moved: real 1\'s answer on the established flow reaches the client', e1.replyIn(ACK), { action: 'tx', output: e1.replyOut(ACK), counters: ['snat_reply'] });
+  run('table moved: the UDP flow (not expired) keeps real 1', eu.fwdIn(), { action: 'tx', output: eu.fwdOut(), counters: ['snat_hit'] });
+  const a2 = mk(46001, 2);
+  run('table moved: a new SYN from the reused source port goes to real 2 (old translation not reused)', a2.fwdIn(),
+    { action: 'tx', output: a2.fwdOut(), counters: ['snat_repicked', 'snat_new'] });
+  run('table moved: the new connection\'s ACK stays on real 2', a2.fwdIn(ACK), { action: 'tx', output: a2.fwdOut(ACK), counters: ['snat_hit'] });
+  run('table moved: a late answer from real 1 to the old SNAT port is no longer translated', a1.replyIn(ACK),
+    { action: 'pass', counters: ['snat_pass_local'] });
+  held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(a1.port);
+  run('table moved: real 2\'s answer reaches the client from the VIP', a2.replyIn(), { action: 'tx', output: a2.replyOut(), counters: ['snat_reply'] });
+  age(eu.key, 130_000);
+  held.get(endpoint(REALS[1]!, 53, IPPROTO.UDP))!.delete(eu.port);
+  const eu2 = mk(46003, 2, 'udp');
+  run('table moved: after the UDP translation expired, the next datagram goes to real 2', eu2.fwdIn(), { action: 'tx', output: eu2.fwdOut(), counters: ['snat_new'] });
+  list('table moved: real 1 keeps only the established TCP flow; the reused 5-tuples are real 2\'s', (r) => {
+    const got = r.nat.filter((t: any) => t.rev.vip === VIP4 && [46001, 46002, 46003].includes(t.rev.clientPort))
+      .map((t: any) => `${t.rev.clientPort}=${t.key.real}@${t.key.snatPort}`).sort();
+    const want = [`46001=${REALS[2]}@${a2.port}`, `46002=${REALS[1]}@${e1.port}`, `46003=${REALS[2]}@${eu2.port}`].sort();
+    return JSON.stringify(got) === JSON.stringify(want) ? null : `got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`;
+  });
+}
+
 // ---- port exhaustion: two ports towards one real endpoint
 apply('tight');
 shortTimeouts();
@@ -349,6 +409,7 @@ for (const [which, steps] of [['main', script], ['full', fullScript]] as const) 
       const expected = e.output ?? (e.action === 'pass' ? Buffer.from((s.step as { data: string }).data, 'hex') : undefined);
       if (expected) t.is(hex(Buffer.from(r.data, 'hex')), hex(expected));
       for (const c of e.counters ?? []) t.true((r.counters[c] ?? 0) >= 1, `counter ${c} did not move: ${JSON.stringify(r.counters)}`);
+      for (const c of e.noCounters ?? []) t.falsy(r.counters[c], `counter ${c} moved: ${JSON.stringify(r.counters)}`);
     });
   });
 }

@@ -23,7 +23,7 @@ export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'l
 /** lb_snat_stats indexes, in enum lb_snat_counter order (lb_snat.h). */
 export const SNAT_COUNTER_NAMES = [
   'snat_new', 'snat_hit', 'snat_reply', 'snat_icmp', 'snat_pass_local', 'snat_pass_expired', 'snat_reclaimed',
-  'snat_drop_ports_exhausted', 'snat_drop_table_full', 'snat_drop_family', 'snat_pass_fragment',
+  'snat_drop_ports_exhausted', 'snat_drop_table_full', 'snat_drop_family', 'snat_pass_fragment', 'snat_repicked',
 ] as const;
 
 export const SNAT_LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {

@@ -110,6 +110,7 @@ enum lb_snat_counter {
 	LB_SNAT_CNT_DROP_TABLE_FULL,     /* NAT table full: dropped */
 	LB_SNAT_CNT_DROP_FAMILY,         /* real of the other address family (no NAT46/64): dropped */
 	LB_SNAT_CNT_PASS_FRAGMENT,       /* IP fragment to the SNAT address: never translated, passed to the kernel */
+	LB_SNAT_CNT_REPICKED,            /* TCP SYN on a translation whose real the table no longer gives: replaced */
 	LB_SNAT_CNT_MAX,
 };
 
@@ -212,7 +213,9 @@ static __always_inline int lb_snat_expired(const struct lb_snat_rev *rv, __u8 pr
 	return now > rv->last_seen_ns && now - rv->last_seen_ns > timeout;
 }
 
-/* A packet of the flow was seen: refresh, and enter the closing state on FIN/RST (a new SYN reopens). */
+/* A packet of the flow was seen: refresh, and enter the closing state on FIN/RST. A SYN reaches this only when
+ * the table still gives the flow the translation's real (lb_snat_forward), so reopening is a new connection to
+ * a real of the current table, or a retransmitted SYN. */
 static __always_inline void lb_snat_touch(struct lb_snat_rev *rv, const struct lb_packet *p, __u64 now)
 {
 	rv->last_seen_ns = now;
@@ -380,8 +383,29 @@ static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next
 	return rc;
 }
 
+/* The real the service's table gives the packet's flow now (the DSR path's choice on a miss), and the node's
+ * hash seed for the port probe. Returns 0 (real, real id and seed set) or the LB_CNT_DROP_* reason. */
+static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 service_id, int use_sport,
+					  struct lb_real **real, __u32 *real_id, __u32 *seed)
+{
+	__u32 zero = 0, reason = 0;
+	struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
+
+	if (!lcfg)
+		return LB_CNT_DROP_NO_SERVICE;
+	*seed = lcfg->hash_seed;
+	*real = lb_ring_pick(service_id, lb_flow_hash(p, use_sport, *seed), real_id, &reason);
+	return *real ? 0 : reason;
+}
+
 /* Forward path of a snat listener (xdp_lb.c, lb_forward_snat). Service traffic is already counted (in the
- * service's lb_service_stats slot, stats_slot). */
+ * service's lb_service_stats slot, stats_slot).
+ *
+ * Which packets may reuse a translation (docs/datapath.md, SNAT "New connections"): every packet of an
+ * established flow keeps its translation, whatever the table says now (its real is still a real of the node);
+ * a TCP SYN (ACK clear) opens a connection and goes where the table sends it, as on the DSR path: the
+ * translation is kept only when its real is the one the table gives the flow (a retransmitted SYN reaches the
+ * same real from the same SNAT port), otherwise it is replaced; a UDP flow is new once its translation expired. */
 static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
 					   __u32 stats_slot, __be16 target_port, int use_sport)
 {
@@ -400,6 +424,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
 	int new_flow = 0;
+	struct lb_snat_rev *rv = 0;
 
 	lb_snat_fwd_key_of(&fk, p->src, p->dst, p->sport, p->dport, p->proto, p->family);
 	rk.proto = p->proto;
@@ -415,15 +440,12 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 			__builtin_memcpy(rk.real, real->addr, 16);
 			rk.real_port = fv->real_port;
 			rk.snat_port = fv->snat_port;
-			struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
-
+			rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 			if (rv && rv->real_id == real_id && rv->client_port == p->sport && rv->vip_port == p->dport &&
 			    lb_snat_addr_eq(rv->client, p->src, p->family) && lb_snat_addr_eq(rv->vip, p->dst, p->family)) {
 				if (lb_snat_expired(rv, p->proto, cfg, now)) {
 					bpf_map_delete_elem(&lb_snat_rev, &rk);
 					real = 0;
-				} else {
-					lb_snat_touch(rv, p, now);
 				}
 			} else {
 				real = 0;
@@ -433,18 +455,35 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 			bpf_map_delete_elem(&lb_snat_fwd, &fk);
 	}
 
-	if (real) {
+	/* 2. the table's choice, read for a new flow and for a TCP SYN (ACK clear) only: a translation hit of an
+	 * established flow never pays for it */
+	int syn = p->proto == IPPROTO_TCP && (p->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
+	struct lb_real *pick = 0;
+	__u32 pick_id = 0, seed = 0;
+
+	if (!real || syn) {
+		__u32 reason = lb_snat_pick(p, service_id, use_sport, &pick, &pick_id, &seed);
+
+		if (reason)
+			return lb_snat_drop_lb(reason);
+		/* a new connection on a known 5-tuple whose real the table no longer gives it: replaced */
+		if (real && (real_id != pick_id || rk.real_port != target_port)) {
+			bpf_map_delete_elem(&lb_snat_rev, &rk);
+			bpf_map_delete_elem(&lb_snat_fwd, &fk);
+			lb_snat_count(LB_SNAT_CNT_REPICKED);
+			real = 0;
+		}
+	}
+
+	if (real && rv) {
+		lb_snat_touch(rv, p, now);
 		lb_snat_count(LB_SNAT_CNT_HIT);
 	} else {
-		/* 2. new translation: the service's Maglev ring picks the real, then a port is claimed */
-		struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
-		if (!lcfg)
-			return lb_snat_drop_lb(LB_CNT_DROP_NO_SERVICE);
-		__u32 reason = 0;
-
-		real = lb_ring_pick(service_id, lb_flow_hash(p, use_sport, lcfg->hash_seed), &real_id, &reason);
+		/* 3. new translation to the real the table picked, then a port is claimed */
+		real = pick;
+		real_id = pick_id;
 		if (!real)
-			return lb_snat_drop_lb(reason);
+			return lb_snat_drop_lb(LB_CNT_DROP_NO_REAL);
 		if (real->family != p->family)
 			return lb_snat_drop(LB_SNAT_CNT_DROP_FAMILY);
 
@@ -462,7 +501,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		__builtin_memcpy(rk.real, real->addr, 16);
 		rk.real_port = target_port;
 
-		int rc = lb_snat_alloc(&rk, &nv, cfg, lb_flow_hash(p, 1, lcfg->hash_seed), now);
+		int rc = lb_snat_alloc(&rk, &nv, cfg, lb_flow_hash(p, 1, seed), now);
 
 		if (rc)
 			return lb_snat_drop(rc);

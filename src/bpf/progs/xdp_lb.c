@@ -241,10 +241,15 @@ int xdp_lb(struct xdp_md *ctx)
 		*(__u64 *)&nv.real_id = real_id | ((__u64)service_id << 32);
 		nv.real_slot = real->slot;
 
-		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate))
+		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate)) {
 			lb_count(LB_CNT_CT_RATE_LIMITED);
-		else
+			/* a SYN skipped the lookup: an entry of an earlier connection on this 5-tuple may name another
+			 * real, and the connection's next packets must not find it (a delete frees, never evicts) */
+			if (new_flow)
+				bpf_map_delete_elem(&lb_conntrack, &fk);
+		} else {
 			bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
+		}
 		new_flow = 1;
 	}
 	lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, new_flow);

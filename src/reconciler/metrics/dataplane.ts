@@ -119,7 +119,7 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   kernelGauge(reg, 'gitlb_conntrack_max_entries', 'Connection-table capacity', [], one((s) => s.conntrack.max));
   kernelCounter(reg, 'gitlb_icmp_too_big_sent_total', 'ICMP fragmentation-needed / packet-too-big answers sent to clients', [],
     one((s) => s.counters.icmp_sent));
-  kernelCounter(reg, 'gitlb_snat_events_total', 'SNAT translation events (new, hit, reply, icmp, pass_local, pass_expired, reclaimed)',
+  kernelCounter(reg, 'gitlb_snat_events_total', 'SNAT translation events (new, hit, reply, icmp, pass_local, pass_expired, reclaimed, pass_fragment, repicked)',
     ['event'], () => {
       const s = lb();
       if (!s) return [];
