@@ -3,14 +3,13 @@
 // through one SerialRunner so they never overlap and bursts of triggers coalesce. Health re-renders run on a
 // runner of their own: they never queue behind a fetch, a status push or a peer read; they share only the
 // reconciler's data-plane lock with the apply sections.
-import { mkdir, readFile, writeFile, rename } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
-import { readFileAt } from './source/git-objects.js';
-import { Reconciler, DEFAULT_STATUS_BRANCH, type Outcome, type ReconcilerOptions } from './reconcile.js';
+import { Reconciler, type Outcome, type ReconcilerOptions } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
-import { parseStatus, statusPath } from './status/status-doc.js';
+import { readOwnLocalState, writeLocalState } from './local-state.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
@@ -30,7 +29,7 @@ export const LAST_STATUS_WRITE_MS = 5_000;
 /** Options the daemon hands to its Reconciler unchanged are declared (and documented) on ReconcilerOptions. */
 export interface DaemonOptions extends Pick<ReconcilerOptions,
   'node' | 'branch' | 'dataPlane' | 'reopenDataPlane' | 'health' | 'preApplyGate' | 'postApplyGate' | 'onApplied' | 'statusHealth' |
-  'statusBgp' | 'retry' | 'role' | 'teardown' | 'configPath' | 'trust' | 'signer' | 'trustFrom' | 'log'> {
+  'statusBgp' | 'retry' | 'role' | 'teardown' | 'configPath' | 'trust' | 'signer' | 'trustFrom' | 'allowRewindTo' | 'log'> {
   repo: string; // URL or local path
   cacheDir: string; // per node: Git cache and local state
   credentialsFile?: string;
@@ -65,42 +64,6 @@ export interface Daemon {
   stop(opts?: { lastStatus?: string }): Promise<void>;
 }
 
-interface LocalState {
-  node: string;
-  branch: string;
-  appliedRevision: string | null;
-}
-
-/** `<cache-dir>/state.json`: the revision this node last applied (null when missing or unreadable). */
-export async function readLocalState(file: string): Promise<LocalState | null> {
-  try {
-    return JSON.parse(await readFile(file, 'utf8')) as LocalState;
-  } catch {
-    return null;
-  }
-}
-
-async function writeLocalState(file: string, s: LocalState): Promise<void> {
-  await writeFile(`${file}.tmp`, JSON.stringify(s) + '\n');
-  await rename(`${file}.tmp`, file);
-}
-
-/** The revision this node last recorded as applied: local state first, else its own status file in Git. */
-export async function adoptedRevision(remote: GitRemote, statusBranch: string, o: DaemonOptions, stateFile: string): Promise<string | null> {
-  const local = await readLocalState(stateFile);
-  if (local && local.node === o.node && local.branch === o.branch) return local.appliedRevision;
-  try {
-    const tip = await remote.fetch(statusBranch, { depth: 1 });
-    if (!tip) return null;
-    const blob = await readFileAt(remote.gitdir, tip, statusPath(o.node));
-    if (!blob) return null;
-    const s = parseStatus(Buffer.from(blob).toString('utf8'));
-    return s.branch === o.branch ? s.appliedRevision : null;
-  } catch {
-    return null;
-  }
-}
-
 export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
   await mkdir(o.cacheDir, { recursive: true });
@@ -109,7 +72,14 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const stopping = new AbortController();
   const opened = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials, timeoutMs: o.gitTimeoutMs, stop: stopping.signal });
   const remote = o.wrapRemote ? o.wrapRemote(opened) : opened;
+  // The node's own trust state: the only verification base besides --trust-from (the status branch never is).
   const stateFile = join(o.cacheDir, 'state.json');
+  const local = await readOwnLocalState(stateFile, o.node, o.branch);
+  const lastVerified = local?.appliedRevision ? { revision: local.appliedRevision, verification: local.verification } : null;
+  if (!lastVerified)
+    log.info(o.trustFrom
+      ? `no local state (${stateFile}): verifying from --trust-from ${o.trustFrom.slice(0, 12)}`
+      : `no local state (${stateFile}): verifying from the root commit when verification is on (gitlb run --trust-from <commit> trusts older history)`);
   const writers = new Map<string, StatusWriter>();
   const writerFor = (branch: string) => {
     let w = writers.get(branch);
@@ -123,7 +93,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     remote,
     dataPlane: o.dataPlane,
     reopenDataPlane: o.reopenDataPlane,
-    adoptedRevision: await adoptedRevision(remote, o.statusBranch ?? DEFAULT_STATUS_BRANCH, o, stateFile),
+    lastVerified,
+    allowRewindTo: o.allowRewindTo,
     health: o.health,
     preApplyGate: o.preApplyGate,
     postApplyGate: o.postApplyGate,
@@ -155,7 +126,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
         const out = await reconciler.reconcile(why);
         o.onReconcile?.(why, out);
         if (reconciler.appliedRevision !== before || out.kind === 'applied')
-          await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision });
+          await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision, verification: reconciler.verifiedPolicy ?? null });
         // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.
         if (out.kind === 'failed' && out.rollback?.pushed) runner.followUp('reconcile', 'automatic revert');
         // Transient failures (fetch included) come back on their own, with backoff.

@@ -71,8 +71,10 @@ export interface NodeDaemonOptions {
   /** Root of trust for commit signatures (--trust) and this node's commit signer (--signing-key); docs/verification.md. */
   trust?: Trust | null;
   signer?: PayloadSigner;
-  /** Commits reachable from this one need no signature before the first apply (--trust-from). */
+  /** Commits reachable from this one count as verified while the node has no local state (--trust-from). */
   trustFrom?: string;
+  /** Under enforce, a rewind to this commit (or a descendant) is allowed (--allow-rewind-to). */
+  allowRewindTo?: string;
   log?: Logger;
   hooks?: NodeDaemonHooks;
 }
@@ -274,6 +276,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       trust: o.trust,
       signer: o.signer,
       trustFrom: o.trustFrom,
+      allowRewindTo: o.allowRewindTo,
       log,
       wrapRemote: o.hooks?.wrapRemote,
       onReconcile: o.hooks?.onReconcile,

@@ -20,7 +20,7 @@ import { renderDesiredState, type HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
 import type { DesiredState } from '../render/state.js';
 import type { ApplyReport, DataPlane, LiveState, ReadLiveOptions } from '../bpf/dataplane/index.js';
-import { ancestry, readCommitInfo, readRevisionFiles } from './source/git-objects.js';
+import { readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
 import { isStopped } from './source/deadline.js';
 import { describeOp, planOps, type Op } from '../render/ops.js';
@@ -29,7 +29,7 @@ import { Mutex } from './mutex.js';
 import { FetchBackoff, humanMs } from './fetch-backoff.js';
 import { describeXdp, statusXdp } from './status/xdp-report.js';
 import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
-import { checkRevision } from './verify/revision-check.js';
+import { checkRevision, policyFor, type RecordedPolicy } from './verify/revision-check.js';
 import type { Trust } from './verify/trust.js';
 import type { PayloadSigner } from './source/git-objects.js';
 import {
@@ -84,8 +84,14 @@ export interface ReconcilerOptions {
   reopenDataPlane?: () => Promise<DataPlane>;
   /** Writes status to Git; omitted in unit use. Receives the status branch from the applied config. */
   statusSink?: (status: NodeStatus, statusBranch: string, why: string) => Promise<void>;
-  /** Revision the pinned data plane serves (from local state or this node's status file); adopted at start. */
-  adoptedRevision?: string | null;
+  /**
+   * This node's own last verified and applied revision and its policy, from its local state (local-state.ts; never
+   * from the status branch): the base of the next verification, and the revision the pinned data plane serves
+   * (adopted at start).
+   */
+  lastVerified?: { revision: string; verification?: RecordedPolicy } | null;
+  /** A commit the operator allows a rewind to under `enforce` (--allow-rewind-to; full or unambiguous hex). */
+  allowRewindTo?: string;
   health?: () => HealthView | undefined;
   preApplyGate?: PreApplyGate;
   postApplyGate?: PostApplyGate;
@@ -110,7 +116,7 @@ export interface ReconcilerOptions {
   /** Signs this node's automatic revert commits (--signing-key). */
   signer?: PayloadSigner;
   /**
-   * Before anything was applied, commits reachable from this one count as verified (history from before the
+   * Before anything was verified, commits reachable from this one count as verified (history from before the
    * team signed its commits; --trust-from). Once a revision is applied, that revision is the base instead.
    */
   trustFrom?: string;
@@ -131,6 +137,8 @@ interface FailedRevision {
   retryable: boolean;
   attempts: number;
   retryAt: number; // epoch ms; Infinity when not retryable
+  /** The condition reason when it is not the stage's own (NonFastForward at verify). */
+  condition?: ConditionReason;
 }
 
 const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
@@ -199,7 +207,7 @@ export class Reconciler {
   private decommissioned: string | null = null;
   /** The outcome of the latest reconcile pass (`run --once` exits by it). */
   lastOutcome: Outcome | null = null;
-  /** Milliseconds per stage of the latest reconcile (fetch, ancestry, validate, render, plan, apply, readback). */
+  /** Milliseconds per stage of the latest reconcile (fetch, verify, validate, render, plan, apply, readback). */
   timings: Record<string, number> = {};
 
   private dp: DataPlane;
@@ -210,13 +218,22 @@ export class Reconciler {
     this.log = o.log ?? quietLog;
     this.retry = o.retry ?? { baseMs: 1000, maxMs: 300_000 };
     this.fetchBackoff = new FetchBackoff(this.retry);
-    this.applied = o.adoptedRevision ?? null;
+    this.applied = o.lastVerified?.revision ?? null;
     this.adopting = true;
     this.startedAt = this.clock().toISOString();
   }
 
   get appliedRevision(): string | null {
     return this.applied;
+  }
+
+  /**
+   * The policy recorded by the last verified revision (its `Cluster.spec.verification`, null for none), for the
+   * local state; undefined while that revision's config is not known (nothing applied or adopted yet).
+   */
+  get verifiedPolicy(): RecordedPolicy | undefined {
+    if (this.appliedModel) return this.appliedModel.cluster.spec.verification ?? null;
+    return this.applied && this.applied === this.o.lastVerified?.revision ? this.o.lastVerified.verification : undefined;
   }
 
   /** The data plane in use (it changes when the drift check reopens it). */
@@ -508,42 +525,28 @@ export class Reconciler {
     const warnings: string[] = [];
     const adopting = this.adopting;
 
-    // History rewrites: applied, but said out loud.
-    if (this.applied && head !== this.applied) {
-      let rel;
-      try {
-        rel = await ancestry(remote, branch, this.applied, head);
-      } catch (err) {
-        rel = 'unknown' as const;
-        this.log.warn(`ancestry check failed: ${errorText(err)}`);
-      }
-      if (rel === 'not-descendant') {
-        this.counters.forcePushes++;
-        warnings.push(
-          `force-push: ${head.slice(0, 12)} does not descend from the previously applied ${this.applied.slice(0, 12)}; history of '${branch}' was rewritten`,
-        );
-      } else if (rel === 'unknown')
-        warnings.push(`could not establish that ${head.slice(0, 12)} descends from ${this.applied.slice(0, 12)}`);
-    }
-
-    mark('ancestry');
-    // Verify the signature of every commit this node would newly apply, before any of it is read as config.
+    // Verify the tip against this node's own verified history (ancestry, signatures, policy) before any of it is
+    // read as config. Conditions Ready=False / Stalled=True name the commit, author and why (VerificationFailed),
+    // or the rewind (NonFastForward).
     let appliedCommit: AppliedCommit;
     try {
       const check = await checkRevision({
         remote,
         branch,
         head,
-        base: this.applied ?? this.o.trustFrom ?? null,
-        lastGood: this.appliedModel,
+        verified: this.applied,
+        trustFrom: this.o.trustFrom ?? null,
+        policy: policyFor(this.verifiedPolicy, !!this.o.trust),
+        allowRewindTo: this.o.allowRewindTo ?? null,
+        configPath: this.o.configPath,
         root: this.o.trust ?? null,
         now: this.clock(),
       });
       this.verification = check.status;
       appliedCommit = check.commit;
       warnings.push(...check.warnings);
-      // Conditions Ready=False / Stalled=True with reason VerificationFailed name the commit, author and why.
-      if (check.refused) return this.fail(head, 'verify', check.reason, null);
+      if (check.rewound) this.counters.forcePushes++;
+      if (check.refused) return this.fail(head, 'verify', check.reason, null, false, check.refusal ?? undefined);
     } catch (err) {
       // Reading history failed (network, deepening): transient, retried like a fetch.
       return this.fail(head, 'fetch', `verification could not read history: ${errorText(err)}`, null);
@@ -669,7 +672,7 @@ export class Reconciler {
     this.succeeded(head);
     for (const w of warnings) this.log.warn(w);
     this.log.info(
-      `${result} ${head.slice(0, 12)} (${trigger}${adopting && this.o.adoptedRevision ? `, adopted pinned state of ${this.o.adoptedRevision.slice(0, 12)}` : ''}): ` +
+      `${result} ${head.slice(0, 12)} (${trigger}${adopting && this.o.lastVerified ? `, adopted pinned state of ${this.o.lastVerified.revision.slice(0, 12)}` : ''}): ` +
         `${report.mapWrites} map writes, ${report.mapDeletes} deletes, ${report.ringSwitches} ring switches ` +
         `(${desired.services.length} services, ${desired.reals.length} reals, ${desired.vips.length} listeners)`,
       { revision: head, stage: 'apply', result, trigger, mapWrites: report.mapWrites, mapDeletes: report.mapDeletes,
@@ -816,7 +819,7 @@ export class Reconciler {
     this.notifyApplied(this.appliedModel);
   }
 
-  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null, permanent = false): Promise<Outcome> {
+  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null, permanent = false, condition?: ConditionReason): Promise<Outcome> {
     this.counters.failures++;
     const prior = this.failed.get(head);
     const attempts = (prior?.attempts ?? 0) + 1;
@@ -828,6 +831,7 @@ export class Reconciler {
       retryable,
       attempts,
       retryAt: retryable ? this.clock().getTime() + delay : Infinity,
+      ...(condition && { condition }),
     });
     this.lastAttempt = this.lastFailure = this.attempt(head, 'failed', stage, reason);
     this.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`,
@@ -847,7 +851,7 @@ export class Reconciler {
 
   /** Ready/Reconciling/Stalled for a head that failed (also re-stated when a fetch recovers onto it). */
   private failureConditions(head: string, f: FailedRevision): void {
-    const reason = STAGE_REASON[f.stage];
+    const reason = f.condition ?? STAGE_REASON[f.stage];
     this.condition('Ready', 'False', reason, `${head.slice(0, 12)} failed at ${f.stage}: ${f.reason}`);
     if (f.retryable) {
       const inS = Math.max(0, Math.round((f.retryAt - this.clock().getTime()) / 1000));

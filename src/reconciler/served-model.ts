@@ -4,7 +4,7 @@
 import { join } from 'node:path';
 import { parseConfig } from '../render/config/index.js';
 import type { ConfigModel } from '../render/model.js';
-import { readLocalState } from './daemon.js';
+import { readLocalState } from './local-state.js';
 import { readRevisionFiles } from './source/git-objects.js';
 
 /** null when the node recorded no applied revision (for this node and branch) or the objects are not there. */

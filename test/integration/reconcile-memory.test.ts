@@ -91,7 +91,7 @@ test('first revision applied; re-apply, a commit that changes nothing and a rest
   t.deepEqual(dp.executed.at(-1), [], 'an empty plan');
 
   // A restart on the same data plane adopts it: the first reconcile writes nothing.
-  const { r: again } = reconciler(work, dp, 'lb-1', { adoptedRevision: readme });
+  const { r: again } = reconciler(work, dp, 'lb-1', { lastVerified: { revision: readme } });
   const adopted = await again.reconcile('start');
   t.is(again.appliedRevision, readme);
   t.is(again.counters.mapWrites + again.counters.mapDeletes, 0, JSON.stringify(adopted));
@@ -390,7 +390,7 @@ test('a failed fetch is recorded and retried with backoff while the data plane k
   t.is(r.nextRetryAt, null);
 });
 
-test('a force-push is applied with a warning; drift is repaired, counted and shown as Degraded until a clean check', async (t) => {
+test('with verification off a force-push is applied with a warning; drift is repaired, counted and shown as Degraded until a clean check', async (t) => {
   const { work } = await repoWith(configFiles(['lb-1'], REALS));
   await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(0, 2)) }, 'two reals');
   const dp = new MemoryDataPlane();
@@ -491,7 +491,7 @@ test('restart while the Git server is down: the pinned revision is adopted from 
   const models: string[] = [];
   const { lines, log } = recordingLog();
   const { r } = reconciler(work, dp, 'lb-1', {
-    remote, adoptedRevision: rev, log,
+    remote, lastVerified: { revision: rev }, log,
     health: () => ({ isHealthy: (_s: string, address: string) => !down.has(address) }),
     onApplied: (m) => void models.push(m.services.map((s) => s.metadata.name).join(',')),
   });
@@ -524,7 +524,7 @@ test('restart while the Git server is down and the cache lacks the pinned revisi
   const remote = new HttpRemote(await deadGitUrl(), `${cache}/git`, undefined, 2000);
   const missing = '0123456789abcdef0123456789abcdef01234567';
   const { lines, log } = recordingLog();
-  const { r } = reconciler(work, dp, 'lb-1', { remote, adoptedRevision: missing, log });
+  const { r } = reconciler(work, dp, 'lb-1', { remote, lastVerified: { revision: missing }, log });
   const start = await r.adoptAtStart();
   t.is(start.adopted, null);
   t.regex(start.problem ?? '', /revision 0123456789ab is not in the Git cache/);

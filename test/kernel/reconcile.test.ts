@@ -46,14 +46,13 @@ async function cache(name: string): Promise<string> {
   return c;
 }
 
-function reconciler(repo: ServedRepo, remote: HttpRemote, dp: DataPlane, node: string, adoptedRevision: string | null = null): Reconciler {
+function reconciler(repo: ServedRepo, remote: HttpRemote, dp: DataPlane, node: string): Reconciler {
   const writer = new StatusWriter({ remote, branch: 'gitlb-status', node });
   const r: Reconciler = new Reconciler({
     node,
     branch: 'main',
     remote,
     dataPlane: dp,
-    adoptedRevision,
     log: quiet,
     statusSink: async (s, _branch, why) => {
       await writer.write(s, why);
@@ -79,7 +78,7 @@ const ajv = new Ajv2020({ allErrors: true });
 (addFormats as unknown as (a: Ajv2020) => void)(ajv);
 const validStatus = ajv.compile(JSON.parse(readFileSync(new URL('../../schemas/status.schema.json', import.meta.url), 'utf8')));
 
-test.serial('new commit applied; invalid commit refused with status; force-push applied with a warning', async (t) => {
+test.serial('new commit applied; invalid commit refused with status; with verification off a force-push is applied with a warning', async (t) => {
   const files1 = configFiles(['lb-1'], REALS);
   const { repo, rev: c1 } = await repoWith(files1);
   const dp = await dataPlane('a');
@@ -127,7 +126,8 @@ test.serial('new commit applied; invalid commit refused with status; force-push 
   t.is((await r.reconcile('again')).kind, 'failed');
   t.is(r.counters.failures, failures);
 
-  // Force-push: history rewritten to a commit that does not descend from the applied one.
+  // Force-push: history rewritten to a commit that does not descend from the applied one. Verification is off
+  // (no --trust, no policy): said out loud and applied; under enforce it is refused (test/integration/trust-state.test.ts).
   await git(repo.work, 'reset', '-q', '--hard', c1);
   const files5 = { ...files1, 'services/web.yaml': serviceYaml('web', '203.0.113.10', ['198.51.100.20']) };
   const c5 = await commitFiles(repo.work, files5, 'rewritten');

@@ -15,7 +15,7 @@ import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
   'repo' | 'branch' | 'node' | 'role' | 'interface' | 'xdpMode' | 'pinRoot' | 'credentialsFile' | 'drift' | 'statusBranch' |
-  'health' | 'peerPoll' | 'trustFrom' | 'once'> {
+  'health' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once'> {
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -40,6 +40,12 @@ interface RunOptions extends Pick<NodeDaemonOptions,
 function commitId(text: string): string {
   if (!/^[0-9a-f]{40}$/.test(text)) throw new InvalidArgumentError('expected a full 40-character commit id');
   return text;
+}
+
+/** A commit id, full or abbreviated (at least 4 hex digits); an ambiguous one is refused when it is used. */
+function commitHex(text: string): string {
+  if (!/^[0-9a-fA-F]{4,40}$/.test(text)) throw new InvalidArgumentError('expected a commit id (4 to 40 hex digits)');
+  return text.toLowerCase();
 }
 
 /** Schedules are checked while parsing, so a typo is a usage error before anything starts. */
@@ -92,7 +98,8 @@ function defineRun(cmd: Command): void {
     .addOption(new Option('--log-format <format>', 'log lines on stderr (default: text on a terminal, json otherwise)').choices(['text', 'json']))
     .addOption(new Option('--log-level <level>', 'least severe level logged').choices([...LOG_LEVELS]).default('info'))
     .option('--trust <file>', 'root of trust for commit signatures: SSH allowed_signers lines and/or armored OpenPGP public keys; every new commit must then be signed (docs/verification.md)')
-    .option('--trust-from <commit>', 'full id of a commit whose history counts as verified until this node has applied a revision (repositories with unsigned history from before signing)', commitId)
+    .option('--trust-from <commit>', 'full id of a commit whose history counts as verified while this node has no local state (<cache-dir>/state.json) of its own (repositories with unsigned history from before signing)', commitId)
+    .option('--allow-rewind-to <commit>', 'under verification mode enforce, allow the branch to be rewound to this commit (full or unambiguous hex) or a descendant of it, which must still verify and may not lower the policy; without it a tip that does not descend from the last verified revision is refused (NonFastForward)', commitHex)
     .option('--signing-key <file>', "sign this node's status and automatic-revert commits (unencrypted OpenSSH or OpenPGP private key)")
     .option('--once', 'reconcile once, print the outcome and exit', false);
 }
@@ -184,6 +191,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         trust,
         signer,
         trustFrom: values.trustFrom,
+        allowRewindTo: values.allowRewindTo,
       });
       current = { desired: () => nd!.daemon.reconciler.desired };
     } catch (err) {

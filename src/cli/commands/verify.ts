@@ -5,7 +5,7 @@ import git from 'isomorphic-git';
 import { commandGitTimeoutOption, defineCommand, formatOption, gitTimeoutMs, UsageError } from '../command.js';
 import { isUrl, openRemote, type GitRemote } from '../../reconciler/source/git-remote.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
-import { readRevisionFiles } from '../../reconciler/source/git-objects.js';
+import { ancestry, readRevisionFiles } from '../../reconciler/source/git-objects.js';
 import { parseConfig } from '../../render/config/index.js';
 import { loadTrustFile } from '../../reconciler/verify/load.js';
 import { policyFor } from '../../reconciler/verify/revision-check.js';
@@ -111,7 +111,7 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       const base = baseRev ? await resolve(baseRev) : null;
       if (base && cache) await deepenUntilPresent(remote, values.branch, base);
       const baseModel = base ? parseConfig(await readRevisionFiles(remote.gitdir, base)).model : null;
-      const policy = { ...policyFor(baseModel, true), mode: 'enforce' as const };
+      const policy = { ...policyFor(baseModel?.cluster.spec.verification ?? null, true), mode: 'enforce' as const };
       const r = await verifyRange({
         gitdir: remote.gitdir,
         head,
@@ -121,8 +121,13 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
         now: new Date(),
         deepen: (extra) => remote.deepen(values.branch, extra),
       });
-      if (values.json || values.format === 'json') process.stdout.write(JSON.stringify({ policy, ...r }, null, 2) + '\n');
+      // A HEAD that forks from before BASE is judged from BASE's signers list all the same (the fork point is not
+      // verified history of HEAD); a node that applied BASE would also refuse it as a rewind under enforce.
+      const descends = base ? (await ancestry(remote, values.branch, base, head)) === 'descendant' : true;
+      const rewind = descends ? null : `${head.slice(0, 12)} does not descend from ${base!.slice(0, 12)}: a node that applied ${base!.slice(0, 12)} refuses it under enforce (NonFastForward) unless gitlb run --allow-rewind-to allows it`;
+      if (values.json || values.format === 'json') process.stdout.write(JSON.stringify({ policy, descendsFromBase: descends, ...r }, null, 2) + '\n');
       else {
+        if (rewind) process.stdout.write(`note: ${rewind}\n`);
         for (const v of r.verdicts) process.stdout.write(`${v.ok ? 'ok    ' : 'REFUSED'} ${describeVerdict(v)}${v.subject ? ` — ${v.subject}` : ''}\n`);
         for (const n of r.notes) process.stdout.write(`note: signers list: ${n}\n`);
         process.stdout.write(

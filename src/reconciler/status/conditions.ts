@@ -14,6 +14,7 @@ export const CONDITION_REASONS = [
   'Progressing',
   'FetchFailed',
   'VerificationFailed',
+  'NonFastForward',
   'ValidationFailed',
   'RenderFailed',
   'ApplyFailed',

@@ -1,7 +1,10 @@
 // Verifying everything a node would newly apply: the commits of (base..head] (range.ts), each against the
 // trust in force for it. Trust for a commit is the root (--trust) plus the repository's signers list as its
-// parents hold it (for a merge: the keys all parents agree on). So a commit that changes the list is judged
-// by the keys trusted before the change, and a key added by a commit only counts for that commit's children.
+// parents hold it (for a merge: the keys all parents agree on), where a parent outside the range (verified
+// history: reachable from the base) holds the base's list, not its own. So the list is monotonic: it starts as
+// the last verified revision's and changes only through commits of the range, a commit that changes it is judged
+// by the keys trusted before the change, a key added by a commit only counts for that commit's children, and a
+// key removed before the base cannot come back through a fork from an older commit.
 // The same code serves the daemon and `gitlb verify`.
 import * as fs from 'node:fs';
 import git from 'isomorphic-git';
@@ -70,12 +73,15 @@ export async function verifyRange(r: RangeRequest): Promise<RangeVerification> {
     if (!p) listCache.set(oid, (p = readSignersList(r.gitdir, oid, r.policy.signersFile, notes)));
     return p;
   };
+  const inRange = new Set(walk.commits);
+  // A parent the range does not hold is verified history: the list in force there is the base's.
+  const parentList = (p: string): Promise<Trust> => (inRange.has(p) ? listAt(p) : r.base ? listAt(r.base) : Promise.resolve(EMPTY_TRUST));
   const verdicts: CommitVerdict[] = [];
   for (const oid of walk.commits) {
     const { object } = await git.readObject({ fs, gitdir: r.gitdir, oid, format: 'content' });
     const raw = Buffer.from(object as Uint8Array);
     const { commit } = await git.readCommit({ fs, gitdir: r.gitdir, oid });
-    const repoTrust = commit.parent.length ? intersectTrust(await Promise.all(commit.parent.map(listAt))) : EMPTY_TRUST;
+    const repoTrust = commit.parent.length ? intersectTrust(await Promise.all(commit.parent.map(parentList))) : EMPTY_TRUST;
     verdicts.push(await verifyCommitRaw(oid, raw, unionTrust(r.root, repoTrust), { formats, now: r.now }));
   }
   return { verdicts, failures: verdicts.filter((v) => !v.ok), notes: [...new Set(notes)] };
