@@ -228,11 +228,15 @@ test('the total size cap is enforced across files', (t) => {
   t.deepEqual(lines, ['f8.yaml:1:1: error: the YAML files of the repository exceed 8 MiB in total; refused']);
 });
 
-test('deep flow nesting just under the size cap is refused quickly', (t) => {
-  const n = (LIMITS.maxFileBytes - 10) / 2;
-  const { value, ms } = timed(() => parseConfig([file('a.yaml', CLUSTER), file('deep.yaml', `a: ${'['.repeat(n)}${']'.repeat(n)}`)]));
-  t.deepEqual(value.diagnostics.map(formatDiagnostic), ['deep.yaml:1:36: error: YAML nesting deeper than 32 levels; refused']);
-  t.true(ms < 10000, `${ms} ms`);
+test('deep flow nesting is refused quickly: under the entry budget by the nesting check, just under the size cap unparsed', (t) => {
+  for (const [n, expected] of [
+    [100_000, 'deep.yaml:1:36: error: YAML nesting deeper than 32 levels; refused'],
+    [(LIMITS.maxFileBytes - 10) / 2, `deep.yaml:1:1: error: with this file the repository holds more than ${LIMITS.maxYamlEntries} YAML entries in total; refused before parsing`],
+  ] as const) {
+    const { value, ms } = timed(() => parseConfig([file('a.yaml', CLUSTER), file('deep.yaml', `a: ${'['.repeat(n)}${']'.repeat(n)}`)]));
+    t.deepEqual(value.diagnostics.map(formatDiagnostic), [expected]);
+    t.true(ms < 10000, `${ms} ms`);
+  }
 });
 
 test('deep block nesting (- - - ...) is refused', (t) => {
@@ -263,7 +267,7 @@ test('a map with 20,000 keys and a duplicate is handled in linear time', (t) => 
 test('too many documents in one file', (t) => {
   const text = Array.from({ length: LIMITS.maxDocumentsPerFile + 5 }, () => 'a: 1\n').join('---\n');
   const r = parseConfig([file('a.yaml', CLUSTER), file('docs.yaml', text)]);
-  t.deepEqual(r.diagnostics.map(formatDiagnostic), [`docs.yaml:2000:1: error: more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused`]);
+  t.deepEqual(r.diagnostics.map(formatDiagnostic), [`docs.yaml:2000:1: error: more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused before parsing`]);
   t.is(r.model, null);
 });
 
@@ -276,7 +280,11 @@ test('too many files', (t) => {
 test('too many reals in a service, too many services', (t) => {
   const reals = `[${Array.from({ length: LIMITS.maxRealsPerService + 1 }, (_, i) => `{address: 198.51.${100 + (i >> 8)}.${i & 255}}`).join(', ')}]`;
   const r = parseConfig([file('a.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', service('s', '203.0.113.1', reals))]);
-  t.deepEqual(r.diagnostics.map(formatDiagnostic), [`s.yaml:9:10: error: spec.reals: must list at most ${LIMITS.maxRealsPerService} items (got ${LIMITS.maxRealsPerService + 1}); refused`]);
+  // Counted before parsing (its 'address' keys); a key the count cannot see still meets the schema's maxItems.
+  t.deepEqual(r.diagnostics.map(formatDiagnostic), [`s.yaml:1:1: error: a document with ${LIMITS.maxRealsPerService + 1} 'address' keys: more than the ${LIMITS.maxRealsPerService} reals a service may have; refused before parsing`]);
+  const escaped = reals.replaceAll('{address:', '{"\\x61ddress":');
+  const e = parseConfig([file('a.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', service('s', '203.0.113.1', escaped))]);
+  t.deepEqual(e.diagnostics.map(formatDiagnostic), [`s.yaml:9:10: error: spec.reals: must list at most ${LIMITS.maxRealsPerService} items (got ${LIMITS.maxRealsPerService + 1}); refused`]);
 
   const perFile = 1000;
   const files = [file('a.yaml', CLUSTER), file('n.yaml', LB)];

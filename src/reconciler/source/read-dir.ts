@@ -6,14 +6,14 @@ import { open, readdir, readlink, realpath } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type ConfigFile, LIMITS, isConfigPath } from '../../render/config/index.js';
 
-/** Reads up to `max` bytes of a file. */
+/** Reads up to `max` bytes of a file (the buffer sized by the file, not by `max`: a thousand small files stay small). */
 async function readCapped(path: string, max: number): Promise<Uint8Array> {
   const handle = await open(path, 'r');
   try {
-    const buf = Buffer.alloc(max);
+    const buf = Buffer.alloc(Math.min(max, (await handle.stat()).size + 1));
     let used = 0;
-    while (used < max) {
-      const { bytesRead } = await handle.read(buf, used, max - used, used);
+    while (used < buf.length) {
+      const { bytesRead } = await handle.read(buf, used, buf.length - used, used);
       if (bytesRead === 0) break;
       used += bytesRead;
     }

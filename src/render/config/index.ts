@@ -9,6 +9,7 @@ import { LIMITS } from './limits.js';
 import type { Located, RawCluster, RawNode, RawService } from './raw.js';
 import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
 import { checkSemantics, type Emit } from './semantic.js';
+import { scanYamlShape } from './prescan.js';
 import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
 
 export { formatDiagnostic, type Diagnostic, type Severity } from './diagnostics.js';
@@ -57,37 +58,14 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
 
   const configFiles = files.filter((f) => isConfigPath(f.path)).sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const documents: YamlDocument[] = [];
-  let totalBytes = 0;
-  for (const [i, file] of configFiles.entries()) {
-    if (i >= LIMITS.maxFiles) {
-      at(file.path, 1, 1, `more than ${LIMITS.maxFiles} YAML files in the repository; refused`);
-      break;
-    }
-    if (file.symlinkTarget !== undefined) {
-      // Git stores a link as its target's name, a checkout as a link the OS follows: refusing links is the one
-      // rule that reads the same from a directory (validate) and from Git objects (the daemon).
-      at(file.path, 1, 1, `a symbolic link (to '${file.symlinkTarget}'): config files must be regular files; replace the link with the file`);
-      continue;
-    }
-    totalBytes += file.content.length;
-    if (file.content.length > LIMITS.maxFileBytes) {
-      at(file.path, 1, 1, `file is larger than the ${LIMITS.maxFileBytes / 1024 / 1024} MiB limit; refused`);
-      continue;
-    }
-    if (totalBytes > LIMITS.maxTotalBytes) {
-      at(file.path, 1, 1, `the YAML files of the repository exceed ${LIMITS.maxTotalBytes / 1024 / 1024} MiB in total; refused`);
-      break;
-    }
-    const decoded = decodeUtf8(file.content);
-    if (!decoded.ok) {
-      at(file.path, decoded.line, decoded.col, decoded.message);
-      continue;
-    }
-    const parsed = parseYamlCached(file.path, decoded.text);
-    for (const p of parsed.problems) at(file.path, p.line, p.col, p.message, p.severity);
+  const texts = sizeUp(configFiles, at);
+  if (texts === null) return { model: null, diagnostics: capPerFile(diagnostics.sort(compareDiagnostics)) };
+  for (const { path, text } of texts) {
+    const parsed = parseYamlCached(path, text);
+    for (const p of parsed.problems) at(path, p.line, p.col, p.message, p.severity);
     documents.push(...parsed.documents);
     if (documents.length > LIMITS.maxDocuments) {
-      at(file.path, 1, 1, `more than ${LIMITS.maxDocuments} YAML documents in the repository; refused`);
+      at(path, 1, 1, `more than ${LIMITS.maxDocuments} YAML documents in the repository; refused`);
       break;
     }
   }
@@ -115,11 +93,85 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
   const cluster = clusterDocs.length === 1 && valid.Cluster.length === 1 ? valid.Cluster[0]! : null;
 
   checkSemantics({ cluster, nodes: valid.Node, services: valid.Service }, emit);
+  checkTotalReals(valid.Service, emit);
 
   const sorted = capPerFile(diagnostics.sort(compareDiagnostics));
   const failed = sorted.some((d) => d.severity === 'error');
   const model = failed || !cluster ? null : buildModel(cluster, valid.Node, valid.Service);
   return { model, diagnostics: sorted };
+}
+
+/**
+ * Reads the files' sizes, text and shape (prescan.ts) before any of them is parsed: the byte, file, document,
+ * reals and entry limits are all checked here, so a revision over one of them costs one linear pass over its
+ * text, never the parser's time and memory. Returns the decoded texts to parse, or null when the revision is
+ * refused as a whole (the reasons are in `at`). A file that is refused alone (a link, too big, not UTF-8, too many
+ * documents or reals) is left out, with its error, and the others are parsed.
+ */
+function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: number, message: string) => void): { path: string; text: string }[] | null {
+  const out: { path: string; text: string }[] = [];
+  const total = { bytes: 0, documents: 0, reals: 0, entries: 0 };
+  for (const [i, file] of files.entries()) {
+    if (i >= LIMITS.maxFiles) {
+      at(file.path, 1, 1, `more than ${LIMITS.maxFiles} YAML files in the repository; refused`);
+      return null;
+    }
+    if (file.symlinkTarget !== undefined) {
+      // Git stores a link as its target's name, a checkout as a link the OS follows: refusing links is the one
+      // rule that reads the same from a directory (validate) and from Git objects (the daemon).
+      at(file.path, 1, 1, `a symbolic link (to '${file.symlinkTarget}'): config files must be regular files; replace the link with the file`);
+      continue;
+    }
+    total.bytes += file.content.length;
+    if (file.content.length > LIMITS.maxFileBytes) {
+      at(file.path, 1, 1, `file is larger than the ${LIMITS.maxFileBytes / 1024 / 1024} MiB limit; refused`);
+      continue;
+    }
+    if (total.bytes > LIMITS.maxTotalBytes) {
+      at(file.path, 1, 1, `the YAML files of the repository exceed ${LIMITS.maxTotalBytes / 1024 / 1024} MiB in total; refused`);
+      return null;
+    }
+    const decoded = decodeUtf8(file.content);
+    if (!decoded.ok) {
+      at(file.path, decoded.line, decoded.col, decoded.message);
+      continue;
+    }
+    const shape = scanYamlShape(decoded.text, LIMITS.maxDocumentsPerFile);
+    if (shape.documentsOverAt !== undefined) {
+      at(file.path, shape.documentsOverAt, 1, `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused before parsing`);
+      continue;
+    }
+    if (shape.mostRealsInDocument.count > LIMITS.maxRealsPerService) {
+      at(file.path, shape.mostRealsInDocument.line, 1, `a document with ${shape.mostRealsInDocument.count} 'address' keys: more than the ${LIMITS.maxRealsPerService} reals a service may have; refused before parsing`);
+      continue;
+    }
+    total.documents += shape.documents;
+    total.reals += shape.reals;
+    total.entries += shape.entries;
+    const over = [
+      total.documents > LIMITS.maxDocuments && `${LIMITS.maxDocuments} YAML documents`,
+      total.reals > LIMITS.maxTotalReals && `${LIMITS.maxTotalReals} reals ('address' keys)`,
+      total.entries > LIMITS.maxYamlEntries && `${LIMITS.maxYamlEntries} YAML entries`,
+    ].filter((x): x is string => typeof x === 'string');
+    if (over.length > 0) {
+      at(file.path, 1, 1, `with this file the repository holds more than ${over.join(' and more than ')} in total; refused before parsing`);
+      return null;
+    }
+    out.push({ path: file.path, text: decoded.text });
+  }
+  return out;
+}
+
+/** The exact count after parsing (the prescan's is an upper bound that a key written as an escape evades). */
+function checkTotalReals(services: Located<RawService>[], emit: Emit): void {
+  let total = 0;
+  for (const s of services) {
+    total += s.data.spec.reals.length;
+    if (total > LIMITS.maxTotalReals) {
+      emit('error', s.doc, ['spec', 'reals'], `spec.reals: with this service the revision has more than ${LIMITS.maxTotalReals} reals in total; refused`);
+      return;
+    }
+  }
 }
 
 /**

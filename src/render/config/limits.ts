@@ -10,6 +10,13 @@ export const LIMITS = {
   /** Documents per file and per revision. */
   maxDocumentsPerFile: 1000,
   maxDocuments: 10000,
+  /** Reals over all services of a revision (one lb node's lb_reals holds 65536 distinct ones). */
+  maxTotalReals: 65536,
+  /**
+   * YAML collection entries over all files of a revision, counted before parsing (prescan.ts): what bounds the
+   * memory and time of parsing. A revision of 65,536 reals with weights and states needs about 200,000.
+   */
+  maxYamlEntries: 262144,
   /** Nesting of YAML collections (maps and sequences), counted from the document root. */
   maxDepth: 32,
   /** Diagnostics reported per file before the rest of that file is skipped. */
