@@ -63,6 +63,9 @@ function node(r: ServedRepo, dp: MemoryDataPlane, cache: string, o: Partial<Reco
   return new Reconciler({ node: 'lb-1', branch: 'main', remote: new HttpRemote(r.url, join(cache, 'git')), dataPlane: dp, log: quiet, ...o });
 }
 
+/** An outcome in one short line for assertion messages (without its plan). */
+const brief = (o: unknown): string => JSON.stringify(o, (k, v) => (k === 'plan' || k === 'report' ? undefined : v));
+
 const cond = (rec: Reconciler, type: 'Ready' | 'Stalled') => getCondition(rec.snapshot().conditions, type);
 
 /** Puts `status/lb-1.yaml` on the status branch saying lb-1 applied `applied`: what anyone with push access can do. */
@@ -91,7 +94,7 @@ test('a forged status file of the node itself is no verification base: an empty 
     try {
       await d.idle();
       const out = d.reconciler.lastOutcome!;
-      t.is(out.kind, 'failed', `forged=${forged}: ${JSON.stringify(out)}`);
+      t.is(out.kind, 'failed', `forged=${forged}: ${brief(out)}`);
       if (out.kind !== 'failed') continue;
       t.is(out.stage, 'verify');
       t.regex(out.reason, new RegExp(`commit ${x.slice(0, 12)} by test <test@example.com>: unsigned .*verified from the root commit: this node has no local state and no --trust-from`));
@@ -128,7 +131,7 @@ test('benign: a new node with --trust-from applies signed history on top of unsi
   const d1 = await startDaemon({ ...o, trustFrom: legacy });
   await d1.idle();
   await d1.stop();
-  t.is(d1.reconciler.appliedRevision, signed, JSON.stringify(d1.reconciler.lastOutcome));
+  t.is(d1.reconciler.appliedRevision, signed, brief(d1.reconciler.lastOutcome));
   const state = await readLocalState(join(cacheDir, 'state.json'));
   t.deepEqual(state, { node: 'lb-1', branch: 'main', appliedRevision: signed, verification: null });
   t.false(existsSync(join(cacheDir, 'state.json.tmp')));
@@ -171,7 +174,7 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   await git(r.work, 'reset', '-q', '--hard', c2);
   await push(r, true);
   const o1 = await lb.reconcile('t');
-  t.true(o1.kind === 'failed' && o1.stage === 'verify', JSON.stringify(o1));
+  t.true(o1.kind === 'failed' && o1.stage === 'verify', brief(o1));
   if (o1.kind === 'failed')
     t.regex(o1.reason, new RegExp(`^${c2.slice(0, 12)} does not descend from the last verified revision ${c3.slice(0, 12)} .*--allow-rewind-to <commit>; roll back with git revert`));
   t.like(cond(lb, 'Stalled'), { status: 'True', reason: 'NonFastForward' });
@@ -180,7 +183,7 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   const unsigned = await signedCommit(r.work, config({ verification: '{ mode: enforce }', reals: ['198.51.100.66'] }), 'unsigned', null);
   await push(r);
   const o2 = await lb.reconcile('t');
-  t.true(o2.kind === 'failed' && o2.stage === 'verify', JSON.stringify(o2));
+  t.true(o2.kind === 'failed' && o2.stage === 'verify', brief(o2));
   t.is(cond(lb, 'Stalled')?.reason, 'NonFastForward');
   t.is(lb.appliedRevision, c3, 'last good kept');
   t.deepEqual(await dp.readLive(), live, 'data plane untouched');
@@ -189,7 +192,7 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   const allowed = (rev: string, on = dp) => node(r, on, cache, { trust: k.trust, lastVerified: { revision: c3, verification: { mode: 'enforce', formats: ['ssh', 'openpgp'], signersFile: 'trust/allowed_signers' } }, allowRewindTo: rev.slice(0, 10) });
   const lb2 = allowed(c2);
   const o3 = await lb2.reconcile('t');
-  t.true(o3.kind === 'failed' && o3.stage === 'verify', JSON.stringify(o3));
+  t.true(o3.kind === 'failed' && o3.stage === 'verify', brief(o3));
   if (o3.kind === 'failed') t.regex(o3.reason, new RegExp(`commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
   t.is(cond(lb2, 'Stalled')?.reason, 'VerificationFailed');
   t.deepEqual(await dp.readLive(), live);
@@ -199,13 +202,13 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   await push(r, true);
   const lb3 = allowed(c2, new MemoryDataPlane());
   const o4 = await lb3.reconcile('t');
-  t.is(o4.kind, 'applied', JSON.stringify(o4));
+  t.is(o4.kind, 'applied', brief(o4));
   if (o4.kind === 'applied') t.regex(o4.warnings.join('\n'), new RegExp(`rewind allowed by --allow-rewind-to ${c2.slice(0, 10)}: ${c2.slice(0, 12)} does not descend`));
   t.is(lb3.appliedRevision, c2);
   await git(r.work, 'reset', '-q', '--hard', unsigned);
   await push(r, true);
   const o5 = await lb3.reconcile('t');
-  t.true(o5.kind === 'failed' && o5.stage === 'verify', JSON.stringify(o5));
+  t.true(o5.kind === 'failed' && o5.stage === 'verify', brief(o5));
   if (o5.kind === 'failed') t.regex(o5.reason, /: unsigned/);
   t.is(lb3.appliedRevision, c2);
 
@@ -214,7 +217,7 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   await push(r, true);
   const lb4 = allowed(c1, new MemoryDataPlane());
   const o6 = await lb4.reconcile('t');
-  t.true(o6.kind === 'failed' && o6.stage === 'verify', JSON.stringify(o6));
+  t.true(o6.kind === 'failed' && o6.stage === 'verify', brief(o6));
   if (o6.kind === 'failed') t.regex(o6.reason, /would lower the verification policy \(mode enforce -> warn\)/);
   t.is(cond(lb4, 'Stalled')?.reason, 'NonFastForward');
 
@@ -226,7 +229,7 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   const revert = await git(r.work, 'rev-parse', 'HEAD');
   await push(r);
   const o7 = await lb.reconcile('t');
-  t.is(o7.kind, 'applied', JSON.stringify(o7));
+  t.is(o7.kind, 'applied', brief(o7));
   t.is(lb.appliedRevision, revert);
   t.is(cond(lb, 'Ready')?.status, 'True');
   t.is((await dp.readLive()).reals.length, 2, 'the added real is gone again');
@@ -269,12 +272,12 @@ test('a signer revoked in the verified history does not come back through a fork
   const fork = await signedCommit(r.work, config({ reals: ['198.51.100.66'] }), 'bob is back', { ssh: k.bob });
   await push(r, true);
   const o1 = await lb.reconcile('t');
-  t.true(o1.kind === 'failed' && o1.stage === 'verify', JSON.stringify(o1));
+  t.true(o1.kind === 'failed' && o1.stage === 'verify', brief(o1));
   t.is(cond(lb, 'Stalled')?.reason, 'NonFastForward');
   // Even with the rewind allowed, his commit is judged by the verified list (c3's): unknown-key.
   const lb2 = node(r, dp, cache, { trust: k.trust, lastVerified: { revision: c3, verification: null }, allowRewindTo: fork });
   const o2 = await lb2.reconcile('t');
-  t.true(o2.kind === 'failed' && o2.stage === 'verify', JSON.stringify(o2));
+  t.true(o2.kind === 'failed' && o2.stage === 'verify', brief(o2));
   if (o2.kind === 'failed') t.regex(o2.reason, new RegExp(`commit ${fork.slice(0, 12)} by test <test@example.com>: unknown-key`));
   t.is(lb2.snapshot().verification?.failures[0]?.reason, 'unknown-key');
   t.is(lb.appliedRevision, c3);
@@ -294,6 +297,50 @@ test('a signer revoked in the verified history does not come back through a fork
   const byBob = await signedCommit(r.work, config({ reals: ['198.51.100.13', '198.51.100.14'] }), 'bob changes reals', { ssh: k.bob });
   await push(r, true);
   const o3 = await lb.reconcile('t');
-  t.is(o3.kind, 'applied', JSON.stringify(o3));
+  t.is(o3.kind, 'applied', brief(o3));
   t.is(lb.appliedRevision, byBob);
+});
+
+test('the policy in force is kept in the local state: a node that lost its Git cache still enforces its last verified policy', async (t) => {
+  // No --trust: the repository's own list and `mode: enforce` are the node's only trust (trust on first use).
+  const r = await repo();
+  const k = await keys('policy-state');
+  const team = { 'trust/allowed_signers': `${signerLine('alice@example.com', k.alice)}\n` };
+  const c1 = await signedCommit(r.work, { ...config({ verification: '{ mode: enforce }' }), ...team }, 'enforce', { ssh: k.alice });
+  await push(r);
+  const dp = new MemoryDataPlane();
+  const cacheDir = await dir('ps-cache');
+  const o = { repo: r.url, branch: 'main', node: 'lb-1', dataPlane: dp, cacheDir, log: quiet, writeStatus: false };
+  const d1 = await startDaemon(o);
+  await d1.idle();
+  await d1.stop();
+  t.is(d1.reconciler.appliedRevision, c1);
+  t.like(await readLocalState(join(cacheDir, 'state.json')), { appliedRevision: c1, verification: { mode: 'enforce', signersFile: 'trust/allowed_signers' } });
+
+  // The Git cache is gone (state.json kept), and an unsigned commit that switches verification off is pushed.
+  rmSync(join(cacheDir, 'git'), { recursive: true, force: true });
+  const unsigned = await signedCommit(r.work, { ...config({ verification: '{ mode: off }', reals: ['198.51.100.66'] }) }, 'off', null);
+  await push(r);
+  const d2 = await startDaemon(o);
+  await d2.idle();
+  await d2.stop();
+  const out = d2.reconciler.lastOutcome!;
+  t.true(out.kind === 'failed' && out.stage === 'verify', brief(out));
+  if (out.kind === 'failed') t.regex(out.reason, new RegExp(`commit ${unsigned.slice(0, 12)} by test <test@example.com>: unsigned`));
+  t.is(d2.reconciler.appliedRevision, c1);
+
+  // Benign: a signed commit by the listed key, on top of the unsigned one removed again, applies.
+  await git(r.work, 'reset', '-q', '--hard', c1);
+  const signed = await signedCommit(r.work, config({ verification: '{ mode: enforce }', reals: ['198.51.100.12'] }), 'signed change', { ssh: k.alice });
+  await push(r, true);
+  const d3 = await startDaemon(o);
+  await d3.idle();
+  await d3.stop();
+  t.is(d3.reconciler.appliedRevision, signed, brief(d3.reconciler.lastOutcome));
+});
+
+test('gitlb run --allow-rewind-to takes a commit id in hex only', async (t) => {
+  const bad = await cli('run', '--repo', '/nonexistent', '--node', 'lb-1', '--role', 'lb', '--once', '--allow-rewind-to', 'HEAD~1');
+  t.is(bad.code, 2, bad.stdout);
+  t.regex(bad.stdout, /--allow-rewind-to.*expected a commit id \(4 to 40 hex digits\)/);
 });
