@@ -1,0 +1,235 @@
+// Connection state of the LB program for sharing between lb nodes (issue 24, docs/datapath.md "Connection-state
+// sync"): what is new or changed in the pinned connection table (lb_conntrack) and the NAT table (lb_snat_rev /
+// lb_snat_fwd) since the last read, and the checked insert of entries another lb node sent. No I/O but the maps:
+// the transport and its bounds are src/reconciler/flow-sync.ts.
+//
+// Entries name reals by id and VIPs by listener, never by this node's slots: ids are rendered from the config, the
+// same on every node; a slot is each node's own and is looked up here on insert.
+import type { BpfMap, BpfObject } from '../libbpf.js';
+import { addr16, addrText, decodeFlowKey, decodeVipValue, encodeFlowKey, encodeU32, encodeVipKey, familyOf, MODE, realSlotOf,
+  type FlowKey } from './codec.js';
+import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
+  encodeSnatRevKey, monotonicNs, snatFwdKey } from './snat.js';
+
+/** A connection-table entry: the client's flow (dst = VIP) and the real it was given. */
+export interface CtEntry { src: string; dst: string; sport: number; dport: number; proto: number; realId: number }
+
+/** A SNAT translation: the client's flow, its real endpoint and the SNAT address and port it was given. */
+export interface SnatEntry {
+  client: string; vip: string; clientPort: number; vipPort: number; proto: number;
+  realId: number; realPort: number; snatAddress: string; snatPort: number; closing: boolean;
+}
+
+export interface FlowEntries { ct: CtEntry[]; snat: SnatEntry[] }
+
+/** Why an entry from a peer was not inserted (counted per reason). */
+export type RefuseReason =
+  | 'no-listener' // the VIP:port/protocol is not a listener of this node, or of another mode
+  | 'no-real' // the real is not a real of this node, or not listed in the listener's service
+  | 'snat-address' // the translation's SNAT address is not this node's
+  | 'snat-own-port' // the port lies in this node's own snatPorts range: this node allocates it itself
+  | 'snat-port-taken' // this node holds the port towards that real endpoint for another client flow
+  | 'table-full';
+
+export interface ImportResult {
+  applied: number;
+  unchanged: number;
+  refused: Partial<Record<RefuseReason, number>>;
+}
+
+const CT_VALUE_BYTES = 12;
+
+function encodeCtValue(realId: number, serviceId: number, slot: number): Buffer {
+  const b = Buffer.alloc(CT_VALUE_BYTES);
+  b.writeUInt32LE(realId, 0);
+  b.writeUInt32LE(serviceId, 4);
+  b.writeUInt32LE(slot, 8);
+  return b;
+}
+
+const ctOf = (k: FlowKey, realId: number): CtEntry => ({ src: k.src, dst: k.dst, sport: k.sport, dport: k.dport, proto: k.proto, realId });
+
+/**
+ * What a node has to tell its peers: every read returns the entries that are new or changed since the previous
+ * read (the first read: all of them). Entries this node inserted for a peer are remembered as seen, so they are
+ * not sent back. Connection-table entries leave by LRU eviction on each node on its own (not sent); a
+ * translation's end is its idle timeout, which every node applies to its own copy.
+ */
+export class FlowDelta {
+  /** lb_conntrack key (latin1 string of its bytes) -> the real id last seen */
+  private ct = new Map<string, number>();
+  /** lb_snat_rev key (latin1) -> the client flow key (latin1) and real id last seen */
+  private snat = new Map<string, string>();
+
+  /**
+   * Reads both tables (batched) and returns what changed since the previous read, decoded; `all()` decodes the
+   * whole table as read (for a peer's resync), only when asked: decoding is most of a read's cost.
+   */
+  read(obj: BpfObject): { changed: FlowEntries; all: () => FlowEntries } {
+    const changed: FlowEntries = { ct: [], snat: [] };
+    const ctMap = obj.map('lb_conntrack');
+    const packed = ctMap.lookupBatch(4096);
+    const ks = ctMap.keySize;
+    const vs = ctMap.valueBufferSize;
+    const ct = new Map<string, number>();
+    for (let i = 0; i < packed.count; i++) {
+      const k = packed.keys.subarray(i * ks, (i + 1) * ks);
+      const id = k.toString('latin1');
+      const realId = packed.values.readUInt32LE(i * vs);
+      ct.set(id, realId);
+      if (this.ct.get(id) !== realId) changed.ct.push(ctOf(decodeFlowKey(k), realId));
+    }
+    this.ct = ct;
+    const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
+    const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
+    const snatOf = (k: Buffer, v: Buffer): SnatEntry | null => {
+      const key = decodeSnatRevKey(k);
+      const rev = decodeSnatRev(v, key.family);
+      const snatAddress = key.family === 4 ? cfg?.addr4 : cfg?.addr6;
+      if (!snatAddress) return null;
+      return { client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto,
+        realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing };
+    };
+    const revEntries = obj.map(SNAT_MAPS.rev).entries();
+    const snat = new Map<string, string>();
+    for (const [k, v] of revEntries) {
+      const id = k.toString('latin1');
+      // the translation's identity: its client flow and real (bytes 0..39 of the value), not its timestamps
+      const what = v.subarray(0, 40).toString('latin1');
+      snat.set(id, what);
+      if (this.snat.get(id) === what) continue;
+      const e = snatOf(k, v);
+      if (e) changed.snat.push(e);
+    }
+    this.snat = snat;
+    const all = (): FlowEntries => {
+      const out: FlowEntries = { ct: [], snat: [] };
+      for (let i = 0; i < packed.count; i++)
+        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values.readUInt32LE(i * vs)));
+      for (const [k, v] of revEntries) {
+        const e = snatOf(k, v);
+        if (e) out.snat.push(e);
+      }
+      return out;
+    };
+    return { changed, all };
+  }
+
+  /** Entries inserted for a peer: seen, so the next read does not send them back. */
+  remember(keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> }): void {
+    for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), v);
+    for (const [k, v] of keys.snat) this.snat.set(k.toString('latin1'), v.subarray(0, 40).toString('latin1'));
+  }
+}
+
+/**
+ * Which reals a service lists (active, draining or unhealthy: every real an established flow may still use); from
+ * the applied desired state. Without it any real of the node is accepted.
+ */
+export type ServiceReals = (serviceId: number, realId: number) => boolean;
+
+/**
+ * Inserts entries a peer sent, each checked against this node's current maps: the VIP listener must exist with a
+ * mode of the entry's kind (the service id is this node's, never the sender's), the real must be a real of this
+ * node (and listed in the service), and a translation must use this node's SNAT address with a port outside this
+ * node's own range that no other client flow holds here. Idempotent: an entry already present changes nothing.
+ * Returns what happened and the keys inserted (for FlowDelta.remember).
+ */
+export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals)
+  : ImportResult & { keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> } } {
+  const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
+  const keys = { ct: [] as Array<[Buffer, number]>, snat: [] as Array<[Buffer, Buffer]> };
+  const refuse = (r: RefuseReason) => { result.refused[r] = (result.refused[r] ?? 0) + 1; };
+  const vips = obj.map('lb_vips');
+  const reals = obj.map('lb_reals');
+  const listener = (addr: string, port: number, proto: number) => {
+    const v = vips.lookup(encodeVipKey({ addr, family: familyOf(addr), port, proto }));
+    return v ? decodeVipValue(Buffer.from(v)) : null;
+  };
+  const real = (realId: number, family: number, serviceId: number) => {
+    const r = reals.lookup(encodeU32(realId));
+    if (!r || r[16] !== family || (serviceReals && !serviceReals(serviceId, realId))) return null;
+    return Buffer.from(r);
+  };
+
+  const ct: BpfMap = obj.map('lb_conntrack');
+  for (const e of entries.ct) {
+    const family = familyOf(e.dst);
+    const l = listener(e.dst, e.dport, e.proto);
+    if (!l || l.mode === MODE.snat) { refuse('no-listener'); continue; }
+    const r = real(e.realId, family, l.serviceId);
+    if (!r) { refuse('no-real'); continue; }
+    const key = encodeFlowKey({ src: e.src, dst: e.dst, sport: e.sport, dport: e.dport, proto: e.proto, family });
+    const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r));
+    const old = ct.lookup(key);
+    if (old && Buffer.from(old).equals(value)) { result.unchanged++; continue; }
+    try {
+      ct.update(key, value);
+    } catch {
+      refuse('table-full');
+      continue;
+    }
+    result.applied++;
+    keys.ct.push([key, e.realId]);
+  }
+
+  if (entries.snat.length === 0) return { ...result, keys };
+  const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
+  const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
+  const rev: BpfMap = obj.map(SNAT_MAPS.rev);
+  const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
+  for (const e of entries.snat) {
+    const family = familyOf(e.vip);
+    const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
+    if (!cfg || !own || own !== e.snatAddress) { refuse('snat-address'); continue; }
+    if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
+    const l = listener(e.vip, e.vipPort, e.proto);
+    if (!l || l.mode !== MODE.snat) { refuse('no-listener'); continue; }
+    const r = real(e.realId, family, l.serviceId);
+    if (!r) { refuse('no-real'); continue; }
+    const rkey = { real: addrText(r.subarray(0, 16), family), realPort: e.realPort, snatPort: e.snatPort, proto: e.proto, family };
+    const rk = encodeSnatRevKey(rkey);
+    const now = monotonicNs();
+    // this node's clock: the peer's monotonic time means nothing here; the idle timeout starts now
+    const rv = { client: e.client, vip: e.vip, clientPort: e.clientPort, vipPort: e.vipPort, realId: e.realId,
+      state: e.closing ? SNAT_STATE.closing : SNAT_STATE.open, createdNs: now, lastSeenNs: now };
+    const fk = snatFwdKey(rkey, rv);
+    const fv = encodeSnatFwd({ realId: e.realId, snatPort: e.snatPort, realPort: e.realPort });
+    const held = rev.lookup(rk);
+    if (held) {
+      const h = decodeSnatRev(Buffer.from(held), family);
+      const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip && h.vipPort === e.vipPort;
+      if (!same) { refuse('snat-port-taken'); continue; }
+      const f = fwd.lookup(fk);
+      if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing) { result.unchanged++; continue; }
+      // the same translation: its forward entry restored, its state taken from the sender (FIN seen there)
+      if (h.state !== rv.state) rev.update(rk, encodeSnatRev({ ...h, state: rv.state }), 'exist');
+    } else {
+      try {
+        rev.update(rk, encodeSnatRev(rv), 'noexist');
+      } catch (err) {
+        refuse((err as { code?: string }).code === 'EEXIST' ? 'snat-port-taken' : 'table-full');
+        continue;
+      }
+    }
+    try {
+      fwd.update(fk, fv);
+    } catch {
+      if (!held) rev.delete(rk);
+      refuse('table-full');
+      continue;
+    }
+    result.applied++;
+    keys.snat.push([rk, Buffer.from(rev.lookup(rk)!)]);
+  }
+  return { ...result, keys };
+}
+
+/** Both families' address text is accepted only in canonical form (what addrText writes), so keys compare. */
+export function canonicalAddress(a: string): string | null {
+  try {
+    return addrText(addr16(a), familyOf(a)) === a ? a : null;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,260 @@
+// Connection-state sync between lb nodes (issue 24; docs/datapath.md "Connection-state sync"): every interval each
+// lb node reads what is new or changed in its pinned connection table and NAT table (FlowDelta) and sends it, in
+// bounded batches, to every other lb node over the authenticated peer channel (src/reconciler/peer/, kind
+// 'flows.sync'); a peer inserts what its own current maps accept (importFlows). A peer not yet in sync (first
+// contact, or after a failed send) is sent the whole table, in batches across intervals. Nothing in the packet path
+// waits for this: the maps are read and written from here, never from XDP.
+import type { BpfObject } from '../bpf/libbpf.js';
+import { FlowDelta, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+  type SnatEntry } from '../bpf/dataplane/flow-state.js';
+import type { DesiredState } from '../render/state.js';
+import { BadBody, type PeerChannel } from './peer/index.js';
+
+export const FLOW_SYNC_KIND = 'flows.sync';
+export const FLOW_SYNC_DEFAULTS = {
+  intervalMs: 250,
+  /** Entries in one message; a body of this many entries stays under maxBodyBytes. */
+  maxEntriesPerMessage: 2048,
+  maxBodyBytes: 512 * 1024,
+  /** Messages sent to one peer per interval: a delta or resync beyond it waits for the next interval. */
+  maxMessagesPerTick: 8,
+  /** Entries one peer may have inserted here per second (sustained; twice that at once): what it can evict. */
+  importPerSecond: 50_000,
+  /** Entries waiting for one peer (its resync plus deltas); beyond it they are dropped and a resync is due. */
+  maxQueued: 262_144,
+  timeoutMs: 2_000,
+};
+
+export interface PeerSyncReport {
+  /** The whole table has been sent since the last failure. */
+  inSync: boolean;
+  sent: number;
+  received: number;
+  applied: number;
+  refused: Partial<Record<RefuseReason | 'rate-limited', number>>;
+  /** Entries dropped for this peer: queue full (a resync follows). */
+  dropped: number;
+  queued: number;
+  /** Time from reading an entry to the peer's answer, of the last batch sent (ms). */
+  lagMs: number | null;
+  lastError?: string;
+}
+
+export interface FlowSyncOptions {
+  node: string;
+  channel: Pick<PeerChannel, 'serve' | 'request'>;
+  /** The other lb nodes of the applied config. */
+  peers: () => string[];
+  /** The data plane's object (it changes when the tables are resized). */
+  object: () => BpfObject | null;
+  /** The applied desired state: which reals each service lists. */
+  desired: () => DesiredState | null;
+  log?: { warn(m: string): void };
+  now?: () => number;
+  limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
+}
+
+type Wire = { v: 1; ct: unknown[]; snat: unknown[] };
+type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat'; e: SnatEntry; at: number };
+
+const isPort = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 65535;
+const isU32 = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 0xffffffff;
+const isProto = (x: unknown): x is number => x === 6 || x === 17;
+
+function addr(x: unknown, where: string): string {
+  const a = typeof x === 'string' && x.length <= 45 ? canonicalAddress(x) : null;
+  if (!a) throw new BadBody(`${where}: not an address in canonical form`);
+  return a;
+}
+
+/** The body of a 'flows.sync' message, checked field by field (BadBody names the first bad one). */
+export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new BadBody('body: not an object');
+  const b = body as Partial<Wire>;
+  if (b.v !== 1) throw new BadBody('v: not 1');
+  if (!Array.isArray(b.ct) || !Array.isArray(b.snat)) throw new BadBody('ct, snat: not arrays');
+  if (b.ct.length + b.snat.length > maxEntries) throw new BadBody(`more than ${maxEntries} entries`);
+  const ct = b.ct.map((x, i): CtEntry => {
+    const w = `ct[${i}]`;
+    if (!Array.isArray(x) || x.length !== 6) throw new BadBody(`${w}: not [src, dst, sport, dport, proto, realId]`);
+    const [src, dst, sport, dport, proto, realId] = x;
+    const e = { src: addr(src, `${w}.src`), dst: addr(dst, `${w}.dst`), sport, dport, proto, realId };
+    if (!isPort(sport) || !isPort(dport) || !isProto(proto) || !isU32(realId)) throw new BadBody(`${w}: bad port, protocol or real id`);
+    if (e.src.includes(':') !== e.dst.includes(':')) throw new BadBody(`${w}: mixed address families`);
+    return e as CtEntry;
+  });
+  const snat = b.snat.map((x, i): SnatEntry => {
+    const w = `snat[${i}]`;
+    if (!Array.isArray(x) || x.length !== 10) throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing]`);
+    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing] = x;
+    const e = { client: addr(client, `${w}.client`), vip: addr(vip, `${w}.vip`), clientPort, vipPort, proto, realId, realPort,
+      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing };
+    if (!isPort(clientPort) || !isPort(vipPort) || !isProto(proto) || !isU32(realId) || !isPort(realPort) || !isPort(snatPort) ||
+      typeof closing !== 'boolean') throw new BadBody(`${w}: bad port, protocol, real id or state`);
+    const v6 = e.vip.includes(':');
+    if (e.client.includes(':') !== v6 || e.snatAddress.includes(':') !== v6) throw new BadBody(`${w}: mixed address families`);
+    return e as SnatEntry;
+  });
+  return { ct, snat };
+}
+
+export function encodeFlowSync(items: Item[]): Wire {
+  const ct: unknown[] = [];
+  const snat: unknown[] = [];
+  for (const it of items) {
+    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId]);
+    else {
+      const e = it.e;
+      snat.push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress, e.snatPort, e.closing]);
+    }
+  }
+  return { v: 1, ct, snat };
+}
+
+/** Which reals each service lists in the applied state (drained and unhealthy ones included). */
+export function serviceRealsOf(d: DesiredState | null): ServiceReals | undefined {
+  if (!d) return undefined;
+  const listed = new Set<string>();
+  for (const s of d.services) for (const r of s.reals) listed.add(`${s.id}/${r.realId}`);
+  return (serviceId, realId) => listed.has(`${serviceId}/${realId}`);
+}
+
+/** Entries a key may insert: `perSecond` sustained, twice that at once. */
+class EntryBudget {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  constructor(private readonly perSecond: number) {}
+  take(key: string, n: number, now: number): number {
+    const burst = 2 * this.perSecond;
+    const b = this.buckets.get(key) ?? { tokens: burst, at: now };
+    b.tokens = Math.min(burst, b.tokens + ((now - b.at) / 1000) * this.perSecond);
+    b.at = now;
+    this.buckets.set(key, b);
+    const granted = Math.max(0, Math.min(n, Math.floor(b.tokens)));
+    b.tokens -= granted;
+    return granted;
+  }
+}
+
+interface PeerState { queue: Item[]; inSync: boolean; report: PeerSyncReport }
+
+export class FlowSync {
+  private readonly limits: typeof FLOW_SYNC_DEFAULTS;
+  private readonly delta = new FlowDelta();
+  private readonly peerState = new Map<string, PeerState>();
+  private readonly budget: EntryBudget;
+  private readonly now: () => number;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+
+  constructor(private readonly o: FlowSyncOptions) {
+    this.limits = { ...FLOW_SYNC_DEFAULTS, ...o.limits };
+    this.now = o.now ?? Date.now;
+    this.budget = new EntryBudget(this.limits.importPerSecond);
+    o.channel.serve(FLOW_SYNC_KIND, (from, body) => this.receive(from, body), {
+      maxBodyBytes: this.limits.maxBodyBytes,
+      // one message per peer per interval and a resync's batches: the channel counts messages, EntryBudget entries
+      ratePerSec: Math.ceil((1000 / this.limits.intervalMs) * this.limits.maxMessagesPerTick),
+      burst: 2 * Math.ceil((1000 / this.limits.intervalMs) * this.limits.maxMessagesPerTick),
+    });
+  }
+
+  start(): void {
+    const loop = () => {
+      if (this.stopped) return;
+      const began = this.now();
+      this.running = this.tick().catch((e: unknown) => this.o.log?.warn(`flow sync: ${(e as Error).message}`))
+        .finally(() => {
+          this.running = null;
+          // reading a big table takes a while: at most a fifth of the time goes to the sync's rounds
+          if (!this.stopped) this.timer = setTimeout(loop, Math.max(this.limits.intervalMs, 4 * (this.now() - began)));
+        });
+    };
+    this.timer = setTimeout(loop, this.limits.intervalMs);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+
+  private state(peer: string): PeerState {
+    let s = this.peerState.get(peer);
+    if (!s) {
+      s = { queue: [], inSync: false, report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null } };
+      this.peerState.set(peer, s);
+    }
+    return s;
+  }
+
+  /** One round: read the tables, queue what is new for every peer (everything for a peer out of sync), send. */
+  async tick(): Promise<void> {
+    const obj = this.o.object();
+    if (!obj) return;
+    const at = this.now();
+    const { changed, all } = this.delta.read(obj);
+    const items = (e: FlowEntries): Item[] => [...e.ct.map((x): Item => ({ kind: 'ct', e: x, at })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at }))];
+    const fresh = items(changed);
+    const peers = this.o.peers().filter((p) => p !== this.o.node);
+    for (const p of [...this.peerState.keys()]) if (!peers.includes(p)) this.peerState.delete(p);
+    await Promise.all(peers.map(async (peer) => {
+      const s = this.state(peer);
+      if (!s.inSync && s.queue.length === 0) s.queue = items(all()); // (re)join: the whole table, then deltas
+      else s.queue.push(...fresh);
+      if (s.queue.length > this.limits.maxQueued) {
+        s.report.dropped += s.queue.length - this.limits.maxQueued;
+        s.queue = [];
+        s.inSync = false; // the next round starts a resync with the table as it is then
+      }
+      await this.send(peer, s);
+    }));
+  }
+
+  private async send(peer: string, s: PeerState): Promise<void> {
+    for (let m = 0; m < this.limits.maxMessagesPerTick && s.queue.length > 0; m++) {
+      const batch = s.queue.slice(0, this.limits.maxEntriesPerMessage);
+      try {
+        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch), { timeoutMs: this.limits.timeoutMs });
+      } catch (e) {
+        s.report.lastError = (e as Error).message;
+        // unknown what arrived: the table is sent again once the peer answers
+        s.inSync = false;
+        s.queue = [];
+        break;
+      }
+      s.queue.splice(0, batch.length);
+      s.report.sent += batch.length;
+      s.report.lagMs = this.now() - batch[0]!.at;
+      delete s.report.lastError;
+    }
+    if (s.queue.length === 0 && s.report.lastError === undefined) s.inSync = true;
+    s.report.inSync = s.inSync;
+    s.report.queued = s.queue.length;
+  }
+
+  /** A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. */
+  receive(from: string, body: unknown): ImportResult {
+    const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
+    const s = this.state(from);
+    const n = entries.ct.length + entries.snat.length;
+    s.report.received += n;
+    const obj = this.o.object();
+    if (!obj) throw new Error('no data plane loaded');
+    const granted = this.budget.take(from, n, this.now());
+    const over = n - granted;
+    const take = { ct: entries.ct.slice(0, granted), snat: entries.snat.slice(0, Math.max(0, granted - entries.ct.length)) };
+    const r = importFlows(obj, take, serviceRealsOf(this.o.desired()));
+    this.delta.remember(r.keys);
+    const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
+    if (over > 0) refused['rate-limited'] = over;
+    s.report.applied += r.applied;
+    for (const [k, v] of Object.entries(refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
+    return { applied: r.applied, unchanged: r.unchanged, refused };
+  }
+
+  /** Per peer: sync health (status, metrics). */
+  report(): Record<string, PeerSyncReport> {
+    return Object.fromEntries([...this.peerState].map(([p, s]) => [p, { ...s.report, refused: { ...s.report.refused }, queued: s.queue.length }]));
+  }
+}

@@ -1,0 +1,116 @@
+// Two lb nodes' data planes (two pin roots) and their connection-state sync (src/reconciler/flow-sync.ts) over two
+// real peer channels on 127.0.0.1, all inside a test network namespace (bpf_fib_lookup needs the lab's neighbours;
+// the channels' TCP stays in the namespace). Packets go through each node's xdp_lb by BPF_PROG_TEST_RUN. Runs the
+// scenario of test/netns/flow-sync.test.ts and prints one JSON observation per named step; the test asserts.
+import { readFileSync } from 'node:fs';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flow-sync.js';
+import { startPeerChannel, secretAuth, type PeerChannel } from '../../src/reconciler/peer/index.js';
+import type { DesiredState } from '../../src/render/state.js';
+import { runPacket, stateFromJson } from './xdp-harness.js';
+import { LAB, runHarnessScript } from './xdp-lab.js';
+import { TCP_FLAGS, frame, ipPacket } from './packets.js';
+
+export interface FlowSyncInput {
+  pinRoot: string;
+  secret: string;
+  /** Desired states by name, per node (a: lb-a, b: lb-b). */
+  states: Record<string, { a: unknown; b: unknown }>;
+  steps: FlowSyncStep[];
+  importPerSecond: number;
+}
+
+export type FlowSyncStep =
+  | { op: 'apply'; state: string }
+  | { op: 'run'; node: 'a' | 'b'; data: string }
+  /** the real's reply to the SNAT address and the SNAT port the output of step `ofStep` left from */
+  | { op: 'snatReply'; node: 'a' | 'b'; ofStep: number; real: string; realMac: string; snat: string; realPort: number }
+  | { op: 'tick'; node: 'a' | 'b' }
+  /** a message lb-a's channel sends to lb-b as if it were lb-a's sync (hostile or replayed bodies) */
+  | { op: 'send'; body: unknown }
+  /** the same from a channel that claims to be lb-a with another secret */
+  | { op: 'sendForged'; body: unknown; secret: string }
+  /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
+  | { op: 'restartA' }
+  | { op: 'report'; node: 'a' | 'b' }
+  | { op: 'count'; node: 'a' | 'b' };
+
+async function main(): Promise<void> {
+  const input = JSON.parse(readFileSync(0, 'utf8')) as FlowSyncInput;
+  const dp = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a` }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
+  const applied: Record<'a' | 'b', DesiredState | null> = { a: null, b: null };
+  const url: Record<string, string> = {};
+  const peersOf = (self: string) => () => Object.entries(url).filter(([n]) => n !== self).map(([node, u]) => ({ node, url: u }));
+  const auth = secretAuth(input.secret);
+  const log = { info: () => undefined, warn: (m: string) => process.stderr.write(`${m}\n`) };
+  const channels: PeerChannel[] = [];
+  const open = async (node: string) => {
+    const ch = await startPeerChannel({ node, host: '127.0.0.1', port: 0, auth, peers: peersOf(node), log });
+    channels.push(ch);
+    url[node] = ch.url;
+    return ch;
+  };
+  const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512 };
+  const syncOf = (node: 'a' | 'b', ch: PeerChannel) => new FlowSync({ node: `lb-${node}`, channel: ch, peers: () => Object.keys(url).filter((n) => n !== `lb-${node}`),
+    object: () => dp[node].object(), desired: () => applied[node], log, limits });
+  let chA = await open('lb-a');
+  const chB = await open('lb-b');
+  const sync = { a: syncOf('a', chA), b: syncOf('b', chB) };
+  const out: unknown[] = [];
+  try {
+    for (const step of input.steps) {
+      try {
+        if (step.op === 'apply') {
+          for (const n of ['a', 'b'] as const) {
+            applied[n] = stateFromJson(input.states[step.state]![n]);
+            await dp[n].apply(applied[n]!);
+          }
+          out.push({});
+        } else if (step.op === 'run') out.push(await runPacket(dp[step.node], step.data, 'lbA'));
+        else if (step.op === 'snatReply') {
+          const sent = Buffer.from((out[step.ofStep] as { data: string }).data, 'hex');
+          const snatPort = sent.readUInt16BE(14 + 20);
+          const data = frame({ dst: LAB.lbA.mac, src: step.realMac },
+            ipPacket({ src: step.real, dst: step.snat, l4: { tcp: { sport: step.realPort, dport: snatPort, flags: TCP_FLAGS.ACK, ack: 1 } } }));
+          out.push(await runPacket(dp[step.node], data.toString('hex'), 'lbA'));
+        }
+        else if (step.op === 'tick') {
+          await sync[step.node].tick();
+          out.push({ report: sync[step.node].report() });
+        } else if (step.op === 'send') {
+          out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, step.body) });
+        } else if (step.op === 'sendForged') {
+          const forged = await startPeerChannel({ node: 'lb-a', host: '127.0.0.1', port: 0, auth: secretAuth(step.secret), peers: peersOf('lb-a'), log });
+          try {
+            out.push({ answer: await forged.request('lb-b', FLOW_SYNC_KIND, step.body) });
+          } finally {
+            await forged.close();
+          }
+        } else if (step.op === 'restartA') {
+          await chA.close();
+          channels.splice(channels.indexOf(chA), 1);
+          chA = await open('lb-a');
+          sync.a = syncOf('a', chA);
+          out.push({});
+        } else if (step.op === 'report') out.push({ report: sync[step.node].report() });
+        else if (step.op === 'count') {
+          const obj = dp[step.node].object()!;
+          out.push({ ct: obj.map('lb_conntrack').keys().length, snat: obj.map('lb_snat_rev').keys().length });
+        }
+      } catch (e) {
+        out.push({ error: String((e as Error).message ?? e), reason: (e as { reason?: string }).reason });
+      }
+    }
+  } finally {
+    for (const c of channels) await c.close();
+    dp.a.close();
+    dp.b.close();
+  }
+  process.stdout.write(JSON.stringify(out));
+}
+
+export function runFlowSyncHarness(ns: string, input: FlowSyncInput, timeoutMs = 120_000): Promise<any[]> {
+  return runHarnessScript(new URL(import.meta.url).pathname, ns, input, timeoutMs);
+}
+
+if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) await main();

@@ -1,0 +1,245 @@
+// Connection-state sync between two lb nodes (issue 24; src/reconciler/flow-sync.ts, docs/datapath.md
+// "Connection-state sync"): two data planes (own pin roots, the real xdp_lb through BPF_PROG_TEST_RUN) and two real
+// authenticated peer channels on 127.0.0.1 inside a test namespace (test/lib/flow-sync-harness.ts). The scenario:
+// - established flows on lb-a (a DSR flow and a SNAT translation) are synced to lb-b; the table then moves every new
+//   flow to real 2 (real 1 drained) and ECMP moves the flows to lb-b: lb-b sends them on to real 1 (the SNAT one
+//   from the same SNAT address and port), and translates real 1's reply; a flow lb-b never heard of goes to real 2;
+// - the stale entry of the issue: lb-b recorded real 2 for a 5-tuple while real 1 was out; real 1 comes back, the
+//   client reconnects through lb-a (real 1), and lb-b's next segment of that connection goes to real 1 too; lb-b's
+//   stale entry is not sent back to lb-a;
+// - hostile peers: entries for a VIP or real this node does not have, translations of another SNAT address or of
+//   this node's own port range, a port held by another client, malformed and oversize bodies, a forged sender,
+//   and a flood over the entry budget are refused and counted; a replayed batch changes nothing;
+// - a restarted lb-a sends lb-b its whole table.
+import test from 'ava';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { LAB, labNames, setupLab, teardownLab } from '../lib/xdp-lab.js';
+import { makeState } from '../lib/lb-state.js';
+import { stateToJson } from '../lib/xdp-harness.js';
+import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
+import { runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
+import type { DesiredState } from '../../src/render/state.js';
+
+const TAG = 'fsync';
+const SECRET = 'Zk3q9V0xW1rT8mN2bC4yH6jL5pD7sG0aE3uI9oK1fQ2='; // a test secret (44 base64 chars, 264 bits)
+const REALS = { 1: '198.51.100.11', 2: '198.51.100.12' };
+const MAC1 = LAB.neighbours[REALS[1]]!;
+const MAC2 = LAB.neighbours[REALS[2]]!;
+const VIP_DSR = '203.0.113.10';
+const VIP_SNAT = '203.0.113.20';
+const CLIENT = '192.0.2.1';
+const SNAT = LAB.lbA.v4; // one SNAT address shared by both lb nodes, disjoint port ranges
+const PORTS = { a: { min: 40000, max: 40999 }, b: { min: 41000, max: 41999 } };
+const TX = 3;
+
+function state(node: 'a' | 'b', real: 1 | 2): unknown {
+  const s = makeState({ reals: REALS, hashSeed: 7, conntrackMaxEntries: 4096, addresses: [LAB.lbA.v4], services: [
+    { id: 1, vip: VIP_DSR, forwarding: 'dsr-l2', ring: Array(7).fill(real) },
+    { id: 2, vip: VIP_SNAT, forwarding: 'snat', ring: Array(7).fill(real), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+  ] });
+  // both reals stay listed (the other one drained): established flows may still use it
+  for (const svc of s.services) {
+    const other = real === 1 ? 2 : 1;
+    if (!svc.reals.some((r) => r.realId === other)) {
+      svc.reals.push({ realId: other, address: REALS[other], weight: 1, state: 'drain', healthy: true, entries: 0 });
+      svc.reals.sort((x, y) => x.realId - y.realId);
+    }
+  }
+  const d: DesiredState = { ...s, node: `lb-${node}`, snatAddress: SNAT, snatPorts: PORTS[node] };
+  return stateToJson(d);
+}
+const STATES = { real1: { a: state('a', 1), b: state('b', 1) }, real2: { a: state('a', 2), b: state('b', 2) } };
+
+const tcp = (vip: string, sport: number, flags: number, dport = 80) => frame({ dst: LAB.lbA.mac, src: LAB.clientMac },
+  ipPacket({ src: CLIENT, dst: vip, l4: { tcp: { sport, dport, flags, ack: flags & TCP_FLAGS.ACK ? 1 : 0 } } })).toString('hex');
+const SYN = TCP_FLAGS.SYN;
+const ACK = TCP_FLAGS.ACK;
+
+const steps: Array<{ name: string; step: FlowSyncStep }> = [];
+const at: Record<string, number> = {};
+const add = (name: string, step: FlowSyncStep) => { at[name] = steps.length; steps.push({ name, step }); };
+const ct = (src: string, dst: string, sport: number, dport: number, realId: number) => [src, dst, sport, dport, 6, realId];
+const snatE = (cport: number, snatAddress: string, snatPort: number, realId = 1) => [CLIENT, VIP_SNAT, cport, 80, 6, realId, 8080, snatAddress, snatPort, false];
+const ID1 = 1;
+
+// ---- established flows survive a move to the other lb node after the table changed
+add('apply real1', { op: 'apply', state: 'real1' });
+add('b tick 0', { op: 'tick', node: 'b' }); // first contact: lb-b's (empty) table, so lb-a is in sync with it
+add('a dsr syn', { op: 'run', node: 'a', data: tcp(VIP_DSR, 5000, SYN) });
+add('a dsr ack', { op: 'run', node: 'a', data: tcp(VIP_DSR, 5000, ACK) });
+add('a snat syn', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5001, SYN) });
+add('a snat ack', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5001, ACK) });
+add('a tick 1', { op: 'tick', node: 'a' });
+add('b count after sync', { op: 'count', node: 'b' });
+add('a dsr syn unsynced', { op: 'run', node: 'a', data: tcp(VIP_DSR, 5002, SYN) });
+add('apply real2', { op: 'apply', state: 'real2' });
+add('b dsr ack synced', { op: 'run', node: 'b', data: tcp(VIP_DSR, 5000, ACK) });
+add('b dsr ack unsynced', { op: 'run', node: 'b', data: tcp(VIP_DSR, 5002, ACK) });
+add('b snat ack synced', { op: 'run', node: 'b', data: tcp(VIP_SNAT, 5001, ACK) });
+add('b snat reply from real 1', { op: 'snatReply', node: 'b', ofStep: at['a snat syn']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
+add('b tick 1', { op: 'tick', node: 'b' });
+
+// ---- the stale entry: lb-b picked real 2 while real 1 was out; the reconnect through lb-a picks real 1
+add('b dsr syn while real 1 out', { op: 'run', node: 'b', data: tcp(VIP_DSR, 6000, SYN) });
+add('apply real1 again', { op: 'apply', state: 'real1' });
+add('a dsr reconnect syn', { op: 'run', node: 'a', data: tcp(VIP_DSR, 6000, SYN) });
+add('a tick 2', { op: 'tick', node: 'a' });
+add('b dsr ack after reconnect', { op: 'run', node: 'b', data: tcp(VIP_DSR, 6000, ACK) });
+add('b tick 2', { op: 'tick', node: 'b' });
+add('a dsr ack after b tick', { op: 'run', node: 'a', data: tcp(VIP_DSR, 6000, ACK) });
+
+// ---- hostile peers (lb-b's view)
+add('replay of a synced entry', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 6000, 80, ID1)], snat: [] } });
+add('unknown VIP', { op: 'send', body: { v: 1, ct: [ct(CLIENT, '203.0.113.99', 7000, 80, ID1)], snat: [] } });
+add('unknown port of a VIP', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7000, 81, ID1)], snat: [] } });
+add('unknown real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7000, 80, 12345)], snat: [] } });
+add('ct entry for a snat listener', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_SNAT, 7000, 80, ID1)], snat: [] } });
+add('other SNAT address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7001, '198.51.100.99', 40500)] } });
+add('port of b\'s own range', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7002, SNAT, 41500)] } });
+add('valid translation', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7003, SNAT, 40600)] } });
+add('port held by another client', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7004, SNAT, 40600)] } });
+add('malformed: version', { op: 'send', body: { v: 2, ct: [], snat: [] } });
+add('malformed: arity', { op: 'send', body: { v: 1, ct: [[CLIENT, VIP_DSR, 1, 80, 6]], snat: [] } });
+add('malformed: address not canonical', { op: 'send', body: { v: 1, ct: [ct('192.0.2.01', VIP_DSR, 1, 80, ID1)], snat: [] } });
+add('malformed: port 0', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 0, 80, ID1)], snat: [] } });
+add('too many entries', { op: 'send', body: { v: 1, ct: Array.from({ length: 513 }, (_, i) => ct(CLIENT, VIP_DSR, 10000 + i, 80, ID1)), snat: [] } });
+add('oversize body', { op: 'send', body: { v: 1, ct: [], snat: [], pad: 'x'.repeat(600 * 1024) } });
+add('forged sender', { op: 'sendForged', secret: 'Qw8e7R6t5Y4u3I2o1P0aSdFgHjKlZxCvBnM9q8W7e6R=', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7005, 80, ID1)], snat: [] } });
+add('b count before flood', { op: 'count', node: 'b' });
+for (let i = 0; i < 3; i++)
+  add(`flood ${i}`, { op: 'send', body: { v: 1, ct: Array.from({ length: 500 }, (_, j) => ct(CLIENT, VIP_DSR, 20000 + i * 500 + j, 80, ID1)), snat: [] } });
+add('b count after flood', { op: 'count', node: 'b' });
+add('b report', { op: 'report', node: 'b' });
+
+// ---- lb-a restarts: a new sync sends lb-b the whole table
+add('restart a', { op: 'restartA' });
+add('a count', { op: 'count', node: 'a' });
+add('a tick after restart', { op: 'tick', node: 'a' });
+
+const IMPORT_PER_SECOND = 200; // the flood test's budget: at most 2 x 200 at once
+
+let results: Promise<any[]>;
+test.before(() => {
+  const { ns, pinRoot } = setupLab(TAG);
+  mkdirSync(`${pinRoot}/a`, { recursive: true });
+  mkdirSync(`${pinRoot}/b`, { recursive: true });
+  // clients are reached through the lab's gateway (SNAT replies go back to them)
+  execFileSync('ip', ['-n', ns, 'route', 'add', '192.0.2.0/25', 'via', '198.51.100.254', 'dev', 'lbA']);
+  results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: IMPORT_PER_SECOND });
+  results.catch(() => undefined);
+});
+test.after.always(() => teardownLab(TAG));
+
+const r = async (name: string) => (await results)[at[name]!];
+const dstMac = (hex: string) => hex.slice(0, 12).match(/../g)!.join(':');
+const srcPort = (hex: string) => parseInt(hex.slice(68, 72), 16); // Ethernet 14 + IPv4 20: TCP source port
+
+test('established flows on lb-a reach the other node\'s maps in one sync round', async (t) => {
+  for (const n of ['a dsr syn', 'a dsr ack', 'a snat syn', 'a snat ack']) t.is((await r(n)).retval, TX, n);
+  t.is(dstMac((await r('a dsr ack')).data), MAC1);
+  const tick = await r('a tick 1');
+  t.falsy(tick.error, tick.error);
+  t.is(tick.report['lb-b'].sent, 2, 'one connection-table entry and one translation');
+  t.true(tick.report['lb-b'].inSync);
+  t.deepEqual(await r('b count after sync'), { ct: 1, snat: 1 });
+});
+
+test('after the table moved to real 2 and ECMP moved the flows to lb-b, the synced DSR flow still reaches real 1', async (t) => {
+  const synced = await r('b dsr ack synced');
+  t.is(synced.retval, TX);
+  t.is(dstMac(synced.data), MAC1);
+  const unsynced = await r('b dsr ack unsynced');
+  t.is(dstMac(unsynced.data), MAC2, 'a flow lb-b never heard of goes where the new table sends it');
+});
+
+test('the synced SNAT translation leaves lb-b from the same SNAT port to real 1', async (t) => {
+  const a = await r('a snat syn');
+  const b = await r('b snat ack synced');
+  t.is(b.retval, TX);
+  t.is(dstMac(b.data), MAC1);
+  t.is(srcPort(b.data), srcPort(a.data));
+  t.true(srcPort(a.data) >= PORTS.a.min && srcPort(a.data) <= PORTS.a.max);
+  t.is(b.counters.snat_hit, 1);
+  const back = await r('b snat reply from real 1');
+  t.is(back.retval, TX, 'lb-b holds the reverse entry too: real 1\'s reply goes back to the client');
+  t.is(back.counters.snat_reply, 1);
+});
+
+test('lb-b does not send lb-a\'s entries back', async (t) => {
+  const first = await r('b tick 0');
+  t.is(first.report['lb-a'].sent, 0);
+  t.true(first.report['lb-a'].inSync);
+  const tick = await r('b tick 1');
+  t.falsy(tick.error, tick.error);
+  // lb-b's own new entries only: the unsynced flow's ACK made one (real 2)
+  t.is(tick.report['lb-a'].sent, 1);
+});
+
+test('the stale entry of the issue: lb-b\'s next segment of the reconnected connection goes to real 1, like lb-a\'s', async (t) => {
+  t.is(dstMac((await r('b dsr syn while real 1 out')).data), MAC2);
+  t.is(dstMac((await r('a dsr reconnect syn')).data), MAC1);
+  t.falsy((await r('a tick 2')).error);
+  const b = await r('b dsr ack after reconnect');
+  t.is(b.retval, TX);
+  t.is(dstMac(b.data), MAC1, 'without the sync lb-b would send it to real 2, which resets it');
+  t.falsy((await r('b tick 2')).error);
+  t.is(dstMac((await r('a dsr ack after b tick')).data), MAC1, 'lb-a keeps real 1: lb-b\'s overwritten entry did not come back');
+});
+
+test('a replayed batch changes nothing (idempotent)', async (t) => {
+  const a = await r('replay of a synced entry');
+  t.deepEqual(a.answer, { applied: 0, unchanged: 1, refused: {} });
+});
+
+test('entries for a VIP, a port or a real this node does not have are refused and counted', async (t) => {
+  t.deepEqual((await r('unknown VIP')).answer.refused, { 'no-listener': 1 });
+  t.deepEqual((await r('unknown port of a VIP')).answer.refused, { 'no-listener': 1 });
+  t.deepEqual((await r('unknown real')).answer.refused, { 'no-real': 1 });
+  t.deepEqual((await r('ct entry for a snat listener')).answer.refused, { 'no-listener': 1 });
+});
+
+test('translations: another SNAT address, a port of the node\'s own range and a port held by another client are refused; a valid one is inserted', async (t) => {
+  t.deepEqual((await r('other SNAT address')).answer.refused, { 'snat-address': 1 });
+  t.deepEqual((await r('port of b\'s own range')).answer.refused, { 'snat-own-port': 1 });
+  t.deepEqual((await r('valid translation')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.deepEqual((await r('port held by another client')).answer.refused, { 'snat-port-taken': 1 });
+});
+
+test('malformed, oversize and forged messages are refused by the channel', async (t) => {
+  for (const n of ['malformed: version', 'malformed: arity', 'malformed: address not canonical', 'malformed: port 0', 'too many entries']) {
+    const a = await r(n);
+    t.is(a.reason, 'refused', `${n}: ${JSON.stringify(a)}`);
+    t.regex(a.error, /HTTP 400 \(bad-body\)/, n);
+  }
+  const big = await r('oversize body');
+  t.regex(big.error ?? '', /413|too-large|unreachable|reset|EPIPE/i, JSON.stringify(big));
+  const forged = await r('forged sender');
+  t.regex(forged.error ?? '', /HTTP 401 \(bad-mac\)/, JSON.stringify(forged));
+});
+
+test('a peer flooding entries inserts no more than its budget (2 x importPerSecond at once); the rest is counted', async (t) => {
+  const before = await r('b count before flood');
+  const after = await r('b count after flood');
+  const applied = await Promise.all([0, 1, 2].map((i) => r(`flood ${i}`)));
+  const total = applied.reduce((s, x) => s + (x.answer?.applied ?? 0), 0);
+  const limited = applied.reduce((s, x) => s + (x.answer?.refused?.['rate-limited'] ?? 0), 0);
+  t.true(total >= 2 * IMPORT_PER_SECOND && total <= 2 * IMPORT_PER_SECOND + 20, `applied ${total}`);
+  t.is(total + limited, 1500);
+  t.is(after.ct - before.ct, total);
+  const report = (await r('b report')).report['lb-a'];
+  t.true(report.refused['rate-limited'] >= limited);
+});
+
+test('a restarted lb-a sends lb-b its whole table', async (t) => {
+  const count = await r('a count');
+  const tick = await r('a tick after restart');
+  t.falsy(tick.error, tick.error);
+  t.is(tick.report['lb-b'].sent, count.ct + count.snat);
+  t.true(tick.report['lb-b'].inSync);
+});
+
+test('names of the harness steps are unique', (t) => {
+  t.is(new Set(steps.map((s) => s.name)).size, steps.length);
+  t.truthy(labNames(TAG).ns);
+});
