@@ -74,7 +74,8 @@ export const command = defineCommand<VerifyOptions>({
   summary: 'verify the signatures of a range of commits, as gitlb run does before applying (for CI)',
   description: `Verifies the signature of every commit reachable from HEAD and not from BASE (merges included), exactly
 as gitlb run does before applying HEAD: trusted signers are the --trust file plus the repository's signers list as
-each commit's parents hold it; accepted formats and the signers list path come from BASE's
+each commit's parents hold it, where a parent outside the range holds BASE's list (BASE is the starting list, also
+for a HEAD that forks from before BASE); accepted formats and the signers list path come from BASE's
 Cluster.spec.verification (defaults: ssh and openpgp, trust/allowed_signers). Without BASE the whole history of
 HEAD is checked. The range is always judged as in enforce mode (docs/verification.md).`,
   exitStatus: 'Exit status: 0 every commit verified, 1 a commit refused (or the range cannot be read), 2 usage error.',
@@ -124,7 +125,10 @@ HEAD is checked. The range is always judged as in enforce mode (docs/verificatio
       // A HEAD that forks from before BASE is judged from BASE's signers list all the same (the fork point is not
       // verified history of HEAD); a node that applied BASE would also refuse it as a rewind under enforce.
       const descends = base ? (await ancestry(remote, values.branch, base, head)) === 'descendant' : true;
-      const rewind = descends ? null : `${head.slice(0, 12)} does not descend from ${base!.slice(0, 12)}: a node that applied ${base!.slice(0, 12)} refuses it under enforce (NonFastForward) unless gitlb run --allow-rewind-to allows it`;
+      const rewind = descends
+        ? null
+        : `${head.slice(0, 12)} does not descend from ${base!.slice(0, 12)}: its commits are judged from ${base!.slice(0, 12)}'s signers list; ` +
+          `pushed as the branch itself (not merged), a node that applied ${base!.slice(0, 12)} refuses it under enforce (NonFastForward) unless gitlb run --allow-rewind-to allows it`;
       if (values.json || values.format === 'json') process.stdout.write(JSON.stringify({ policy, descendsFromBase: descends, ...r }, null, 2) + '\n');
       else {
         if (rewind) process.stdout.write(`note: ${rewind}\n`);
