@@ -8,6 +8,7 @@ import { openLbDataPlane } from '../src/bpf/dataplane/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
 import { HealthService } from '../src/reconciler/health/index.js';
 import { vipProbeRouter } from '../src/reconciler/health/vip-router.js';
+import { applyTo } from './lib/converge.js';
 
 const [configDir, node, iface, pinRoot] = process.argv.slice(2) as [string, string, string, string];
 const out = (o: unknown) => process.stdout.write(JSON.stringify(o) + '\n');
@@ -23,7 +24,7 @@ let applying: Promise<void> = Promise.resolve();
 const apply = (why: string) => {
   applying = applying.then(async () => {
     const desired = renderDesiredState(model, node, health.view());
-    const report = await dp.apply(desired);
+    const report = await applyTo(dp, desired);
     out({
       type: 'applied', why, at: Date.now(), report,
       services: desired.services.map((s) => ({ name: s.name, digest: s.digest, reals: s.reals.map((r) => `${r.address}:${r.healthy ? 'up' : 'down'}:${r.entries}`) })),

@@ -15,6 +15,7 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
 import { BpfMap, possibleCpus } from '../../src/bpf/libbpf.js';
 import { makeState } from '../../test/lib/lb-state.js';
+import { applyTo, planOf } from '../../test/lib/converge.js';
 
 const VIP = '203.0.113.10';
 
@@ -61,7 +62,7 @@ async function main(): Promise<void> {
     rmSync(pin, { recursive: true, force: true });
     const dp = await openLbDataPlane({ pinRoot: pin });
     try {
-      await dp.apply(state(FROM));
+      await applyTo(dp, state(FROM));
       const per = Math.ceil(FLOWS / cpus);
       for (let c = 0; c < cpus; c++) {
         const n = Math.min(per, FLOWS - c * per);
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
       }
       const before = count(pin);
       if (before.entries !== FLOWS) throw new Error(`${before.entries} flows in the table, wanted ${FLOWS}`);
-      const ops = await dp.plan(state(TO));
+      const ops = await planOf(dp, state(TO));
       const t0 = performance.now();
       await dp.execute(ops);
       const ms = performance.now() - t0;

@@ -8,6 +8,7 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { parseConfig, type ConfigFile } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { SCALE, scaleFile, scaleFileOf, scaleFiles } from './config.js';
+import { applyTo, planOf } from '../../test/lib/converge.js';
 
 const PIN = `/sys/fs/bpf/gitlb-bench-scale-${process.pid}`;
 const enc = new TextEncoder();
@@ -30,19 +31,19 @@ try {
   const cold = await timed('validate (cold: every file parsed)', () => parseConfig(asFiles(files)));
   if (!cold.model) throw new Error(cold.diagnostics.slice(0, 3).map((d) => d.message).join('; '));
   const desired = await timed('render (cold: every Maglev table built)', () => renderDesiredState(cold.model!, 'lb-1'));
-  const ops = await timed('plan against empty maps', () => dp.plan(desired));
-  const first = await timed(`apply (cold: ${ops.length} ops)`, () => dp.execute(ops));
+  const ops = await timed('plan against empty maps', () => planOf(dp, desired));
+  const first = await timed(`apply (cold: ${ops.length} ops)`, () => dp.execute(ops, { desired }));
   console.log(`    ${first.ringSwitches} rings created and switched, ${first.changedRingEntries} ring entries, ${first.mapWrites} map writes`);
   await timed('readLive (rings known by map id)', () => dp.readLive());
   await timed('readLive verify (every ring read back)', () => dp.readLive({ verify: true }));
-  await timed('plan, nothing changed (read-back / drift check)', () => dp.plan(desired));
+  await timed('plan, nothing changed (read-back / drift check)', () => planOf(dp, desired));
 
   // one service's weights change: the next commit
   const i = 342;
   files[scaleFileOf(i)] = scaleFile(Math.floor(i / 100), SCALE, new Map([[i, (r: number) => (r === 7 ? 40 : 100)]]));
   const warm = await timed('validate (warm: one file changed)', () => parseConfig(asFiles(files)));
   const next = await timed('render (warm: one table rebuilt)', () => renderDesiredState(warm.model!, 'lb-1'));
-  const change = await timed('plan + apply of that change', () => dp.apply(next));
+  const change = await timed('plan + apply of that change', () => applyTo(dp, next));
   console.log(`    ${change.ops} ops: ${change.ringSwitches} ring switch, ${change.changedRingEntries} ring entries`);
 
   (globalThis as { gc?: () => void }).gc?.();

@@ -16,6 +16,7 @@ import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, measurer, median, runChecked, xdpContextFor } from './measure-lib.js';
 import { loadKatran, type KatranPeer } from './katran.js';
 import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
+import { applyTo } from '../../test/lib/converge.js';
 
 const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
@@ -35,7 +36,7 @@ const state = makeState({
 });
 
 const dp = await openLbDataPlane({ pinRoot });
-await dp.apply(state);
+await applyTo(dp, state);
 const lb = dp.object()!.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
 const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);

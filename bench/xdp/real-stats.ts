@@ -11,6 +11,7 @@ import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
 import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
+import { applyTo } from '../../test/lib/converge.js';
 
 const pinRoot = process.argv[2]!;
 const variantPath = process.argv[3]!;
@@ -27,7 +28,7 @@ const state = makeState({
   ],
 });
 const dp = await openLbDataPlane({ pinRoot });
-await dp.apply(state);
+await applyTo(dp, state);
 const withStats = dp.object()!.program('xdp_lb');
 // the variant shares every pinned map (same sizes as pinned), so both programs see the same tables
 const mapMaxEntries: Record<string, number> = {};

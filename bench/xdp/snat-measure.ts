@@ -10,6 +10,7 @@ import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, measurer, xdpContextFor } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
+import { applyTo } from '../../test/lib/converge.js';
 
 const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
@@ -17,7 +18,7 @@ const NEW_REPEAT = Number(process.env.XDP_BENCH_NEW_REPEAT ?? 20_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
 
 const dp = await openLbDataPlane({ pinRoot });
-await dp.apply(benchState());
+await applyTo(dp, benchState());
 const obj = dp.object()!;
 const lb = obj.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);

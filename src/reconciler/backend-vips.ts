@@ -268,15 +268,15 @@ async function reconcileSysctls(host: Host, state: OwnershipState, opts: Backend
 }
 
 /**
- * A backend DataPlane whose apply() also keeps the local VIPs right, in make-before-break order: VIPs that a new
- * revision adds are made local before the maps send traffic to them; VIPs it drops are released only after the
- * maps no longer do. If the map apply fails, VIPs added for it are released again and the error propagates.
+ * A backend DataPlane whose execute() also keeps the local VIPs right (those of ExecuteOptions.desired, which
+ * converge passes), in make-before-break order: VIPs that a new revision adds are made local before the maps send
+ * traffic to them; VIPs it drops are released only after the maps no longer do. If the map execute fails, VIPs
+ * added for it are released again and the error propagates.
  */
 export function withBackendVips(dp: DataPlane, opts: BackendVipsOptions): DataPlane {
-  let applied: string[] | null = null; // localVips of the last successful apply (null: not known in this process)
-  let planned: DesiredState | null = null; // the state of the last plan(): execute() makes its VIPs local
+  let applied: string[] | null = null; // localVips of the last successful execute (null: not known in this process)
   const execute = async (ops: Op[], exec?: ExecuteOptions) => {
-    const want = planned?.localVips;
+    const want = exec?.desired?.localVips;
     if (!want) return dp.execute(ops, exec);
     const before = applied ?? (await ownedVips(opts.stateFile));
     await reconcileBackendVips([...new Set([...before, ...want])], opts);
@@ -291,16 +291,11 @@ export function withBackendVips(dp: DataPlane, opts: BackendVipsOptions): DataPl
     applied = [...want];
     return report;
   };
-  const plan = async (desired: DesiredState) => {
-    const ops = await dp.plan(desired);
-    planned = desired;
-    return ops;
-  };
   return {
-    plan,
+    ...(dp.target && { target: dp.target }),
     execute,
-    apply: async (desired: DesiredState) => execute(await plan(desired)),
     readLive: (o) => dp.readLive(o),
+    tableSizes: () => dp.tableSizes(),
     counters: () => dp.counters(),
     close: () => dp.close(),
   };

@@ -23,7 +23,8 @@ import type { ApplyReport, DataPlane, LiveState, ReadLiveOptions } from '../bpf/
 import { readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
 import { isStopped } from './source/deadline.js';
-import { describeOp, planOps, type Op } from '../render/ops.js';
+import { describeOp, type Op } from '../render/ops.js';
+import { Converger } from './converge.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
 import { FetchBackoff, humanMs } from './fetch-backoff.js';
@@ -211,6 +212,8 @@ export class Reconciler {
   timings: Record<string, number> = {};
 
   private dp: DataPlane;
+  /** The one way to the data plane: plans, executes, reads back (converge.ts); its memo spares an idle drift check. */
+  readonly converger = new Converger();
 
   constructor(private readonly o: ReconcilerOptions) {
     this.dp = o.dataPlane;
@@ -600,18 +603,20 @@ export class Reconciler {
     // health re-render from now on renders this candidate). The data plane restores itself if apply fails.
     type Applied = { ok: true; plan: Op[]; report: ApplyReport; after: { live: LiveState } } | { ok: false; stage: FailureStage; reason: string; permanent?: boolean };
     const applied: Applied = await this.dpLock.run(async (): Promise<Applied> => {
-      let plan: Op[];
-      let report: ApplyReport;
+      let done;
       try {
-        plan = await this.dp.plan(desired);
-        mark('plan');
-        if (plan.length >= LARGE_PLAN_OPS) this.log.info(`applying ${head.slice(0, 12)}: ${plan.length} ops`, { revision: head, stage: 'apply', ops: plan.length });
-        report = await this.dp.execute(plan, {
+        done = await this.converger.converge(this.dp, desired, {
+          onStage: (stage) => {
+            mark(stage);
+            if (stage === 'apply') this.liveModel = model;
+          },
+          onPlanned: (plan) => {
+            if (plan.length >= LARGE_PLAN_OPS) this.log.info(`applying ${head.slice(0, 12)}: ${plan.length} ops`, { revision: head, stage: 'apply', ops: plan.length });
+          },
           onProgress: (done, total, r) => this.log.info(`applying ${head.slice(0, 12)}: ${done}/${total} ops, ${r.mapWrites} map writes so far`,
             { revision: head, stage: 'apply', done, total, mapWrites: r.mapWrites }),
         });
-        mark('apply');
-        this.countReport(report);
+        this.countReport(done.report);
       } catch (err) {
         // EINVAL: the data plane cannot represent this revision on this node (e.g. the Node's interface is not
         // the one the data plane was opened on); ENOSPC: the plan found no order of ops that fits the node's maps
@@ -619,15 +624,12 @@ export class Reconciler {
         const code = (err as { code?: string }).code;
         return { ok: false, stage: 'apply', reason: errorText(err), permanent: code === 'EINVAL' || code === 'ENOSPC' };
       }
-      this.liveModel = model;
-      // Read back: the kernel must now hold exactly what was rendered.
-      const after = await this.compareLive(desired);
-      mark('readback');
-      if (after.differences.length) {
+      // Read back (converge did, with the same planner): the kernel must now hold exactly what was rendered.
+      if (done.left.length) {
         await this.restoreLastGoodLocked();
-        return { ok: false, stage: 'readback', reason: `live maps differ after apply: ${after.differences.slice(0, 5).join('; ')}` };
+        return { ok: false, stage: 'readback', reason: `live maps differ after apply: ${done.left.slice(0, 5).map(describeOp).join('; ')}` };
       }
-      return { ok: true, plan, report, after };
+      return { ok: true, plan: done.ops, report: done.report, after: { live: done.live } };
     });
     if (!applied.ok) return this.fail(head, applied.stage, applied.reason, model, applied.permanent);
     const { plan, report } = applied;
@@ -648,9 +650,9 @@ export class Reconciler {
       // Health may have changed while the gate waited: the kernel holds the latest render of this revision.
       await this.dpLock.run(async () => {
         desired = renderDesiredState(model, node, this.o.health?.());
-        const cmp = await this.compareLive(desired);
-        if (cmp.differences.length) this.countReport(await this.dp.apply(desired));
-        after = { live: await this.dp.readLive() };
+        const done = await this.converger.converge(this.dp, desired);
+        if (done.ops.length) this.countReport(done.report);
+        after = { live: done.live };
       });
     }
 
@@ -788,18 +790,10 @@ export class Reconciler {
 
   /** What differs between the kernel and `desired`: the planner's ops, described (empty when they agree). */
   private async compareLive(desired: DesiredState, opts: ReadLiveOptions = {}): Promise<{ differences: string[]; live: LiveState }> {
-    const live = await this.dp.readLive(opts);
-    // planOps is pure, and the lb data plane hands back the very same LiveState object while no map changed, so
-    // the same pair plans the same: an idle node's drift check does not plan again (see LiveMemo).
-    const memo = this.lastCompare;
-    if (memo && memo.live === live && memo.desired === desired) return { differences: memo.differences, live };
-    const differences = planOps(live, desired).map(describeOp);
-    this.lastCompare = { live, desired, differences };
-    return { differences, live };
+    // converge's read-only half; its memo spares an idle node's drift check the planning (see LiveMemo)
+    const { ops, live } = await this.converger.diff(this.dp, desired, opts);
+    return { differences: ops.map(describeOp), live };
   }
-
-  /** The last compareLive: its live snapshot, desired state and result. */
-  private lastCompare: { live: LiveState; desired: DesiredState; differences: string[] } | null = null;
 
   /**
    * Re-applies the last good revision after a post-apply problem (read-back mismatch, health gate), rendered with
@@ -810,7 +804,7 @@ export class Reconciler {
     this.liveModel = this.appliedModel;
     try {
       const desired = renderDesiredState(this.appliedModel, this.o.node, this.o.health?.());
-      this.countReport(await this.dp.apply(desired));
+      this.countReport((await this.converger.converge(this.dp, desired)).report);
       this.appliedDesired = desired;
     } catch (err) {
       this.log.warn(`restoring last good revision failed: ${errorText(err)}`);
@@ -910,21 +904,25 @@ export class Reconciler {
       const model = this.liveModel ?? this.appliedModel;
       if (!model || !this.appliedDesired || this.decommissioned) return undefined;
       const desired = renderDesiredState(model, this.o.node, this.o.health?.());
-      const cmp = await this.compareLive(desired);
+      // one converge: planned once, validated once, read back only when something was written
+      const done = await this.converger.converge(this.dp, desired);
       const candidate = model !== this.appliedModel; // a revision under its health gate: it records its own state
-      if (!cmp.differences.length) {
+      if (!done.ops.length) {
         if (!candidate) {
           this.appliedDesired = desired; // real health flags may change without any ring change
-          this.servicesFrom(cmp.live, desired);
+          this.servicesFrom(done.live, desired);
         }
         return null;
       }
-      const r = await this.dp.apply(desired);
+      const r = done.report;
       this.countReport(r);
       if (!candidate) {
         this.appliedDesired = desired;
-        await this.refreshServices(desired);
+        this.servicesFrom(done.live, desired);
       }
+      if (done.left.length)
+        this.log.warn(`re-render of ${candidate ? 'candidate' : this.applied?.slice(0, 12)} (${why}) left ${done.left.length} differences: ${done.left.slice(0, 3).map(describeOp).join('; ')}`,
+          { stage: 'health', reason: why, left: done.left.length });
       this.log.info(`re-rendered ${candidate ? 'candidate' : this.applied?.slice(0, 12)} (${why}): ${r.mapWrites} map writes`,
         { stage: 'health', reason: why, mapWrites: r.mapWrites, mapDeletes: r.mapDeletes, ringSwitches: r.ringSwitches });
       return r;
@@ -956,9 +954,10 @@ export class Reconciler {
       this.dp.close();
       this.dp = await this.o.reopenDataPlane();
     }
-    const report = await this.dp.apply(desired);
+    const done = await this.converger.converge(this.dp, desired);
+    const report = done.report;
     this.countReport(report);
-    const left = (await this.compareLive(desired)).differences;
+    const left = done.left.map(describeOp);
     if (left.length) {
       this.driftRepaired = `${left.length} differences not repaired: ${left.slice(0, 3).join('; ')}`;
       this.log.warn(`drift not repaired (${left.length} differences left): ${left.slice(0, 3).join('; ')}`);
@@ -968,7 +967,7 @@ export class Reconciler {
     this.driftRepaired = `repaired ${drift.differences.length} differences: ${drift.differences.slice(0, 3).join('; ')}`;
     this.log.warn(`drift repaired (${drift.differences.length} differences): ${drift.differences.slice(0, 3).join('; ')}`,
       { stage: 'drift', count: drift.differences.length, mapWrites: report.mapWrites });
-    await this.refreshServices(desired);
+    this.servicesFrom(done.live, desired);
     return { differences: drift.differences, report, why: `drift repaired: ${drift.differences.length} differences` };
   }
 }

@@ -17,6 +17,7 @@ import { getCondition } from '../../src/reconciler/status/conditions.js';
 import { startDaemon } from '../../src/reconciler/daemon.js';
 import { HealthService } from '../../src/reconciler/health/service.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, serviceYaml } from '../reconcile-helpers.js';
+import { planOf } from '../lib/converge.js';
 
 const REALS = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
 const T0 = Date.parse('2026-11-29T10:00:00Z');
@@ -88,7 +89,7 @@ test('first revision applied; re-apply, a commit that changes nothing and a rest
   t.is(r.appliedRevision, readme);
   t.true(o.kind === 'unchanged' || o.kind === 'applied');
   t.is(r.lastReport!.mapWrites + r.lastReport!.mapDeletes + r.lastReport!.ringSwitches, 0);
-  t.deepEqual(dp.executed.at(-1), [], 'an empty plan');
+  t.is(dp.executed.length, 1, 'an empty plan: nothing executed');
 
   // A restart on the same data plane adopts it: the first reconcile writes nothing.
   const { r: again } = reconciler(work, dp, 'lb-1', { lastVerified: { revision: readme } });
@@ -227,8 +228,10 @@ test('a health change re-renders the applied revision and applies only the diffe
   t.is(dp.executed.length, 1, 'no execute when nothing changed');
 
   down.add(REALS[0]!);
+  const stats = { ...r.converger.stats };
   const report = await r.refreshHealth('real down');
   t.truthy(report);
+  t.deepEqual(r.converger.stats, { ...stats, plans: stats.plans + 1, readbacks: stats.readbacks + 1 }, 'a health flip plans once (and reads back once)');
   const ops = dp.executed.at(-1)!;
   t.deepEqual(ops.map((o) => o.op), ['ring.fill', 'service.switch'], 'only the ring of the service changes');
   const ring = (await dp.readLive({ tables: true })).services[0]!.ring!;
@@ -351,7 +354,7 @@ test('auto-revert: only lb nodes, only for content-bad revisions, never a revert
 test('memory data plane: plans with the planner, a fault fails exactly its op and undoes, `times` executes in a row', async (t) => {
   const desired = desiredOf(configFiles(['lb-1'], REALS));
   const dp = new MemoryDataPlane();
-  const ops = await dp.plan(desired);
+  const ops = await planOf(dp, desired);
   t.deepEqual(ops, planOps((await dp.readLive()), desired));
   dp.injectFault({ kind: 'real.put', nth: 2, errno: 'ENOSPC', times: 2 });
   for (let i = 0; i < 2; i++) {
@@ -363,7 +366,7 @@ test('memory data plane: plans with the planner, a fault fails exactly its op an
   const report = await dp.execute(ops);
   t.is(report.ops, ops.length);
   t.is(report.ringSwitches, 1);
-  t.deepEqual(await dp.plan(desired), []);
+  t.deepEqual(await planOf(dp, desired), []);
   dp.close();
   await t.throwsAsync(dp.readLive(), { message: /after close/ });
 });

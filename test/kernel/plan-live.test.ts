@@ -11,6 +11,7 @@ import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { runPlan } from '../../src/cli/commands/plan.js';
 import { tempDir } from '../helpers/cli-repo.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const ROOT = `/sys/fs/bpf/glb${process.pid}-plive`;
 test.after.always(() => rmSync(ROOT, { recursive: true, force: true }));
@@ -30,7 +31,7 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
   t.regex(fresh.stdout, /lb-1 \(lb, pins .*\): \d+ map operations/, 'asked for: a node without pins plans everything');
   const dp = await openLbDataPlane({ pinRoot: join(ROOT, 'lb-1') });
   try {
-    await dp.apply(await render());
+    await applyTo(dp, await render());
     const same = await live('--exit-code');
     t.is(same.code, 0);
     t.regex(same.stdout, /: nothing to do\n$/);
@@ -49,8 +50,8 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
     t.true(json.some((o) => o.op === 'service.switch'));
     t.false(json.some((o) => 'ring' in o), 'rings are summarised, not listed');
     const desired = await render();
-    t.deepEqual((await dp.plan(desired)).map((o) => o.op), json.map((o) => o.op), 'the CLI prints what the data plane would do');
-    await dp.apply(desired);
+    t.deepEqual((await planOf(dp, desired)).map((o) => o.op), json.map((o) => o.op), 'the CLI prints what the data plane would do');
+    await applyTo(dp, desired);
     t.regex((await live()).stdout, /nothing to do/);
 
     // a new conntrack.maxEntries: the resize of each table sized by it, first, as the data plane plans it
@@ -61,8 +62,8 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
     t.regex(resized.stdout, /: 3 map operations\n +1\. resize lb_conntrack: 65536 -> 131072 entries/);
     t.regex(resized.stdout, /resize lb_snat_rev: 65536 -> 131072 entries/);
     const grown = await render();
-    t.deepEqual((await dp.plan(grown)).map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
-    await dp.apply(grown);
+    t.deepEqual((await planOf(dp, grown)).map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
+    await applyTo(dp, grown);
     t.regex((await live()).stdout, /nothing to do/);
   } finally {
     dp.close();

@@ -26,7 +26,7 @@ test('apply failure: state intact, recorded, retried with backoff, superseded by
   let racing = false;
   const foreign = (i: number) => encodeVipKey({ addr: '192.0.2.200', family: 4, port: 1 + i, proto: 6 });
   const racer: DataPlane = {
-    readLive: (o) => dp.readLive(o), plan: (d) => dp.plan(d), apply: (d) => dp.apply(d), counters: () => dp.counters(),
+    readLive: (o) => dp.readLive(o), tableSizes: () => dp.tableSizes(), target: dp.target, counters: () => dp.counters(),
     close: () => dp.close(),
     get forwarding() { return dp.forwarding; },
     execute: async (ops, o) => {

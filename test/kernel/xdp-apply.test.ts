@@ -11,6 +11,7 @@ import { RING_ROTATION_CHECKS, openLbDataPlane, ringDigest, type LbDataPlaneHand
 import { buildMaglevTable } from '../../src/render/maglev.js';
 import { describeOp, type Op } from '../../src/render/ops.js';
 import { makeState } from '../lib/lb-state.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xdpa`;
 const M = 65537;
@@ -43,10 +44,10 @@ test.serial('one-real change at M=65537, N=100: one new ring, one switch, the re
   old.pin(join(PIN, 'lb_ring'));
   old.close();
   dp = await openLbDataPlane({ pinRoot: PIN });
-  const first = await dp.apply(state(ringAll));
+  const first = await applyTo(dp, state(ringAll));
   t.is(first.ringSwitches, 1);
   t.false(existsSync(join(PIN, 'lb_ring')));
-  const ops = await dp.plan(state(ringMinusOne));
+  const ops = await planOf(dp, state(ringMinusOne));
   t.deepEqual(ops.map((o) => o.op), ['ring.fill', 'service.switch', 'real.delete']);
   t.log(ops.map(describeOp).join('\n'));
   const change = await dp.execute(ops);
@@ -56,7 +57,7 @@ test.serial('one-real change at M=65537, N=100: one new ring, one switch, the re
   const live = await dp.readLive({ tables: true });
   t.true(same(live.services[0]!.ring, ringMinusOne));
   t.false(live.reals.some((r) => r.id === 42));
-  t.deepEqual(await dp.plan(state(ringMinusOne)), [], 'read-back: nothing left to do');
+  t.deepEqual(await planOf(dp, state(ringMinusOne)), [], 'read-back: nothing left to do');
 });
 
 test.serial('readLive identifies rings by their map: no table is read unless asked', async (t) => {
@@ -85,20 +86,20 @@ test.serial('rings are frozen; a ring swapped in and then changed in place is fo
   Buffer.from(ringMinusOne.buffer).copy(values, 4);
   copy.updateBatch(keys, values, M + 1);
   outer.setInner(key, copy);
-  t.deepEqual(await dp!.plan(state(ringMinusOne)), [], 'the copy holds the right table');
+  t.deepEqual(await planOf(dp!, state(ringMinusOne)), [], 'the copy holds the right table');
   // ... and then rewrites one entry in place: the identity is unchanged, so only the rotation can see it
   copy.update(slot, Buffer.from([99, 0, 0, 0]));
   copy.close();
-  t.deepEqual(await dp!.plan(state(ringMinusOne)), [], 'a plan without a rotation turn trusts the identity');
+  t.deepEqual(await planOf(dp!, state(ringMinusOne)), [], 'a plan without a rotation turn trusts the identity');
   let foundAt = -1;
   for (let turn = 0; turn < RING_ROTATION_CHECKS && foundAt < 0; turn++) {
     const live = await dp!.readLive({ verifyTurn: turn });
     if (live.services[0]!.digest !== state(ringMinusOne).services[0]!.digest) foundAt = turn;
   }
   t.is(foundAt, 1 % RING_ROTATION_CHECKS, `service 1 is due at turn ${1 % RING_ROTATION_CHECKS} of ${RING_ROTATION_CHECKS}`);
-  t.deepEqual((await dp!.plan(state(ringMinusOne))).map((o) => o.op), ['ring.fill', 'service.switch'], 'the tampered ring is replaced by a new one');
-  await dp!.apply(state(ringMinusOne));
-  t.deepEqual(await dp!.plan(state(ringMinusOne)), []);
+  t.deepEqual((await planOf(dp!, state(ringMinusOne))).map((o) => o.op), ['ring.fill', 'service.switch'], 'the tampered ring is replaced by a new one');
+  await applyTo(dp!, state(ringMinusOne));
+  t.deepEqual(await planOf(dp!, state(ringMinusOne)), []);
 });
 
 test.serial('a restarted data plane adopts the pinned maps and plans nothing when nothing changed', async (t) => {
@@ -107,8 +108,8 @@ test.serial('a restarted data plane adopts the pinned maps and plans nothing whe
   const live = await dp.readLive();
   t.is(live.services[0]!.digest, state(ringMinusOne).services[0]!.digest, 'digest of an unknown map: read once');
   t.is(live.settings?.hashSeed, SEED);
-  t.deepEqual(await dp.plan(state(ringMinusOne)), []);
-  const again = await dp.apply(state(ringMinusOne));
+  t.deepEqual(await planOf(dp, state(ringMinusOne)), []);
+  const again = await applyTo(dp, state(ringMinusOne));
   t.deepEqual(again, { ops: 0, mapWrites: 0, mapDeletes: 0, ringSwitches: 0, changedRingEntries: 0 });
 });
 
@@ -116,21 +117,21 @@ test.serial('capacity: 100 SNAT services with 16381-entry tables join a running 
   // the scenario that used to fail with "lb_ring: no room for a ring of 16381 entries": now each ring is its own map
   const ring16381 = Uint32Array.from({ length: 16381 }, (_, i) => 1 + (i % 41)); // real 42 is not in this state
   const big = Array.from({ length: 8 }, (_, i) => ({ id: 200 + i, vip: `203.0.113.${200 + i}`, forwarding: 'dsr-l2' as const, ring: ringMinusOne }));
-  await dp!.apply(state(ringMinusOne, big));
+  await applyTo(dp!, state(ringMinusOne, big));
   const snat = Array.from({ length: 100 }, (_, i) => ({ id: 1000 + i, vip: `198.51.100.${150 + (i % 50)}`, forwarding: 'snat' as const,
     ring: ring16381, ports: [{ port: 1000 + i, protocol: 'UDP' as const }] }));
-  const r = await dp!.apply(state(ringMinusOne, [...big, ...snat]));
+  const r = await applyTo(dp!, state(ringMinusOne, [...big, ...snat]));
   t.is(r.ringSwitches, 100);
   t.is((await dp!.readLive()).services.length, 109);
-  t.deepEqual(await dp!.plan(state(ringMinusOne, [...big, ...snat])), []);
-  const back = await dp!.apply(state(ringMinusOne));
+  t.deepEqual(await planOf(dp!, state(ringMinusOne, [...big, ...snat])), []);
+  const back = await applyTo(dp!, state(ringMinusOne));
   t.is(back.mapDeletes, 108 + 108 + 8 + 50, 'listeners, rings and the VIP address markers of the 108 services');
 });
 
 test.serial('a failed execute undoes every op it ran: the previous state stays intact', async (t) => {
   const before = await dp!.readLive();
   const extra = [{ id: 5, vip: '203.0.113.5', forwarding: 'dsr-l2' as const, ring: ringAll }];
-  const ops = await dp!.plan(state(ringAll, extra));
+  const ops = await planOf(dp!, state(ringAll, extra));
   t.true(ops.some((o) => o.op === 'real.put') && ops.some((o) => o.op === 'service.switch') && ops.some((o) => o.op === 'vip.put'));
   // an op the lb data plane cannot run, after reals, rings and listeners were written
   const poisoned: Op[] = [...ops, { op: 'backend-vip.put', entry: { kind: 'address', address: '203.0.113.5', family: 4, port: 0, protocol: null, targetPort: 0 }, before: null }];
@@ -139,7 +140,7 @@ test.serial('a failed execute undoes every op it ran: the previous state stays i
   const after = await dp!.readLive();
   t.deepEqual(after, before);
   // and the data plane still applies normally afterwards
-  const ok = await dp!.apply(state(ringAll, extra));
+  const ok = await applyTo(dp!, state(ringAll, extra));
   t.is(ok.ringSwitches, 2);
   t.true(same((await dp!.readLive({ tables: true })).services.find((s) => s.id === 5)!.ring, ringAll));
 });
@@ -148,6 +149,6 @@ test.serial('bad desired state is refused naming the field', async (t) => {
   const bad = state(ringAll);
   bad.services[0]!.ring = new Uint32Array(M).fill(999);
   bad.services[0]!.digest = ringDigest(bad.services[0]!.ring); // as render would: a new ring, so it is written
-  const err = await t.throwsAsync(dp!.apply(bad));
+  const err = await t.throwsAsync(applyTo(dp!, bad));
   t.regex(err!.message, /services\[svc-1\]\.ring\[0\]: real id 999 is not in reals/);
 });

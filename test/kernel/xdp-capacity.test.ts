@@ -9,6 +9,7 @@ import { decodeVipValue, isMarkerKey } from '../../src/bpf/dataplane/codec.js';
 import { PlanCapacityError, type Op } from '../../src/render/ops.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { makeState, type SvcSpec } from '../lib/lb-state.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-cap`;
 let n = 0;
@@ -29,10 +30,10 @@ const svc = (id: number, i: number, extra: Partial<SvcSpec> = {}): SvcSpec =>
 const state = (services: SvcSpec[], reals: Record<number, string> = { 1: '198.51.100.11' }) => makeState({ reals, services });
 
 async function applyAndReadBack(t: import('ava').ExecutionContext, dp: LbDataPlaneHandle, d: DesiredState): Promise<Op[]> {
-  const ops = await dp.plan(d);
-  const report = await dp.execute(ops);
+  const ops = await planOf(dp, d);
+  const report = await dp.execute(ops, { desired: d });
   t.is(report.ops, ops.length);
-  t.deepEqual(await dp.plan(d), [], 'read-back: nothing left to do');
+  t.deepEqual(await planOf(dp, d), [], 'read-back: nothing left to do');
   return ops;
 }
 
@@ -127,7 +128,7 @@ test.serial('reals: 60,000 live, all replaced (120,000 > 65,536 lb_reals): per-s
       svc(1, 0, { ring: Array.from({ length: 6000 }, (_, i) => 0x30000 + i) })],
     { ...Object.fromEntries(big.reals.filter((r) => r.id >= 0x20000 + PER).map((r) => [r.id, r.address])),
       ...Object.fromEntries(Array.from({ length: 6000 }, (_, i) => [0x30000 + i, `2001:db8:3::${(i + 1).toString(16)}`])) });
-    const e = await t.throwsAsync(dp.apply(wide), { instanceOf: PlanCapacityError });
+    const e = await t.throwsAsync(applyTo(dp, wide), { instanceOf: PlanCapacityError });
     t.regex(e!.message, /^lb_reals: the new ring of service svc-1 \(1\) needs 6000 reals the node does not hold, 5536 of 65536 entries are free/);
     t.deepEqual(await dp.readLive(), before, 'refused before anything was written');
   } finally {
@@ -140,7 +141,7 @@ test.serial('dsr-ipip sources: 9 IPv4 addresses are refused naming the field (lb
   try {
     const at = (count: number) => makeState({ reals: { 1: '198.51.100.11' }, addresses: Array.from({ length: count }, (_, i) => `198.51.100.${100 + i}`),
       services: [{ id: 1, vip: '203.0.113.1', forwarding: 'dsr-ipip', ring: [1, 1, 1] }] });
-    await t.throwsAsync(dp.apply(at(9)), { message: 'addresses: 9 IPv4 addresses, lb_config holds 8 dsr-ipip outer sources (lb_consts.h)' });
+    await t.throwsAsync(applyTo(dp, at(9)), { message: 'addresses: 9 IPv4 addresses, lb_config holds 8 dsr-ipip outer sources (lb_consts.h)' });
     await applyAndReadBack(t, dp, at(8));
     t.deepEqual((await dp.readLive()).settings!.src4, at(8).addresses);
   } finally {

@@ -17,6 +17,7 @@ import { runMoved } from '../lib/xdp-run-moved.js';
 import { pinIdRings } from '../lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xrslot`;
 const SEED = 5;
@@ -76,7 +77,7 @@ const SPORTS = Array.from({ length: 48 }, (_, i) => 41000 + i);
 test.serial('a ring holds real slots + 1 and picks the real the rendered ring (in ids) names', async (t) => {
   dp = await openLbDataPlane({ pinRoot: PIN });
   const d = state([7, 42, 101]);
-  await dp.apply(d);
+  await applyTo(dp, d);
   const slots = slotsOfReals();
   t.deepEqual([...slots.keys()].sort((a, b) => a - b), [7, 42, 101]);
   t.deepEqual(innerEntries(), [...d.services[0]!.ring].map((id) => slots.get(id)! + 1), 'slot + 1 of each entry');
@@ -118,13 +119,13 @@ test.serial('the executor refuses to free the slot of a real a live ring names; 
   // the planned removal (ring switched away first, then the real deleted) goes through; a real added later
   // reuses the freed slot and the ring naming it picks that real
   const without = state([7, 42, 555]);
-  const ops = await dp!.plan(without);
+  const ops = await planOf(dp!, without);
   const at = (op: string) => ops.findIndex((o) => o.op === op);
   t.true(at('service.switch') < at('real.delete'));
   await dp!.execute(ops);
   t.false(slotsOfReals().has(101));
   const d = state([7, 42, 555, 900]);
-  await dp!.apply(d);
+  await applyTo(dp!, d);
   t.is(slotsOfReals().get(900), slots.get(101), 'the freed slot went to the next new real');
   await picksAsRendered(t, d, SPORTS.map((p) => p + 2000));
 });
@@ -138,7 +139,7 @@ test.serial('a restarted data plane reads the slots back as real ids: same diges
   t.deepEqual(after.services.map((s) => [s.id, s.tableSize, s.digest, s.mapId, s.reals]),
     before.services.map((s) => [s.id, s.tableSize, s.digest, s.mapId, s.reals]));
   t.is(after.services[0]!.digest, d.services[0]!.digest);
-  t.deepEqual(await dp.plan(d), []);
+  t.deepEqual(await planOf(dp, d), []);
   t.is((await dp.readLive({ verify: true })).services[0]!.digest, d.services[0]!.digest);
   t.is(readPinnedLbLive(PIN).services[0]!.digest, d.services[0]!.digest, 'gitlb plan --live reads the same');
 });
@@ -165,9 +166,9 @@ test.serial('pins whose rings hold real ids are rebuilt in slots at load; an ent
   t.deepEqual([...live.services.find((s) => s.id === 2)!.ring!], [7, 0, 42], 'the unknown real reads as no real');
   await picksAsRendered(t, d, SPORTS.map((p) => p + 3000));
   // service 1 came across unchanged; service 2 is not in the desired state and goes
-  t.deepEqual((await dp.plan(d)).map((o) => o.op), ['service.delete']);
-  await dp.apply(d);
-  t.deepEqual(await dp.plan(d), []);
+  t.deepEqual((await planOf(dp, d)).map((o) => o.op), ['service.delete']);
+  await applyTo(dp, d);
+  t.deepEqual(await planOf(dp, d), []);
   // loading again finds the slot layout and rebuilds nothing
   const mapId = (await dp.readLive()).services[0]!.mapId;
   dp.close();

@@ -14,6 +14,7 @@ import { makeState } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
 import { pinIdRings } from '../lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xslot`;
 const REALS = { 1: '198.51.100.11', 2: '198.51.100.12', 3: '198.51.100.13' };
@@ -45,7 +46,7 @@ function slots(): Map<number, [number, number]> {
 
 test.serial('every real has a slot of its own that names it; a connection-table hit goes through it', async (t) => {
   dp = await openLbDataPlane({ pinRoot: PIN });
-  await dp.apply(state([{ id: 1, vip: '203.0.113.10', real: 1 }, { id: 2, vip: '203.0.113.11', real: 2 }]));
+  await applyTo(dp, state([{ id: 1, vip: '203.0.113.10', real: 1 }, { id: 2, vip: '203.0.113.11', real: 2 }]));
   const s = slots();
   t.is(new Set([...s.values()].map(([slot]) => slot)).size, 3);
   for (const [id, [, named]] of s) t.is(named, id);
@@ -54,7 +55,7 @@ test.serial('every real has a slot of its own that names it; a connection-table 
 });
 
 test.serial('a removed real frees its slot: its connection-table entries miss and go back to the ring', async (t) => {
-  await dp!.apply(state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 2, vip: '203.0.113.11', real: 2 }], { 2: REALS[2], 3: REALS[3] }));
+  await applyTo(dp!, state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 2, vip: '203.0.113.11', real: 2 }], { 2: REALS[2], 3: REALS[3] }));
   t.false(slots().has(1));
   const moved = await run(ack('203.0.113.10', 40000));
   t.is(moved.ct_hit, undefined);
@@ -76,7 +77,7 @@ test.serial('reals pinned by a version without slots are given slots at load', a
   const s = slots();
   t.is(new Set([...s.values()].map(([slot]) => slot)).size, s.size);
   for (const [id, [, named]] of s) t.is(named, id);
-  t.deepEqual(await dp.plan(want), [], 'slots are not part of what the plan compares');
+  t.deepEqual(await planOf(dp, want), [], 'slots are not part of what the plan compares');
   await run(ack('203.0.113.10', 40001));
   t.like(await run(ack('203.0.113.10', 40001)), { ct_hit: 1 });
 });
@@ -89,9 +90,9 @@ test.serial('service traffic is counted in the slot its listeners carry; a reuse
   const slotOf = (id: number) => dp!.object()!.map('lb_vips').entries()
     .map(([, v]) => v).find((v) => v.readUInt32LE(0) === id)?.readUInt32LE(8);
   const old = slotOf(2);
-  await dp!.apply(state([{ id: 1, vip: '203.0.113.10', real: 3 }], { 3: REALS[3] }));
+  await applyTo(dp!, state([{ id: 1, vip: '203.0.113.10', real: 3 }], { 3: REALS[3] }));
   t.is((await dp!.counters())['service:2'], undefined);
-  await dp!.apply(state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 7, vip: '203.0.113.12', real: 3 }], { 3: REALS[3] }));
+  await applyTo(dp!, state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 7, vip: '203.0.113.12', real: 3 }], { 3: REALS[3] }));
   t.is(slotOf(7), old, 'the freed slot is given to the next new service');
   t.like((await dp!.counters())['service:7'], { packets: 0, bytes: 0, newFlows: 0 });
   await run(ack('203.0.113.12', 42000));
@@ -100,7 +101,7 @@ test.serial('service traffic is counted in the slot its listeners carry; a reuse
 
 test.serial('listeners and settings pinned in the older layouts (8-byte lb_vips values, 64-byte lb_config) are carried over', async (t) => {
   const want = state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 7, vip: '203.0.113.12', real: 3 }], { 3: REALS[3] });
-  await dp!.apply(want);
+  await applyTo(dp!, want);
   const o = dp!.object()!;
   const vips = o.map('lb_vips').entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v.subarray(0, 8))] as const);
   const config = Buffer.from(o.map('lb_config').lookup(encodeU32(0))!.subarray(0, 64));
@@ -117,7 +118,7 @@ test.serial('listeners and settings pinned in the older layouts (8-byte lb_vips 
   }
   dp = await openLbDataPlane({ pinRoot: PIN });
   t.is(dp.object()!.map('lb_vips').valueSize, 12);
-  t.deepEqual(await dp.plan(want), [], 'nothing to re-apply: listeners, markers and settings came across');
+  t.deepEqual(await planOf(dp, want), [], 'nothing to re-apply: listeners, markers and settings came across');
   const slotsOf = dp.object()!.map('lb_vips').entries().filter(([k]) => k.readUInt16BE(16) !== 0).map(([, v]) => v.readUInt32LE(8));
   t.is(new Set(slotsOf).size, 2, 'one stats slot per service');
   t.like(await run(ack('203.0.113.12', 43000)), { ct_miss: 1 });

@@ -1,6 +1,6 @@
 // Runs INSIDE a test network namespace (`ip netns exec NS node --import tsx test/lib/backend-lab-node.ts ...`),
 // because interface names resolve in the caller's namespace. Two roles:
-//   backend <json>: what the daemon does on a backend node: withBackendVips(openBackendDataPlane()).apply(desired)
+//   backend <json>: what the daemon does on a backend node: converge(withBackendVips(openBackendDataPlane()), desired)
 //                   (maps, TC programs, local VIPs); links and maps stay pinned after exit.
 //   client <json>:  attaches the test-only LB emulator (test/bpf/tc_lab_client.c) to the client's veth.
 // Prints one JSON line with the result.
@@ -12,6 +12,7 @@ import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
 import { withBackendVips } from '../../src/reconciler/backend-vips.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { addrBytes } from './packets-backend.js';
+import { applyTo } from './converge.js';
 
 export interface BackendNodeArgs {
   pinRoot: string;
@@ -41,7 +42,7 @@ async function backend(a: BackendNodeArgs) {
   const dp = await openBackendDataPlane({ pinRoot: a.pinRoot, interface: a.desired.interface });
   try {
     // Exactly what `gitlb run` does for a backend node (src/cli/commands/run.ts).
-    const report = await withBackendVips(dp, { stateFile: a.stateFile, nodeInterface: a.desired.interface }).apply(a.desired);
+    const report = await applyTo(withBackendVips(dp, { stateFile: a.stateFile, nodeInterface: a.desired.interface }), a.desired);
     const owned = existsSync(a.stateFile) ? (JSON.parse(readFileSync(a.stateFile, 'utf8')) as { device: string | null; addresses: string[] }) : null;
     const device = owned?.device ?? 'lo';
     const shown = JSON.parse(execFileSync('ip', ['-j', 'addr', 'show', 'dev', device], { encoding: 'utf8' })) as Array<{ addr_info: Array<{ local: string }> }>;

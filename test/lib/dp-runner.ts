@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { applyTo } from './converge.js';
 
 function stateFromStdin(): DesiredState {
   const j = JSON.parse(readFileSync(0, 'utf8'));
@@ -17,7 +18,7 @@ const [cmd, pinRoot, ifname, mode] = process.argv.slice(2);
 if (cmd === 'lb') {
   const dp = await openLbDataPlane({ pinRoot: pinRoot!, interface: ifname, xdpMode: (mode as 'generic') ?? 'generic' });
   try {
-    console.log(JSON.stringify(await dp.apply({ ...stateFromStdin(), interface: ifname! })));
+    console.log(JSON.stringify(await applyTo(dp, { ...stateFromStdin(), interface: ifname! })));
   } finally {
     dp.close();
   }
@@ -31,7 +32,7 @@ if (cmd === 'lb') {
 } else if (cmd === 'backend') {
   const dp = await openBackendDataPlane({ pinRoot: pinRoot!, interface: ifname! });
   try {
-    console.log(JSON.stringify(await dp.apply({ ...stateFromStdin(), role: 'backend', node: 'backend-test', interface: ifname! })));
+    console.log(JSON.stringify(await applyTo(dp, { ...stateFromStdin(), role: 'backend', node: 'backend-test', interface: ifname! })));
   } finally {
     dp.close();
   }

@@ -9,6 +9,7 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { stateFromJson } from './xdp-harness.js';
 import { IPPROTO, frame, icmpv4, ipPacket, ipv4Header } from './packets.js';
 import { bitFlips, l3Offset, mutations, outputProblems, tally, truncations } from './hostile.js';
+import { applyTo } from './converge.js';
 
 export interface HostileInput {
   pinRoot: string;
@@ -64,7 +65,7 @@ async function main(): Promise<void> {
   const dp = await openLbDataPlane({ pinRoot: input.pinRoot });
   const out: BatchSummary[] = [];
   try {
-    await dp.apply(stateFromJson(input.state));
+    await applyTo(dp, stateFromJson(input.state));
     const prog = dp.object()!.program('xdp_lb');
     const ifindex = ifindexOf(input.ifname);
     const run = (f: Buffer) => prog.testRun({ data: f, ctxIn: ctxFor(f.length, ifindex) });

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { LINK_PIN, openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { pinnedXdpLink } from '../../src/bpf/attach.js';
 import { stateFromJson } from './xdp-harness.js';
+import { applyTo } from './converge.js';
 
 const [pinRoot, ifname, mode] = process.argv.slice(2) as [string, string, 'native' | 'generic' | 'auto'];
 const state = stateFromJson(JSON.parse(readFileSync(0, 'utf8')));
@@ -15,7 +16,7 @@ const pin = join(pinRoot, LINK_PIN);
 const before = pinnedXdpLink(pin);
 const dp = await openLbDataPlane({ pinRoot, interface: ifname, xdpMode: mode });
 try {
-  const report = await dp.apply({ ...state, interface: ifname });
+  const report = await applyTo(dp, { ...state, interface: ifname });
   console.log(JSON.stringify({ before, after: pinnedXdpLink(pin), forwarding: dp.forwarding, mapWrites: report.mapWrites }));
 } finally {
   dp.close();

@@ -9,6 +9,7 @@ import { LINK_PIN, openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { pinnedXdpLink } from '../../src/bpf/attach.js';
 import { BpfMap } from '../../src/bpf/libbpf.js';
 import { stateFromJson } from './xdp-harness.js';
+import { planOf } from './converge.js';
 
 const [pinRoot, ifname] = process.argv.slice(2) as [string, string];
 const state = stateFromJson(JSON.parse(readFileSync(0, 'utf8')));
@@ -16,8 +17,8 @@ const pin = join(pinRoot, LINK_PIN);
 const dp = await openLbDataPlane({ pinRoot, interface: ifname, xdpMode: 'generic' });
 try {
   const opened = pinnedXdpLink(pin);
-  const ops = (await dp.plan({ ...state, interface: ifname })).map((o) => o.op);
-  const report = await dp.execute(await dp.plan({ ...state, interface: ifname }));
+  const ops = (await planOf(dp, { ...state, interface: ifname })).map((o) => o.op);
+  const report = await dp.execute(await planOf(dp, { ...state, interface: ifname }), { desired: { ...state, interface: ifname } });
   const ct = BpfMap.open(join(pinRoot, 'lb_conntrack'));
   const conntrack = { max: ct.maxEntries, id: ct.id() };
   ct.close();

@@ -9,6 +9,7 @@ import {
 } from '../../src/bpf/dataplane/snat.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
 import { runHarnessScript } from './xdp-lab.js';
+import { applyTo } from './converge.js';
 
 export type SnatStep =
   | { op: 'apply'; state: unknown }
@@ -27,7 +28,7 @@ async function main(): Promise<void> {
     for (const step of input.steps) {
       try {
         const obj = dp.object();
-        if (step.op === 'apply') out.push({ report: await dp.apply(stateFromJson(step.state)) });
+        if (step.op === 'apply') out.push({ report: await applyTo(dp, stateFromJson(step.state)) });
         else if (step.op === 'run') out.push(await runPacket(dp, step.data, step.ifname));
         else if (step.op === 'age') {
           const rev = obj!.map(SNAT_MAPS.rev);

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { applyTo } from './converge.js';
 
 type LbDataPlane = Awaited<ReturnType<typeof openLbDataPlane>>;
 
@@ -83,7 +84,7 @@ async function main(): Promise<void> {
   try {
     for (const step of input.steps) {
       try {
-        if (step.op === 'apply') out.push({ report: await dp.apply(stateFromJson(step.state)) });
+        if (step.op === 'apply') out.push({ report: await applyTo(dp, stateFromJson(step.state)) });
         else if (step.op === 'ctClear') {
           const ct = dp.object()!.map('lb_conntrack');
           for (const k of ct.keys()) ct.delete(k);

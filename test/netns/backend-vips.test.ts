@@ -8,6 +8,7 @@ import { reconcileBackendVips, withBackendVips, VIP_DEVICE } from '../../src/rec
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { cleanupRun, createBridge, createNetns, exec, getSysctl, nsExec, nsName, runPrefix, setSysctl } from '../../src/lab/netns.js';
+import { applyTo } from '../lib/converge.js';
 
 const NS = nsName('bvips');
 const PROBE = nsName('bvips-probe');
@@ -102,7 +103,7 @@ test.serial('withBackendVips: when the map apply fails, the VIPs it added for th
       node: 'be1', role: 'backend', interface: 'not-n0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 16,
       reals: [], services: [], vips: [], localVips: ['192.0.2.77'],
     };
-    await t.throwsAsync(wrapped.apply(desired), { message: /desired.interface 'not-n0' differs/ });
+    await t.throwsAsync(applyTo(wrapped, desired), { message: /desired.interface 'not-n0' differs/ });
     t.false((await addrsOn(expectedDevice)).includes('192.0.2.77'));
     t.false(existsSync(stateFile), 'nothing owned after the failed apply');
   } finally {

@@ -38,6 +38,7 @@ import {
   type L4Spec,
 } from '../lib/packets-backend.js';
 import { addTunnelVips, backendStats, loadBackendProgs } from '../lib/backend-prog.js';
+import { planOf } from '../lib/converge.js';
 
 // Addresses: LB 203.0.113.1, this backend (real) 203.0.113.2, client 198.51.100.7; VIPs in 192.0.2.0/24.
 const V4 = { lb: '203.0.113.1', real: '203.0.113.2', client: '198.51.100.7', ipipVip: '192.0.2.10', optVip: '192.0.2.20', otherVip: '192.0.2.99' };
@@ -399,7 +400,7 @@ test.serial('pins of the older layout (4-byte be_vips values, 21 counters) are r
     stats.close();
 
     dp = await openBackendDataPlane({ pinRoot, interface: 'b0' }); // opens only: nothing is attached before apply()
-    t.deepEqual(await dp.plan(desired), [], 'nothing to re-apply: every entry came across');
+    t.deepEqual(await planOf(dp, desired), [], 'nothing to re-apply: every entry came across');
     t.true(dp.readVipEntries().every((e) => e.previousTargetPort === undefined), 'no previous targetPort invented');
     const c = await dp.counters();
     t.like(c, { rx_packets: 7 * possibleCpus(), ipopt4: 7 * possibleCpus(), ipopt_prev_target: 0 });

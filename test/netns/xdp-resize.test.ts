@@ -16,6 +16,7 @@ import { describeOp } from '../../src/render/ops.js';
 import { makeState } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
+import { applyTo, planOf } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-ctresz`;
 const VIP = '203.0.113.10';
@@ -54,13 +55,13 @@ const FLOWS = Array.from({ length: 200 }, (_, i) => 41000 + i);
 
 test.serial('grow: the pinned tables get the new size and every flow keeps its real', async (t) => {
   dp = await openLbDataPlane({ pinRoot: PIN });
-  await dp.apply(state(1, 1024));
+  await applyTo(dp, state(1, 1024));
   for (const sport of FLOWS) t.like(await run(ack(sport)), { ct_miss: 1, 'real:1': 1 });
   const before = pinned();
   t.is(before.lb_conntrack!.max, 1024);
   const prog = progId();
 
-  const ops = await dp.plan(state(1, 8192));
+  const ops = await planOf(dp, state(1, 8192));
   t.log(ops.map(describeOp).join('\n'));
   t.deepEqual(ops, TABLES.map((map) => ({ op: 'table.resize', map, from: 1024, to: 8192 })));
   const report = await dp.execute(ops);
@@ -73,10 +74,10 @@ test.serial('grow: the pinned tables get the new size and every flow keeps its r
   }
   t.not(progId(), prog, 'a new instance of xdp_lb');
   t.is(dp.resized!.lb_conntrack!.copied, FLOWS.length);
-  t.deepEqual(await dp.plan(state(1, 8192)), [], 'nothing left to do');
+  t.deepEqual(await planOf(dp, state(1, 8192)), [], 'nothing left to do');
 
   // the ring now picks real 2: a flow that still reaches real 1 found its entry in the copied table
-  await dp.apply(state(2, 8192));
+  await applyTo(dp, state(2, 8192));
   t.like(await run(ack(50000)), { ct_miss: 1, 'real:2': 1 }, 'control: a new flow goes to real 2');
   for (const sport of FLOWS) t.like(await run(ack(sport)), { ct_hit: 1, 'real:1': 1 }, `flow ${sport}`);
 });
@@ -84,8 +85,8 @@ test.serial('grow: the pinned tables get the new size and every flow keeps its r
 test.serial('an unchanged size plans no resize and writes nothing', async (t) => {
   const before = pinned();
   const prog = progId();
-  t.deepEqual(await dp!.plan(state(2, 8192)), []);
-  const report = await dp!.apply(state(2, 8192));
+  t.deepEqual(await planOf(dp!, state(2, 8192)), []);
+  const report = await applyTo(dp!, state(2, 8192));
   t.is(report.mapWrites, 0);
   t.is(report.ops, 0);
   t.deepEqual(pinned(), before);
@@ -93,7 +94,7 @@ test.serial('an unchanged size plans no resize and writes nothing', async (t) =>
 });
 
 test.serial('shrink: the flows that fit are kept', async (t) => {
-  const ops = await dp!.plan(state(2, 2048));
+  const ops = await planOf(dp!, state(2, 2048));
   t.deepEqual(ops.map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
   await dp!.execute(ops);
   t.is(pinned().lb_conntrack!.max, 2048);
@@ -105,7 +106,7 @@ test.serial('a size the kernel refuses: an ENOSPC error naming it, and everythin
   const before = pinned();
   const prog = progId();
   // the same apply also changes the ring: nothing of it may be written either
-  const err = await t.throwsAsync(dp!.apply(state(1, 0xffffffff))) as BpfError;
+  const err = await t.throwsAsync(applyTo(dp!, state(1, 0xffffffff))) as BpfError;
   t.is(err.code, 'ENOSPC');
   t.regex(err.message, /lb_conntrack: the kernel refused a table of 4294967295 entries .*the table of 2048 entries stays in place/);
   t.deepEqual(pinned(), before);
@@ -147,14 +148,14 @@ async function runAll(packets: Buffer[], cpu?: number): Promise<{ ctHit: number;
 // copied from one CPU they would not (768 a share). The copy is spread over the CPUs as the traffic was.
 (onlineCpus().length === 2 && possibleCpus() === 2 ? test.serial : test.serial.skip)(
   'a grow keeps every flow even when they exceed one CPU\'s share of the new table', async (t) => {
-    await dp!.apply(state(1, 1024));
+    await applyTo(dp!, state(1, 1024));
     const cpuFlows = [Array.from({ length: 400 }, (_, i) => 43000 + i), Array.from({ length: 400 }, (_, i) => 44000 + i)];
     for (const [cpu, flows] of cpuFlows.entries())
       t.like(await runAll(flows.map(ack), onlineCpus()[cpu]!), { ctMiss: 400, real1: 400 }, `CPU ${cpu}`);
-    await dp!.apply(state(1, 1536));
+    await applyTo(dp!, state(1, 1536));
     t.is(pinned().lb_conntrack!.max, 1536);
     t.true(dp!.resized!.lb_conntrack!.copied >= 800);
-    await dp!.apply(state(2, 1536));
+    await applyTo(dp!, state(2, 1536));
     t.deepEqual(await runAll(cpuFlows.flat().map(ack)), { ctHit: 800, ctMiss: 0, real1: 800, real2: 0 });
   });
 
@@ -172,12 +173,12 @@ const SNAT_FLOWS = Array.from({ length: 60 }, (_, i) => 42000 + i);
 const dump = (name: string) => dp!.object()!.map(name).entries().map(([k, v]) => k.toString('hex') + v.toString('hex')).sort();
 
 test.serial('SNAT: every translation is carried over byte for byte and still used', async (t) => {
-  await dp!.apply(snatState(1, 2048));
+  await applyTo(dp!, snatState(1, 2048));
   for (const sport of SNAT_FLOWS) t.like(await run(snatPacket(sport, TCP_FLAGS.SYN)), { snat_new: 1 });
   const fwd = dump('lb_snat_fwd');
   const rev = dump('lb_snat_rev');
   t.is(rev.length, SNAT_FLOWS.length);
-  await dp!.apply(snatState(2, 4096));
+  await applyTo(dp!, snatState(2, 4096));
   t.is(pinned().lb_snat_rev!.max, 4096);
   t.deepEqual(dump('lb_snat_fwd'), fwd);
   t.deepEqual(dump('lb_snat_rev'), rev);
@@ -188,7 +189,7 @@ test.serial('SNAT: every translation is carried over byte for byte and still use
 test.serial('SNAT: a shrink below the live translations is refused and changes nothing', async (t) => {
   const before = pinned();
   const prog = progId();
-  const err = await t.throwsAsync(dp!.apply(snatState(2, 32))) as BpfError;
+  const err = await t.throwsAsync(applyTo(dp!, snatState(2, 32))) as BpfError;
   t.is(err.code, 'ENOSPC');
   t.regex(err.message, /lb_snat_fwd: 60 live translations do not fit in 32 entries/);
   t.deepEqual(pinned(), before, 'the connection table, already copied when SNAT was refused, is not swapped in either');

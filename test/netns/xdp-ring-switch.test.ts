@@ -10,6 +10,7 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { flowHash } from '../../src/bpf/dataplane/flow-hash.js';
 import { createNetns, deleteNetns, nsName } from '../../src/lab/netns.js';
 import { makeState } from '../lib/lb-state.js';
+import { applyTo } from '../lib/converge.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-ringsw`;
 const NS = nsName('ringsw');
@@ -35,7 +36,7 @@ test('traffic during ring switches only ever sees a whole table', async (t) => {
   await createNetns(NS);
   const dp = await openLbDataPlane({ pinRoot: PIN });
   try {
-    await dp.apply(state(ringA));
+    await applyTo(dp, state(ringA));
     // nsenter switches only the network namespace (ip netns exec would remount /sys and hide our bpffs pins)
     const child = spawn('nsenter', [`--net=/run/netns/${NS}`, process.execPath, '--import=tsx', 'test/lib/ring-switch-traffic.ts',
       PIN, String(COUNT), SRC, VIP, String(SPORT0)], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -48,7 +49,7 @@ test('traffic during ring switches only ever sees a whole table', async (t) => {
     void exited.then(() => (done = true));
     let switches = 0;
     for (let i = 0; !done && i < 20_000; i++) {
-      const r = await dp.apply(state(i % 2 ? ringA : ringB));
+      const r = await applyTo(dp, state(i % 2 ? ringA : ringB));
       switches += r.ringSwitches;
       await new Promise((resolve) => setImmediate(resolve)); // let the child's output and exit be seen
     }

@@ -1,13 +1,12 @@
 // The data plane of a backend node: the TC programs of build/bpf/tc_backend.o on the node's interface and
-// the be_vips map they read. apply() attaches ingress and egress once (tcx links pinned under pinRoot, so
+// the be_vips map they read. The first execute() attaches ingress and egress once (tcx links pinned under pinRoot, so
 // they outlive the daemon; a restarted daemon switches the pinned links to its freshly loaded programs) and
 // keeps be_vips equal to what the desired state asks for. VIP addresses themselves are handled by
 // src/reconciler/backend-vips.ts. See docs/backend.md.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type TcAttachment } from '../libbpf.js';
-import type { DesiredState } from '../../render/state.js';
-import { EMPTY_LIVE, planOps, type BackendVip } from '../../render/ops.js';
+import { EMPTY_LIVE, type BackendVip } from '../../render/ops.js';
 import { checkBtfLayout } from '../codec.js';
 import { perCpuCounters } from '../counters.js';
 import { EMPTY_REPORT, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type LiveState, type Op } from '../dataplane/types.js';
@@ -127,23 +126,12 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
     }
   }
 
-  function check(desired: DesiredState): void {
-    if (desired.role !== 'backend') throw new Error(`backend data plane: desired state of node '${desired.node}' has role '${desired.role}', expected 'backend'`);
-    if (desired.interface !== opts.interface)
-      throw new Error(`backend data plane: desired.interface '${desired.interface}' differs from the interface opened, '${opts.interface}'`);
-  }
-
   async function readLive(): Promise<LiveState> {
     return {
       ...EMPTY_LIVE,
       backendVips: [...entriesById(vips).values()].map((x) => asBackendVip(x.entry)),
       backendTunnels: [...tunnelAddrs.entries()].map(([k, v]) => asBackendTunnel(decodeAddrEntry(k, v))),
     };
-  }
-
-  async function plan(desired: DesiredState): Promise<Op[]> {
-    check(desired);
-    return planOps(await readLive(), desired);
   }
 
   async function execute(ops: Op[]): Promise<ApplyReport> {
@@ -183,13 +171,12 @@ export async function openBackendDataPlane(opts: BackendDataPlaneOptions): Promi
       return links.length === 2;
     },
 
+    /** What converge validates desired states against: backend nodes, on the interface opened. */
+    target: { role: 'backend', interface: opts.interface },
     readLive,
-    plan,
+    /** No table of a backend is sized by the desired state. */
+    tableSizes: () => ({}),
     execute,
-
-    async apply(desired: DesiredState): Promise<ApplyReport> {
-      return execute(await plan(desired));
-    },
 
     async counters() {
       const out: Record<string, number> = perCpuCounters(stats, STAT_NAMES);

@@ -1,7 +1,7 @@
 // The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, reads what the
-// maps hold (LiveState), plans with the one planner (src/render/ops.ts: no packet finds a reference to something
-// missing, no map over its capacity) and executes the ops in their order with undo (one outer-map update per ring
-// switch, a run of switches or service deletes in one batch), and sums the counters. Map layout: docs/datapath.md.
+// maps hold (LiveState, table sizes), executes the ops converge planned (src/reconciler/converge.ts) in their order
+// with undo (one outer-map update per ring switch, a run of switches or service deletes in one batch), and sums the
+// counters. Validation of desired states: ./validate.ts. Map layout: docs/datapath.md.
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
@@ -10,25 +10,25 @@ import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
 import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
-import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
-import { EMPTY_LIVE, desiredMarkers, planOps, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
+import { EMPTY_LIVE, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
 import {
   COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
   decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
-  encodeVipValue, familyOf, MAX_SRC4,
+  encodeVipValue,
 } from './codec.js';
 import {
-  MAX_RING_ENTRIES, RingCache, checkRingMaps, createRing, idRing, readRing, ringDigest, ringIdentities, ringsHoldSlots, slotRing, type RingInfo,
+  RingCache, checkRingMaps, createRing, idRing, readRing, ringDigest, ringIdentities, ringsHoldSlots, slotRing, type RingInfo,
 } from './rings.js';
 import {
   SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
   snatSettingsToConfig, validateSnatPorts,
 } from './snat.js';
 import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
-import { planResizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
-import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
+import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 
-export type { ApplyReport, DataPlane, ExecuteOptions, LiveState, Op, ReadLiveOptions } from './types.js';
+export type { ApplyReport, DataPlane, DataPlaneTarget, ExecuteOptions, LiveSource, LiveState, Op, ReadLiveOptions } from './types.js';
+export { LB_CAPACITY, validateDesired } from './validate.js';
 export { RING_ROTATION_CHECKS } from './types.js';
 export { ringDigest } from './rings.js';
 
@@ -43,56 +43,9 @@ export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
 const GENERIC_DETAIL = 'generic XDP transmits through the stack; not probed';
-/** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
-export const LB_CAPACITY = {
-  reals: DATAPLANE_LIMITS.lbReals, services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries,
-} as const;
 
 function fail(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });
-}
-
-/**
- * Rejects a desired state the data plane cannot represent, naming the field. Ring contents are checked only for
- * the services in `rings` (default: all): the plan checks the rings it is about to write, not 10 M unchanged entries.
- */
-export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): void {
-  const reals = new Map(d.reals.map((r) => [r.id, r]));
-  for (const r of d.reals) {
-    if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) fail(`reals[id=${r.id}].id: must be a u32 >= 1`);
-    if (familyOf(r.address) !== r.family) fail(`reals[id=${r.id}].family: ${r.family} does not match ${r.address}`);
-  }
-  const services = new Set<number>();
-  for (const s of d.services) {
-    if (!Number.isInteger(s.id) || s.id < 1 || s.id > 0xffffffff) fail(`services[${s.name}].id: must be a u32 >= 1`);
-    if (s.ring.length !== s.tableSize) fail(`services[${s.name}].ring: length ${s.ring.length} != tableSize ${s.tableSize}`);
-    if (!rings || rings.has(s.id)) {
-      let last = 0; // rings are long runs of few ids: look each id up once per run
-      for (let i = 0; i < s.ring.length; i++) {
-        const id = s.ring[i]!;
-        if (id === last) continue;
-        if (id !== 0 && !reals.has(id)) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
-        last = id;
-      }
-    }
-    services.add(s.id);
-  }
-  for (const v of d.vips) {
-    const where = `vips[${v.vip}:${v.port}/${v.protocol}]`;
-    if (!services.has(v.serviceId)) fail(`${where}.serviceId: service ${v.serviceId} is not in services`);
-    if (familyOf(v.vip) !== v.family) fail(`${where}.family: ${v.family} does not match ${v.vip}`);
-    if (!(v.forwarding in MODE)) fail(`${where}.forwarding: unknown '${v.forwarding}'`);
-  }
-  if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) fail(`mtu: ${d.mtu} out of range`);
-  if (d.role !== 'lb') fail(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
-  for (const [what, n, max] of [['reals', d.reals.length, LB_CAPACITY.reals], ['services', d.services.length, LB_CAPACITY.services],
-    ['vips', d.vips.length + desiredMarkers(d).length, LB_CAPACITY.vipEntries]] as const)
-    if (n > max) fail(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
-  for (const s of d.services)
-    if (s.tableSize > MAX_RING_ENTRIES) fail(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
-  if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
-  const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
-  if (src4 > MAX_SRC4) fail(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
 }
 
 const hexKey = (b: Buffer) => b.toString('hex');
@@ -159,8 +112,6 @@ class LbDataPlane implements DataPlane {
   private readonly rings = new RingCache();
   /** The previous read of the maps (see LiveMemo). */
   private readonly memo = new LiveMemo();
-  /** Sizes for a first load when execute() runs before anything was loaded (from the last plan()). */
-  private sizing: DesiredState | null = null;
 
   constructor(private readonly opts: LbDataPlaneOptions) {}
 
@@ -357,30 +308,18 @@ class LbDataPlane implements DataPlane {
   /** How xdp_lb is attached and what the forwarding check found (null before the first attach). */
   forwarding: XdpForwarding | null = null;
 
-  private check(desired: DesiredState, rings?: ReadonlySet<number>): void {
-    validateDesired(desired, rings);
-    if (this.opts.interface && desired.interface !== this.opts.interface)
-      fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${this.opts.interface}'`);
+  /** What converge validates desired states against: lb nodes, on the interface this data plane was opened on. */
+  get target(): DataPlaneTarget {
+    return { role: 'lb', ...(this.opts.interface !== undefined && { interface: this.opts.interface }) };
   }
 
-  async plan(desired: DesiredState): Promise<Op[]> {
-    this.check(desired, new Set());
-    this.sizing = desired;
-    const ops = planOps(await this.readLive(), desired);
-    this.check(desired, new Set(ops.flatMap((o) => (o.op === 'ring.fill' ? [o.serviceId] : []))));
-    // a table of another size is resized before anything else is written (resize.ts)
-    const resizes = this.obj ? planResizes(Object.fromEntries(this.obj.maps().map((m) => [m.name, m.maxEntries])), desired) : [];
-    return resizes.length ? [...resizes, ...ops] : ops;
-  }
-
-  async apply(desired: DesiredState): Promise<ApplyReport> {
-    this.check(desired, new Set());
-    if (!this.obj) await this.load(desired);
-    return this.execute(await this.plan(desired));
+  /** Sizes of the loaded tables converge plans resizes from (none before the first load: the load sizes them). */
+  tableSizes(): Record<string, number> {
+    return this.obj ? Object.fromEntries(this.obj.maps().map((m) => [m.name, m.maxEntries])) : {};
   }
 
   async execute(ops: Op[], opts: ExecuteOptions = {}): Promise<ApplyReport> {
-    if (!this.obj) await this.load(this.sizing ?? undefined);
+    if (!this.obj) await this.load(opts.desired);
     const report: ApplyReport = { ...EMPTY_REPORT };
     // table resizes first, all in one program swap; refused before anything else is written (resize.ts)
     const resizes = ops.filter((o): o is TableResize => o.op === 'table.resize');
@@ -705,7 +644,7 @@ interface RawRead<T> { raw: Buffer; value: T }
 /**
  * The previous read of each map, so that a map whose bytes did not change is not decoded again and an unchanged
  * node yields the very same (frozen) LiveState object: the reconciler then knows the plan against the same
- * desired state is the same as last time without planning again (planOps is pure).
+ * desired state is the same as last time without planning again (the planner is pure; src/reconciler/converge.ts).
  */
 export class LiveMemo {
   config?: RawRead<LbSettings | null>;

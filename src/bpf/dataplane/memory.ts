@@ -1,12 +1,11 @@
 // A data plane that holds its LiveState in memory: the reconciler's unit tier runs against it without root, BPF
-// or network namespaces (docs/reconciler.md, "Test tiers"). It plans with the one planner (planOps) and executes
-// with the one simulation of what ops do (applyOps), so it cannot disagree with `gitlb plan --live` or the
+// or network namespaces (docs/reconciler.md, "Test tiers"). converge plans against it with the one planner and it
+// executes with the one simulation of what ops do (applyOps), so it cannot disagree with `gitlb plan --live` or the
 // planner's tests. Like the kernel executors, execute() is all or nothing: a failing op leaves the previous
 // state intact and the error is thrown with its errno in `code`. A fault hook fails a chosen op so tests can
 // reach the apply-failure, undo and retry paths the kernel only shows under pressure (E2BIG, ENOMEM, ...).
-import type { DesiredState } from '../../render/state.js';
-import { applyOps, EMPTY_LIVE, LB_MAP_CAPACITY, planOps, type LbCapacity, type LiveState, type Op, type OpKind } from '../../render/ops.js';
-import { EMPTY_REPORT, type ApplyReport, type DataPlane, type ExecuteOptions, type ReadLiveOptions } from './types.js';
+import { applyOps, EMPTY_LIVE, LB_MAP_CAPACITY, type LbCapacity, type LiveState, type Op, type OpKind } from '../../render/ops.js';
+import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type ReadLiveOptions } from './types.js';
 
 /** Fails the `nth` op (1-based; counting only ops of `kind` when given) of each of the next `times` executes. */
 export interface Fault {
@@ -47,13 +46,16 @@ export class MemoryDataPlane implements DataPlane {
   private live: LiveState;
   private fault: (Fault & { left: number }) | null = null;
   private closed = false;
-  /** Every execute that ran to the end (tests assert what a reconcile wrote, or that it wrote nothing). */
+  /** Every execute of a non-empty op list that ran to the end (tests assert what a reconcile wrote, or that it
+   * wrote nothing: an empty execute, converge's "nothing to do", is not recorded). */
   readonly executed: Op[][] = [];
   /** Executes that failed (injected faults or invalid op sequences); their ops were undone. */
   failures = 0;
+  /** What converge validates desired states against (validate.ts); unset: only the planner's own checks. */
+  target?: DataPlaneTarget;
 
   /** `capacity`: the map sizes it plans within (default: the kernel data plane's, lb_consts.h). */
-  constructor(initial: LiveState = EMPTY_LIVE, private readonly capacity: LbCapacity = LB_MAP_CAPACITY) {
+  constructor(initial: LiveState = EMPTY_LIVE, readonly capacity: LbCapacity = LB_MAP_CAPACITY) {
     this.live = initial;
   }
 
@@ -96,9 +98,10 @@ export class MemoryDataPlane implements DataPlane {
     return structuredClone(opts.tables ? this.live : withoutRings(this.live));
   }
 
-  async plan(desired: DesiredState): Promise<Op[]> {
+  /** No table here is sized by the desired state. */
+  tableSizes(): Record<string, number> {
     this.open();
-    return planOps(this.live, desired, this.capacity);
+    return {};
   }
 
   async execute(ops: Op[], opts: ExecuteOptions = {}): Promise<ApplyReport> {
@@ -121,7 +124,7 @@ export class MemoryDataPlane implements DataPlane {
     }
     for (const o of ops) count(report, o);
     this.live = next;
-    this.executed.push(ops);
+    if (ops.length) this.executed.push(ops);
     opts.onProgress?.(ops.length, ops.length, report);
     return report;
   }
@@ -135,10 +138,6 @@ export class MemoryDataPlane implements DataPlane {
     if (index === -1) return null;
     if (--f.left <= 0) this.fault = null;
     return { index, errno: f.errno };
-  }
-
-  async apply(desired: DesiredState): Promise<ApplyReport> {
-    return this.execute(await this.plan(desired));
   }
 
   async counters(): Promise<Record<string, number>> {

@@ -1,8 +1,9 @@
 // The contract between the reconciler and a node's data plane (lb: XDP, ./index.ts; backend: TC,
-// ../backend/index.ts; in memory for the reconciler's unit tier, ./memory.ts). Each reads what it holds as a
-// LiveState, plans with the one pure planner (src/render/ops.ts) and executes the resulting ops with undo.
+// ../backend/index.ts; in memory for the reconciler's unit tier, ./memory.ts). An adapter reads what it holds (a
+// LiveState and its table sizes) and executes ops with undo; it does not plan. Planning is converge's job
+// (src/reconciler/converge.ts: the one place where desired meets live, the planner's only runtime caller).
 import type { DesiredState } from '../../render/state.js';
-import type { LiveState, Op } from '../../render/ops.js';
+import type { LbCapacity, LiveState, Op } from '../../render/ops.js';
 import type { BpfMap } from '../libbpf.js';
 import type { XdpForwarding } from '../xdp-forwarding.js';
 
@@ -38,6 +39,11 @@ export interface ReadLiveOptions {
 export const RING_ROTATION_CHECKS = 60;
 
 export interface ExecuteOptions {
+  /**
+   * The state the ops lead to. Not planned from: an lb data plane that loads for the first time sizes its tables
+   * from it (conntrack, SNAT); the backend's local VIPs follow it (src/reconciler/backend-vips.ts).
+   */
+  desired?: DesiredState;
   /** Progress of a long execute: called at most every PROGRESS_INTERVAL_MS with the ops done so far. */
   onProgress?(done: number, total: number, report: ApplyReport): void;
 }
@@ -45,15 +51,30 @@ export interface ExecuteOptions {
 /** How often a long execute reports progress. */
 export const PROGRESS_INTERVAL_MS = 2000;
 
-export interface DataPlane {
+/** What a desired state is checked against before it is planned into writes (src/bpf/dataplane/validate.ts). */
+export interface DataPlaneTarget {
+  /** The role whose desired states this data plane holds. */
+  role: 'lb' | 'backend';
+  /** The interface it was opened on (absent: not bound to one, not checked). */
+  interface?: string;
+}
+
+/** The read-only half of a data plane: what converge's diff needs (also built from pins alone for `plan --live`). */
+export interface LiveSource {
   /** What the node's maps hold. Cheap by default: rings are identified by their map, not read (see docs). */
   readLive(opts?: ReadLiveOptions): Promise<LiveState>;
-  /** The ops that would take the live maps to `desired` (validated first; nothing is written). */
-  plan(desired: DesiredState): Promise<Op[]>;
-  /** Runs `ops` in order; on any failure undoes what it did (the previous state stays intact) and throws. */
+  /** max_entries of the tables the desired state sizes (resize.ts, RESIZABLE_TABLES) by map name; absent: not created. */
+  tableSizes(): Readonly<Record<string, number>>;
+  /** What desired states are validated against (absent: only the planner's own checks). */
+  readonly target?: DataPlaneTarget;
+  /** Map capacities to plan within (absent: the kernel data plane's, lb_consts.h). */
+  readonly capacity?: LbCapacity;
+}
+
+export interface DataPlane extends LiveSource {
+  /** Runs `ops` in order; on any failure undoes what it did (the previous state stays intact) and throws. An
+   * empty list writes nothing but still completes setup (first load, attach). */
   execute(ops: Op[], opts?: ExecuteOptions): Promise<ApplyReport>;
-  /** readLive + plan + execute. */
-  apply(desired: DesiredState): Promise<ApplyReport>;
   counters(): Promise<Record<string, number | Record<string, number>>>;
   close(): void;
   /** lb data planes on an interface: how xdp_lb is attached (null until attached; absent for backends). */

@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../render/config/index.js';
 import { renderDesiredState } from '../../render/desired.js';
-import { describeOp, opToJson, planOps } from '../../render/ops.js';
+import { describeOp, opToJson } from '../../render/ops.js';
 import { planChanges, invalidHeadPlan, type Plan } from '../../render/plan.js';
 import { formatPlanMarkdown, formatPlanText, planToJson } from '../../render/plan-format.js';
 
@@ -168,10 +168,16 @@ async function livePlan(opts: PlanOptions): Promise<{ code: number; stdout: stri
     throw new Error(`nothing is pinned under ${pins}: no live data plane of ${opts.node} to compare with (wrong --pin-root? the node's daemon uses its own); --empty-live plans against an empty data plane`);
   const { readPinnedLbLive } = await import('../../bpf/dataplane/index.js');
   const { readPinnedBackendLive } = await import('../../bpf/backend/index.js');
-  const { planResizes, pinnedTableSizes } = await import('../../bpf/dataplane/resize.js');
-  const live = desired.role === 'backend' ? readPinnedBackendLive(pins) : readPinnedLbLive(pins);
-  // table sizes are not in LiveState: the lb data plane plans their resize from the pinned maps (first, as it runs it)
-  const ops = [...(desired.role === 'lb' ? planResizes(pinnedTableSizes(pins), desired) : []), ...planOps(live, desired)];
+  const { pinnedTableSizes } = await import('../../bpf/dataplane/resize.js');
+  const { diff } = await import('../../reconciler/converge.js');
+  // the pins as a read-only data plane: converge's diff plans against them as the node's daemon would (table
+  // resizes first, from the pinned map sizes) and validates the head's state for the node's role
+  const role = desired.role === 'backend' ? 'backend' : 'lb';
+  const { ops } = await diff({
+    readLive: async () => (role === 'backend' ? readPinnedBackendLive(pins) : readPinnedLbLive(pins)),
+    tableSizes: () => (role === 'lb' ? pinnedTableSizes(pins) : {}),
+    target: { role },
+  }, desired);
   const stdout = opts.format === 'json'
     ? JSON.stringify(ops.map(opToJson), null, 2) + '\n'
     : (nothingPinned ? `nothing is pinned under ${pins}: the live side is empty (--empty-live)\n` : '') +

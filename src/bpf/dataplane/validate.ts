@@ -1,0 +1,78 @@
+// Whether a data plane can hold a desired state, checked once per plan before anything is written
+// (src/reconciler/converge.ts): the lb data plane's own limits (map capacities of lb_consts.h, ring sizes, ids, the
+// outer sources lb_config holds), and for every data plane the role and interface it was opened for. Errors name
+// the field and carry code EINVAL: the revision cannot be applied on this node, retrying it cannot help.
+import type { DesiredState } from '../../render/state.js';
+import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
+import { desiredMarkers } from '../../render/ops.js';
+import { MODE, familyOf, MAX_SRC4 } from './codec.js';
+import { MAX_RING_ENTRIES } from './rings.js';
+import type { DataPlaneTarget } from './types.js';
+
+function fail(message: string): never {
+  throw Object.assign(new Error(message), { code: 'EINVAL' });
+}
+
+/** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */
+export const LB_CAPACITY = {
+  reals: DATAPLANE_LIMITS.lbReals, services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries,
+} as const;
+
+/**
+ * Rejects a desired state the data plane cannot represent, naming the field. Ring contents are checked only for
+ * the services in `rings` (default: all): the plan checks the rings it is about to write, not 10 M unchanged entries.
+ */
+export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): void {
+  const reals = new Map(d.reals.map((r) => [r.id, r]));
+  for (const r of d.reals) {
+    if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) fail(`reals[id=${r.id}].id: must be a u32 >= 1`);
+    if (familyOf(r.address) !== r.family) fail(`reals[id=${r.id}].family: ${r.family} does not match ${r.address}`);
+  }
+  const services = new Set<number>();
+  for (const s of d.services) {
+    if (!Number.isInteger(s.id) || s.id < 1 || s.id > 0xffffffff) fail(`services[${s.name}].id: must be a u32 >= 1`);
+    if (s.ring.length !== s.tableSize) fail(`services[${s.name}].ring: length ${s.ring.length} != tableSize ${s.tableSize}`);
+    if (!rings || rings.has(s.id)) {
+      let last = 0; // rings are long runs of few ids: look each id up once per run
+      for (let i = 0; i < s.ring.length; i++) {
+        const id = s.ring[i]!;
+        if (id === last) continue;
+        if (id !== 0 && !reals.has(id)) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
+        last = id;
+      }
+    }
+    services.add(s.id);
+  }
+  for (const v of d.vips) {
+    const where = `vips[${v.vip}:${v.port}/${v.protocol}]`;
+    if (!services.has(v.serviceId)) fail(`${where}.serviceId: service ${v.serviceId} is not in services`);
+    if (familyOf(v.vip) !== v.family) fail(`${where}.family: ${v.family} does not match ${v.vip}`);
+    if (!(v.forwarding in MODE)) fail(`${where}.forwarding: unknown '${v.forwarding}'`);
+  }
+  if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) fail(`mtu: ${d.mtu} out of range`);
+  if (d.role !== 'lb') fail(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
+  for (const [what, n, max] of [['reals', d.reals.length, LB_CAPACITY.reals], ['services', d.services.length, LB_CAPACITY.services],
+    ['vips', d.vips.length + desiredMarkers(d).length, LB_CAPACITY.vipEntries]] as const)
+    if (n > max) fail(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
+  for (const s of d.services)
+    if (s.tableSize > MAX_RING_ENTRIES) fail(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
+  if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
+  const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
+  if (src4 > MAX_SRC4) fail(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
+}
+
+/**
+ * Checks `desired` against what a data plane was opened for (`target`) and, for lb data planes, against what the
+ * kernel maps can represent (rings in `rings` only, see validateDesired).
+ */
+export function validateFor(target: DataPlaneTarget, desired: DesiredState, rings?: ReadonlySet<number>): void {
+  if (target.role === 'backend') {
+    if (desired.role !== 'backend') throw new Error(`backend data plane: desired state of node '${desired.node}' has role '${desired.role}', expected 'backend'`);
+    if (target.interface !== undefined && desired.interface !== target.interface)
+      throw new Error(`backend data plane: desired.interface '${desired.interface}' differs from the interface opened, '${target.interface}'`);
+    return;
+  }
+  validateDesired(desired, rings);
+  if (target.interface !== undefined && desired.interface !== target.interface)
+    fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${target.interface}'`);
+}
