@@ -90,3 +90,31 @@ test('a snatPorts change shows in the plan as a node field change', async (t) =>
   const node = plan.nodes.find((n) => n.name === 'lb-1');
   t.deepEqual(node?.fields, [{ field: 'snatPorts', before: '{"min":20000,"max":20999}', after: '{"min":20000,"max":21999}' }]);
 });
+
+// Two lb nodes with one snatAddress (the shared address that connection-state sync needs, docs/datapath.md)
+const second = (address: string, ports: string) => node(ports).replace('name: lb-1', 'name: lb-2').replace('198.51.100.111', address);
+const parseTwo = (ports1: string, address2: string, ports2: string) => parseConfig([
+  { path: 'cluster.yaml', content: enc(CLUSTER) }, { path: 'nodes.yaml', content: enc(node(ports1)) },
+  { path: 'nodes2.yaml', content: enc(second(address2, ports2)) }, { path: 'svc.yaml', content: enc(SERVICE) },
+] as ConfigFile[]);
+
+test('lb nodes sharing a snatAddress with overlapping snatPorts: an error naming the second node\'s field and the first node', (t) => {
+  const r = parseTwo('  snatPorts: {min: 40000, max: 40999}\n', '198.51.100.111', '  snatPorts: {min: 40500, max: 41499}\n');
+  t.is(r.model, null);
+  const lines = r.diagnostics.map(formatDiagnostic);
+  t.regex(lines.join('\n'), /nodes2\.yaml:\d+:\d+: error: spec\.snatPorts: 40500\.\.41499 overlaps 40000\.\.40999 of lb node 'lb-1', which has the same snatAddress 198\.51\.100\.111/);
+});
+
+test('lb nodes sharing a snatAddress with default ranges overlap too', (t) => {
+  const r = parseTwo('', '198.51.100.111', '');
+  t.is(r.model, null);
+  t.regex(r.diagnostics.map(formatDiagnostic).join('\n'), /nodes2\.yaml:\d+:\d+: error: .*overlaps 32768\.\.60999 of lb node 'lb-1'/);
+});
+
+test('benign: a shared snatAddress with disjoint snatPorts, and own addresses with the same ranges, are accepted', (t) => {
+  const shared = parseTwo('  snatPorts: {min: 40000, max: 40999}\n', '198.51.100.111', '  snatPorts: {min: 41000, max: 41999}\n');
+  t.deepEqual(shared.diagnostics.map(formatDiagnostic), []);
+  t.truthy(shared.model);
+  const own = parseTwo('', '198.51.100.112', '');
+  t.deepEqual(own.diagnostics.map(formatDiagnostic), []);
+});

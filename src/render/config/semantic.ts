@@ -2,6 +2,7 @@
 // YAML node a person has to change. Runs only on documents that passed their schema.
 import { DATAPLANE_LIMITS, LIMITS } from './limits.js';
 import { checkLbCapacity } from './capacity.js';
+import { DEFAULT_SNAT_PORTS } from '../ops.js';
 import { vipProbeUnsupported } from './health-via.js';
 import { type AddressFacts, type Family, type IpAddress, type IpCidr, addressFacts, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
@@ -98,6 +99,31 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
     const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
     const owner = snat ? vipOwner.get(formatIp(snat)) : undefined;
     if (owner) emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is also the VIP of service '${owner}'`);
+  }
+  checkSharedSnat(emit, nodes);
+}
+
+/**
+ * lb nodes that share a SNAT address allocate its ports each on its own: overlapping ranges would give two client
+ * flows one (address, port) towards the same real. Disjoint ranges are also what lets a node carry the others'
+ * translations (connection-state sync, docs/datapath.md).
+ */
+function checkSharedSnat(emit: Emit, nodes: Located<RawNode>[]): void {
+  const seen = new Map<string, Array<{ name: string; min: number; max: number }>>();
+  for (const { doc, data } of nodes) {
+    const ip = data.spec.role === 'lb' && data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
+    if (!ip) continue;
+    const addr = formatIp(ip);
+    const min = data.spec.snatPorts?.min ?? DEFAULT_SNAT_PORTS.min;
+    const max = data.spec.snatPorts?.max ?? DEFAULT_SNAT_PORTS.max;
+    const others = seen.get(addr) ?? [];
+    const clash = others.find((o) => min <= o.max && o.min <= max);
+    if (clash) {
+      emit('error', doc, ['spec', data.spec.snatPorts ? 'snatPorts' : 'snatAddress'],
+        `spec.snatPorts: ${min}..${max} overlaps ${clash.min}..${clash.max} of lb node '${clash.name}', which has the same snatAddress ${addr}: nodes sharing a SNAT address need disjoint snatPorts`);
+    }
+    others.push({ name: data.metadata.name, min, max });
+    seen.set(addr, others);
   }
 }
 
