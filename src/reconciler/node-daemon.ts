@@ -11,9 +11,9 @@ import { parseConfig } from '../render/config/index.js';
 import { startDaemon, type Daemon } from './daemon.js';
 import { lastAppliedModel } from './served-model.js';
 import { startSchedule } from './triggers/schedule.js';
-import { readAllStatuses } from './status/status-report.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
-import { PeerHttpReader, startPeerServer, type PeerServer } from './health/peer-http.js';
+import { startHealthPeers, type HealthPeers } from './health/peer-wiring.js';
+import type { PeerAuth, PeerChannelMetrics } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
@@ -35,6 +35,8 @@ export interface NodeDaemonHooks {
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null }): void;
+  /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
+  peerMetrics?: PeerChannelMetrics;
 }
 import type { Trust } from './verify/trust.js';
 import type { PayloadSigner } from './source/git-objects.js';
@@ -57,11 +59,11 @@ export interface NodeDaemonOptions {
   health: boolean; // lb nodes: run health checks
   peerPoll: string;
   /**
-   * Consensus mode: exchange observations directly with the other lb daemons over HTTP, authenticated with the
-   * cluster's shared secret (health/peer-http.ts). Listens on `listen`, default this node's first address at `port`;
-   * peers are the other lb nodes' first addresses at `port`. Without it, peers' status files are read from Git.
+   * Consensus mode: votes travel only over the authenticated peer channel (src/reconciler/peer/, keyed by the
+   * cluster's peer secret). Listens on `listen`, default this node's first address at `port`; peers are the other
+   * lb nodes' first addresses at `port`. Without it consensus mode is refused at start (docs/security.md, Peers).
    */
-  peer?: { secret: string; port: number; listen?: string };
+  peer?: { auth: PeerAuth; port: number; listen?: string };
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -198,31 +200,23 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate fails a
   // revision that costs too much of the traffic on healthy reals (docs/health.md).
   const runHealth = role === 'lb' && o.health && !o.once;
+  if (runHealth && !o.peer && head.model && agreementMode(head.model).mode === 'consensus')
+    throw new StartError(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE (docs/security.md, Peers)`);
   let peerFeed: PeerObservationFeed | null = null;
   // via: vip checks leave from this node's interface through a TC egress program, attached on first use.
   const vipRouter = runHealth ? vipProbeRouter(() => o.interface ?? own?.spec.interface) : null;
-  const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [], vipRouter: vipRouter ?? undefined }) : null;
+  let peers: HealthPeers | null = null;
+  const health = runHealth ? new HealthService({ node: o.node, log, peers: () => peerFeed?.current() ?? [], vipRouter: vipRouter ?? undefined,
+    peerReport: () => peers?.report() ?? null }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
-  // Consensus mode: peers' observations come straight from the peers over HTTP when the cluster's shared secret
-  // is given (else from their status files on the status branch, below).
-  let peerServer: PeerServer | null = null;
-  let readObservations: (() => ReturnType<PeerHttpReader['read']>) | undefined;
-  if (o.peer && health) {
-    const { secret, port } = o.peer;
+  // Consensus votes: the authenticated peer channel, with the applied config's lb nodes as the only peers.
+  if (health) {
     const ownAddress = own?.spec.addresses[0];
-    const listen = o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port } : null;
-    if (!listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
-    peerServer = await startPeerServer({ host: listen.host, port: listen.port, node: o.node, secret, health: () => health.status(), log });
-    log.info(`health: serving observations to peers on ${peerServer.url}`);
-    const reader = new PeerHttpReader({ node: o.node, secret, timeoutMs: 1000, log });
-    readObservations = () => {
-      const model = daemon?.reconciler.appliedConfig;
-      const peers = (model?.nodes ?? [])
-        .filter((n) => n.spec.role === 'lb' && n.metadata.name !== o.node && n.spec.addresses.length > 0)
-        .map((n) => ({ node: n.metadata.name, url: `http://${n.spec.addresses[0]!.includes(':') ? `[${n.spec.addresses[0]}]` : n.spec.addresses[0]}:${port}` }));
-      return reader.read(peers);
-    };
+    const listen = !o.peer ? null : o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peer.port } : null;
+    if (o.peer && !listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
+    peers = await startHealthPeers({ node: o.node, peer: o.peer && listen ? { ...o.peer, listen } : undefined, health: () => health.status(),
+      model: () => daemon?.reconciler.appliedConfig ?? head.model, metrics: o.hooks?.peerMetrics, log });
   }
   const bgp =
     role === 'lb' && !o.once && o.bird
@@ -292,6 +286,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   } catch (err) {
     await health?.checker.stop();
     vipRouter?.close();
+    await peers?.close();
     throw err;
   }
   const d = daemon;
@@ -307,14 +302,12 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
   if (health) {
-    // The peer feed runs on a schedule of its own, whichever way it reads.
+    // The peer feed runs on a schedule of its own.
     const feed = new PeerObservationFeed({
       node: o.node,
-      readObservations,
-      readStatuses: () =>
-        readAllStatuses(d.remote, o.statusBranch ?? d.reconciler.statusBranch, (problem) => log.warn(`health: peer status ignored: ${problem}`)),
+      readObservations: peers?.readObservations,
+      onUnauthenticated: () => peers?.unauthenticated(),
       onChange: () => d.refreshHealth('peer observations changed'),
-      log,
     });
     peerFeed = feed;
     tasks.push(
@@ -335,7 +328,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       bgp?.stop();
       await d.stop(opts);
       for (const t of tasks) t.stop();
-      await peerServer?.close();
+      await peers?.close();
       await health?.checker.stop();
       vipRouter?.close(); // the probe program is not pinned: it serves only this process's probes
       d.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding

@@ -5,7 +5,8 @@ import test from 'ava';
 import { connect } from 'node:net';
 import { Registry } from 'prom-client';
 import { startMetricsServer } from '../../src/reconciler/metrics/index.js';
-import { startPeerServer } from '../../src/reconciler/health/peer-http.js';
+import { randomBytes } from 'node:crypto';
+import { secretAuth, startPeerChannel } from '../../src/reconciler/peer/index.js';
 import { startWebhook } from '../../src/reconciler/triggers/webhook.js';
 
 /** Sends `head` then one header line per second; resolves with the seconds until the server closed the socket. */
@@ -39,8 +40,8 @@ const BOUND_S = 25;
 
 const listeners: { name: string; head: string; start: () => Promise<{ url: string; close(): Promise<void> }> }[] = [
   { name: 'metrics server', head: 'GET /metrics HTTP/1.1', start: () => startMetricsServer({ listen: '127.0.0.1:0', registry: new Registry(), notReady: () => null }) },
-  { name: 'peer observation server', head: 'GET /v1/health/observations HTTP/1.1',
-    start: () => startPeerServer({ host: '127.0.0.1', port: 0, node: 'lb-1', secret: 's'.repeat(32), health: () => null }) },
+  { name: 'peer channel', head: 'POST /v1/peer/health.observations HTTP/1.1',
+    start: () => startPeerChannel({ host: '127.0.0.1', port: 0, node: 'lb-1', auth: secretAuth(randomBytes(32).toString('base64')), peers: () => [] }) },
   { name: 'webhook', head: 'POST / HTTP/1.1', start: () => startWebhook({ host: '127.0.0.1', port: 0, secret: 's'.repeat(32), branch: 'main', onTrigger: () => {} }) },
 ];
 

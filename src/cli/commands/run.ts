@@ -1,12 +1,12 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md). This file only parses flags; the daemon
 // is assembled in src/reconciler/node-daemon.ts.
 import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
+import { DEFAULT_PEER_PORT, loadPeerSecretFile } from '../../reconciler/peer/index.js';
 import { join } from 'node:path';
 import { addBirdOptions, birdConfigFile, type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
 import { validateSchedule } from '../../reconciler/triggers/schedule.js';
 import { DEFAULT_GIT_TIMEOUT_MS } from '../../reconciler/source/deadline.js';
-import { DEFAULT_PEER_PORT } from '../../reconciler/health/peer-http.js';
 import { createLogger, LOG_LEVELS, type LogFormat, type LogLevel } from '../../reconciler/log/logger.js';
 import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsServer } from '../../reconciler/metrics/index.js';
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
@@ -89,9 +89,9 @@ function defineRun(cmd: Command): void {
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
     .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
-    .option('--peer-secret-file <file>', "lb nodes, consensus mode: the cluster's shared secret (or env GITLB_PEER_SECRET); with it observations travel directly between the daemons over HTTP, without it through the status branch")
-    .option('--peer-listen <addr:port>', "where to serve observations to peers (default: this node's first address at --peer-port)")
-    .option('--peer-port <port>', 'the port every lb daemon serves observations on', port, DEFAULT_PEER_PORT);
+    .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes); consensus mode is refused without it")
+    .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
+    .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
@@ -124,9 +124,15 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
       if (short) throw new UsageError(short);
       webhook = { listen: values.webhook, secret };
     }
-    const peerSecret = values.peerSecretFile ? readSecretFile(values.peerSecretFile, '--peer-secret-file').trim() : process.env.GITLB_PEER_SECRET;
-    const peerShort = peerSecret === undefined ? undefined : sharedSecretProblem(peerSecret, 'peer secret');
-    if (peerShort) throw new UsageError(peerShort);
+    // A weak or unreadable peer secret stops the start, naming the file (auth.ts: the rule).
+    if (process.env.GITLB_PEER_SECRET && !values.peerSecretFile)
+      throw new UsageError('GITLB_PEER_SECRET is no longer read: put the peer secret in a file (mode 0600) and give --peer-secret-file FILE');
+    let peerAuth;
+    try {
+      peerAuth = values.peerSecretFile ? loadPeerSecretFile(values.peerSecretFile) : undefined;
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
     const poll = values.poll === 'off' ? undefined : values.poll;
     if (!poll && !webhook && /^https?:\/\//i.test(values.repo))
       throw new UsageError('--poll off needs --webhook: otherwise nothing would ever fetch the branch again');
@@ -181,7 +187,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         writeStatus: values.status,
         health: values.health,
         peerPoll: values.peerPoll,
-        ...(peerSecret && { peer: { secret: peerSecret, port: values.peerPort, listen: values.peerListen } }),
+        ...(peerAuth && { peer: { auth: peerAuth, port: values.peerPort, listen: values.peerListen } }),
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

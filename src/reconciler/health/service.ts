@@ -1,7 +1,7 @@
 // The lb daemon's health component: one HealthChecker, the agreement decision, the status fragment and the
 // post-apply gate, behind the hooks the daemon already has (DaemonOptions.health / postApplyGate). Wiring:
 //
-//   const health = new HealthService({ node, peers: () => peersFromStatusBranch() });
+//   const health = new HealthService({ node, peers: () => feed.current() });   // authenticated votes (peer-exchange.ts)
 //   health.onChange(() => daemon.trigger('health change'));     // re-render when a real flips
 //   startDaemon({ ..., health: () => health.view(), postApplyGate: health.postApplyGate({ maxCapacityLossShare: 0.5 }) });
 //   on every new valid revision: health.update(model);          // (the gate does it too, before judging)
@@ -18,11 +18,14 @@ import { checkTargets, targetKey } from './targets.js';
 import { checkFingerprint } from './checker.js';
 import type { RealHealth } from './hysteresis.js';
 import { probation } from './probation.js';
+import type { HealthPeerReport } from './peer-wiring.js';
 
 export interface HealthServiceOptions {
   node: string;
-  /** Peers' published observations (from the status branch); only read in consensus mode. */
+  /** Peers' votes (authenticated, over the peer channel: peer-exchange.ts); only read in consensus mode. */
   peers?: () => NodeObservations[];
+  /** How peer votes are authenticated and what was refused: status health.peers (peer-wiring.ts). */
+  peerReport?: () => HealthPeerReport | null;
   maxInFlight?: number;
   /** Steers via: vip probes (the lb node's VipProbePath); without one they fail. */
   vipRouter?: VipProbeRouter;
@@ -90,8 +93,9 @@ export class HealthService {
   status(): HealthStatus | null {
     const d = this.decide();
     if (!d) return null;
-    return healthStatus({ now: this.clock(), mode: d.mode, observations: this.checker.observations(),
-      snapshot: this.checker.snapshot(), failOpen: d.failOpen, failClosed: d.failClosed });
+    const peers = this.o.peerReport?.() ?? undefined;
+    return { ...healthStatus({ now: this.clock(), mode: d.mode, observations: this.checker.observations(),
+      snapshot: this.checker.snapshot(), failOpen: d.failOpen, failClosed: d.failClosed }), ...(peers && { peers }) };
   }
 
   /** Resolves once no check of `model` is still `unknown`, or after `timeoutMs`. */

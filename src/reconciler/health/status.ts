@@ -12,6 +12,7 @@
 import type { HealthAgreementMode } from '../../render/model.js';
 import type { NodeObservations, Observations } from '../../render/health-quorum.js';
 import type { HealthSnapshot, RealHealthStatus } from './checker.js';
+import type { HealthPeerReport } from './peer-wiring.js';
 
 /** At most this many reals that are not up are listed (down ones first); the rest are only counted. */
 export const MAX_LISTED_REALS = 200;
@@ -42,6 +43,8 @@ export interface HealthStatus {
   services: Record<string, HealthStatusService>;
   /** Reals not up that are counted in `counts` but not listed (over MAX_LISTED_REALS). */
   omittedReals: number;
+  /** lb nodes: how peer votes are authenticated and what was refused (peer-wiring.ts). */
+  peers?: HealthPeerReport;
 }
 
 const byText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);

@@ -30,6 +30,7 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
   let served: () => string | null = () => null;
   let up = false;
   return {
+    ...(metrics && { peerMetrics: metrics.peer }),
     wrapRemote(remote: GitRemote) {
       gitdir = remote.gitdir;
       return metrics ? metrics.git.wrap(remote) : remote;

@@ -8,6 +8,7 @@ import { ControlMetrics } from './control.js';
 import { GitMetrics } from './git.js';
 import { HealthMetrics } from './health.js';
 import { BgpMetrics } from './bgp.js';
+import { PeerMetrics } from './peer.js';
 
 export { startMetricsServer, type MetricsServer } from './server.js';
 export { outcomeReason, type ReconcileOutcome } from './control.js';
@@ -41,6 +42,7 @@ export class NodeMetrics {
   readonly git: GitMetrics;
   readonly health: HealthMetrics;
   readonly bgp: BgpMetrics;
+  readonly peer: PeerMetrics;
   private role: string | null = null;
 
   constructor(o: NodeMetricsOptions) {
@@ -57,6 +59,7 @@ export class NodeMetrics {
     this.git = new GitMetrics(reg);
     this.health = new HealthMetrics(reg);
     this.bgp = new BgpMetrics(reg);
+    this.peer = new PeerMetrics(reg);
   }
 
   /** The role is known once the daemon has read its Node document. */

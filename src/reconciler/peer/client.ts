@@ -24,7 +24,20 @@ export interface RequestOptions {
 export const DEFAULT_TIMEOUT_MS = 2_000;
 export const DEFAULT_MAX_ANSWER_BYTES = 1024 * 1024;
 
-export function sendRequest(ctx: ClientContext, peer: { node: string; url: string }, kind: string, body: unknown, o: RequestOptions = {}): Promise<unknown> {
+/** A kept-alive connection the peer closed meanwhile (its restart) fails at once: such a request is sent again, once,
+ * as a new message (new nonce and time), on a new connection. */
+export async function sendRequest(ctx: ClientContext, peer: { node: string; url: string }, kind: string, body: unknown, o: RequestOptions = {}): Promise<unknown> {
+  try {
+    return await sendOnce(ctx, peer, kind, body, o);
+  } catch (err) {
+    if (!(err instanceof StaleConnection)) throw err;
+    return sendOnce(ctx, peer, kind, body, o);
+  }
+}
+
+class StaleConnection extends Error {}
+
+function sendOnce(ctx: ClientContext, peer: { node: string; url: string }, kind: string, body: unknown, o: RequestOptions): Promise<unknown> {
   const maxAnswer = o.maxAnswerBytes ?? DEFAULT_MAX_ANSWER_BYTES;
   const payload = Buffer.from(JSON.stringify(body ?? null));
   const sent: Envelope = { direction: 'request', kind, from: ctx.node, to: peer.node, time: ctx.now(), nonce: newNonce() };
@@ -76,6 +89,7 @@ export function sendRequest(ctx: ClientContext, peer: { node: string; url: strin
       });
     });
     req.on('error', (err) => {
+      if (req.reusedSocket && (err as NodeJS.ErrnoException).code === 'ECONNRESET') return reject(new StaleConnection(err.message));
       const timedOut = err.name === 'TimeoutError' || err.name === 'AbortError';
       reject(new PeerError(peer.node, kind, timedOut ? 'timeout' : 'unreachable', timedOut ? `no answer within ${o.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms` : err.message));
     });
