@@ -222,6 +222,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
       await healthRunner.idle();
       await reconciler.flushStatus();
       clearTimeout(retryTimer); // a pass that ended after the abort set none, but be sure nothing keeps us alive
+      // The last write says Stopped (Ready=False): a stopped daemon must not look Ready until its file goes stale.
+      if (opts.lastStatus) reconciler.markStopped(opts.lastStatus);
       if (opts.lastStatus && o.writeStatus !== false) await lastStatusWrite(opts.lastStatus);
     },
   };

@@ -50,10 +50,10 @@ export class FetchBackoff {
   }
 
   /** A fetch succeeded: the outage it ends (for the summary line), or null when there was none. */
-  recovered(now: number): { attempts: number; durationMs: number; reason: string } | null {
+  recovered(now: number): { attempts: number; durationMs: number; reason: string; since: number; until: number } | null {
     const prev = this.s;
     this.s = null;
-    return prev ? { attempts: prev.attempts, durationMs: now - prev.since, reason: prev.reason } : null;
+    return prev ? { attempts: prev.attempts, durationMs: now - prev.since, reason: prev.reason, since: prev.since, until: now } : null;
   }
 }
 

@@ -127,7 +127,9 @@ export interface ReconcilerOptions {
 
 export type Outcome =
   | { kind: 'unchanged'; revision: string; report?: ApplyReport }
-  | { kind: 'applied'; revision: string; report: ApplyReport; plan: Op[]; warnings: string[]; timings: Record<string, number> }
+  | { kind: 'applied'; revision: string; report: ApplyReport; plan: Op[]; warnings: string[]; timings: Record<string, number>;
+      /** Epoch ms this node first fetched the revision as the branch head (gitlb_commit_to_applied_seconds). */
+      seenAt: number }
   | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
   | { kind: 'waiting'; revision: string | null; retryAt: Date; reason: string }
   | { kind: 'decommissioned'; revision: string };
@@ -206,6 +208,12 @@ export class Reconciler {
   private countedStatusError: unknown = null;
   private loggedStatusError: unknown = null;
   private decommissioned: string | null = null;
+  /** The role this node served before a decommission removed its data plane (the status keeps saying it). */
+  private decommissionedRole: 'lb' | 'backend' | null = null;
+  /** The branch head as first fetched, and when (Outcome.seenAt). */
+  private headSeen: { revision: string; at: number } | null = null;
+  /** The last fetch outage, recorded on the status branch once the node can write again (status `fetchOutage`). */
+  private fetchOutage: NodeStatus['fetchOutage'];
   /** The outcome of the latest reconcile pass (`run --once` exits by it). */
   lastOutcome: Outcome | null = null;
   /** Milliseconds per stage of the latest reconcile (fetch, verify, validate, render, plan, apply, readback). */
@@ -271,7 +279,7 @@ export class Reconciler {
       apiVersion: 'gitlb/v1',
       kind: 'NodeStatus',
       node: this.o.node,
-      role: this.appliedDesired?.role ?? 'lb',
+      role: this.appliedDesired?.role ?? this.decommissionedRole ?? this.o.role ?? 'lb',
       branch: this.o.branch,
       appliedRevision: this.applied,
       appliedAt: this.appliedAt,
@@ -285,6 +293,7 @@ export class Reconciler {
       updatedAt: now,
       ...this.statusSection('health', this.o.statusHealth),
       ...this.statusSection('bgp', this.o.statusBgp),
+      ...(this.fetchOutage && { fetchOutage: this.fetchOutage }),
       ...(this.verification && { verification: this.verification }),
       ...(this.appliedCommit && { appliedCommit: this.appliedCommit }),
       ...(this.dp.forwarding && { xdp: statusXdp(this.dp.forwarding) }),
@@ -325,8 +334,7 @@ export class Reconciler {
     return this.conditions.map((c) => ({ ...c }));
   }
 
-  private succeeded(revision: string): void {
-    const msg = `applied ${revision.slice(0, 12)}`;
+  private succeeded(revision: string, msg = `applied ${revision.slice(0, 12)}`): void {
     this.condition('Ready', 'True', 'Succeeded', msg);
     this.condition('Reconciling', 'False', 'Succeeded', msg);
     this.condition('Stalled', 'False', 'Succeeded', msg);
@@ -409,6 +417,16 @@ export class Reconciler {
     this.pendingStatus = Promise.all([this.pendingStatus, write]).then(() => undefined);
   }
 
+  /**
+   * The daemon is stopping (SIGTERM): from now on the status says Ready=False/Stopped, so its last write tells
+   * `gitlb status` that nothing reconciles here any more (the pinned data plane keeps forwarding what it serves).
+   */
+  markStopped(why: string): void {
+    const serving = this.decommissioned ? 'nothing (decommissioned)' : this.applied ? this.applied.slice(0, 12) : 'nothing';
+    this.condition('Ready', 'False', 'Stopped', `gitlb run stopped (${why}); the pinned data plane keeps forwarding ${serving}, nothing reconciles it`);
+    this.condition('Reconciling', 'False', 'Stopped', 'stopped');
+  }
+
   /** Stops retrying failed status writes (daemon shutdown). */
   stopStatusRetries(): void {
     this.stopped = true;
@@ -474,10 +492,15 @@ export class Reconciler {
         { stage: 'fetch', attempts: outage.attempts, durationMs: outage.durationMs, reason: outage.reason });
       // Say again why the head is not applied, or that it is: the conditions still name the fetch failure.
       const failedHead = this.failed.get(head);
+      this.fetchOutage = { since: new Date(outage.since).toISOString(), until: new Date(outage.until).toISOString(), attempts: outage.attempts, reason: outage.reason };
       if (failedHead) this.failureConditions(head, failedHead);
-      else if (head === this.applied && !this.adopting) this.succeeded(head);
-      if (failedHead || (head === this.applied && !this.adopting)) this.publish('fetch recovered');
+      // Nothing was applied: the node serves the head it already had (it says so, not "applied").
+      else if (head === this.applied && !this.adopting)
+        this.succeeded(head, `serving ${head.slice(0, 12)}, the branch head; fetch recovered after ${outage.attempts} failed attempts over ${humanMs(outage.durationMs)}`);
+      // The outage goes on the status branch in any case (the apply below publishes it if the head moved).
+      if (failedHead || (head === this.applied && !this.adopting) || this.decommissioned === head) this.publish('fetch recovered');
     }
+    if (this.headSeen?.revision !== head) this.headSeen = { revision: head, at: this.clock().getTime() };
 
     if (this.decommissioned === head) return { kind: 'decommissioned', revision: head };
     if (head === this.applied && !this.adopting) return { kind: 'unchanged', revision: head };
@@ -683,7 +706,7 @@ export class Reconciler {
     );
     this.publish(adopting ? `start (${trigger})` : trigger);
     return changed
-      ? { kind: 'applied', revision: head, report, plan, warnings, timings: { ...this.timings } }
+      ? { kind: 'applied', revision: head, report, plan, warnings, timings: { ...this.timings }, seenAt: this.headSeen?.revision === head ? this.headSeen.at : this.clock().getTime() }
       : { kind: 'unchanged', revision: head, report };
   }
 
@@ -706,6 +729,7 @@ export class Reconciler {
       }
       this.liveModel = null;
     });
+    this.decommissionedRole = this.appliedDesired?.role ?? this.role(this.appliedModel);
     this.decommissioned = head;
     this.adopting = false;
     this.failed.clear();
@@ -729,6 +753,7 @@ export class Reconciler {
     if (!this.o.reopenDataPlane) throw new Error('cannot rebuild the data plane after a decommission in this process; restart gitlb run');
     this.dp = await this.o.reopenDataPlane();
     this.decommissioned = null;
+    this.decommissionedRole = null;
     this.applied = null;
     this.appliedModel = null;
   }

@@ -105,3 +105,41 @@ test('local repository: status branch written with git\'s lock protocol, visible
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// A status commit's subject says "applied" only for the write that records that apply: a later write (heartbeat,
+// health flip, fetch failure, stop) of a status whose lastAttempt the branch already holds says what it records.
+test('status commit subjects say applied only when the write records an apply', async (t) => {
+  const repo = await servedRepo();
+  const cache = await tempDir('subjects');
+  try {
+    const r1 = await commitFiles(repo.work, { 'a.yaml': 'x: 1\n' }, 'one');
+    await git(repo.work, 'push', '-q', 'origin', 'main');
+    const w = new StatusWriter({ remote: new HttpRemote(repo.url, cache), branch: 'gitlb-status', node: 'lb-1' });
+    const applied = sampleStatus('lb-1', r1);
+    const subject = async () => {
+      await git(repo.work, 'fetch', '-q', 'origin', 'gitlb-status');
+      return git(repo.work, 'log', '-1', '--format=%s', 'FETCH_HEAD');
+    };
+    await w.write(applied, 'webhook');
+    t.is(await subject(), `status(lb-1): applied ${r1.slice(0, 12)}`);
+    await w.write({ ...applied, updatedAt: new Date(Date.now() + 1000).toISOString() }, 'heartbeat');
+    t.is(await subject(), `status(lb-1): heartbeat, serving ${r1.slice(0, 12)}`);
+    // Stopped on SIGTERM after a fetch outage: the outage and Ready=False/Stopped are in the file, which the schema takes.
+    const stopped: NodeStatus = {
+      ...applied,
+      updatedAt: new Date(Date.now() + 2000).toISOString(),
+      fetchOutage: { since: new Date(Date.now() - 60_000).toISOString(), until: new Date().toISOString(), attempts: 7, reason: 'connect ECONNREFUSED' },
+      conditions: [{ type: 'Ready', status: 'False', reason: 'Stopped', message: 'gitlb run stopped (stopping on SIGTERM)', lastTransitionTime: new Date().toISOString() }],
+    };
+    await w.write(stopped, 'stopping on SIGTERM');
+    t.is(await subject(), `status(lb-1): stopping on SIGTERM, serving ${r1.slice(0, 12)}`);
+    t.true(validate(parseStatus(await git(repo.work, 'show', 'FETCH_HEAD:status/lb-1.yaml'))), JSON.stringify(validate.errors));
+    // A new attempt is announced again.
+    const failedAt = { revision: r1, result: 'failed' as const, stage: 'apply' as const, reason: 'E2BIG', at: new Date(Date.now() + 3000).toISOString() };
+    await w.write({ ...stopped, lastAttempt: failedAt, lastFailure: failedAt }, 'retry');
+    t.is(await subject(), `status(lb-1): failed ${r1.slice(0, 12)} at apply`);
+  } finally {
+    await repo.cleanup();
+    rmSync(cache, { recursive: true, force: true });
+  }
+});

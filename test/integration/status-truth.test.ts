@@ -30,14 +30,23 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     await git(repo.work, 'push', '-q', 'origin', 'main');
     const st = (...args: string[]) => gitlb(['status', '--repo', repo.url, ...args]);
 
-    await publish(repo, [status('lb-1', head), status('lb-2', head, { down: '198.51.100.11', warnings: ['force-push: history of main was rewritten'] })]);
+    await publish(repo, [status('lb-1', head), status('lb-2', head, { warnings: ['force-push: history of main was rewritten'] })]);
     const ok = await st();
     t.is(ok.code, 0, ok.stdout + ok.stderr);
     t.regex(ok.stdout, /NODE\s+ROLE\s+XDP\s+APPLIED\s+BRANCH\s+UPDATED\s+DIGESTS\s+READY\s+UNHEALTHY\s+LAST ERROR/);
     t.regex(ok.stdout, new RegExp(`lb-1\\s+lb\\s+\\S+\\s+${head.slice(0, 12)}\\s+head\\s+\\d+s ago\\s+agree\\s+-\\s+0`));
-    t.regex(ok.stdout, /lb-2: unhealthy reals: web\/198\.51\.100\.11/);
     t.regex(ok.stdout, /lb-2: warning: force-push/);
     t.regex(ok.stdout, /verdict: OK/);
+
+    // Degraded: a real down on lb-2 is a problem (README: exit 1 on any problem), unless --ignore-degraded.
+    await publish(repo, [status('lb-1', head, { down: '198.51.100.11' }), status('lb-2', head, { down: '198.51.100.11' })]);
+    const degraded = await st();
+    t.is(degraded.code, 1, degraded.stdout);
+    t.regex(degraded.stdout, /lb-2: unhealthy reals: web\/198\.51\.100\.11/);
+    t.regex(degraded.stdout, /lb-2: degraded: unhealthy: web\/198\.51\.100\.11/);
+    const ignored = await st('--ignore-degraded');
+    t.is(ignored.code, 0, ignored.stdout);
+    t.regex(ignored.stdout, /verdict: OK/);
 
     // Failed: the last attempt failed (the node keeps serving the head it applied before).
     const failedAt = { revision: head, result: 'failed' as const, stage: 'apply' as const, reason: 'map update: E2BIG', at: ago(0) };

@@ -105,15 +105,19 @@ test.serial('a hanging fetch ends at its deadline and is recorded; a health re-r
   const dp = await openLbDataPlane({ pinRoot: join(PIN_BASE, 'hang') });
   cleanups.push(() => dp.close());
   const down = new Set<string>();
+  const sunk: { why: string; status: ReturnType<Reconciler['snapshot']> }[] = [];
   const rec = new Reconciler({
     node: 'lb-1',
     branch: 'main',
     remote: new HttpRemote(r.url, join(await cache('hang'), 'git'), undefined, 1500),
     dataPlane: dp,
     health: () => ({ isHealthy: (_s: string, address: string) => !down.has(address) }),
+    statusSink: async (status, _branch, why) => void sunk.push({ why, status }),
     log: quiet,
   });
-  t.is((await rec.reconcile('start')).kind, 'applied');
+  const first = await rec.reconcile('start');
+  t.is(first.kind, 'applied');
+  if (first.kind === 'applied') t.true(first.seenAt <= Date.now() && first.seenAt > Date.now() - 60_000, 'when the node first fetched the head');
 
   r.hang(true);
   const order: string[] = [];
@@ -143,8 +147,19 @@ test.serial('a hanging fetch ends at its deadline and is recorded; a health re-r
   // The partition ends: the next pass succeeds and Ready turns True again.
   r.hang(false);
   t.is((await rec.reconcile('retry')).kind, 'unchanged');
-  t.is(getCondition(rec.snapshot().conditions, 'Ready')?.status, 'True');
-  t.true(validStatus(rec.snapshot()), JSON.stringify(validStatus.errors));
+  const recovered = rec.snapshot();
+  t.is(getCondition(recovered.conditions, 'Ready')?.status, 'True');
+  // Nothing was applied after the outage: Ready says the node serves the head, not that it applied it.
+  t.regex(getCondition(recovered.conditions, 'Ready')!.message, /^serving \w{12}, the branch head; fetch recovered after 1 failed attempts/);
+  t.notRegex(getCondition(recovered.conditions, 'Ready')!.message, /applied/);
+  // The outage is recorded (start, end, attempts, error) and handed to the status writer now that Git answers.
+  t.is(recovered.fetchOutage?.attempts, 1);
+  t.regex(recovered.fetchOutage!.reason, /timed out after 1500 ms/);
+  t.true(Date.parse(recovered.fetchOutage!.until) >= Date.parse(recovered.fetchOutage!.since));
+  const published = sunk.at(-1)!;
+  t.is(published.why, 'fetch recovered');
+  t.is(published.status.fetchOutage?.attempts, 1);
+  t.true(validStatus(recovered), JSON.stringify(validStatus.errors));
 
   // A head that fails validation, then a partition, then recovery: Ready names the validation failure again.
   await push(repo, { 'services/web.yaml': weighted(1).replace('198.51.100.10', 'not-an-address') }, 'typo');

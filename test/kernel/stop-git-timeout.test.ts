@@ -10,6 +10,8 @@ import { git, servedRepo, commitFiles, tempDir, configFiles } from '../reconcile
 import { slowProxy } from '../helpers/slow-git-proxy.js';
 import { readFileSync } from 'node:fs';
 import { LAST_STATUS_WRITE_MS } from '../../src/reconciler/daemon.js';
+import { parseStatus } from '../../src/reconciler/status/status-doc.js';
+import { gitlbInProcess as gitlbCli } from '../helpers/cli-repo.js';
 
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 const PIN_BASE = `/sys/fs/bpf/gitlb-test-${process.pid}-stop`;
@@ -72,11 +74,24 @@ test('SIGTERM with Git fine: the last status write lands on the status branch', 
     const c1 = await commitFiles(repo.work, configFiles(['lb-1'], ['198.51.100.10']), 'initial');
     await git(repo.work, 'push', '-q', 'origin', 'main');
     t.true(await d.until(() => d.log().includes(`applied ${c1.slice(0, 12)}`), 60_000), d.log());
+    // The apply's own status write lands first (else the last write is the one that records the apply).
+    const end = Date.now() + 30_000;
+    while (!(await git(repo.work, 'ls-remote', 'origin', 'gitlb-status')) && Date.now() < end) await new Promise((r) => setTimeout(r, 200));
     d.child.kill('SIGTERM');
     t.is(await d.exited, 0, d.log());
     await git(repo.work, 'fetch', '-q', 'origin', 'gitlb-status');
     t.regex(await git(repo.work, 'log', '-1', '--format=%B', 'FETCH_HEAD'), /trigger: stopping on SIGTERM/);
-    t.regex(await git(repo.work, 'show', 'FETCH_HEAD:status/lb-1.yaml'), new RegExp(`appliedRevision: ${c1}`));
+    const file = await git(repo.work, 'show', 'FETCH_HEAD:status/lb-1.yaml');
+    t.regex(file, new RegExp(`appliedRevision: ${c1}`));
+    // The last write says Stopped: Ready=False, within the stop budget, and gitlb status shows it, not Ready.
+    const ready = parseStatus(file).conditions?.find((c) => c.type === 'Ready');
+    t.is(ready?.status, 'False');
+    t.is(ready?.reason, 'Stopped');
+    t.is(await git(repo.work, 'log', '-1', '--format=%s', 'FETCH_HEAD'), `status(lb-1): stopping on SIGTERM, serving ${c1.slice(0, 12)}`);
+    const st = await gitlbCli(['status', '--repo', repo.url]);
+    t.is(st.code, 1, st.stdout);
+    t.regex(st.stdout, new RegExp(`lb-1\\s+lb\\s+\\S+\\s+${c1.slice(0, 12)}\\s+STOPPED\\s+\\d+s ago\\s+\\S+\\s+False/Stopped`));
+    t.regex(st.stdout, /lb-1: stopped: gitlb run stopped \(stopping on SIGTERM\)/);
   } finally {
     if (d.child.exitCode === null) d.child.kill('SIGKILL');
     await repo.cleanup();

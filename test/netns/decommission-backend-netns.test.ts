@@ -67,6 +67,7 @@ test('a backend no longer named by the config removes its VIPs and pins, reports
     t.false(/revert/i.test(log), log);
     const s = parseStatus(await git(repo, 'show', 'gitlb-status:status/be-1.yaml'));
     t.is(s.lastAttempt?.result, 'decommissioned');
+    t.is(s.role, 'backend', 'the decommissioned node says the role it served, not lb');
     t.is(s.appliedRevision, gone);
     t.is(getCondition(s.conditions, 'Ready')?.reason, 'Decommissioned');
   } finally {

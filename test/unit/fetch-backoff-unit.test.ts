@@ -33,7 +33,7 @@ test('the retry timer alone walks the steps 1, 2, 4 ... s; a new reason is logge
   t.true(between.log, 'a new reason is worth a line');
   t.is(between.state.step, 6);
   t.false(b.failed('connection refused', now - 50).log);
-  t.deepEqual(b.recovered(now), { attempts: 8, durationMs: now - 5000, reason: 'connection refused' });
+  t.deepEqual(b.recovered(now), { attempts: 8, durationMs: now - 5000, reason: 'connection refused', since: 5000, until: now });
   t.is(b.recovered(now), null);
   t.is(b.state, null);
 });

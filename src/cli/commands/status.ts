@@ -13,6 +13,7 @@ interface StatusOptions extends StatusReadOptions {
   format: 'text' | 'json';
   behindGrace: number;
   staleAfter: number;
+  ignoreDegraded: boolean;
 }
 
 /** The config branch's head, its commit time and the nodes its config names. */
@@ -34,21 +35,26 @@ export const command = defineCommand<StatusOptions>({
 branch's Cluster.spec.status.branch, else gitlb-status) and judges it against the head of the config branch and
 the clock. Columns: NODE, ROLE, XDP (attach mode in use: native, generic, or generic (fallback) when native
 could not forward), APPLIED revision, BRANCH (head, or behind for how long since the head was
-committed), UPDATED (age of the status file; STALE past --stale-after), DIGESTS (agree or differ with the Maglev table
-digests of the other lb nodes at the same applied revision; nodes at different revisions are revision skew, named
-in the summary), READY (the Ready condition), UNHEALTHY (active reals its health checks report down),
-LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission), conditions that are not
-fine, and a verdict listing every problem. Nodes the config names that wrote no status are listed as problems.`,
-  exitStatus: `Exit status: 0 OK; 1 a node failed its last attempt, is behind the branch longer than --behind-grace, is stale,
-wrote no status, was taken down (gitlb down) while the config still names it, lb nodes at one revision hold different digests, or
-the lb nodes serve different revisions longer than --behind-grace (also when the status cannot be read); 2 usage error.`,
+committed; DOWN taken down; STOPPED its daemon stopped), UPDATED (age of the status file; STALE past --stale-after),
+DIGESTS (agree or differ with the Maglev table digests of the other lb nodes at the same applied revision and with
+the same reals down; behind: the others serve another revision; not compared: the others at its revision report
+other reals down, e.g. its file predates a health flip), READY (the Ready condition), UNHEALTHY (active reals its
+health checks report down), LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission),
+conditions that are not fine, and a verdict listing every problem. Nodes the config names that wrote no status are
+listed as problems; so is an lb node whose status predates a health flip another reports (it cannot reach Git).`,
+  exitStatus: `Exit status: 0 OK; 1 on any problem: a node failed its last attempt, is degraded (reals down, drift repaired;
+not with --ignore-degraded), is behind the branch longer than --behind-grace, is stale, wrote no status, was stopped or
+taken down (gitlb down) while the config still names it, cannot write its status since a health flip (consensus mode),
+lb nodes at one revision and health view hold different digests, or the lb nodes serve different revisions longer
+than --behind-grace (also when the status cannot be read); 2 usage error.`,
   define: (cmd) =>
     addStatusReadOptions(cmd)
       .addOption(formatOption(['text', 'json'], 'text', 'text, or JSON {ok, head, problems, nodes[] with each node\'s verdict and status}'))
       .addOption(new Option('--behind-grace <duration>', 'how long a node may serve an older revision than the head').argParser(duration).default(120_000, '2m'))
       .addOption(
         new Option('--stale-after <duration>', 'a status file older than this is stale (nodes rewrite it at least every 5m)').argParser(duration).default(900_000, '15m'),
-      ),
+      )
+      .addOption(new Option('--ignore-degraded', 'degraded nodes (reals down, drift repaired) are shown but do not make the exit status 1').default(false)),
   async run(opts) {
     const now = new Date();
     const { statuses, config } = await withStatusBranch(statusBranchOptions(opts), async (r, statusBranch, configTip) => ({
@@ -63,6 +69,7 @@ the lb nodes serve different revisions longer than --behind-grace (also when the
       now,
       behindGraceMs: opts.behindGrace,
       staleAfterMs: opts.staleAfter,
+      ignoreDegraded: opts.ignoreDegraded,
     });
     const json = opts.json || opts.format === 'json';
     if (json) {

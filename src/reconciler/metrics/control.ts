@@ -29,6 +29,18 @@ export function outcomeReason(out: ReconcileOutcome): string {
   }
 }
 
+/**
+ * Where gitlb_commit_to_applied_seconds counts from (epoch seconds): the applied commit's committer time when it is
+ * newer than the committer time of the revision applied before it (a new commit: the latency includes the push and
+ * the poll), else the moment this node first fetched it as the branch head (a rollback by force-push or a reset to an
+ * older commit: its committer time says nothing about this change). Also the first apply of a process, whose
+ * previous commit is unknown, counts from the committer time. docs/metrics.md.
+ */
+export function commitLatencyStart(o: { commitTime: number; previousCommitTime: number | null; seenAtMs: number }): number {
+  if (o.previousCommitTime === null || o.commitTime > o.previousCommitTime) return o.commitTime;
+  return o.seenAtMs / 1000;
+}
+
 export class ControlMetrics {
   private readonly outcomes: Counter<'result' | 'reason'>;
   private readonly stages: Histogram<'stage'>;
@@ -44,7 +56,7 @@ export class ControlMetrics {
       help: 'Duration of each reconcile stage (fetch, ancestry, validate, render, plan, apply, readback)',
       labelNames: ['stage'], buckets: STAGE_BUCKETS, registers: [reg] });
     this.commitToApplied = new Histogram({ name: 'gitlb_commit_to_applied_seconds',
-      help: 'From a commit\'s committer time to the moment this node applied it', buckets: LATENCY_BUCKETS, registers: [reg] });
+      help: 'From a commit\'s committer time (or, for a rewind to an older commit, from when this node first fetched it) to the moment this node applied it', buckets: LATENCY_BUCKETS, registers: [reg] });
     const self = this;
     const snap = () => self.sources?.snapshot() ?? null;
 
@@ -137,8 +149,8 @@ export class ControlMetrics {
       for (const [stage, ms] of Object.entries(out.timings)) this.stages.observe({ stage }, ms / 1000);
   }
 
-  /** `commitTime`: the applied commit's committer time (unix seconds); `now` in ms. */
-  observeCommitApplied(commitTime: number, now = Date.now()): void {
-    this.commitToApplied.observe(Math.max(0, now / 1000 - commitTime));
+  /** `start`: epoch seconds the latency counts from (commitLatencyStart); `now` in ms. */
+  observeCommitApplied(start: number, now = Date.now()): void {
+    this.commitToApplied.observe(Math.max(0, now / 1000 - start));
   }
 }

@@ -7,7 +7,7 @@ import type { GitRemote } from '../source/git-remote.js';
 import type { NodeDaemonHooks } from '../node-daemon.js';
 import type { GitlbLogger } from '../log/logger.js';
 import type { NodeMetrics } from './index.js';
-import type { ReconcileOutcome } from './control.js';
+import { commitLatencyStart, type ReconcileOutcome } from './control.js';
 
 /** The committer time (unix seconds) of `oid`, or null when the object cannot be read. */
 async function committerTime(gitdir: string, oid: string): Promise<number | null> {
@@ -29,6 +29,9 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
   let gitdir: string | null = null;
   let served: () => string | null = () => null;
   let up = false;
+  /** Committer time of the revision applied last (null: none yet in this process), for commitLatencyStart. */
+  let previousCommitTime: number | null = null;
+  let commitTimes: Promise<void> = Promise.resolve();
   return {
     ...(metrics && { peerMetrics: metrics.peer }),
     wrapRemote(remote: GitRemote) {
@@ -39,8 +42,17 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
       metrics?.control.observeReconcile(out);
       if (out.kind === 'applied' && metrics && gitdir) {
         const appliedAt = Date.now();
-        void committerTime(gitdir, out.revision).then((t) => {
-          if (t !== null) metrics.control.observeCommitApplied(t, appliedAt);
+        // Applies are serial and so are these reads (one chain): each sees the commit time of the apply before it.
+        commitTimes = commitTimes.then(async () => {
+          const t = await committerTime(gitdir!, out.revision);
+          if (t === null) return;
+          metrics.control.observeCommitApplied(commitLatencyStart({ commitTime: t, previousCommitTime, seenAtMs: out.seenAt }), appliedAt);
+          previousCommitTime = t;
+        });
+      } else if (out.kind === 'unchanged' && previousCommitTime === null && metrics && gitdir) {
+        // After a restart the first pass finds the served revision unchanged: its commit time is the one to beat.
+        commitTimes = commitTimes.then(async () => {
+          previousCommitTime ??= await committerTime(gitdir!, out.revision);
         });
       }
     },

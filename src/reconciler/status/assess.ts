@@ -1,11 +1,13 @@
 // The verdict of `gitlb status`: every node's status file judged against the config branch's head and the clock.
 // Pure: the caller reads Git and the clock. A node is a problem when it failed, is behind the branch beyond a grace
-// period, has not written status for too long (stale), is missing, or when lb nodes at the same applied revision
-// hold different table digests. lb nodes at different revisions (a rolling change) are revision skew, not a digest
-// disagreement: a problem only when it outlasts the behind grace.
+// period, has not written status for too long (stale), is missing, was stopped or taken down while the config names
+// it, is degraded (reals down, drift repaired; unless ignoreDegraded), or when lb nodes at the same applied revision
+// and health view hold different table digests. lb nodes at different revisions (a rolling change) are revision
+// skew, not a digest disagreement: a problem only when it outlasts the behind grace. A node whose file predates a
+// health flip another lb node reports is named: it has not been able to write to Git since.
 import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
-import { digestKey, formatTable, lbDigestsByService, lbRevisions } from './status-report.js';
+import { digestKey, formatTable, healthView, lbDigestsByService, lbRevisions } from './status-report.js';
 import { bgpOfStatus, formatBgpSection, type NodeBgpVerdict } from './bgp-report.js';
 import { describeXdp, readStatusXdp, xdpColumn, type StatusXdp } from './xdp-report.js';
 
@@ -20,7 +22,15 @@ export interface AssessInput {
   behindGraceMs: number;
   /** How old a status file may be before its node counts as stale (nodes rewrite it at least every heartbeat). */
   staleAfterMs: number;
+  /** Degraded nodes (reals down, drift repaired) are not problems (`gitlb status --ignore-degraded`). */
+  ignoreDegraded?: boolean;
 }
+
+/**
+ * A node writes its status within seconds of a health flip while it can reach Git: one whose file is older than a
+ * flip another lb node reported this long ago has not been able to write since (LAGGING_AFTER in docs/reconciler.md).
+ */
+export const LAG_GRACE_MS = 60_000;
 
 export interface NodeVerdict {
   node: string;
@@ -32,7 +42,9 @@ export interface NodeVerdict {
   updatedAt: string | null;
   ageMs: number | null;
   stale: boolean;
-  digests: 'agree' | 'differ' | '-';
+  /** agree / differ with the lb nodes at its revision and health view; behind: it serves an older revision than the
+   * head, which other lb nodes serve (nothing to compare with); not compared: the lb nodes at its revision report other reals down (health views differ). */
+  digests: 'agree' | 'differ' | 'behind' | 'not compared' | '-';
   failed: { revision: string; stage?: string; reason?: string } | null;
   /** `service/address` of active reals the node's health checks report down. */
   unhealthy: string[];
@@ -41,6 +53,12 @@ export interface NodeVerdict {
   missing: boolean;
   /** Its data plane was removed on purpose (`gitlb down`, or decommissioned): it serves nothing. */
   down: boolean;
+  /** Its daemon stopped (Ready=False/Stopped, written on SIGTERM): the data plane forwards, nothing reconciles it. */
+  stopped: boolean;
+  /** Degraded=True (reals down, drift repaired), with its message. */
+  degraded: string | null;
+  /** Its file predates a health flip another lb node reported over LAG_GRACE_MS ago (why, naming the evidence). */
+  lagging: string | null;
   /** lb nodes with BGP: per VIP announced or withdrawn (and why), BIRD's last error (docs/bgp.md). */
   bgp?: NodeBgpVerdict;
   /** lb nodes on an interface: the XDP attach mode in use, and whether native fell back to generic. */
@@ -86,9 +104,10 @@ function time(iso: unknown): number | null {
 export function assessStatus(input: AssessInput): StatusVerdict {
   const now = input.now.getTime();
   const digests = lbDigestsByService(input.statuses);
+  const lbs = input.statuses.filter((s) => s.role !== 'backend');
   const nodes: NodeVerdict[] = input.statuses.map((s) => {
     const services = Array.isArray(s.services) ? s.services : [];
-    const differs = services.some((svc) => (digests.get(digestKey(s.appliedRevision, svc.name))?.size ?? 1) > 1);
+    const differs = services.some((svc) => (digests.get(digestKey(s.appliedRevision, svc.name, healthView(svc)))?.size ?? 1) > 1);
     const updated = time(s.updatedAt);
     const ageMs = updated === null ? null : now - updated;
     const stale = ageMs === null || ageMs > input.staleAfterMs;
@@ -98,20 +117,47 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     const unhealthy = services.flatMap((svc) =>
       (Array.isArray(svc.reals) ? svc.reals : []).filter((r) => r.state === 'active' && r.healthy === false).map((r) => `${svc.name}/${r.address}`),
     );
-    const digestVerdict: NodeVerdict['digests'] = s.role === 'backend' || services.length === 0 ? '-' : differs ? 'differ' : 'agree';
+    const conditions = Array.isArray(s.conditions) ? s.conditions : [];
     // A node whose data plane was removed on purpose serves nothing, whatever the grace period: a problem while
     // the config still names it (traffic is meant to reach it), the expected state once the config dropped it.
-    const ready = Array.isArray(s.conditions) ? s.conditions.find((c) => c.type === 'Ready') : undefined;
+    const ready = conditions.find((c) => c.type === 'Ready');
     const down = (ready?.status === 'False' && ready.reason === 'Decommissioned') || s.lastAttempt?.result === 'decommissioned';
+    const stopped = !down && ready?.status === 'False' && ready.reason === 'Stopped';
+    const degradedCondition = conditions.find((c) => c.type === 'Degraded' && c.status === 'True');
+    const degraded = down || stopped ? null : degradedCondition ? degradedCondition.message : unhealthy.length ? `unhealthy: ${unhealthy.join(', ')}` : null;
+    const isLb = s.role !== 'backend';
+    // Other lb nodes at this node's revision, and whether any of them reports the same health view of every service.
+    const peers = lbs.filter((o) => o.node !== s.node && o.appliedRevision === s.appliedRevision);
+    const othersAtHead = input.head !== null && lbs.some((o) => o.node !== s.node && o.appliedRevision === input.head!.oid);
+    const sameView = (o: NodeStatus) => services.every((svc) => {
+      const theirs = (Array.isArray(o.services) ? o.services : []).find((x) => x.name === svc.name);
+      return !theirs || healthView(theirs) === healthView(svc);
+    });
+    const digestVerdict: NodeVerdict['digests'] = !isLb || services.length === 0
+      ? '-'
+      : differs
+        ? 'differ'
+        : peers.length > 0 && !peers.some(sameView)
+          ? 'not compared'
+          : peers.length === 0 && othersAtHead && behind
+            ? 'behind'
+            : 'agree';
+    const lagging = isLb && !down && !stopped && updated !== null ? lagEvidence(s, updated, peers, now) : null;
     const named = input.configNodes.some((n) => n.name === s.node);
     const problems: string[] = [];
     if (down && named) problems.push(`${s.node}: down (gitlb down): ${ready?.message ?? 'decommissioned'}; the config still names it (remove it from the config, or start gitlb run)`);
+    if (stopped && named) problems.push(`${s.node}: stopped: ${ready!.message} (start gitlb run, or remove the node from the config)`);
     if (failed) problems.push(`${s.node}: last attempt failed at ${failed.stage ?? '?'} (${failed.revision.slice(0, 12)}): ${failed.reason ?? ''}`.trim());
-    if (behind && !down && behindMs! > input.behindGraceMs) {
-      problems.push(`${s.node}: behind the branch for ${formatAge(behindMs!)} (applied ${s.appliedRevision?.slice(0, 12) ?? 'nothing'}, head ${input.head!.oid.slice(0, 12)})`);
+    if (behind && !down && !stopped && behindMs! > input.behindGraceMs) {
+      // A file older than the head commit: the node has not written since the head exists (it cannot fetch or push).
+      const unseen = updated !== null && updated < input.head!.committedAt.getTime()
+        ? `; its status was last written before the head was committed: it cannot reach Git (fetch or push), or its daemon hangs` : '';
+      problems.push(`${s.node}: behind the branch for ${formatAge(behindMs!)} (applied ${s.appliedRevision?.slice(0, 12) ?? 'nothing'}, head ${input.head!.oid.slice(0, 12)})${unseen}`);
     }
-    if (stale) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
+    if (stale && !stopped) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
     if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's at the same revision (${s.appliedRevision?.slice(0, 12) ?? 'none'})`);
+    if (lagging?.problem) problems.push(`${s.node}: ${lagging.text}`);
+    if (degraded && !input.ignoreDegraded) problems.push(`${s.node}: degraded: ${degraded}`);
     const bgp = bgpOfStatus(s);
     const xdp = readStatusXdp(s.xdp);
     if (bgp?.birdError) problems.push(`${s.node}: BIRD did not take the announcements: ${bgp.birdError}`);
@@ -128,9 +174,12 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       failed,
       unhealthy,
       warnings: Array.isArray(s.warnings) ? s.warnings.map(String) : [],
-      conditions: Array.isArray(s.conditions) ? s.conditions : [],
+      conditions,
       missing: false,
       down,
+      stopped,
+      degraded,
+      lagging: lagging?.text ?? null,
       ...(bgp ? { bgp } : {}),
       ...(xdp ? { xdp } : {}),
       problems,
@@ -155,6 +204,9 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       conditions: [],
       missing: true,
       down: false,
+      stopped: false,
+      degraded: null,
+      lagging: null,
       problems: [`${n.name}: no status written (the config names this node; is its daemon running?)`],
     });
   }
@@ -176,6 +228,35 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     nodes,
     problems,
   };
+}
+
+/**
+ * Evidence that `s` has not written its status since a health flip another lb node at its revision reported more
+ * than LAG_GRACE_MS ago: a real that node has seen down since a time after `s`'s file was written, while `s`'s file
+ * still counts it healthy. In consensus mode every lb node follows the same down set and writes within seconds, so
+ * this names a node that cannot reach Git (a problem); in local mode the node may simply not see the real down (a
+ * note, not a problem).
+ */
+function lagEvidence(s: NodeStatus, updated: number, peers: NodeStatus[], now: number): { text: string; problem: boolean } | null {
+  const ownDown = new Set((Array.isArray(s.services) ? s.services : []).flatMap((svc) =>
+    (Array.isArray(svc.reals) ? svc.reals : []).filter((r) => r.healthy === false).map((r) => `${svc.name}/${r.address}`)));
+  for (const p of peers) {
+    const health = p.health as { mode?: unknown; observations?: Record<string, Record<string, { up?: unknown; since?: unknown }>> } | undefined;
+    const observations = health && typeof health.observations === 'object' && health.observations !== null ? health.observations : {};
+    for (const [service, reals] of Object.entries(observations)) {
+      if (typeof reals !== 'object' || reals === null) continue;
+      for (const [address, o] of Object.entries(reals)) {
+        const since = time(o?.since);
+        if (o?.up !== false || since === null || ownDown.has(`${service}/${address}`)) continue;
+        if (since <= updated || now - since <= LAG_GRACE_MS) continue;
+        const consensus = health?.mode === 'consensus';
+        const text = `has not written its status since ${p.node} saw ${service}/${address} down ${formatAge(now - since)} ago ` +
+          `(its file is ${formatAge(now - updated)} old): ${s.node} cannot reach Git${consensus ? '' : ', or does not see that real down (local health mode)'}`;
+        return { text, problem: consensus };
+      }
+    }
+  }
+  return null;
 }
 
 /**
@@ -217,7 +298,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     n.role,
     xdpColumn(n.xdp),
     n.missing ? '(no status)' : n.applied ? n.applied.slice(0, 12) : '(none)',
-    n.missing ? '-' : n.down ? 'DOWN' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
+    n.missing ? '-' : n.down ? 'DOWN' : n.stopped ? 'STOPPED' : n.behind ? `behind ${n.behindMs === null ? '' : formatAge(n.behindMs)}`.trim() : 'head',
     n.ageMs === null ? (n.missing ? '-' : 'STALE (never)') : `${n.stale ? 'STALE ' : ''}${formatAge(n.ageMs)} ago`,
     n.digests,
     readyText(n.conditions),
@@ -228,6 +309,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const details: string[] = [];
   for (const n of v.nodes) {
     if (n.unhealthy.length) details.push(`${n.node}: unhealthy reals: ${n.unhealthy.join(', ')}`);
+    if (n.lagging && !n.problems.some((p) => p.includes(n.lagging!))) details.push(`${n.node}: note: ${n.lagging}`);
     if (n.xdp && (n.xdp.fellBack || n.xdp.forwards === false)) details.push(`${n.node}: ${describeXdp(n.xdp)}`);
     for (const w of n.warnings) details.push(`${n.node}: warning: ${w}`);
     for (const c of n.conditions) {
@@ -242,7 +324,9 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
         v.revisionSkew.forMs === null ? '' : ` (for ${formatAge(v.revisionSkew.forMs)}${v.revisionSkew.beyondGrace ? ', beyond the grace' : ', within the grace'})`
       }`
     : digestsText(v);
-  const summary = `${v.nodes.length} node(s); ${head}; ${digests}`;
+  const unlike = v.nodes.filter((n) => n.digests === 'not compared').map((n) => n.node);
+  const notCompared = unlike.length ? `; not compared (other reals down at the same revision): ${unlike.join(', ')}` : '';
+  const summary = `${v.nodes.length} node(s); ${head}; ${digests}${notCompared}`;
   const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
   return printable([...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join(''));
 }

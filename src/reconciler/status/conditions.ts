@@ -1,5 +1,6 @@
 // Flux-style conditions of a node's status (status/<node>.yaml `conditions`). Pure.
-//   Ready        True when the branch head is applied and read back; False with the reason it is not.
+//   Ready        True when the branch head is applied and read back; False with the reason it is not (Stopped:
+//                the daemon's last write on SIGTERM).
 //   Reconciling  True while a failed revision or fetch waits for its next (backed-off) attempt.
 //   Stalled      True when the head cannot be applied without a new commit (validation, render, health gate).
 //   Degraded     True while the node serves but not as configured (reals down, drift just repaired).
@@ -24,6 +25,7 @@ export const CONDITION_REASONS = [
   'RealsUnhealthy',
   'Healthy',
   'Decommissioned',
+  'Stopped',
 ] as const;
 export type ConditionReason = (typeof CONDITION_REASONS)[number];
 

@@ -110,8 +110,18 @@ export interface NodeStatus {
   bgp?: StatusBgp;
   verification?: StatusVerification;
   appliedCommit?: AppliedCommit;
+  /** The last time fetching the config branch failed in a row: first failure, the fetch that ended it, failed
+   * attempts, the last error. Written once the node can reach Git again (it cannot write while it cannot). */
+  fetchOutage?: FetchOutage;
   /** lb nodes on an interface: the XDP attach mode in use and whether native fell back (src/reconciler/status/xdp-report.ts). */
   xdp?: StatusXdp;
+}
+
+export interface FetchOutage {
+  since: string;
+  until: string;
+  attempts: number;
+  reason: string;
 }
 
 /** Optional fields: other nodes' files are input and are read defensively. */
@@ -174,14 +184,21 @@ export function parseStatusFile(fileName: string, text: string): NodeStatus {
 }
 
 /**
- * What a status commit should say in its subject line, e.g.
- * `status(lb-1): applied 1a2b3c4d5e6f` or `status(lb-1): failed 9f8e7d6c5b4a at validate`.
+ * What a status commit should say in its subject line, e.g. `status(lb-1): applied 1a2b3c4d5e6f` or
+ * `status(lb-1): failed 9f8e7d6c5b4a at validate` when it records that attempt, and
+ * `status(lb-1): health change, serving 1a2b3c4d5e6f` when it records something else: `previous` is the node's file
+ * the commit replaces, and an attempt it already records is not announced again (a heartbeat, a health flip or a
+ * fetch failure applied nothing).
  */
-export function statusCommitMessage(s: NodeStatus, why: string): string {
+export function statusCommitMessage(s: NodeStatus, why: string, previous: NodeStatus | null = null): string {
   const a = s.lastAttempt;
-  const head = a
-    ? `${a.result} ${a.revision.slice(0, 12)}${a.stage ? ` at ${a.stage}` : ''}`
-    : `started${s.appliedRevision ? `, serving ${s.appliedRevision.slice(0, 12)}` : ''}`;
+  const serving = `serving ${s.appliedRevision ? s.appliedRevision.slice(0, 12) : 'nothing'}`;
+  const recorded = a && previous?.lastAttempt && sameAttempt(a, previous.lastAttempt);
+  const head = !a
+    ? `started${s.appliedRevision ? `, ${serving}` : ''}`
+    : recorded
+      ? `${oneLine(why).slice(0, 60)}, ${serving}`
+      : `${a.result} ${a.revision.slice(0, 12)}${a.stage ? ` at ${a.stage}` : ''}`;
   const body = [
     `node: ${s.node}`,
     `applied: ${s.appliedRevision ?? '(none)'}`,
@@ -189,6 +206,10 @@ export function statusCommitMessage(s: NodeStatus, why: string): string {
     `trigger: ${why}`,
   ];
   return `status(${s.node}): ${head}\n\n${body.join('\n')}\n`;
+}
+
+function sameAttempt(a: StatusAttempt, b: StatusAttempt): boolean {
+  return a.revision === b.revision && a.result === b.result && a.at === b.at && a.stage === b.stage;
 }
 
 function oneLine(s: string): string {

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import git from 'isomorphic-git';
 import { firstParentLog, readCommitInfo, readFileAt } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
-import { parseStatusFile, type NodeStatus } from './status-doc.js';
+import { parseStatusFile, type NodeStatus, type StatusRealState } from './status-doc.js';
 import { formatTable } from '../text-table.js';
 
 export async function readAllStatuses(remote: GitRemote, branch: string, onBadFile?: (problem: string) => void): Promise<NodeStatus[]> {
@@ -35,18 +35,20 @@ async function readStatusesAt(gitdir: string, commit: string, onBadFile?: (probl
 }
 
 /**
- * Table digests of the lb nodes, per applied revision and service. Only lb nodes forward by the Maglev ring, so
- * only they must agree; a backend's status lists the services it serves but its digests are not part of the
- * agreement. Digests are compared only between nodes at the same applied revision: during a rolling change two
- * nodes at different revisions legitimately hold different tables (revision skew is judged separately, against the
- * behind grace). Key: `digestKey(revision, service)`.
+ * Table digests of the lb nodes, per applied revision, service and health view. Only lb nodes forward by the Maglev
+ * ring, so only they must agree; a backend's status lists the services it serves but its digests are not part of the
+ * agreement. Digests are compared only where they must be equal: between nodes at the same applied revision (during a
+ * rolling change two nodes at different revisions legitimately hold different tables; revision skew is judged
+ * separately, against the behind grace) that report the same reals out of the ring (a node whose file predates a
+ * health flip — it could not write to Git — or that sees a real otherwise in local mode renders another table by
+ * design). Key: `digestKey(revision, service, view)`.
  */
 export function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<string>> {
   const byService = new Map<string, Set<string>>();
   for (const s of statuses) {
     if (s.role === 'backend' || !Array.isArray(s.services)) continue;
     for (const svc of s.services) {
-      const key = digestKey(s.appliedRevision, svc.name);
+      const key = digestKey(s.appliedRevision, svc.name, healthView(svc));
       if (!byService.has(key)) byService.set(key, new Set());
       byService.get(key)!.add(svc.digest);
     }
@@ -54,9 +56,22 @@ export function lbDigestsByService(statuses: NodeStatus[]): Map<string, Set<stri
   return byService;
 }
 
-/** The key of lbDigestsByService: one service at one applied revision (null: none applied). */
-export function digestKey(revision: string | null | undefined, service: string): string {
-  return `${revision ?? '(none)'}\0${service}`;
+/** The key of lbDigestsByService: one service at one applied revision (null: none applied) under one health view. */
+export function digestKey(revision: string | null | undefined, service: string, view = ''): string {
+  return `${revision ?? '(none)'}\0${service}\0${view}`;
+}
+
+/**
+ * What of a service's rendering depends on health at a given revision: the reals not healthy-and-active, as the
+ * status lists them (state and healthy flag), sorted. Equal views at one revision render equal tables.
+ */
+export function healthView(svc: { reals?: unknown }): string {
+  const reals = Array.isArray(svc.reals) ? (svc.reals as Partial<StatusRealState>[]) : [];
+  return reals
+    .filter((r) => r && (r.state !== 'active' || r.healthy === false))
+    .map((r) => `${String(r.address)}/${String(r.state)}/${r.healthy === false ? 'down' : 'up'}`)
+    .sort()
+    .join(',');
 }
 
 /** True when every service is rendered with one digest by every lb node that serves it at the same revision. */

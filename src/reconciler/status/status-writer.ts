@@ -4,7 +4,7 @@
 // touches its own file, so rebuilding never needs a merge.
 import { readCommitInfo, readFileAt, treeWithFile, writeCommitObject, type PayloadSigner } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
-import { serialiseStatus, statusCommitMessage, statusPath, type NodeStatus } from './status-doc.js';
+import { parseStatus, serialiseStatus, statusCommitMessage, statusPath, type NodeStatus } from './status-doc.js';
 
 export interface StatusWriterOptions {
   remote: GitRemote;
@@ -23,6 +23,15 @@ export interface StatusWriterOptions {
 export interface StatusWriteResult {
   commit: string | null; // null when the file already had exactly this content
   attempts: number;
+}
+
+/** The node's own file the commit replaces (for the subject line); null when it is unreadable. */
+function previousStatus(blob: Uint8Array): NodeStatus | null {
+  try {
+    return parseStatus(Buffer.from(blob).toString('utf8'));
+  } catch {
+    return null;
+  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -74,16 +83,18 @@ export class StatusWriter {
     const { remote, branch, node } = this.o;
     const tip = await remote.fetch(branch, { depth: 1 });
     const base = tip ? await readCommitInfo(remote.gitdir, tip) : null;
+    let previous: NodeStatus | null = null;
     if (tip) {
       const current = await readFileAt(remote.gitdir, tip, path);
       if (current && Buffer.from(current).equals(Buffer.from(content))) return { commit: null, attempts: attempt };
+      previous = current ? previousStatus(current) : null;
     }
     const tree = await treeWithFile(remote.gitdir, base?.tree ?? null, path, content);
     const now = this.clock();
     const commit = await writeCommitObject(remote.gitdir, {
       tree,
       parents: tip ? [tip] : [],
-      message: statusCommitMessage(status, why),
+      message: statusCommitMessage(status, why, previous),
       author: { name: node, email: `${node}@gitlb.invalid`, timestamp: Math.floor(now.getTime() / 1000), timezoneOffset: 0 },
     }, this.o.signer);
     return (await remote.push(branch, commit, tip)) ? { commit, attempts: attempt } : null;
