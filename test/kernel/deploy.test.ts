@@ -80,7 +80,13 @@ test('the DaemonSet: host network, bpffs and state as hostPath, only the four ca
   const parsed = runCommand.parse(args.slice(1)).opts;
   t.like(parsed, { node: 'lb-1', interface: 'eth0', pinRoot: '/sys/fs/bpf/gitlb', metrics: '192.0.2.7:9462', webhook: '0.0.0.0:9000' });
   const secret = parseAllDocuments(read('deploy/kubernetes/secret.example.yaml')).map((d) => d.toJS());
-  t.deepEqual(Object.keys(secret.find((d) => d.kind === 'Secret').stringData).sort(), ['git-token', 'webhook-secret']);
+  t.deepEqual(Object.keys(secret.find((d) => d.kind === 'Secret').stringData).sort(), ['git-token', 'peer-secret', 'webhook-secret']);
+  // Peer votes authenticated by default: the peer secret is a file mounted from the Secret.
+  const mount = c.volumeMounts.find((m: { name: string }) => m.name === 'peer-secret');
+  const volume = pod.volumes.find((v: { name: string }) => v.name === 'peer-secret');
+  t.is(volume.secret.secretName, 'gitlb');
+  t.deepEqual(volume.secret.items, [{ key: 'peer-secret', path: 'secret' }]);
+  t.is(parsed['peerSecretFile'], `${mount.mountPath}/secret`);
 });
 
 type Container = { args: string[]; env: { name: string; valueFrom?: { fieldRef?: { fieldPath: string } } }[]; ports: { name: string; containerPort: number }[]; readinessProbe: { httpGet: { path: string; port: string } } };
