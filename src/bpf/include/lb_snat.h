@@ -535,7 +535,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 }
 
 /* A reply from a real to snatAddress:port. */
-static __always_inline int lb_snat_reply(struct xdp_md *ctx, const struct lb_packet *p,
+static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p,
 					 const struct lb_snat_config *cfg)
 {
 	struct lb_snat_rev_key rk = { .real_port = p->sport, .snat_port = p->dport, .proto = p->proto,
@@ -560,6 +560,9 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, const struct lb_pac
 
 	__builtin_memcpy(client, rv->client, 16);
 	__builtin_memcpy(vip, rv->vip, 16);
+	/* translated: it leaves with exactly its IP length (a passed frame stays byte for byte as received) */
+	if (lb_trim_to_ip(ctx, p))
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
 	struct lb_next_hop nh = {};
 	int rc = lb_snat_fib(ctx, p->family, client, &nh);
@@ -576,7 +579,7 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, const struct lb_pac
  * snatAddress:snat_port -> real:real_port. Translated back: the outer destination becomes the client (the
  * outer source, when it is the real itself, the VIP), and the quote becomes client:cport -> VIP:vport, with
  * the quoted IPv4 and L4 checksums, the ICMP checksum and the outer IPv4 checksum updated incrementally. */
-static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_packet *p,
+static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 					const struct lb_snat_config *cfg)
 {
 	void *data = (void *)(long)ctx->data;
@@ -675,6 +678,9 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, const struct lb_pack
 	__builtin_memcpy(odst, client, 16);
 	if (lb_snat_addr_eq(osrc, idst, p->family)) /* sent by the real itself: the client must see the VIP */
 		__builtin_memcpy(osrc, vip, 16);
+	/* translated: it leaves with exactly its IP length (trailer bytes never reached the quote: bounded above) */
+	if (lb_trim_to_ip(ctx, p))
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
 	struct lb_next_hop nh = {};
 	int rc = lb_snat_fib(ctx, p->family, client, &nh);
@@ -812,9 +818,6 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 
 	if (verdict != LB_PARSE_OK && !icmp)
 		return lb_snat_pass_local();
-	/* what may be translated leaves with exactly its IP length (no trailer bytes; parse checked the length) */
-	if (lb_trim_to_ip(ctx, p))
-		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 	return icmp ? lb_snat_icmp(ctx, p, cfg) : lb_snat_reply(ctx, p, cfg);
 }
 
