@@ -256,6 +256,12 @@ export class Reconciler {
     return this.appliedDesired;
   }
 
+  /** The fetch outage in progress (first failure, failed attempts, last error), or null while fetching works. */
+  get fetchFailing(): { since: number; attempts: number; reason: string } | null {
+    const f = this.fetchBackoff.state;
+    return f ? { since: f.since, attempts: f.attempts, reason: f.reason } : null;
+  }
+
   /** When the earliest pending retry of a failed revision is due (for the daemon's timer), or null. */
   get nextRetryAt(): Date | null {
     let t = this.fetchBackoff.state?.retryAt ?? Infinity;

@@ -69,3 +69,17 @@ test('gitlb_xdp_attachment_info mirrors status.xdp: a fallback (also one a resta
   xdp = undefined; // backend nodes, and lb nodes before the first attach
   t.deepEqual(await series(), []);
 });
+
+test('gitlb_config_fetch_failing_seconds and _failures say a fetch outage is going on (0 while fetching works)', async (t) => {
+  const pins = mkdtempSync(join(tmpdir(), 'gitlb-metrics-pins-'));
+  t.teardown(() => rmSync(pins, { recursive: true, force: true }));
+  const metrics = new NodeMetrics({ node: 'lb-9', pinRoot: pins, desired: () => null });
+  let failing: { since: number; attempts: number } | null = null;
+  metrics.control.attach({ snapshot: () => ({}) as unknown as NodeStatus, desired: () => null, fetchFailing: () => failing });
+  const value = async (name: string) => samples(parsePromText(await metrics.registry.metrics()), name)[0]?.value;
+  t.is(await value('gitlb_config_fetch_failing_seconds'), 0);
+  t.is(await value('gitlb_config_fetch_failures'), 0);
+  failing = { since: Date.now() - 90_000, attempts: 12 };
+  t.true((await value('gitlb_config_fetch_failing_seconds'))! >= 90);
+  t.is(await value('gitlb_config_fetch_failures'), 12);
+});

@@ -12,6 +12,8 @@ export type ReconcileOutcome = Outcome;
 export interface ControlSources {
   snapshot(): NodeStatus;
   desired(): DesiredState | null;
+  /** The fetch outage in progress (epoch ms of its first failure, failed attempts), or null. */
+  fetchFailing?(): { since: number; attempts: number } | null;
 }
 
 /** Seconds; reconcile stages run from milliseconds (unchanged revision) to tens of seconds (huge applies). */
@@ -120,6 +122,22 @@ export class ControlMetrics {
         this.reset();
         const s = snap();
         if (s) this.set(s.lastAttempt?.result === 'failed' ? 1 : 0);
+      } });
+    // While a node cannot reach Git it cannot write its status either: this is where the outage shows meanwhile.
+    new Gauge({ name: 'gitlb_config_fetch_failing_seconds', help: 'How long fetching the config branch has failed in a row (0 while it works)',
+      registers: [reg],
+      collect() {
+        this.reset();
+        if (!self.sources) return;
+        const f = self.sources.fetchFailing?.() ?? null;
+        this.set(f ? Math.max(0, (Date.now() - f.since) / 1000) : 0);
+      } });
+    new Gauge({ name: 'gitlb_config_fetch_failures', help: 'Failed fetches of the config branch in a row (0 while it works)',
+      registers: [reg],
+      collect() {
+        this.reset();
+        if (!self.sources) return;
+        this.set(self.sources.fetchFailing?.()?.attempts ?? 0);
       } });
     const counter = (name: string, help: string, pick: (c: NodeStatus['counters']) => number) =>
       new Counter({ name, help, registers: [reg],

@@ -69,7 +69,8 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
       served = () => daemon.reconciler.appliedRevision;
       if (!metrics) return;
       metrics.setRole(role);
-      metrics.control.attach({ snapshot: () => daemon.reconciler.snapshot(), desired: () => daemon.reconciler.desired });
+      metrics.control.attach({ snapshot: () => daemon.reconciler.snapshot(), desired: () => daemon.reconciler.desired,
+        fetchFailing: () => daemon.reconciler.fetchFailing });
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
       if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
     },
