@@ -12,8 +12,9 @@ import { startDaemon, type Daemon } from './daemon.js';
 import { lastAppliedModel } from './served-model.js';
 import { startSchedule } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
-import { startHealthPeers, type HealthPeers } from './health/peer-wiring.js';
-import type { PeerAuth, PeerChannelMetrics } from './peer/index.js';
+import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
+import { lbPeers } from './health/peer-exchange.js';
+import { startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
@@ -210,14 +211,20 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     peerReport: () => peers?.report() ?? null }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
-  // Consensus votes: the authenticated peer channel, with the applied config's lb nodes as the only peers.
-  if (health) {
+  const appliedModel = () => daemon?.reconciler.appliedConfig ?? head.model;
+  // The authenticated peer channel of an lb node (health votes; connection-state sync): only the applied config's
+  // other lb nodes may speak on it (docs/security.md, Peers).
+  let peerChannel: PeerChannel | null = null;
+  if (role === 'lb' && !o.once && o.peer) {
     const ownAddress = own?.spec.addresses[0];
-    const listen = !o.peer ? null : o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peer.port } : null;
-    if (o.peer && !listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
-    peers = await startHealthPeers({ node: o.node, peer: o.peer && listen ? { ...o.peer, listen } : undefined, health: () => health.status(),
-      model: () => daemon?.reconciler.appliedConfig ?? head.model, metrics: o.hooks?.peerMetrics, log });
+    const listen = o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peer.port } : null;
+    if (!listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
+    const port = o.peer.port;
+    peerChannel = await startPeerChannel({ node: o.node, host: listen.host, port: listen.port, auth: o.peer.auth,
+      peers: () => lbPeers(appliedModel(), o.node, port), metrics: o.hooks?.peerMetrics, log });
+    log.info(`peer channel on ${peerChannel.url} (authenticated: shared secret)`);
   }
+  if (health) peers = healthPeers({ node: o.node, channel: peerChannel, health: () => health.status(), model: appliedModel, metrics: o.hooks?.peerMetrics, log });
   const bgp =
     role === 'lb' && !o.once && o.bird
       ? new BgpAnnouncer({
@@ -286,7 +293,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   } catch (err) {
     await health?.checker.stop();
     vipRouter?.close();
-    await peers?.close();
+    await peerChannel?.close();
     throw err;
   }
   const d = daemon;
@@ -328,7 +335,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       bgp?.stop();
       await d.stop(opts);
       for (const t of tasks) t.stop();
-      await peers?.close();
+      await peerChannel?.close();
       await health?.checker.stop();
       vipRouter?.close(); // the probe program is not pinned: it serves only this process's probes
       d.reconciler.dataPlane.close(); // pinned programs and maps stay: the data plane keeps forwarding

@@ -14,7 +14,7 @@ import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { HealthService } from '../../src/reconciler/health/service.js';
 import { PeerObservationFeed } from '../../src/reconciler/health/peer-feed.js';
-import { startHealthPeers } from '../../src/reconciler/health/peer-wiring.js';
+import { healthPeers } from '../../src/reconciler/health/peer-wiring.js';
 import { lbPeers, serveObservations } from '../../src/reconciler/health/peer-exchange.js';
 import { secretAuth, startPeerChannel, type PeerChannel, type RejectReason } from '../../src/reconciler/peer/index.js';
 import type { ConfigModel } from '../../src/render/model.js';
@@ -58,12 +58,11 @@ async function lb1(t: import('ava').ExecutionContext, m: ConfigModel, auth = tru
   health.update(m);
   t.teardown(() => health.checker.stop());
   t.true(await health.settled(m, 5000), 'lb-1 checked every real');
-  const peers = await startHealthPeers({
-    node: 'lb-1', health: () => health.status(), model: () => m, log: { info: () => {}, warn: (w) => process.env.PA_DEBUG && console.log(w) },
-    metrics: { rejected: (reason, direction) => rejected.push({ reason, direction }) },
-    ...(auth && { peer: { auth: secretAuth(SECRET), port: PORT, listen: { host: '127.0.0.1', port: PORT } } }),
-  });
-  t.teardown(() => peers.close());
+  // As node-daemon.ts assembles it: the node's channel (only the config's other lb nodes may speak), then health.
+  const metrics = { rejected: (reason: RejectReason, direction: 'in' | 'out') => rejected.push({ reason, direction }) };
+  const channel = auth ? await startPeerChannel({ node: 'lb-1', host: '127.0.0.1', port: PORT, auth: secretAuth(SECRET), peers: () => lbPeers(m, 'lb-1', PORT), metrics }) : null;
+  if (channel) t.teardown(() => channel.close());
+  const peers = healthPeers({ node: 'lb-1', channel, health: () => health.status(), model: () => m, metrics, log: { warn: () => {} } });
   feed = new PeerObservationFeed({ node: 'lb-1', readObservations: peers.readObservations, onUnauthenticated: () => peers.unauthenticated(), onChange: () => {} });
   const entries = () => {
     const d = renderDesiredState(m, 'lb-1', health.view());
