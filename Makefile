@@ -9,7 +9,7 @@ DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config iprou
             python3-scapy python3-dpkt python3-libtrace
 BPF_SRC  := $(wildcard src/bpf/progs/*.c)
 BPF_HDR  := $(wildcard src/bpf/progs/*.h) $(wildcard src/bpf/include/*.h)
-BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC))
+BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC)) build/bpf/xdp_lb_monitor.o
 ADDON    := src/bpf/napi/build/Release/gitlb_bpf.node
 ADDON_SRC := $(wildcard src/bpf/napi/*.cc src/bpf/napi/*.h src/bpf/napi/binding.gyp)
 AVA_FLAGS ?=
@@ -32,6 +32,11 @@ node_modules/.package-lock.json: package.json package-lock.json
 build: deps bpf addon ts
 
 bpf: $(BPF_OBJ)
+
+# xdp_lb with packet samples for `gitlb monitor` (docs/datapath.md, "Seeing what XDP does")
+build/bpf/xdp_lb_monitor.o: src/bpf/progs/xdp_lb.c $(BPF_HDR)
+	@mkdir -p build/bpf
+	clang -O2 -g -Wall -Werror -target bpf -DLB_MONITOR -I/usr/include/x86_64-linux-gnu -Isrc/bpf/include -c $< -o $@
 
 build/bpf/%.o: src/bpf/progs/%.c $(BPF_HDR)
 	@mkdir -p build/bpf

@@ -56,6 +56,14 @@ export interface NativeAddon {
   tcClsactAttach(progFd: number, ifindex: number, ingress: boolean, handle: number, priority: number, replace: boolean): number;
   tcClsactQuery(ifindex: number, ingress: boolean, handle: number, priority: number): number | null;
   tcClsactDetach(ifindex: number, ingress: boolean, handle: number, priority: number): void;
+  /** libbpf perf_buffer over a BPF_MAP_TYPE_PERF_EVENT_ARRAY map. */
+  perfBufferOpen(mapFd: number, pagesPerCpu: number): unknown;
+  perfBufferPoll(handle: unknown, timeoutMs: number): { samples: { cpu: number; data: Buffer }[]; lost: number };
+  perfBufferClose(handle: unknown): void;
+  /** The names of an object file's maps (internal ones excluded), without loading it. */
+  objectMapNames(path: string): string[];
+  /** The ids of the maps a loaded program uses. */
+  progMapIds(progFd: number): number[];
   attachTcxIngress: number;
   attachTcxEgress: number;
   attachXdp: number;

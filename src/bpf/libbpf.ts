@@ -104,6 +104,19 @@ export class BpfMap {
     }
   }
 
+  /** Opens a loaded map by id (e.g. one a running program uses); the returned map owns its fd (close() it). */
+  static fromId(id: number): BpfMap {
+    const fd = named(`map id ${id}`, () => native().mapGetFdById(id));
+    try {
+      const info = native().mapInfo(fd);
+      return new BpfMap({ ...info, fd, pinPath: null, reused: true, btfKeyType: '', btfValueType: '' },
+        { closed: false, what: `map id ${id}` });
+    } catch (e) {
+      native().closeFd(fd);
+      throw e;
+    }
+  }
+
   /** Creates a standalone map (typically the inner map of a map-in-map); it owns its fd. */
   static create(spec: MapSpec): BpfMap {
     const fd = named(`map '${spec.name}'`, () =>

@@ -13,6 +13,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitObject(env, exports);
   InitMaps(env, exports);
   InitProgs(env, exports);
+  InitPerf(env, exports);
   return exports;
 }
 

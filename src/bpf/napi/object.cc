@@ -425,9 +425,26 @@ Napi::Value MapCreateLike(const Napi::CallbackInfo& info) {
   return p;
 }
 
+// objectMapNames(path) -> string[]: the names of an object file's maps (internal ones excluded), without loading it.
+Napi::Value ObjectMapNames(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::string path = ArgString(info, 0, "path");
+  bpf_object* obj = bpf_object__open_file(path.c_str(), nullptr);
+  if (!obj) ThrowErrno(env, errno, "open " + path);
+  Napi::Array out = Napi::Array::New(env);
+  uint32_t i = 0;
+  bpf_map* m;
+  bpf_object__for_each_map(m, obj) {
+    if (!bpf_map__is_internal(m)) out.Set(i++, Napi::String::New(env, bpf_map__name(m)));
+  }
+  bpf_object__close(obj);
+  return out;
+}
+
 }  // namespace
 
 void InitObject(Napi::Env env, Napi::Object exports) {
+  exports.Set("objectMapNames", Napi::Function::New(env, ObjectMapNames, "objectMapNames"));
   exports.Set("loadObject", Napi::Function::New(env, LoadObject, "loadObject"));
   exports.Set("closeObject", Napi::Function::New(env, CloseObject, "closeObject"));
   exports.Set("btfStruct", Napi::Function::New(env, BtfStruct, "btfStruct"));

@@ -18,6 +18,9 @@
 #include "lb_icmp.h"
 #include "lb_snat.h"
 #include "lb_sanity.h"
+#ifdef LB_MONITOR
+#include "lb_monitor.h"
+#endif
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -136,8 +139,8 @@ static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 has
 	return 0;
 }
 
-SEC("xdp")
-int xdp_lb(struct xdp_md *ctx)
+/* The packet's whole path; xdp_lb (below) is this, or this between two monitor samples. */
+static __always_inline int lb_process(struct xdp_md *ctx)
 {
 	struct lb_packet p = {};
 	__u32 reason = 0;
@@ -355,3 +358,23 @@ too_big:
 		return XDP_TX;
 	}
 }
+
+#ifdef LB_MONITOR
+/* xdp_lb_monitor.o: the same program with each frame sampled as it arrived and as it leaves, with the verdict
+ * (lb_monitor.h). `gitlb monitor` swaps it into the running link for as long as it watches; xdp_lb.o never
+ * carries the samples, so watching costs nothing while nobody watches. */
+SEC("xdp")
+int xdp_lb(struct xdp_md *ctx)
+{
+	lb_monitor_sample(ctx, LB_MONITOR_ENTRY, -1);
+	int verdict = lb_process(ctx);
+	lb_monitor_sample(ctx, LB_MONITOR_EXIT, verdict);
+	return verdict;
+}
+#else
+SEC("xdp")
+int xdp_lb(struct xdp_md *ctx)
+{
+	return lb_process(ctx);
+}
+#endif

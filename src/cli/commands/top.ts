@@ -1,10 +1,8 @@
 // `gitlb top`: a live per-service and per-real view of the local node's data plane (like `ipvsadm -Ln --rate`),
 // read from its pinned maps; names, health and table shares come from the node's daemon when its /metrics answers.
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { defineCommand, InvalidArgumentError, UsageError } from '../command.js';
-import { isLbPinRoot, readLbStats, type LbStats } from '../../bpf/dataplane/pinned-stats.js';
-import { netnsExecPinProblem } from '../../bpf/bpffs.js';
+import { readLbStats, type LbStats } from '../../bpf/dataplane/pinned-stats.js';
+import { lbPinDir } from '../lb-pin-dir.js';
 import { parsePromText } from '../../reconciler/metrics/prom-text.js';
 import { DEFAULT_METRICS_LISTEN } from '../../reconciler/metrics/index.js';
 import { daemonViewOf, formatTop, type DaemonView } from '../../reconciler/top/view.js';
@@ -21,27 +19,6 @@ function seconds(text: string): number {
   const s = Number(text);
   if (!(s >= 0.1 && s <= 3600)) throw new InvalidArgumentError(`'${text}' is not a number of seconds between 0.1 and 3600`);
   return s;
-}
-
-/** The node whose pins are under pinRoot: the one named, or the only lb node pinned there. */
-function pinDir(o: TopOptions): { node: string; dir: string } {
-  // Under `ip netns exec` /sys/fs/bpf is a fresh, empty sysfs directory: say that, not "nothing pinned".
-  const hidden = netnsExecPinProblem(o.pinRoot);
-  if (hidden) throw new Error(hidden);
-  if (o.node) {
-    const dir = join(o.pinRoot, o.node);
-    if (!isLbPinRoot(dir)) throw new Error(`no lb data plane pinned in ${dir}`);
-    return { node: o.node, dir };
-  }
-  let names: string[] = [];
-  try {
-    names = readdirSync(o.pinRoot).filter((n) => isLbPinRoot(join(o.pinRoot, n)));
-  } catch {
-    /* no pin root: reported below */
-  }
-  if (names.length === 1) return { node: names[0]!, dir: join(o.pinRoot, names[0]!) };
-  if (names.length === 0) throw new Error(`no lb data plane pinned under ${o.pinRoot} (is gitlb run running here? --pin-root, --node)`);
-  throw new UsageError(`several lb nodes are pinned under ${o.pinRoot} (${names.join(', ')}): pick one with --node`);
 }
 
 /** The daemon's view, or null when its /metrics does not answer within a second. */
@@ -74,7 +51,7 @@ the node's running daemon (its /metrics); without it the view still works, namin
     .option('--once', 'print one view (two readings --interval apart) and exit, for scripts', false)
     .option('--metrics <url|off>', "the daemon's metrics endpoint, for names, health and table shares", `http://${DEFAULT_METRICS_LISTEN}`),
   async run(o) {
-    const { node, dir } = pinDir(o);
+    const { node, dir } = lbPinDir(o);
     const read = (): LbStats => {
       const s = readLbStats(dir);
       if (!s) throw new Error(`the data plane under ${dir} went away`);

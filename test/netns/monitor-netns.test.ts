@@ -1,0 +1,180 @@
+// `gitlb monitor` on a running data plane: a client namespace sends UDP to a DSR (l2) VIP through a veth into the
+// lb namespace, where xdp_lb rewrites the MAC and transmits (XDP_TX): frames tcpdump on the lb never sees. The
+// monitor shows each as received (to the lb's MAC) and as sent on (to the real's MAC, verdict TX), writes a pcap
+// tcpdump reads, and hands the link back: the original program runs again, and no packet went unhandled or reached
+// the lb's stack while the programs were swapped in and out. Real namespaces, veths, programs, maps and CLI.
+import test from 'ava';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cleanupRun, createNetns, deleteNetns, exec, nsArgv, nsName, run, vethPair } from '../../src/lab/netns.js';
+import { readLbStats } from '../../src/bpf/dataplane/pinned-stats.js';
+import { LINK_PIN } from '../../src/bpf/dataplane/index.js';
+import { pinnedXdpLink } from '../../src/bpf/attach.js';
+import { makeState } from '../lib/lb-state.js';
+import { stateToJson } from '../lib/xdp-harness.js';
+import { readPcap } from '../lib/pcap.js';
+
+const NS_C = nsName('monc');
+const NS_L = nsName('monl');
+const PIN_ROOT = `/sys/fs/bpf/glb${process.pid}-monitor`;
+const PIN = join(PIN_ROOT, 'lb-1');
+const VIP = '203.0.113.10';
+const PORT = 53;
+const LB_MAC = '02:00:00:00:0c:01';
+const REAL_MAC = '02:00:00:00:01:11';
+const RUNNER = fileURLToPath(new URL('../lib/reattach-runner.ts', import.meta.url));
+const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+const STATE = { ...makeState({ reals: { 1: '198.51.100.11' },
+  services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ports: [{ port: PORT, protocol: 'UDP' }], ring: [1, 1, 1, 1, 1, 1, 1] }] }), interface: 'l0' };
+const tmp = mkdtempSync(join(tmpdir(), 'gitlb-monitor-'));
+
+// Paced UDP sender, bounded (count and 60 s): sends until its stdin ends, then prints {"sent": n}.
+const SENDER = `
+const s = require('dgram').createSocket('udp4');
+const [vip, port, limit] = process.argv.slice(1);
+let stop = false;
+process.stdin.on('end', () => { stop = true; });
+process.stdin.resume();
+const deadline = Date.now() + 60000;
+const send = () => new Promise((res, rej) => s.send(Buffer.alloc(32), Number(port), vip, (e) => (e ? rej(e) : res())));
+(async () => {
+  let sent = 0;
+  while (sent < Number(limit) && !stop && Date.now() < deadline) {
+    await send();
+    sent++;
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  s.close();
+  process.stdout.write(JSON.stringify({ sent }) + '\\n');
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+`;
+
+test.before(async () => {
+  await createNetns(NS_C);
+  await createNetns(NS_L);
+  await vethPair({ ns: NS_C, name: 'c0', addrs: ['198.51.100.2/24'] }, { ns: NS_L, name: 'l0', addrs: ['198.51.100.1/24'] });
+  await run(['ip', '-n', NS_L, 'link', 'set', 'dev', 'l0', 'address', LB_MAC]);
+  await run(['ip', '-n', NS_C, 'neigh', 'replace', '198.51.100.1', 'lladdr', LB_MAC, 'dev', 'c0', 'nud', 'permanent']);
+  await run(['ip', '-n', NS_C, 'route', 'add', `${VIP}/32`, 'via', '198.51.100.1', 'dev', 'c0']);
+  await run(['ip', '-n', NS_L, 'neigh', 'replace', '198.51.100.11', 'lladdr', REAL_MAC, 'dev', 'l0', 'nud', 'permanent']);
+  await run(['ip', 'netns', 'exec', NS_L, 'sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
+  // packets to the VIP that reach the lb's stack (no XDP program handled them) are counted here
+  await run(['ip', 'netns', 'exec', NS_L, 'nft', '-f', '-'], {
+    input: `table netdev glbmon {\n  chain in {\n    type filter hook ingress device "l0" priority 0;\n    ip daddr ${VIP} counter\n  }\n}\n` });
+  const r = await exec(nsArgv(NS_L, [process.execPath, '--import', 'tsx', RUNNER, PIN, 'l0', 'generic']),
+    { input: JSON.stringify(stateToJson(STATE)), timeoutMs: 90_000 });
+  if (r.code !== 0) throw new Error(`data plane start failed: ${r.stderr}`);
+});
+
+test.after.always(async () => {
+  await cleanupRun();
+  await deleteNetns(NS_C);
+  await deleteNetns(NS_L);
+  rmSync(PIN_ROOT, { recursive: true, force: true });
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+async function passedToStack(): Promise<number> {
+  const r = await run(['ip', 'netns', 'exec', NS_L, 'nft', '-j', 'list', 'chain', 'netdev', 'glbmon', 'in']);
+  const rule = (JSON.parse(r.stdout).nftables as Array<Record<string, any>>).find((x) => x['rule'])!['rule'];
+  return (rule.expr as Array<Record<string, any>>).find((e) => e['counter'])!['counter'].packets as number;
+}
+
+const handled = (): number => readLbStats(PIN)?.services.get(1)?.packets ?? 0;
+
+async function withTraffic<T>(during: () => Promise<T>): Promise<{ sent: number; result: T }> {
+  const [cmd, ...args] = nsArgv(NS_C, [process.execPath, '-e', SENDER, VIP, String(PORT), '20000']);
+  const child = spawn(cmd!, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  try {
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    const exited = new Promise<number>((resolve) => child.on('close', (code) => resolve(code ?? -1)));
+    await new Promise((r) => setTimeout(r, 300));
+    const result = await during();
+    await new Promise((r) => setTimeout(r, 300));
+    child.stdin.end();
+    if ((await exited) !== 0) throw new Error('sender failed');
+    return { sent: (JSON.parse(out.trim().split('\n').at(-1)!) as { sent: number }).sent, result };
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
+}
+
+const monitor = (...args: string[]) =>
+  exec([process.execPath, '--import', 'tsx', MAIN, 'monitor', '--pin-root', PIN_ROOT, ...args], { timeoutMs: 60_000 });
+
+test.serial('shows each frame as received and as transmitted, with the verdict, then hands the link back', async (t) => {
+  const before = pinnedXdpLink(join(PIN, LINK_PIN))!;
+  const [passed0, handled0] = [await passedToStack(), handled()];
+  const { sent, result } = await withTraffic(() => monitor('--count', '20'));
+  t.is(result.code, 0, result.stderr);
+  const lines = result.stdout.trim().split('\n');
+  t.is(lines.length, 20);
+  // the veths' own IPv6 neighbour discovery shows up too (entry, then exit PASS): only the VIP's frames matter here
+  const vip = lines.filter((l) => l.includes(`> ${VIP}:${PORT} UDP`));
+  const entries = vip.filter((l) => / entry /.test(l));
+  const exits = vip.filter((l) => / exit /.test(l));
+  t.true(entries.length >= 8 && exits.length >= 8, result.stdout);
+  for (const l of exits) t.regex(l, / exit  TX /);
+  for (const l of entries) t.regex(l, new RegExp(`> ${LB_MAC} IPv4 198\\.51\\.100\\.2:\\d+ > ${VIP.replace(/\./g, '\\.')}:${PORT} UDP`));
+  for (const l of exits) t.regex(l, new RegExp(`> ${REAL_MAC} IPv4 198\\.51\\.100\\.2:\\d+ > ${VIP.replace(/\./g, '\\.')}:${PORT} UDP`));
+  t.regex(result.stderr, new RegExp(`20 frames; original program \\(id ${before.progId}\\) restored`));
+  const after = pinnedXdpLink(join(PIN, LINK_PIN))!;
+  t.is(after.linkId, before.linkId);
+  t.is(after.progId, before.progId, 'the original program runs again');
+  // every datagram was handled by an xdp_lb (the original or the monitor variant: the same maps and counters),
+  // none reached the lb's stack while the programs were swapped
+  t.true(sent > 100);
+  t.is(handled() - handled0, sent);
+  t.is(await passedToStack(), passed0);
+});
+
+test.serial('writes a pcap that tcpdump reads; --point and --action select frames', async (t) => {
+  const file = join(tmp, 'frames.pcap');
+  const { result } = await withTraffic(() => monitor('--count', '10', '--point', 'exit', '--action', 'TX', '-w', file, '-q'));
+  t.is(result.code, 0, result.stderr);
+  t.is(result.stdout, '');
+  const frames = readPcap(file);
+  t.is(frames.length, 10);
+  // only TX exits were written: every one is a VIP datagram on its way to the real
+  for (const f of frames) t.is(f.subarray(0, 6).toString('hex'), REAL_MAC.replace(/:/g, ''));
+  const dump = await run(['tcpdump', '-nn', '-e', '-r', file]);
+  t.is(dump.stdout.trim().split('\n').length, 10);
+  t.regex(dump.stdout, new RegExp(`${LB_MAC} > ${REAL_MAC}.*198\\.51\\.100\\.2\\.\\d+ > 203\\.0\\.113\\.10\\.53: `));
+  const none = await withTraffic(() => monitor('--duration', '1', '--action', 'DROP'));
+  t.is(none.result.code, 0);
+  t.is(none.result.stdout, '', 'nothing was dropped');
+});
+
+test.serial('a program the daemon put in meanwhile is never replaced by the monitor', async (t) => {
+  const [cmd, ...args] = [process.execPath, '--import', 'tsx', MAIN, 'monitor', '--pin-root', PIN_ROOT, '--duration', '30'];
+  const child = spawn(cmd!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<number>((resolve) => child.on('close', (code) => resolve(code ?? -1)));
+  try {
+    // wait until the monitor's program runs in the link
+    const original = pinnedXdpLink(join(PIN, LINK_PIN))!.progId;
+    for (let i = 0; i < 100 && pinnedXdpLink(join(PIN, LINK_PIN))!.progId === original; i++) await new Promise((r) => setTimeout(r, 100));
+    t.not(pinnedXdpLink(join(PIN, LINK_PIN))!.progId, original);
+    // a daemon restart: loads xdp_lb.o again and swaps it into the link
+    const r = await exec(nsArgv(NS_L, [process.execPath, '--import', 'tsx', RUNNER, PIN, 'l0', 'generic']),
+      { input: JSON.stringify(stateToJson(STATE)), timeoutMs: 90_000 });
+    t.is(r.code, 0, r.stderr);
+    const daemons = pinnedXdpLink(join(PIN, LINK_PIN))!.progId;
+    t.is(await exited, 0, err);
+    t.regex(err, /the daemon replaced the program meanwhile; its program stays/);
+    t.is(pinnedXdpLink(join(PIN, LINK_PIN))!.progId, daemons);
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  }
+});
+
+test('without a pinned data plane it says so and exits 1', async (t) => {
+  const r = await exec([process.execPath, '--import', 'tsx', MAIN, 'monitor', '--pin-root', join(tmp, 'none')], { timeoutMs: 60_000 });
+  t.is(r.code, 1);
+  t.regex(r.stderr, /no lb data plane pinned under/);
+});
