@@ -144,3 +144,28 @@ test('webhook: only push events for the config branch trigger; other events 202 
     await hook.close();
   }
 });
+
+test('webhook: rejected deliveries are logged at a bounded rate, a summary line with the counts for the rest', async (t) => {
+  const lines: string[] = [];
+  const triggers: string[] = [];
+  const hook = await startWebhook({ host: '127.0.0.1', port: 0, secret: SECRET, branch: 'main', onTrigger: (s) => triggers.push(s), log: { warn: (m) => lines.push(m) } });
+  const body = JSON.stringify({ ref: 'refs/heads/main' });
+  try {
+    // Benign first: one misconfigured sender is told at once, with the reason.
+    t.is((await post(hook.url, body, { 'x-hub-signature-256': 'sha256=00' })).status, 401);
+    t.deepEqual(lines, ['webhook rejected from 127.0.0.1: bad X-Hub-Signature-256']);
+    // The attack: 1000 forged deliveries, 50 at a time.
+    for (let i = 0; i < 20; i++) {
+      await Promise.all(Array.from({ length: 50 }, (_, j) => post(hook.url, body, j % 2 ? { 'x-gitlab-token': 'forged' } : {})));
+    }
+    t.is(lines.length, 5, 'the first five of the window one by one, the rest counted');
+    // A good delivery is not held up by the counting.
+    t.is((await post(hook.url, body, { 'x-hub-signature-256': githubSignature(SECRET, Buffer.from(body)) })).status, 202);
+    t.deepEqual(triggers, ['webhook (github)']);
+  } finally {
+    await hook.close(); // flushes the summary (else written when the 10 s window ends)
+  }
+  t.is(lines.length, 6);
+  t.is(lines[5], 'webhook rejected: 996 more in the last 10 s, not shown one by one (498 bad X-Gitlab-Token; 498 no X-Hub-Signature-256 or X-Gitlab-Token header) from 1 address');
+  t.is(hook.stats.rejected, 1001);
+});

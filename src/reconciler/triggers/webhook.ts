@@ -2,8 +2,9 @@
 // GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` or GitLab's `X-Gitlab-Token: <secret>`.
 // Comparisons are constant-time; bodies are capped; pushes to other branches (the status branch!) are ignored.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimitedServer, listenHttp } from '../http-limits.js';
+import { createLimitedServer, listenHttp, type ConnectionStats } from '../http-limits.js';
 import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
+import { RateLimitedWarnings } from '../log/rate-limited.js';
 
 export interface WebhookOptions {
   host: string;
@@ -20,6 +21,7 @@ export interface WebhookServer {
   url: string;
   close(): Promise<void>;
   readonly stats: { accepted: number; rejected: number; ignored: number };
+  readonly connectionStats: ConnectionStats;
 }
 
 export type Verdict = { ok: true; source: 'github' | 'gitlab' } | { ok: false; status: number; reason: string };
@@ -91,6 +93,8 @@ function reply(res: ServerResponse, status: number, text: string): void {
 export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
   const maxBody = o.maxBodyBytes ?? 1 << 20;
   const stats = { accepted: 0, rejected: 0, ignored: 0 };
+  // Anyone who reaches the port can cause rejections: logged at a bounded rate, a summary line for the rest.
+  const rejections = o.log ? new RateLimitedWarnings({ warn: (m) => o.log!.warn(m), what: 'webhook rejected' }) : null;
   const server = createLimitedServer((req, res) => {
     if (req.method !== 'POST') return reply(res, 405, 'POST only');
     const declared = Number(req.headers['content-length'] ?? 0);
@@ -121,7 +125,7 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
       const v = verifyDelivery(req.headers, body, o.secret);
       if (!v.ok) {
         stats.rejected++;
-        o.log?.warn(`webhook rejected from ${req.socket.remoteAddress}: ${v.reason}`);
+        rejections?.note(v.reason, req.socket.remoteAddress ?? '?');
         return reply(res, v.status, v.reason);
       }
       // Pings, other events and pushes to other branches (the status branch!) are acknowledged but do nothing.
@@ -137,7 +141,13 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
     });
   });
   const listening = await listenHttp(server, o.port, o.host);
-  return { url: `${listening.url}/`, stats, close: listening.close };
+  return {
+    url: `${listening.url}/`, stats, connectionStats: listening.connectionStats,
+    close: async () => {
+      await listening.close();
+      rejections?.flush();
+    },
+  };
 }
 
 /** Parses `ADDR:PORT` (`[v6]:PORT` for IPv6). */

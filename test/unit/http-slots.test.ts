@@ -1,0 +1,111 @@
+// The slot policy of the daemon's HTTP listeners (src/reconciler/http-limits.ts) on its own, with a given clock:
+// what a flood can evict and what it cannot, the per-source cap, and that under the caps nothing is dropped. And
+// the response deadline on a real socket: a client that never reads its answer loses its connection.
+import test from 'ava';
+import { connect } from 'node:net';
+import { ConnectionSlots, createLimitedServer, listenHttp } from '../../src/reconciler/http-limits.js';
+
+const LIMITS = { maxConnections: 4, maxConnectionsPerSource: 2, protectedMs: 2000 };
+
+function slots() {
+  const s = new ConnectionSlots(LIMITS);
+  const dropped: string[] = [];
+  const admit = (name: string, source: string, now: number) => s.admit(source, now, () => dropped.push(name));
+  return { s, dropped, admit };
+}
+
+test('benign: under the caps nothing is dropped, whatever the connections do', (t) => {
+  const { s, dropped, admit } = slots();
+  const a = admit('a', '192.0.2.1', 0)!;
+  admit('b', '192.0.2.1', 1);
+  admit('c', '192.0.2.2', 2);
+  s.requestStarted(a, 3);
+  s.requestEnded(a, 4);
+  admit('d', '192.0.2.3', 10_000);
+  t.is(s.size, 4);
+  t.deepEqual(dropped, []);
+  t.deepEqual(s.stats, { evicted: 0, refused: 0, responseTimedOut: 0 });
+});
+
+test('a source at its cap evicts its own oldest idle connection, never another source\'s', (t) => {
+  const { s, dropped, admit } = slots();
+  admit('other', '192.0.2.9', 0);
+  admit('a1', '192.0.2.1', 1);
+  admit('a2', '192.0.2.1', 2);
+  t.truthy(admit('a3', '192.0.2.1', 3));
+  t.deepEqual(dropped, ['a1']);
+  t.is(s.size, 3);
+});
+
+test('a source whose connections all work on complete requests cannot open more: the new one is refused', (t) => {
+  const { s, dropped, admit } = slots();
+  for (const [name, now] of [['a1', 0], ['a2', 1]] as const) s.requestStarted(admit(name, '192.0.2.1', now)!, now, () => false);
+  t.is(admit('a3', '192.0.2.1', 100), null);
+  t.deepEqual(dropped, []);
+  t.is(s.stats.refused, 1);
+  t.truthy(admit('b1', '192.0.2.2', 100), 'another source still gets in');
+});
+
+test('when all slots are taken, a newcomer evicts from the source holding the most, oldest first; a complete request is protected for protectedMs', (t) => {
+  const { s, dropped, admit } = slots();
+  const busy = admit('busy', '192.0.2.1', 0)!;
+  s.requestStarted(busy, 0, () => false); // a complete request being answered
+  admit('flood1', '198.51.100.7', 1);
+  admit('flood2', '198.51.100.7', 2);
+  const trickling = admit('trickle', '192.0.2.2', 3)!;
+  s.requestStarted(trickling, 3, () => true); // headers in, body still arriving: evictable
+  t.truthy(admit('probe1', '203.0.113.1', 10));
+  t.deepEqual(dropped, ['flood1'], 'the heaviest source first');
+  t.truthy(admit('probe2', '203.0.113.2', 11));
+  t.deepEqual(dropped, ['flood1', 'flood2'], 'then, all sources holding one, the oldest that is not protected');
+  t.truthy(admit('probe3', '203.0.113.3', 12));
+  t.deepEqual(dropped, ['flood1', 'flood2', 'trickle']);
+  // Left: busy (protected), probe1..3 (idle, newest). probe1 is the oldest evictable one.
+  t.truthy(admit('probe4', '203.0.113.4', 1999));
+  t.deepEqual(dropped.at(-1), 'probe1');
+  t.false(dropped.includes('busy'));
+  // A request still unanswered after protectedMs (a client that does not read) is evictable like an idle one.
+  const { s: s2, dropped: d2, admit: admit2 } = slots();
+  const stuck = admit2('stuck', '192.0.2.1', 0)!;
+  s2.requestStarted(stuck, 0);
+  for (const [i, now] of [[1, 1], [2, 2], [3, 3]]) s2.requestStarted(admit2(`w${i}`, `192.0.2.${10 + i!}`, now!)!, now!);
+  t.is(admit2('early', '203.0.113.1', 1999), null, 'every slot protected: refused');
+  t.truthy(admit2('late', '203.0.113.1', 2000));
+  t.deepEqual(d2, ['stuck']);
+});
+
+test('a released slot frees its source\'s count', (t) => {
+  const { s, admit } = slots();
+  const a1 = admit('a1', '192.0.2.1', 0)!;
+  const a2 = admit('a2', '192.0.2.1', 1)!;
+  s.requestStarted(a1, 2);
+  s.requestStarted(a2, 2);
+  s.release(a1);
+  t.truthy(admit('a3', '192.0.2.1', 3));
+  t.is(s.size, 2);
+});
+
+test('a client that never reads its answer loses the connection at the response deadline', async (t) => {
+  const big = Buffer.alloc(64 * 1024 * 1024, 'x'); // far more than the socket buffers hold
+  const server = createLimitedServer((_req, res) => res.end(big), { ...LIMITS, maxConnections: 64, maxConnectionsPerSource: 8, responseTimeout: 1000 });
+  const l = await listenHttp(server, 0, '127.0.0.1');
+  try {
+    const { port } = new URL(l.url);
+    const started = Date.now();
+    const sock = connect(Number(port), '127.0.0.1', () => sock.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n'));
+    sock.pause(); // never reads (and so never notices the close either: the server's side is what is checked)
+    sock.on('error', () => {});
+    const open = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)));
+    while ((await open()) === 0 && Date.now() - started < 2000) await new Promise((r) => setTimeout(r, 10));
+    t.is(await open(), 1, 'the request is being answered');
+    while (l.connectionStats.responseTimedOut === 0 && Date.now() - started < 10_000) await new Promise((r) => setTimeout(r, 50));
+    const after = Date.now() - started;
+    t.is(l.connectionStats.responseTimedOut, 1, `${after} ms`);
+    t.true(after >= 900 && after < 5000, `${after} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+    t.is(await open(), 0, 'its connection is closed');
+    sock.destroy();
+  } finally {
+    await l.close();
+  }
+});
