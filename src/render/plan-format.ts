@@ -1,12 +1,13 @@
 // Presentation of a Plan: plain text for terminals, Markdown for pull-request comments, stable JSON for tools.
 import type { Plan, PlanDiagnostic, RealPlan, ServicePlan } from './plan.js';
 import { sortedJsonValue } from './desired.js';
+import { formatDiagnostic } from './config/diagnostics.js';
 
 const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const signedPoints = (x: number) => `${x >= 0 ? '+' : ''}${(x * 100).toFixed(2)}`;
 
 function diagnosticLine(d: PlanDiagnostic): string {
-  return `${d.file}:${d.line}:${d.col}: ${d.severity}: ${d.message}`;
+  return formatDiagnostic(d);
 }
 
 function counts(plan: Plan): string {

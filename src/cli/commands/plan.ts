@@ -36,7 +36,7 @@ export const EXIT_CHANGES = 3;
 /** The config under a directory option; a missing directory is named by its option and path, not by realpath's ENOENT. */
 async function readDirOption(option: string, dir: string, path: string) {
   try {
-    return await readConfigDir(join(dir, path));
+    return await readConfigDir(dir, path);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') throw new Error(`${option} ${join(dir, path)}: no such directory`);

@@ -53,7 +53,7 @@ export async function runRender(argv: string[]): Promise<{ code: number; stdout:
 }
 
 async function renderCore(opts: RenderOptions, dir: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  const { model, diagnostics } = parseConfig(await readConfigDir(join(dir, opts.path)));
+  const { model, diagnostics } = parseConfig(await readConfigDir(dir, opts.path));
   const stderr = diagnostics.map((d) => formatDiagnostic(d) + '\n').join('');
   if (!model) return { code: 1, stdout: '', stderr };
   const state = renderDesiredState(model, opts.node);

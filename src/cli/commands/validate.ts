@@ -3,7 +3,8 @@ import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
 import { defineCommand, formatOption, pathOption, UsageError } from '../command.js';
 import { formatDiagnostic, parseConfig } from '../../render/config/index.js';
-import { readConfigDir } from '../../reconciler/source/read-dir.js';
+import { ConfigPathOutside, readConfigDir } from '../../reconciler/source/read-dir.js';
+import { escapeControl } from '../../render/escape.js';
 
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
@@ -26,14 +27,19 @@ docs/config.md. Prints every problem as  FILE:LINE:COL: error|warning: MESSAGE  
     const info = await stat(dir).catch(() => null);
     if (!info?.isDirectory()) throw new UsageError(`${dir} is not a directory`);
 
-    const { model, diagnostics } = parseConfig(await readConfigDir(dir));
+    const files = await readConfigDir(args[0] ?? '.', opts.path).catch((err: Error) => {
+      throw err instanceof ConfigPathOutside ? new UsageError(escapeControl(err.message)) : err;
+    });
+    const { model, diagnostics } = parseConfig(files);
     // Paths are shown relative to where the user stands, so terminals and editors can open them.
     const shown = diagnostics.map((d) => ({ ...d, file: join(dir, d.file) }));
     const errors = shown.filter((d) => d.severity === 'error').length;
     const warnings = shown.filter((d) => d.severity === 'warning').length;
     const valid = model !== null;
     if (opts.format === 'json') {
-      process.stdout.write(JSON.stringify({ valid, errors, warnings, diagnostics: shown }, null, 2) + '\n');
+      // JSON escapes C0 itself; C1 and bidi controls are escaped like in the text form.
+      const json = shown.map((d) => ({ ...d, file: escapeControl(d.file), message: escapeControl(d.message) }));
+      process.stdout.write(JSON.stringify({ valid, errors, warnings, diagnostics: json }, null, 2) + '\n');
     } else {
       for (const d of shown) process.stdout.write(formatDiagnostic(d) + '\n');
       const summary = valid

@@ -1,5 +1,7 @@
 // The one-line-per-event rendering of a log record for people at a terminal: local time, level, the message, then
 // the structured fields as key=value. Pure; the JSON form (pino's own) stays the machine format.
+import { escapeControl } from '../../render/escape.js';
+
 const LEVELS: Record<number, string> = { 10: 'TRACE', 20: 'DEBUG', 30: 'INFO', 40: 'WARN', 50: 'ERROR', 60: 'FATAL' };
 /** Fields every record carries or that the line already shows in another form. */
 const HIDDEN = new Set(['level', 'time', 'msg', 'pid', 'hostname', 'node']);
@@ -12,13 +14,14 @@ function clock(t: number): string {
 
 function value(v: unknown): string {
   const s = typeof v === 'string' ? v : JSON.stringify(v);
-  return /[\s"=]/.test(s) ? JSON.stringify(s) : s;
+  return escapeControl(/[\s"=]/.test(s) ? JSON.stringify(s) : s);
 }
 
 /** One pino record (parsed JSON) as a text line, without the trailing newline. */
 export function formatRecord(rec: Record<string, unknown>): string {
   const level = LEVELS[rec.level as number] ?? String(rec.level);
-  const parts = [typeof rec.time === 'number' ? clock(rec.time) : '', level.padEnd(5), String(rec.msg ?? '')];
+  // A message may quote config or peer text: escaped, so a line stays one line without terminal escapes.
+  const parts = [typeof rec.time === 'number' ? clock(rec.time) : '', level.padEnd(5), escapeControl(String(rec.msg ?? ''))];
   for (const [k, v] of Object.entries(rec)) {
     if (HIDDEN.has(k) || v === undefined || v === null) continue;
     if (k === 'revision' && typeof v === 'string') parts.push(`revision=${v.slice(0, 12)}`);

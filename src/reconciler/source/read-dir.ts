@@ -3,7 +3,7 @@
 // link (parseConfig refuses it, as it does for a link in Git objects); reads at most a little over the config stage's limits, so a huge file or
 // tree is refused by parseConfig quickly instead of being read in full.
 import { open, readdir, readlink, realpath } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, sep } from 'node:path';
 import { type ConfigFile, LIMITS, isConfigPath } from '../../render/config/index.js';
 
 /** Reads up to `max` bytes of a file (the buffer sized by the file, not by `max`: a thousand small files stay small). */
@@ -23,8 +23,20 @@ async function readCapped(path: string, max: number): Promise<Uint8Array> {
   }
 }
 
-export async function readConfigDir(dir: string): Promise<ConfigFile[]> {
-  const root = await realpath(dir);
+/** A `--path` that resolves (through a symbolic link) to a place outside its repository directory. */
+export class ConfigPathOutside extends Error {}
+
+/**
+ * The config files under `configPath` of the repository directory `repoDir` (`--path`, normalised; '' the root).
+ * The path may pass through symbolic links only while it stays inside the repository: a link that leads out (to
+ * /etc, another checkout) is refused with ConfigPathOutside, since `--path` names a part of the repository.
+ */
+export async function readConfigDir(repoDir: string, configPath = ''): Promise<ConfigFile[]> {
+  const repo = await realpath(repoDir);
+  const root = await realpath(join(repoDir, configPath));
+  if (root !== repo && !root.startsWith(repo.endsWith(sep) ? repo : `${repo}${sep}`)) {
+    throw new ConfigPathOutside(`--path ${configPath}: leads outside ${repoDir} (a symbolic link, to ${root}); refused`);
+  }
   const files: ConfigFile[] = [];
   // One byte over a cap is enough for parseConfig to see that the cap is exceeded.
   const maxFiles = LIMITS.maxFiles + 1;

@@ -1,4 +1,5 @@
 // Diagnostics of the config stage and their one-line text form.
+import { escapeControl } from '../escape.js';
 
 /** A note is never a problem of its own: it points at the other place an error involves (as compilers do). */
 export type Severity = 'error' | 'warning' | 'note';
@@ -11,9 +12,12 @@ export interface Diagnostic {
   message: string;
 }
 
-/** `path:LINE:COL: error: message` — the form editors and terminals turn into links. */
-export function formatDiagnostic(d: Diagnostic): string {
-  return `${d.file}:${d.line}:${d.col}: ${d.severity}: ${d.message}`;
+/**
+ * `path:LINE:COL: error: message` — the form editors and terminals turn into links. Path and message may quote
+ * config text: control characters are escaped (one line, no terminal escapes).
+ */
+export function formatDiagnostic(d: Pick<Diagnostic, 'file' | 'line' | 'col' | 'message'> & { severity: string }): string {
+  return `${escapeControl(d.file)}:${d.line}:${d.col}: ${d.severity}: ${escapeControl(d.message)}`;
 }
 
 const SEVERITY_ORDER: Record<Severity, number> = { error: 0, warning: 1, note: 2 };
