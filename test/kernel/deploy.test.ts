@@ -78,7 +78,9 @@ test('the DaemonSet: host network, bpffs and state as hostPath, only the four ca
   const args = expandArgs(c, { GITLB_REPO: 'https://git.example.com/x.git', GITLB_NODE: 'lb-1', GITLB_INTERFACE: 'eth0', HOST_IP: '192.0.2.7' });
   t.is(args[0], 'run');
   const parsed = runCommand.parse(args.slice(1)).opts;
-  t.like(parsed, { node: 'lb-1', interface: 'eth0', pinRoot: '/sys/fs/bpf/gitlb', metrics: '192.0.2.7:9462', webhook: '0.0.0.0:9000' });
+  t.like(parsed, { node: 'lb-1', interface: 'eth0', pinRoot: '/sys/fs/bpf/gitlb', metrics: '192.0.2.7:9462', webhook: '192.0.2.7:9000' });
+  // No listener on every interface of the host (hostNetwork): each binds the node's address only.
+  t.false(args.some((a) => /=(0\.0\.0\.0|\[?::\]?):/.test(a)), args.join(' '));
   const secret = parseAllDocuments(read('deploy/kubernetes/secret.example.yaml')).map((d) => d.toJS());
   t.deepEqual(Object.keys(secret.find((d) => d.kind === 'Secret').stringData).sort(), ['git-token', 'peer-secret', 'webhook-secret']);
   // Peer votes authenticated by default: the peer secret is a file mounted from the Secret.
