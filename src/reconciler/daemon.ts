@@ -1,8 +1,8 @@
 // The `gitlb run` daemon: wires the Git source, the data plane, the reconciler, status write-back and
 // the triggers (webhook, poll, local ref watch, drift check, retry timer). Reconciles and drift checks run
-// through one SerialRunner so they never overlap and bursts of triggers coalesce. Health re-renders run on a
-// runner of their own: they never queue behind a fetch, a status push or a peer read; they share only the
-// reconciler's data-plane lock with the apply sections.
+// through one SerialRunner so they never overlap and bursts of triggers coalesce. Health re-renders run in the
+// health loop (loops/health-loop.ts), a runner of their own: they never queue behind a fetch, a status push or a
+// peer read; they share only the reconciler's data-plane lock with the apply sections.
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadCredentials } from './source/credentials.js';
@@ -14,6 +14,8 @@ import { startWebhook, parseListen, type WebhookServer } from './triggers/webhoo
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
 import { SerialRunner } from './triggers/serial-runner.js';
+import { HealthLoop } from './loops/health-loop.js';
+import type { HealthChange } from './health/checker.js';
 import { withDeadline } from './source/deadline.js';
 
 /** An idle node rewrites its status at least this often (checked on the drift schedule, every 60 s by default). */
@@ -55,8 +57,10 @@ export interface Daemon {
   remote: GitRemote;
   webhook?: WebhookServer;
   trigger(why: string): void;
-  /** Re-render the applied revision with the current health view and apply any difference (health engineer). */
+  /** Re-render the applied revision with the current health view and apply any difference (all services). */
   refreshHealth(why: string): void;
+  /** A real changed health state: its service is rendered again and any difference applied (the health loop). */
+  healthChanged(e: HealthChange): void;
   /** Resolves when no reconcile or drift check is running or queued. */
   idle(): Promise<void>;
   /** Aborts Git operations in flight, retries nothing, and with `lastStatus` makes one status write bounded by
@@ -142,11 +146,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     (kind, err) => log.warn(`${kind} failed: ${(err as Error).message}`),
   );
 
-  // The health path: its own runner (coalescing bursts of flips), never behind the reconcile runner's Git I/O.
-  const healthRunner = new SerialRunner(
-    { refresh: async (why) => void (await reconciler.refreshHealth(why)) },
-    (kind, err) => log.warn(`health ${kind} failed: ${(err as Error).message}`),
-  );
+  // The health loop: its own runner (coalescing bursts of flips), never behind the reconcile runner's Git I/O.
+  const healthRunner = new HealthLoop({ rerender: (why, services) => reconciler.refreshHealth(why, services), log });
 
   // What the pinned data plane serves is known from the local cache before the first fetch: health and the
   // health re-render never wait for the Git server (Reconciler.adoptAtStart).
@@ -203,7 +204,8 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     remote,
     webhook,
     trigger: (why) => runner.trigger('reconcile', why),
-    refreshHealth: (why) => healthRunner.trigger('refresh', why),
+    refreshHealth: (why) => healthRunner.refresh(why),
+    healthChanged: (e) => healthRunner.changed(e),
     idle: async () => {
       await runner.idle();
       await healthRunner.idle();

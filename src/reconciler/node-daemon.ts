@@ -245,8 +245,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // starts the checks before its first fetch, and a flip seen before startDaemon returns is applied right after.
   let flippedBeforeStart = false;
   if (o.hooks?.onHealthChange) health?.onChange(o.hooks.onHealthChange);
-  health?.onChange(() => {
-    if (daemon) daemon.refreshHealth('health change');
+  health?.onChange((e) => {
+    if (daemon) daemon.healthChanged(e);
     else flippedBeforeStart = true;
   });
   try {

@@ -16,7 +16,7 @@
 // - A revision that no longer names this node decommissions it: teardown, final status, never a revert.
 //   Automatic reverts are pushed only by lb nodes and only for revisions whose own content is bad.
 import { parseConfig, formatDiagnostic } from '../render/config/index.js';
-import { renderDesiredState, type HealthView } from '../render/desired.js';
+import { renderDesiredState, rerenderServices, type HealthView } from '../render/desired.js';
 import type { ConfigModel } from '../render/model.js';
 import type { DesiredState } from '../render/state.js';
 import type { ApplyReport, DataPlane, LiveState, ReadLiveOptions } from '../bpf/dataplane/index.js';
@@ -24,7 +24,7 @@ import { readCommitInfo, readRevisionFiles } from './source/git-objects.js';
 import type { GitRemote } from './source/git-remote.js';
 import { isStopped } from './source/deadline.js';
 import { describeOp, type Op } from '../render/ops.js';
-import { Converger } from './converge.js';
+import { Converger, type ConvergeOptions, type Converged } from './converge.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
 import { Mutex } from './mutex.js';
 import { FetchBackoff, humanMs } from './fetch-backoff.js';
@@ -222,6 +222,9 @@ export class Reconciler {
   private dp: DataPlane;
   /** The one way to the data plane: plans, executes, reads back (converge.ts); its memo spares an idle drift check. */
   readonly converger = new Converger();
+  /** What the last converge put into the kernel (the previous state when one failed): an incremental health
+   * re-render builds on it (rerenderServices). */
+  private kernel: { model: ConfigModel; desired: DesiredState } | null = null;
 
   constructor(private readonly o: ReconcilerOptions) {
     this.dp = o.dataPlane;
@@ -634,7 +637,7 @@ export class Reconciler {
     const applied: Applied = await this.dpLock.run(async (): Promise<Applied> => {
       let done;
       try {
-        done = await this.converger.converge(this.dp, desired, {
+        done = await this.convergeTo(model, desired, {
           onStage: (stage) => {
             mark(stage);
             if (stage === 'apply') this.liveModel = model;
@@ -679,7 +682,7 @@ export class Reconciler {
       // Health may have changed while the gate waited: the kernel holds the latest render of this revision.
       await this.dpLock.run(async () => {
         desired = renderDesiredState(model, node, this.o.health?.());
-        const done = await this.converger.converge(this.dp, desired);
+        const done = await this.convergeTo(model, desired);
         if (done.ops.length) this.countReport(done.report);
         after = { live: done.live };
       });
@@ -734,6 +737,7 @@ export class Reconciler {
         }
       }
       this.liveModel = null;
+      this.kernel = null;
     });
     this.decommissionedRole = this.appliedDesired?.role ?? this.role(this.appliedModel);
     this.decommissioned = head;
@@ -826,6 +830,13 @@ export class Reconciler {
     return { differences: ops.map(describeOp), live };
   }
 
+  /** converge, remembering what the kernel holds now (it is unchanged when converge throws: the data plane undid). */
+  private async convergeTo(model: ConfigModel, desired: DesiredState, opts?: ConvergeOptions): Promise<Converged> {
+    const done = await this.converger.converge(this.dp, desired, opts);
+    this.kernel = { model, desired };
+    return done;
+  }
+
   /**
    * Re-applies the last good revision after a post-apply problem (read-back mismatch, health gate), rendered with
    * the health observed now. Caller holds the data-plane lock.
@@ -835,7 +846,7 @@ export class Reconciler {
     this.liveModel = this.appliedModel;
     try {
       const desired = renderDesiredState(this.appliedModel, this.o.node, this.o.health?.());
-      this.countReport((await this.converger.converge(this.dp, desired)).report);
+      this.countReport((await this.convergeTo(this.appliedModel, desired)).report);
       this.appliedDesired = desired;
     } catch (err) {
       this.log.warn(`restoring last good revision failed: ${errorText(err)}`);
@@ -929,14 +940,17 @@ export class Reconciler {
    * Re-renders the config in the kernel with the current health view (the health path calls this when a real
    * changes state) and applies the result if it differs. Holds only the data-plane lock: it never waits for a
    * fetch, a status push or a peer read. Returns the apply report, or null when there was nothing to do.
+   * `services`: only these changed health since the last converge (the health loop's HealthChange events), so only
+   * they are rendered again, on top of what the kernel holds; null renders everything.
    */
-  async refreshHealth(why = 'health change'): Promise<ApplyReport | null> {
+  async refreshHealth(why = 'health change', services: ReadonlySet<string> | null = null): Promise<ApplyReport | null> {
     const report = await this.dpLock.run(async () => {
       const model = this.liveModel ?? this.appliedModel;
       if (!model || !this.appliedDesired || this.decommissioned) return undefined;
-      const desired = renderDesiredState(model, this.o.node, this.o.health?.());
+      const base = services && this.kernel?.model === model ? this.kernel.desired : null;
+      const desired = base ? rerenderServices(model, base, this.o.health?.(), services!) : renderDesiredState(model, this.o.node, this.o.health?.());
       // one converge: planned once, validated once, read back only when something was written
-      const done = await this.converger.converge(this.dp, desired);
+      const done = await this.convergeTo(model, desired);
       const candidate = model !== this.appliedModel; // a revision under its health gate: it records its own state
       if (!done.ops.length) {
         if (!candidate) {
@@ -985,7 +999,7 @@ export class Reconciler {
       this.dp.close();
       this.dp = await this.o.reopenDataPlane();
     }
-    const done = await this.converger.converge(this.dp, desired);
+    const done = await this.convergeTo(this.appliedModel!, desired);
     const report = done.report;
     this.countReport(report);
     const left = done.left.map(describeOp);

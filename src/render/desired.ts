@@ -49,6 +49,42 @@ function compareVips(a: DesiredVip, b: DesiredVip): number {
   return compareIps(a.vip, b.vip) || a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
 }
 
+/** One service of a desired state: its Maglev table under `health` and what the data plane needs of its spec. */
+function renderService(cluster: ConfigModel['cluster']['spec'], svc: ServiceDoc, id: number, realIds: ReadonlyMap<string, number>,
+  health: HealthView | undefined): DesiredService {
+  const table = buildServiceTable(cluster, svc, realIds, health);
+  const spec = svc.spec;
+  return {
+    id,
+    name: svc.metadata.name,
+    mode: spec.dispatch.mode,
+    ...(spec.dispatch.mode !== 'snat' && { encap: spec.dispatch.encap ?? 'l2' }),
+    tableSize: table.tableSize,
+    ring: table.ring,
+    digest: table.digest,
+    reals: table.reals,
+    healthCheck: spec.healthCheck,
+  };
+}
+
+/**
+ * `base`, a render of `model` for its node, with the services named in `names` rendered again under `health`. Health
+ * changes only a service's table (which reals get entries, and their `healthy` flags): its reals, listeners and
+ * every other service stay. So when only those services' health changed since `base` was rendered, this equals
+ * renderDesiredState(model, base.node, health) without visiting the others (the health loop's re-render of the
+ * services a HealthChange names; src/reconciler/loops/health-loop.ts).
+ */
+export function rerenderServices(model: ConfigModel, base: DesiredState, health: HealthView | undefined, names: ReadonlySet<string>): DesiredState {
+  const docs = new Map(model.services.map((s) => [s.metadata.name, s]));
+  const services = base.services.map((s) => {
+    const svc = names.has(s.name) ? docs.get(s.name) : undefined;
+    if (!svc) return s;
+    // a table lists every real that is not disabled, healthy or not: the ids of the base's list are the ones it needs
+    return renderService(model.cluster.spec, svc, s.id, new Map(s.reals.map((r) => [r.address, r.realId])), health);
+  });
+  return { ...base, services };
+}
+
 export function renderDesiredState(model: ConfigModel, nodeName: string, health?: HealthView): DesiredState {
   const node = model.nodes.find((n) => n.metadata.name === nodeName);
   if (!node) {
@@ -64,20 +100,10 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
   const localVips = new Set<string>();
   for (const svc of servicesForNode(model, node)) {
     const id = serviceIds.get(svc.metadata.name)!;
-    const table = buildServiceTable(cluster, svc, realIds, health);
+    const service = renderService(cluster, svc, id, realIds, health);
     const spec = svc.spec;
-    services.push({
-      id,
-      name: svc.metadata.name,
-      mode: spec.dispatch.mode,
-      ...(spec.dispatch.mode !== 'snat' && { encap: spec.dispatch.encap ?? 'l2' }),
-      tableSize: table.tableSize,
-      ring: table.ring,
-      digest: table.digest,
-      reals: table.reals,
-      healthCheck: spec.healthCheck,
-    });
-    for (const r of table.reals) if (!reals.has(r.realId)) reals.set(r.realId, { id: r.realId, address: r.address, family: ipFamily(r.address) });
+    services.push(service);
+    for (const r of service.reals) if (!reals.has(r.realId)) reals.set(r.realId, { id: r.realId, address: r.address, family: ipFamily(r.address) });
     for (const p of spec.ports) {
       const forwarding = resolveForwarding(svc, p.protocol);
       vips.push({

@@ -18,6 +18,8 @@ import { startDaemon } from '../../src/reconciler/daemon.js';
 import { HealthService } from '../../src/reconciler/health/service.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, clusterYaml, lbNodeYaml, serviceYaml } from '../reconcile-helpers.js';
 import { planOf } from '../lib/converge.js';
+import { HealthLoop } from '../../src/reconciler/loops/health-loop.js';
+import type { HealthChange } from '../../src/reconciler/health/checker.js';
 
 const REALS = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
 const T0 = Date.parse('2026-11-29T10:00:00Z');
@@ -216,6 +218,44 @@ test('a transition no order of ops fits the maps fails at plan, before any write
   await commitFiles(work, { 'services/web2.yaml': serviceYaml('web2', '203.0.113.11', REALS) }, 'the new name on a new VIP');
   t.is((await r.reconcile('poll')).kind, 'applied');
   t.deepEqual((await dp.readLive()).vips.map((v) => v.vip), ['203.0.113.11']);
+});
+
+test('the health loop carries HealthChange events: only the services they name are rendered again, a full refresh renders all', async (t) => {
+  const files = { ...configFiles(['lb-1'], REALS), 'services/api.yaml': serviceYaml('api', '203.0.113.11', REALS) };
+  const { work } = await repoWith(files);
+  const dp = new MemoryDataPlane();
+  const down = new Set<string>();
+  const { r } = reconciler(work, dp, 'lb-1', { health: () => ({ isHealthy: (svc: string, address: string) => !down.has(`${svc}/${address}`) }) });
+  t.is((await r.reconcile('start')).kind, 'applied');
+  const loop = new HealthLoop({ rerender: (why, services) => r.refreshHealth(why, services), log: { warn: (m) => t.log(m) } });
+  const digests = async () => Object.fromEntries((await dp.readLive()).services.map((s) => [r.desired!.services.find((d) => d.id === s.id)!.name, s.digest]));
+  const before = await digests();
+  const change = (service: string, address: string, to: 'healthy' | 'unhealthy'): HealthChange =>
+    ({ service, address, from: to === 'healthy' ? 'unhealthy' : 'healthy', to, at: new Date(0).toISOString(), result: { ok: to === 'healthy', detail: to === 'healthy' ? 'connected' : 'ECONNREFUSED', at: 0, durationMs: 1 } });
+
+  // both services see the real down, but only web's event arrives: only web is rendered again
+  down.add(`web/${REALS[0]}`).add(`api/${REALS[0]}`);
+  loop.changed(change('web', REALS[0]!, 'unhealthy'));
+  await loop.idle();
+  const afterWeb = await digests();
+  t.not(afterWeb.web, before.web, 'web left the real out');
+  t.is(afterWeb.api, before.api, 'api was not rendered again: no event named it');
+  t.deepEqual(dp.executed.at(-1)!.map((o) => o.op), ['ring.fill', 'service.switch']);
+
+  // api's event: now api follows, and the kernel equals a full render under the same view
+  loop.changed(change('api', REALS[0]!, 'unhealthy'));
+  await loop.idle();
+  t.not((await digests()).api, before.api);
+  const executes = dp.executed.length;
+  t.is(await r.refreshHealth('full', null), null, 'a full render finds nothing the incremental ones missed');
+  t.is(dp.executed.length, executes);
+
+  // a full refresh (no event names what changed) renders every service
+  down.clear();
+  loop.refresh('peer observations changed');
+  await loop.idle();
+  t.deepEqual(await digests(), before, 'both services have the real back');
+  loop.stop();
 });
 
 test('a health change re-renders the applied revision and applies only the difference', async (t) => {
