@@ -6,6 +6,7 @@
 // `gitlb lab clean` — treats a running lab as alive and a lab whose anchor died as stale, with no special case.
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, cpSync, readdirSync, rmdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import {
   addrAddArgs,
@@ -447,6 +448,9 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
       args.push('--bird-config', birdGenerated(state.stateDir, node.name), '--bird-socket', birdSocket(state.stateDir, node.name));
     // Static routing: there is no BIRD to drive (the config may still have BGP settings).
     else if (supports('--bird-socket') && !state.plan.bird && !(opts.extraArgs ?? []).includes('--bird-socket')) args.push('--bird-socket', 'off');
+    // lb nodes talk to each other over the authenticated peer channel, as shipped (docs/security.md, Peers): one
+    // random secret per lab, the same file for every lb daemon.
+    if (supports('--peer-secret-file') && node.role === 'lb') args.push('--peer-secret-file', labPeerSecret(state.stateDir));
     // /metrics on the lab segment, where the lab's Prometheus (router namespace) scrapes it
     const metricsAt = metricsAddress(node.addresses);
     if (supports('--metrics') && metricsAt) args.push('--metrics', `${metricsAt.includes(':') ? `[${metricsAt}]` : metricsAt}:${LAB_METRICS_PORT}`);
@@ -472,6 +476,13 @@ export async function startDaemons(state: LabState, opts: StartDaemonsOptions = 
   for (const r of reports) log(`daemon ${r.node}: ${r.started ? `running (pid ${r.pid})` : r.reason}`);
   if (supports('--metrics')) await startLabPrometheus(state, log);
   return reports;
+}
+
+/** The lab's peer secret file (created once, mode 0600, 32 random bytes as base64). */
+export function labPeerSecret(stateDir: string): string {
+  const file = join(stateDir, 'peer-secret');
+  if (!existsSync(file)) writeFileSync(file, `${randomBytes(32).toString('base64')}\n`, { mode: 0o600 });
+  return file;
 }
 
 /** Prometheus in the router namespace, scraping every daemon (once per lab; skipped when not installed). */
@@ -539,6 +550,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   if (failed.length) throw new Error(`lab down: could not remove ${failed.join(', ')}; run 'gitlb lab down' again`);
   for (const sub of ['git', 'work', 'logs', 'cache', 'bird', 'prometheus']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
+  rmSync(join(state.stateDir, 'peer-secret'), { force: true });
   try {
     if (readdirSync(state.stateDir).length === 0) rmdirSync(state.stateDir);
   } catch {

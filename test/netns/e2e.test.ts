@@ -18,7 +18,9 @@ import {
 } from '../e2e-lab.js';
 import { runTraffic, tally, type FlowRecord } from '../../src/demo/traffic.js';
 import { readLocalApplied, readNodeStatus } from '../../src/demo/status-watch.js';
-import { run } from '../../src/lab/netns.js';
+import { nsExec, run, sleep } from '../../src/lab/netns.js';
+import { labNs } from '../../src/lab/lab.js';
+import { LAB_METRICS_PORT, metricsAddress } from '../../src/lab/prometheus.js';
 
 let lab: E2eLab | null = null;
 let labError: Error | null = null;
@@ -411,4 +413,75 @@ test.serial('a targetPort nothing listens on, under load (dsr-ipopt): the backen
   const movedBackends = [...r.serviceNodes].filter((n) => r.backendsSeen.has(`${n} ${r.bad}`));
   t.log(`shop backends seen on the bad revision: ${movedBackends.join(', ') || 'none'}`);
   t.true(movedBackends.length > 0, 'a backend of shop applied the bad revision while the client was connecting');
+});
+
+/** A node's /metrics, where the lab has its daemon listen (its segment address). */
+async function metricsOf(l: E2eLab, node: string): Promise<string> {
+  const at = metricsAddress(l.state.plan.nodes.find((n) => n.name === node)!.addresses)!;
+  return (await nsExec(labNs(l.state, node), ['curl', '-sS', '-m', '5', `http://${at}:${LAB_METRICS_PORT}/metrics`])).stdout;
+}
+
+/** Writes files in the clone (null deletes), commits and pushes the config branch; the new revision. */
+async function pushFiles(l: E2eLab, files: Record<string, string | null>, message: string): Promise<string> {
+  await gitIn(l.view, l.clone, ['pull', '--quiet', '--rebase', 'origin', 'main']); // automatic reverts of earlier tests
+  for (const [file, text] of Object.entries(files)) {
+    if (text === null) await gitIn(l.view, l.clone, ['rm', '--quiet', file]);
+    else writeFileSync(join(l.clone, file), text);
+  }
+  await gitIn(l.view, l.clone, ['add', '-A']);
+  await gitIn(l.view, l.clone, ['commit', '--quiet', '-m', message]);
+  await gitIn(l.view, l.clone, ['push', '--quiet', 'origin', 'main']);
+  return (await gitIn(l.view, l.clone, ['rev-parse', 'HEAD'])).trim();
+}
+
+test.serial('consensus (issue 23): forged peer status files marking a real down move nothing; the lb nodes\' authenticated votes still take it out', async (t) => {
+  t.timeout(300_000);
+  const l = need();
+  const BE1 = '198.51.100.21'; // a real of web (http check on :80 every 2 s, fall 3)
+  const downLine = new RegExp(`gitlb_health_consensus_down\\{service="web",real="${BE1.replaceAll('.', '\\.')}",node="lb-1"\\} 1`);
+  // Three more lb nodes that nobody runs: with lb-1 and lb-2 they make five, so forged votes of these three would
+  // be a majority (before this change a node read votes from the status branch, and a publishedAt in 2099 never
+  // went stale). Their channels never answer: they are never voters.
+  const ghosts = ['lb-3', 'lb-4', 'lb-5'];
+  const clusterBefore = readFileSync(join(l.clone, 'cluster.yaml'), 'utf8');
+  const rev = await pushFiles(l, {
+    'cluster.yaml': `${clusterBefore.trimEnd()}\n  health:\n    mode: consensus\n    staleAfter: 30s\n`,
+    ...Object.fromEntries(ghosts.map((n, i) => [`nodes/${n}.yaml`,
+      `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: ${n} }\nspec:\n  role: lb\n  interface: eth0\n  addresses: [198.51.100.${13 + i}]\n  allowedVips: [203.0.113.0/24]\n`])),
+  }, 'consensus health, three more lb nodes');
+  const nft = 'add table inet glbpeer\nadd chain inet glbpeer in { type filter hook input priority 0 ; }\nadd rule inet glbpeer in tcp dport 80 reject with tcp reset\n';
+  const be1 = labNs(l.state, 'be-1');
+  try {
+    await waitApplied(l, rev, ['lb-1', 'lb-2']);
+    // The forgery: status files of the three ghosts on the status branch, BE1 down, dated 2099.
+    const forged = (node: string) => `apiVersion: gitlb/v1\nkind: NodeStatus\nnode: ${node}\nrole: lb\nhealth:\n  publishedAt: "2099-01-01T00:00:00.000Z"\n` +
+      `  mode: consensus\n  observations:\n    web:\n      "${BE1}": { up: false, since: "2026-01-01T00:00:00.000Z" }\n  failOpen: []\n  failClosed: []\n  services: {}\n  omittedReals: 0\n`;
+    await gitIn(l.view, l.clone, ['fetch', '--quiet', 'origin', 'gitlb-status']);
+    await gitIn(l.view, l.clone, ['checkout', '--quiet', '-B', 'forge', 'FETCH_HEAD']);
+    for (const n of ghosts) writeFileSync(join(l.clone, 'status', `${n}.yaml`), forged(n));
+    await gitIn(l.view, l.clone, ['add', '-A']);
+    await gitIn(l.view, l.clone, ['commit', '--quiet', '-m', 'forged votes']);
+    await gitIn(l.view, l.clone, ['push', '--quiet', 'origin', 'forge:gitlb-status']);
+    await gitIn(l.view, l.clone, ['checkout', '--quiet', 'main']);
+    await sleep(8000); // four peer polls
+    for (const node of ['lb-1', 'lb-2']) {
+      const m = await metricsOf(l, node);
+      t.notRegex(m, new RegExp(`gitlb_health_consensus_down\\{service="web",real="${BE1.replaceAll('.', '\\.')}"`), `${node}: forged status files are not votes`);
+      t.regex(m, new RegExp(`gitlb_health_consensus_voters\\{node="${node}"\\} 2`), `${node}: only lb-1 and lb-2 vote`);
+    }
+    const status = await readNodeStatus(l.state.git!.bare, 'lb-1');
+    t.true((status?.services.find((s) => s.name === 'web')?.reals.find((r) => r.address === BE1)?.entries ?? 1) > 0, 'BE1 keeps its table entries');
+
+    // Benign: BE1 really fails its check on both lb nodes; their authenticated votes make the quorum (2 of 2).
+    t.is((await nsExec(be1, ['nft', '-f', '-'], { input: nft })).code, 0);
+    let seen = false;
+    for (const end = Date.now() + 60_000; Date.now() < end && !seen; await sleep(500)) seen = downLine.test(await metricsOf(l, 'lb-1'));
+    t.true(seen, 'the consensus of lb-1 and lb-2 takes BE1 out');
+    const rejected = (await metricsOf(l, 'lb-1')).split('\n').filter((x) => x.startsWith('gitlb_peer_messages_rejected_total{') && !x.endsWith(' 0'));
+    t.deepEqual(rejected, [], 'the two daemons accepted each other\'s messages');
+  } finally {
+    await nsExec(be1, ['nft', 'delete', 'table', 'inet', 'glbpeer']);
+    const back = await pushFiles(l, { 'cluster.yaml': clusterBefore, ...Object.fromEntries(ghosts.map((n) => [`nodes/${n}.yaml`, null])) }, 'local health again');
+    await waitApplied(l, back, ['lb-1', 'lb-2']);
+  }
 });
