@@ -12,6 +12,13 @@ import { readRevisionFiles } from './source/git-objects.js';
 import { parseConfig } from '../render/config/index.js';
 import { makeTempDir, removeTempDir } from './temp-dirs.js';
 import { netnsExecPinProblem } from '../bpf/bpffs.js';
+import type { ConfigModel } from '../render/model.js';
+import { readLocalState } from './local-state.js';
+import { loadTrustFile } from './verify/load.js';
+import { DEFAULT_PEER_PORT, loadPeerSecretFile } from './peer/index.js';
+import { DEFAULT_METRICS_LISTEN } from './metrics/index.js';
+import { parseListen } from './triggers/webhook.js';
+import { trustPosture, type PostureFacts } from './posture.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
@@ -26,6 +33,17 @@ export interface DoctorOptions {
   webhookSecretFile?: string;
   env: NodeJS.ProcessEnv;
   gitTimeoutMs: number;
+  /** The trust posture: the options `gitlb run` gets (posture.ts). */
+  cacheDir?: string;
+  trust?: string;
+  trustFrom?: string;
+  role?: 'lb' | 'backend';
+  /** ADDR:PORT or 'off'; default DEFAULT_METRICS_LISTEN, as in gitlb run. */
+  metrics?: string;
+  webhook?: string;
+  peerSecretFile?: string;
+  peerListen?: string;
+  peerPort?: number;
 }
 
 const ok = (name: string, detail: string): CheckResult => ({ level: 'ok', name, detail });
@@ -127,14 +145,19 @@ async function checkClock(): Promise<CheckResult> {
   return r.stdout.trim() === 'yes' ? ok('clock', 'synchronised by NTP') : warn('clock', `${new Date().toISOString()}; not NTP-synchronised (status ages and staleness may be off)`);
 }
 
-async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
-  if (!o.repo) return [warn('git', 'no --repo given: remote not checked')];
+async function checkGit(o: DoctorOptions): Promise<{ results: CheckResult[]; model: ConfigModel | null }> {
+  const results = await gitChecks(o);
+  return { results: results.out, model: results.model };
+}
+
+async function gitChecks(o: DoctorOptions): Promise<{ out: CheckResult[]; model: ConfigModel | null }> {
+  if (!o.repo) return { out: [warn('git', 'no --repo given: remote not checked')], model: null };
   const shown = redactUrl(o.repo);
   const cache = isUrl(o.repo) ? await makeTempDir('gitlb-doctor-') : null;
   try {
     const remote = openRemote(o.repo, { cacheDir: cache ?? '', credentials: loadCredentials({ file: o.credentialsFile, env: o.env }), timeoutMs: o.gitTimeoutMs });
     const head = await remote.fetch(o.branch, { depth: 1 });
-    if (!head) return [fail('git', `${shown}: no branch '${o.branch}'`)];
+    if (!head) return { out: [fail('git', `${shown}: no branch '${o.branch}'`)], model: null };
     const out = [ok('git', `${shown}: branch ${o.branch} at ${head.slice(0, 12)}`)];
     const { model, diagnostics } = parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath));
     if (!model) out.push(fail('config', `head ${head.slice(0, 12)} does not validate (${diagnostics.filter((d) => d.severity === 'error').length} errors; gitlb validate shows them)`));
@@ -144,11 +167,11 @@ async function checkGit(o: DoctorOptions): Promise<CheckResult[]> {
       else if (o.interface && n.spec.interface !== o.interface) out.push(fail('config', `Node '${o.node}' says interface ${n.spec.interface}, not ${o.interface}`));
       else out.push(ok('config', `head ${head.slice(0, 12)} validates; Node '${o.node}' is ${n.spec.role} on ${n.spec.interface}`));
     } else out.push(ok('config', `head ${head.slice(0, 12)} validates (${model.nodes.length} nodes, ${model.services.length} services)`));
-    return out;
+    return { out, model: model ?? null };
   } catch (err) {
     // Remote errors already begin with the (redacted) URL: print it once.
     const msg = (err as Error).message.split('\n')[0]!;
-    return [fail('git', msg.startsWith(`${shown}: `) ? msg : `${shown}: ${msg}`)];
+    return { out: [fail('git', msg.startsWith(`${shown}: `) ? msg : `${shown}: ${msg}`)], model: null };
   } finally {
     if (cache) await removeTempDir(cache);
   }
@@ -174,7 +197,54 @@ export function checkWebhookSecret(o: Pick<DoctorOptions, 'webhookSecretFile' | 
   return short ? fail('webhook secret', `${source}: ${short}; gitlb run --webhook refuses it`) : ok('webhook secret', `${source} (${secret.length} characters)`);
 }
 
+/** The facts of the trust posture (posture.ts judges them): local state, trust file, peer secret, listeners. */
+export async function gatherPosture(o: DoctorOptions, model: ConfigModel | null): Promise<PostureFacts> {
+  let trust: PostureFacts['trust'];
+  if (o.trust) {
+    try {
+      const t = await loadTrustFile(o.trust);
+      trust = { file: o.trust, keys: t.ssh.length + t.pgp.length };
+    } catch (err) {
+      trust = { file: o.trust, error: (err as Error).message.split('\n').join(' ') };
+    }
+  }
+  const cacheDir = o.cacheDir ?? (o.node ? join('/var/lib/gitlb', o.node) : undefined);
+  let localState: PostureFacts['localState'] = { file: '(no --cache-dir or --node)', kind: 'absent' };
+  if (cacheDir) {
+    const file = join(cacheDir, 'state.json');
+    const s = await readLocalState(file);
+    if (!s) localState = { file, kind: 'absent' };
+    else if ((o.node && s.node !== o.node) || s.branch !== o.branch) localState = { file, kind: 'foreign', node: s.node, branch: s.branch };
+    else localState = { file, kind: 'own', revision: s.appliedRevision, ...(s.verification !== undefined && { policy: s.verification }) };
+  }
+  const own = o.node ? model?.nodes.find((n) => n.metadata.name === o.node) : undefined;
+  let secretProblem: string | undefined;
+  if (o.peerSecretFile) {
+    try {
+      loadPeerSecretFile(o.peerSecretFile);
+    } catch (err) {
+      secretProblem = (err as Error).message;
+    }
+  }
+  const ownAddress = own?.spec.addresses[0];
+  const listen = o.peerListen ? parseListen(o.peerListen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peerPort ?? DEFAULT_PEER_PORT } : null;
+  const metricsSpec = o.metrics ?? DEFAULT_METRICS_LISTEN;
+  const webhookSecret = o.webhook ? checkWebhookSecret(o) : null;
+  const v = model?.cluster.spec.verification;
+  return {
+    ...(trust && { trust }),
+    localState,
+    ...(o.trustFrom && { trustFrom: o.trustFrom }),
+    ...(model && { headVerification: v ? { mode: v.mode, formats: v.formats, signersFile: v.signersFile } : null, headHealthMode: model.cluster.spec.health?.mode ?? 'local' }),
+    ...((o.role ?? own?.spec.role) && { role: o.role ?? own!.spec.role }),
+    peer: { ...(o.peerSecretFile && { secretFile: o.peerSecretFile }), ...(secretProblem && { secretProblem }), listen },
+    metrics: metricsSpec === 'off' ? 'off' : parseListen(metricsSpec, '--metrics'),
+    ...(o.webhook && { webhook: { ...parseListen(o.webhook), ...(webhookSecret && webhookSecret.level !== 'ok' && { secretProblem: webhookSecret.level === 'warn' ? 'no webhook secret (GITLB_WEBHOOK_SECRET or --webhook-secret-file)' : webhookSecret.detail }) } }),
+  };
+}
+
 export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {
+  const git = await checkGit(o);
   return [
     checkKernel(),
     checkBtf(),
@@ -183,7 +253,8 @@ export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {
     ...(await checkPrograms(o.pinRoot)),
     ...(await checkInterface(o.interface)),
     await checkClock(),
-    ...(await checkGit(o)),
+    ...git.results,
     checkWebhookSecret(o),
+    ...trustPosture(await gatherPosture(o, git.model)),
   ];
 }
