@@ -135,8 +135,18 @@ export interface LimitedServer extends Server {
   readonly connectionStats: ConnectionStats;
 }
 
-/** node:http's createServer with HTTP_LIMITS applied: deadlines, slots, the per-source cap. */
-export function createLimitedServer(handler: RequestListener, limits: ServerLimits = HTTP_LIMITS): LimitedServer {
+/** The daemon's named listeners' stats, for gitlb_http_connections_dropped_total (metrics/index.ts). */
+const named = new Map<string, ConnectionStats>();
+
+export function namedListenerStats(): ReadonlyMap<string, ConnectionStats> {
+  return named;
+}
+
+/**
+ * node:http's createServer with HTTP_LIMITS applied: deadlines, slots, the per-source cap. A `name` ('metrics',
+ * 'webhook', 'peer') reports the listener's dropped connections in the node's metrics.
+ */
+export function createLimitedServer(handler: RequestListener, limits: ServerLimits = HTTP_LIMITS, name?: string): LimitedServer {
   const { headersTimeout, requestTimeout, connectionsCheckingInterval, keepAliveTimeout, maxHeaderSize } = HTTP_LIMITS;
   const { responseTimeout } = limits;
   const slots = new ConnectionSlots(limits);
@@ -159,6 +169,7 @@ export function createLimitedServer(handler: RequestListener, limits: ServerLimi
       handler(req, res);
     }) as LimitedServer;
   Object.defineProperty(server, 'connectionStats', { value: slots.stats });
+  if (name) named.set(name, slots.stats);
   server.on('connection', (socket: Socket) => {
     const slot = slots.admit(socket.remoteAddress ?? '?', Date.now(), () => socket.destroy());
     if (!slot) {

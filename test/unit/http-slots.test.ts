@@ -109,3 +109,35 @@ test('a client that never reads its answer loses the connection at the response 
     await l.close();
   }
 });
+
+test('dropped connections are counted in gitlb_http_connections_dropped_total{listener,reason}', async (t) => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { NodeMetrics, startMetricsServer } = await import('../../src/reconciler/metrics/index.js');
+  const { parsePromText, sumOf } = await import('../../src/reconciler/metrics/prom-text.js');
+  const pins = mkdtempSync(join(tmpdir(), 'gitlb-http-slots-pins-'));
+  const metrics = new NodeMetrics({ node: 'lb-9', pinRoot: pins, desired: () => null });
+  const server = await startMetricsServer({ listen: '127.0.0.1:0', registry: metrics.registry, notReady: () => null });
+  const socks: import('node:net').Socket[] = [];
+  try {
+    const { port } = new URL(server.url);
+    // Nine connections from one address that send nothing: the ninth evicts the first (8 per source).
+    for (let i = 0; i < 9; i++) {
+      const s = connect({ port: Number(port), host: '127.0.0.1', localAddress: '127.0.0.5' });
+      s.on('error', () => {});
+      socks.push(s);
+      await new Promise((r) => s.once('connect', r));
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await new Promise((r) => setTimeout(r, 50));
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const samples = parsePromText(text);
+    t.is(sumOf(samples, 'gitlb_http_connections_dropped_total', { listener: 'metrics', reason: 'evicted' }), 1);
+    t.is(sumOf(samples, 'gitlb_http_connections_dropped_total', { listener: 'metrics', reason: 'refused' }), 0);
+  } finally {
+    for (const s of socks) s.destroy();
+    await server.close();
+    rmSync(pins, { recursive: true, force: true });
+  }
+});

@@ -1,7 +1,8 @@
 // One node's metrics: a prom-client registry holding the data-plane collectors (pinned maps, read at scrape time),
 // the control-plane, Git and health metrics. `gitlb run` creates it, serves it (./server.ts) and feeds it events
 // through the daemon's hooks. Metric names and meaning: docs/metrics.md.
-import { Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
+import { namedListenerStats } from '../http-limits.js';
 import type { DesiredState } from '../../render/state.js';
 import { registerDataPlaneMetrics, type DataPlaneNames } from './dataplane.js';
 import { ControlMetrics } from './control.js';
@@ -53,6 +54,17 @@ export class NodeMetrics {
       collect() {
         this.reset();
         if (self.role) this.set({ role: self.role }, 1);
+      } });
+    // The HTTP listeners' dropped connections (docs/security.md, HTTP listeners): counted, never logged one by one.
+    new Counter({ name: 'gitlb_http_connections_dropped_total', help: 'Connections an HTTP listener dropped before their time: evicted (slow, idle or stuck when a slot was needed), refused (no slot could be freed), response_timeout (answer not read within the deadline)',
+      labelNames: ['listener', 'reason'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [listener, s] of namedListenerStats()) {
+          this.inc({ listener, reason: 'evicted' }, s.evicted);
+          this.inc({ listener, reason: 'refused' }, s.refused);
+          this.inc({ listener, reason: 'response_timeout' }, s.responseTimedOut);
+        }
       } });
     registerDataPlaneMetrics({ registry: reg, pinRoot: o.pinRoot, names: () => dataPlaneNames(o.desired()) });
     this.control = new ControlMetrics(reg);

@@ -39,7 +39,7 @@ export async function startMetricsServer(o: MetricsServerOptions): Promise<Metri
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' }).end('try /metrics or /healthz\n');
-  });
+  }, undefined, 'metrics');
   const listening = await listenHttp(server, port, host);
   server.unref(); // never the reason a process stays alive (a failed start must still exit)
   return listening;

@@ -115,6 +115,6 @@ export function startPeerServer(ctx: ServerContext, host: string, port: number):
       if (!res.headersSent) res.writeHead(500).end();
       else res.destroy();
     });
-  });
+  }, undefined, 'peer');
   return listenHttp(server, port, host);
 }

@@ -139,7 +139,7 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
       o.onTrigger(`webhook (${v.source})`);
       reply(res, 202, 'reconcile scheduled');
     });
-  });
+  }, undefined, 'webhook');
   const listening = await listenHttp(server, o.port, o.host);
   return {
     url: `${listening.url}/`, stats, connectionStats: listening.connectionStats,
