@@ -1,58 +1,101 @@
-// See ./run. validate, render, plan/apply and readLive at 1,000 services x 100 reals on one lb node, and the
-// memory of the process holding them (what the daemon holds). Cold = first revision; warm = the next revision
-// changing one service (what a running daemon does per commit). Prints figures; the machine is shared, so
-// quote them with the load average printed beside them.
+// See ./run. Cold start at scale: 1,000 services x 100 reals on one lb node, through the same functions the daemon
+// runs (parseConfig, renderDesiredState, converge) against a real LB data plane (maps pinned under
+// /sys/fs/bpf/glb<pid>-scale, attached to no interface, removed at the end).
+//
+// Each column is measured in fresh processes, so "cold" is a new node (empty maps) or a restart (maps pinned, empty
+// caches in the process):
+//   cold     validate, render (every Maglev table), plan against empty maps, apply, read back;
+//   warm     the same revision again in that process (what the daemon's next poll sees), then the next commit
+//            (one service's weights changed: one file, one table);
+//   restart  a new process over the maps the first one left: validate, render, plan (nothing to write).
+// Wall and CPU milliseconds per stage (CPU is steadier on this shared machine), and the peak RSS of each process.
+// BASELINE=<git revision> adds a column for that revision's src/ (a detached worktree under build/bench/, with this
+// tree's addon and BPF objects), run alternately in the same session.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { rmSync } from 'node:fs';
-import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { parseConfig, type ConfigFile } from '../../src/render/config/index.js';
-import { renderDesiredState } from '../../src/render/desired.js';
+import { join, resolve } from 'node:path';
 import { SCALE, scaleFile, scaleFileOf, scaleFiles } from './config.js';
-import { applyTo, planOf } from '../../test/lib/converge.js';
 
-const PIN = `/sys/fs/bpf/gitlb-bench-scale-${process.pid}`;
-const enc = new TextEncoder();
-const asFiles = (f: Record<string, string>): ConfigFile[] => Object.entries(f).map(([path, t]) => ({ path, content: enc.encode(t) }));
-const ms = (t0: number) => `${(performance.now() - t0).toFixed(0)} ms`;
-const mib = (n: number) => `${(n / 1024 / 1024).toFixed(0)} MiB`;
+type Figures = Record<string, { wallMs: number; cpuMs: number; rssMiB: number; note?: string }>;
+interface ChildReport { figures: Figures; peakRssMiB: number; rssMiB: number; heapMiB: number }
 
-async function timed<T>(label: string, f: () => T | Promise<T>): Promise<T> {
-  const t0 = performance.now();
-  const out = await f();
-  console.log(`  ${label.padEnd(44)} ${ms(t0)}`);
-  return out;
+const here = resolve(import.meta.dirname, '..', '..');
+
+/** child.mjs in a fresh node (no tsx: the process holds what the daemon would) over `root`'s dist/. */
+function runChild(mode: 'first' | 'restart', root: string, pin: string, revisions: string): ChildReport {
+  const r = spawnSync(process.execPath, ['--expose-gc', join(here, 'bench/scale/child.mjs'), mode, root, pin, revisions],
+    { cwd: here, encoding: 'utf8', maxBuffer: 16 * 2 ** 20, timeout: 600_000 });
+  if (r.status !== 0) throw new Error(`${mode} child for ${root} failed (${r.status ?? r.signal}): ${r.stderr.slice(-2000)}`);
+  return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as ChildReport;
 }
 
-const files = scaleFiles();
-console.log(`scale: ${SCALE.services} services x ${SCALE.reals} reals, table size ${SCALE.tableSize}, one lb node ` +
-  `(load average ${loadavg().map((x) => x.toFixed(1)).join(' ')} on this shared machine)`);
-const dp = await openLbDataPlane({ pinRoot: PIN });
-try {
-  const cold = await timed('validate (cold: every file parsed)', () => parseConfig(asFiles(files)));
-  if (!cold.model) throw new Error(cold.diagnostics.slice(0, 3).map((d) => d.message).join('; '));
-  const desired = await timed('render (cold: every Maglev table built)', () => renderDesiredState(cold.model!, 'lb-1'));
-  const ops = await timed('plan against empty maps', () => planOf(dp, desired));
-  const first = await timed(`apply (cold: ${ops.length} ops)`, () => dp.execute(ops, { desired }));
-  console.log(`    ${first.ringSwitches} rings created and switched, ${first.changedRingEntries} ring entries, ${first.mapWrites} map writes`);
-  await timed('readLive (rings known by map id)', () => dp.readLive());
-  await timed('readLive verify (every ring read back)', () => dp.readLive({ verify: true }));
-  await timed('plan, nothing changed (read-back / drift check)', () => planOf(dp, desired));
+/** A detached worktree of `rev` with this tree's node_modules, addon and BPF objects (the C side as built here). */
+function baselineTree(rev: string): string {
+  const dir = join(here, 'build/bench/scale-baseline');
+  if (existsSync(dir)) execFileSync('git', ['-C', here, 'worktree', 'remove', '--force', dir]);
+  mkdirSync(join(here, 'build/bench'), { recursive: true });
+  execFileSync('git', ['-C', here, 'worktree', 'add', '--detach', '--quiet', dir, rev]);
+  symlinkSync(join(here, 'node_modules'), join(dir, 'node_modules'));
+  symlinkSync(join(here, 'build'), join(dir, 'build'), 'dir');
+  mkdirSync(join(dir, 'src/bpf/napi/build'), { recursive: true });
+  symlinkSync(join(here, 'src/bpf/napi/build/Release'), join(dir, 'src/bpf/napi/build/Release'), 'dir');
+  execFileSync(join(here, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir, stdio: 'inherit' });
+  return dir;
+}
 
-  // one service's weights change: the next commit
+async function main(): Promise<void> {
+  const columns: { name: string; root: string }[] = [{ name: 'this tree', root: here }];
+  const baseline = process.env.BASELINE;
+  if (baseline) {
+    const rev = execFileSync('git', ['-C', here, 'rev-parse', '--short', baseline], { encoding: 'utf8' }).trim();
+    columns.push({ name: `BASELINE ${rev}`, root: baselineTree(rev) });
+  }
+  console.log(`scale: ${SCALE.services} services x ${SCALE.reals} reals, table size ${SCALE.tableSize}, one lb node, real maps ` +
+    `(load average ${loadavg().map((x) => x.toFixed(1)).join(' ')} on this shared machine)`);
+  // the revision and the next commit (one service's weights changed), as files for the children
+  const files = scaleFiles();
   const i = 342;
-  files[scaleFileOf(i)] = scaleFile(Math.floor(i / 100), SCALE, new Map([[i, (r: number) => (r === 7 ? 40 : 100)]]));
-  const warm = await timed('validate (warm: one file changed)', () => parseConfig(asFiles(files)));
-  const next = await timed('render (warm: one table rebuilt)', () => renderDesiredState(warm.model!, 'lb-1'));
-  const change = await timed('plan + apply of that change', () => applyTo(dp, next));
-  console.log(`    ${change.ops} ops: ${change.ringSwitches} ring switch, ${change.changedRingEntries} ring entries`);
-
-  (globalThis as { gc?: () => void }).gc?.();
-  const mem = process.memoryUsage();
-  const ringKernel = SCALE.services * (SCALE.tableSize + 1) * 8; // array maps keep 8 bytes per u32 slot
-  console.log(`memory of this process (holding the model, the desired state and the data plane): rss ${mib(mem.rss)}, ` +
-    `heap used ${mib(mem.heapUsed)}, external ${mib(mem.external + mem.arrayBuffers)}`);
-  console.log(`kernel memory of the rings (outside the daemon): about ${mib(ringKernel)} (${SCALE.services} arrays of ${SCALE.tableSize + 1} slots x 8 bytes)`);
-} finally {
-  dp.close();
-  rmSync(PIN, { recursive: true, force: true });
+  const next = { ...files, [scaleFileOf(i)]: scaleFile(Math.floor(i / 100), SCALE, new Map([[i, (r: number) => (r === 7 ? 40 : 100)]])) };
+  const revisions = `/tmp/glb${process.pid}-scale.json`;
+  writeFileSync(revisions, JSON.stringify({ files, next }));
+  const reports: { first: ChildReport; restart: ChildReport }[] = [];
+  try {
+    // alternate the columns so load changes hit both alike
+    for (const [n, c] of columns.entries()) {
+      const pin = `/sys/fs/bpf/glb${process.pid}-scale${n}`;
+      try {
+        const first = runChild('first', c.root, pin, revisions);
+        const restart = runChild('restart', c.root, pin, revisions);
+        reports.push({ first, restart });
+      } finally {
+        rmSync(pin, { recursive: true, force: true });
+      }
+    }
+  } finally {
+    rmSync(revisions, { force: true });
+    if (baseline) execFileSync('git', ['-C', here, 'worktree', 'remove', '--force', join(here, 'build/bench/scale-baseline')]);
+  }
+  const cell = (f?: Figures[string]) =>
+    f ? `${f.wallMs.toFixed(0).padStart(6)} /${f.cpuMs.toFixed(0).padStart(5)} /${f.rssMiB.toFixed(0).padStart(4)}${f.note ? ` (${f.note})` : ''}` : '';
+  const width = 34;
+  console.log(`${'stage (wall ms / CPU ms / RSS MiB after)'.padEnd(40)}${columns.map((c) => c.name.padEnd(width)).join('')}`);
+  const stages = [...new Set(reports.flatMap((r) => [...Object.keys(r.first.figures), ...Object.keys(r.restart.figures)]))];
+  for (const s of stages) console.log(`${s.padEnd(40)}${reports.map((r) => cell(r.first.figures[s] ?? r.restart.figures[s]).padEnd(width)).join('')}`);
+  const mem = (r: ChildReport) => `${r.peakRssMiB.toFixed(0)} MiB`.padEnd(width);
+  console.log(`${'peak RSS, first process'.padEnd(40)}${reports.map((r) => mem(r.first)).join('')}`);
+  console.log(`${'peak RSS, restart process'.padEnd(40)}${reports.map((r) => mem(r.restart)).join('')}`);
+  console.log(`${'RSS / heap held at the end (first)'.padEnd(40)}${reports.map((r) => `${r.first.rssMiB.toFixed(0)} / ${r.first.heapMiB.toFixed(0)} MiB`.padEnd(width)).join('')}`);
+  const sum = (r: ChildReport, stages: string[]) => stages.reduce((n, s) => ({
+    wall: n.wall + (r.figures[s]?.wallMs ?? 0), cpu: n.cpu + (r.figures[s]?.cpuMs ?? 0) }), { wall: 0, cpu: 0 });
+  const total = (name: string, stages: string[]) => console.log(`${name.padEnd(40)}${reports.map((r) => {
+    const t = sum(r.first, stages);
+    return `${(t.wall / 1000).toFixed(2)} s / ${(t.cpu / 1000).toFixed(2)} s CPU`.padEnd(width);
+  }).join('')}`);
+  total('cold validate + render', ['cold validate', 'cold render']);
+  total('cold plan + apply + read back', ['cold plan', 'cold apply', 'cold readback']);
+  const ringKernel = SCALE.services * (SCALE.tableSize + 1) * 8;
+  console.log(`kernel memory of the rings (outside the process): about ${(ringKernel / 2 ** 20).toFixed(0)} MiB`);
 }
+
+await main();

@@ -10,8 +10,14 @@ export const LIMITS = {
   /** Documents per file and per revision. */
   maxDocumentsPerFile: 1000,
   maxDocuments: 10000,
-  /** Reals over all services of a revision (one lb node's lb_reals holds 65536 distinct ones). */
-  maxTotalReals: 65536,
+  /**
+   * Real entries over all services of a revision: bounds the work per real after parsing (identities, tables). Not
+   * the data plane's capacity: a real listed by many services is one entry of lb_reals, and capacity.ts counts the
+   * distinct reals of each lb node against it. 1,000 services x 100 reals fit; 30 services of 4096 reals are the
+   * most. Every real takes two YAML entries at the least, so the entries bound below admits 131,072 of them at most:
+   * this count stays the binding one for reals, and the exact count after parsing stays reachable.
+   */
+  maxTotalReals: 30 * 4096,
   /**
    * YAML collection entries over all files of a revision, counted before parsing (prescan.ts): what bounds the
    * memory and time of parsing. A revision of 65,536 reals with weights and states needs about 200,000.
