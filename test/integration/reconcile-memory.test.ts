@@ -230,12 +230,12 @@ test('the health loop carries HealthChange events: only the services they name a
   const loop = new HealthLoop({ rerender: (why, services) => r.refreshHealth(why, services), log: { warn: (m) => t.log(m) } });
   const digests = async () => Object.fromEntries((await dp.readLive()).services.map((s) => [r.desired!.services.find((d) => d.id === s.id)!.name, s.digest]));
   const before = await digests();
-  const change = (service: string, address: string, to: 'healthy' | 'unhealthy'): HealthChange =>
-    ({ service, address, from: to === 'healthy' ? 'unhealthy' : 'healthy', to, at: new Date(0).toISOString(), result: { ok: to === 'healthy', detail: to === 'healthy' ? 'connected' : 'ECONNREFUSED', at: 0, durationMs: 1 } });
+  const change = (service: string, address: string, to: 'up' | 'down'): HealthChange =>
+    ({ service, address, from: to === 'up' ? 'down' : 'up', to, at: new Date(0).toISOString(), result: { ok: to === 'up', detail: to === 'up' ? 'connected' : 'ECONNREFUSED', at: 0, durationMs: 1 } });
 
   // both services see the real down, but only web's event arrives: only web is rendered again
   down.add(`web/${REALS[0]}`).add(`api/${REALS[0]}`);
-  loop.changed(change('web', REALS[0]!, 'unhealthy'));
+  loop.changed(change('web', REALS[0]!, 'down'));
   await loop.idle();
   const afterWeb = await digests();
   t.not(afterWeb.web, before.web, 'web left the real out');
@@ -243,7 +243,7 @@ test('the health loop carries HealthChange events: only the services they name a
   t.deepEqual(dp.executed.at(-1)!.map((o) => o.op), ['ring.fill', 'service.switch']);
 
   // api's event: now api follows, and the kernel equals a full render under the same view
-  loop.changed(change('api', REALS[0]!, 'unhealthy'));
+  loop.changed(change('api', REALS[0]!, 'down'));
   await loop.idle();
   t.not((await digests()).api, before.api);
   const executes = dp.executed.length;

@@ -8,6 +8,7 @@ import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flow-sync.js';
 import { startPeerChannel, secretAuth, type PeerChannel } from '../../src/reconciler/peer/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
+import { applyTo } from './converge.js';
 import { LAB, runHarnessScript } from './xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from './packets.js';
 
@@ -63,7 +64,7 @@ async function main(): Promise<void> {
         if (step.op === 'apply') {
           for (const n of ['a', 'b'] as const) {
             applied[n] = stateFromJson(input.states[step.state]![n]);
-            await dp[n].apply(applied[n]!);
+            await applyTo(dp[n], applied[n]!);
           }
           out.push({});
         } else if (step.op === 'run') out.push(await runPacket(dp[step.node], step.data, 'lbA'));

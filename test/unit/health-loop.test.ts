@@ -5,7 +5,7 @@ import test from 'ava';
 import { HealthLoop, describeHealthChange } from '../../src/reconciler/loops/health-loop.js';
 import type { HealthChange } from '../../src/reconciler/health/checker.js';
 
-const change = (service: string, address: string): HealthChange => ({ service, address, from: 'healthy', to: 'unhealthy',
+const change = (service: string, address: string): HealthChange => ({ service, address, from: 'up', to: 'down',
   at: new Date(0).toISOString(), result: { ok: false, detail: 'ECONNREFUSED', at: 0, durationMs: 1 } });
 
 function recordingLoop(fail: { next: boolean }) {
@@ -38,7 +38,7 @@ test('events name their services; a burst during a run coalesces into one follow
   await loop.idle();
   t.deepEqual(runs.map((r) => r.services), [['web'], ['api', 'dns']]);
   t.is(runs[0]!.why, describeHealthChange(change('web', '198.51.100.10')));
-  t.is(runs[0]!.why, 'web/198.51.100.10 healthy -> unhealthy');
+  t.is(runs[0]!.why, 'web/198.51.100.10 up -> down');
 });
 
 test('a refresh renders everything; after a failed run the next one renders everything too', async (t) => {
