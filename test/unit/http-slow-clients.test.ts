@@ -185,3 +185,36 @@ for (const [what, body] of [['slow clients', false], ['slow bodies', true]] as c
     }
   });
 }
+
+test.serial('peer channel, 100 slow clients from 100 addresses: at least 19 of 20 authenticated requests of a peer answered within 2 s', async (t) => {
+  const auth = secretAuth(randomBytes(32).toString('base64'));
+  const urls: Record<string, string> = {};
+  const peers = (self: string) => () => Object.entries(urls).filter(([n]) => n !== self).map(([node, url]) => ({ node, url }));
+  const lb1 = await startPeerChannel({ host: '127.0.0.1', port: 0, node: 'lb-1', auth, peers: peers('lb-1') });
+  const lb2 = await startPeerChannel({ host: '127.0.0.1', port: 0, node: 'lb-2', auth, peers: peers('lb-2') });
+  urls['lb-1'] = lb1.url;
+  urls['lb-2'] = lb2.url;
+  lb1.serve('echo', (from, body) => ({ from, body }));
+  const f = flood(lb1.url, 'POST /v1/peer/echo HTTP/1.1', 100, (i) => `127.0.1.${i + 1}`, true);
+  try {
+    await new Promise((r) => setTimeout(r, 1500));
+    let answered = 0;
+    for (let i = 0; i < 20; i++) {
+      const started = Date.now();
+      try {
+        const a = await lb2.request('lb-1', 'echo', { i }, { timeoutMs: 2000 });
+        if (JSON.stringify(a) === JSON.stringify({ from: 'lb-2', body: { i } }) && Date.now() - started < 2000) answered++;
+      } catch (err) {
+        t.log(`request ${i}: ${(err as Error).message}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const opened = await f.stop();
+    t.log(`${answered}/20 peer requests answered within 2 s; the flood opened ${opened} connections`);
+    t.true(answered >= 19);
+  } finally {
+    await f.stop();
+    await lb1.close();
+    await lb2.close();
+  }
+});
