@@ -9,7 +9,7 @@ import { LIMITS } from './limits.js';
 import type { Located, RawCluster, RawNode, RawService } from './raw.js';
 import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
 import { checkSemantics, type Emit } from './semantic.js';
-import { scanYamlShape } from './prescan.js';
+import { scanYamlShape, type YamlShape } from './prescan.js';
 import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
 
 export { formatDiagnostic, type Diagnostic, type Severity } from './diagnostics.js';
@@ -136,7 +136,7 @@ function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: numbe
       at(file.path, decoded.line, decoded.col, decoded.message);
       continue;
     }
-    const shape = scanYamlShape(decoded.text, LIMITS.maxDocumentsPerFile);
+    const shape = scanCached(file.path, decoded.text);
     if (shape.documentsOverAt !== undefined) {
       at(file.path, shape.documentsOverAt, 1, `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused before parsing`);
       continue;
@@ -172,6 +172,20 @@ function checkTotalReals(services: Located<RawService>[], emit: Emit): void {
       return;
     }
   }
+}
+
+/** scanYamlShape, remembered per path like parseYamlCached: a revision usually changes a few files of many. */
+const shapeMemo = new Map<string, { text: string; shape: YamlShape }>();
+
+function scanCached(path: string, text: string): YamlShape {
+  let hit = shapeMemo.get(path);
+  if (!hit || hit.text !== text) {
+    hit = { text, shape: scanYamlShape(text, LIMITS.maxDocumentsPerFile) };
+    shapeMemo.delete(path);
+    shapeMemo.set(path, hit);
+    if (shapeMemo.size > LIMITS.maxFiles) shapeMemo.delete(shapeMemo.keys().next().value!);
+  }
+  return hit.shape;
 }
 
 /**
