@@ -36,7 +36,7 @@ const GIT_ENV = {
  * `routing`: 'static' (the default here) keeps static ECMP routes on the router even though the sample config has
  * BGP settings, because these tests steer the router's routes themselves (routeVipsVia); 'bgp' runs BIRD.
  */
-export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'bgp' | 'static' } = {}): Promise<E2eLab> {
+export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'bgp' | 'static'; daemonArgs?: (scratch: string) => string[] } = {}): Promise<E2eLab> {
   const scratch = mkdtempSync(join(tmpdir(), `gitlb-e2e-${process.pid}-`));
   const stateDir = join(scratch, 'lab');
   const close = async () => {
@@ -44,7 +44,7 @@ export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'b
     rmSync(scratch, { recursive: true, force: true });
   };
   try {
-    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static' });
+    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static', ...(opts.daemonArgs && { daemonArgs: opts.daemonArgs(scratch) }) });
     const bad = state.daemons.filter((d) => !d.started);
     if (bad.length) throw new Error(`daemons not running: ${bad.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);
     const view = labView(state);

@@ -81,6 +81,8 @@ export interface LabUpOptions {
   /** Who answers HTTP on the backends: 'node' (default, src/lab/servers/backend.ts) or 'haproxy'
    * (src/lab/servers/backend-haproxy.ts: same replies at a fraction of the CPU; bench/e2e). UDP stays with Node. */
   backendHttp?: 'node' | 'haproxy';
+  /** Further `gitlb run` arguments for every daemon (tests: e.g. --flow-sync with --peer-secret-file). */
+  daemonArgs?: string[];
   log?: (line: string) => void;
 }
 
@@ -204,7 +206,7 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
     await serversUp;
     if (state.plan.bird) await startBirds(state, log);
     log(`backend servers: ${state.plan.servers.map((s) => `${s.node} (tcp ${s.tcpPorts.join(',')}, udp ${s.udpPorts.join(',')})`).join('; ')}`);
-    if (startDaemonsToo) await startDaemons(state, { log });
+    if (startDaemonsToo) await startDaemons(state, { log, ...(opts.daemonArgs && { extraArgs: opts.daemonArgs }) });
     state.complete = true;
     writeLabState(state);
     log(`lab up: ${state.namespaces.length} namespaces with prefix ${state.prefix}, state in ${statePath(stateDir)}`);

@@ -65,6 +65,11 @@ export interface NodeDaemonOptions {
    * lb nodes' first addresses at `port`. Without it consensus mode is refused at start (docs/security.md, Peers).
    */
   peer?: { auth: PeerAuth; port: number; listen?: string };
+  /**
+   * lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel
+   * (`gitlb run --flow-sync`, off by default; needs `peer`; docs/datapath.md "Connection-state sync").
+   */
+  flowSync?: boolean;
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -182,6 +187,22 @@ async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ 
   });
 }
 
+/** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
+async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger): Promise<{ stop(): void }> {
+  const { FlowSync } = await import('./flow-sync.js');
+  const sync = new FlowSync({
+    node: o.node,
+    channel,
+    peers: () => lbPeers(d.reconciler.appliedConfig, o.node, 0).map((p) => p.node),
+    object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
+    desired: () => d.reconciler.desired,
+    log,
+  });
+  sync.start();
+  log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
+  return { stop: () => void sync.stop() };
+}
+
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
   const log = o.log ?? { info: (m: string) => console.log(m), warn: (m: string) => console.warn(m) };
   const head = await nodeAtHead(o);
@@ -203,6 +224,9 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const runHealth = role === 'lb' && o.health && !o.once;
   if (runHealth && !o.peer && head.model && agreementMode(head.model).mode === 'consensus')
     throw new StartError(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE (docs/security.md, Peers)`);
+  const runFlowSync = role === 'lb' && !o.once && !!o.flowSync;
+  if (runFlowSync && !o.peer)
+    throw new StartError('--flow-sync sends connection state over the authenticated peer channel: give --peer-secret-file FILE (docs/security.md, Peers)');
   let peerFeed: PeerObservationFeed | null = null;
   // via: vip checks leave from this node's interface through a TC egress program, attached on first use.
   const vipRouter = runHealth ? vipProbeRouter(() => o.interface ?? own?.spec.interface) : null;
@@ -308,6 +332,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
+  if (runFlowSync && peerChannel) tasks.push(await startFlowSync(o, peerChannel, d, log));
   if (health) {
     // The peer feed runs on a schedule of its own.
     const feed = new PeerObservationFeed({

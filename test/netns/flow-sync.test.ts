@@ -239,6 +239,13 @@ test('a restarted lb-a sends lb-b its whole table', async (t) => {
   t.true(tick.report['lb-b'].inSync);
 });
 
+test('every step ran (only the refused messages end in an error)', async (t) => {
+  const out = await results;
+  const refused = new Set(['malformed: version', 'malformed: arity', 'malformed: address not canonical', 'malformed: port 0', 'too many entries',
+    'oversize body', 'forged sender']);
+  t.deepEqual(steps.map((s, i) => [s.name, out[i]?.error]).filter(([n, e]) => e && !refused.has(n as string)), []);
+});
+
 test('names of the harness steps are unique', (t) => {
   t.is(new Set(steps.map((s) => s.name)).size, steps.length);
   t.truthy(labNames(TAG).ns);

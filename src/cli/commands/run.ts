@@ -15,7 +15,7 @@ import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
   'repo' | 'branch' | 'node' | 'role' | 'interface' | 'xdpMode' | 'pinRoot' | 'credentialsFile' | 'drift' | 'statusBranch' |
-  'health' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once'> {
+  'health' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once' | 'flowSync'> {
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -91,7 +91,8 @@ function defineRun(cmd: Command): void {
     .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
     .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes); consensus mode is refused without it")
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
-    .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT);
+    .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
+    .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
@@ -188,6 +189,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         health: values.health,
         peerPoll: values.peerPoll,
         ...(peerAuth && { peer: { auth: peerAuth, port: values.peerPort, listen: values.peerListen } }),
+        flowSync: values.flowSync,
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

@@ -1,0 +1,67 @@
+// Connection-state sync in the lab (issue 24): both lb nodes run `gitlb run --flow-sync --peer-secret-file`, 40
+// keep-alive connections to the web VIP (dsr l2) spread over both by the router's ECMP, then the table changes under
+// them (real be-1 drained by a commit: new flows leave it, established ones stay), then lb-1 is taken out of the
+// ECMP route (its drain or loss, as the router sees it) and later put back (undrain). Without the sync, the
+// connections lb-1 carried to be-1 reach lb-2, which has no entry for them and re-hashes them by the new table
+// (another backend: a reset); with it, lb-2 holds lb-1's entries and every connection keeps its backend.
+import test from 'ava';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { commitAndPush, routeVipsVia, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
+import { runTraffic } from '../../src/demo/traffic.js';
+import { sleep } from '../../src/lab/netns.js';
+
+const SECRET = 'Lk2j3H4g5F6d7S8a9P0o1I2u3Y4t5R6e7W8q9Zx0cVb='; // test-only peer secret
+
+let lab: E2eLab | null = null;
+let labError: Error | null = null;
+
+test.before(async (t) => {
+  t.timeout(240_000);
+  try {
+    lab = await startE2eLab((line) => t.log(`lab: ${line}`), {
+      daemonArgs: (scratch) => {
+        const file = join(scratch, 'peer.secret');
+        writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
+        return ['--flow-sync', '--peer-secret-file', file];
+      },
+    });
+  } catch (err) {
+    labError = err as Error;
+  }
+});
+
+test.after.always(async () => {
+  await lab?.close();
+});
+
+test.serial('table changed under 40 keep-alive connections, then lb-1 drained and undrained: every connection survives on its backend', async (t) => {
+  t.timeout(180_000);
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  const l = lab;
+  const flows = 40;
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 30_000, intervalMs: 250,
+    sources: l.view.clientsV4, timeoutMs: 5000 });
+  try {
+    await sleep(3000);
+    const rev = await commitAndPush(l, 'services/web.yaml',
+      (s) => s.replace(/(- address: 198\.51\.100\.21\n(\s+)weight: 100)/, '$1\n$2state: drain'), 'web: drain be-1');
+    await waitApplied(l, rev, ['lb-1', 'lb-2'], 60_000);
+    await sleep(1500); // a few sync rounds (250 ms each)
+    await routeVipsVia(l, ['lb-2']); // lb-1 drained: the router sends every flow to lb-2
+    await sleep(6000);
+    await routeVipsVia(l, ['lb-1', 'lb-2']); // undrained: ECMP moves some flows back to lb-1
+    const r = await running;
+    const survived = r.flows.filter((f) => f.survived);
+    const switched = r.flows.filter((f) => f.backends.length > 1);
+    const onBe1 = r.flows.filter((f) => f.backends[0] === 'be-1');
+    t.log(`${survived.length}/${flows} connections survived the table change, lb-1's drain and undrain; ${onBe1.length} were on the drained be-1; ${switched.length} changed backend`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.true(onBe1.length > 0, 'some connections were on the backend the table moved away from');
+    t.true(r.flows.every((f) => f.requests >= 3), 'every connection was carrying requests');
+    t.is(switched.length, 0, 'no connection changed backend');
+    t.is(survived.length, flows);
+  } finally {
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+});
