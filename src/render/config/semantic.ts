@@ -105,8 +105,8 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
 
 /**
  * lb nodes that share a SNAT address allocate its ports each on its own: overlapping ranges would give two client
- * flows one (address, port) towards the same real. Disjoint ranges are also what lets a node carry the others'
- * translations (connection-state sync, docs/datapath.md).
+ * flows one (address, port) towards the same real. Connection-state sync inserts another node's translation
+ * only for a shared address and a port outside the receiver's own range (docs/datapath.md).
  */
 function checkSharedSnat(emit: Emit, nodes: Located<RawNode>[]): void {
   const seen = new Map<string, Array<{ name: string; min: number; max: number }>>();
