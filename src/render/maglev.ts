@@ -315,12 +315,34 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
   return table;
 }
 
-/** Number of table entries per realId. */
+// Counters of countEntries by realId, all zero between calls (a call clears the ones it used).
+const DENSE_IDS = 1 << 20;
+let countScratch = new Uint32Array(0);
+
+/** Number of table entries per realId (in the order of each id's first entry). */
 export function countEntries(table: Uint32Array): Map<number, number> {
   const counts = new Map<number, number>();
+  let max = 0;
+  for (let j = 0; j < table.length; j++) if (table[j]! > max) max = table[j]!;
+  if (max >= DENSE_IDS) {
+    for (let j = 0; j < table.length; j++) {
+      const id = table[j]!;
+      counts.set(id, (counts.get(id) ?? 0) + 1);
+    }
+    return counts;
+  }
+  // Real ids are small (the loader's ids stay below lb_reals' 65,536): count in an array instead of a Map
+  // lookup per entry, then hand the counts over in first-entry order.
+  if (countScratch.length <= max) countScratch = new Uint32Array(Math.max(max + 1, 2 * countScratch.length));
+  const count = countScratch;
+  const order: number[] = [];
   for (let j = 0; j < table.length; j++) {
     const id = table[j]!;
-    counts.set(id, (counts.get(id) ?? 0) + 1);
+    if (count[id]++ === 0) order.push(id);
+  }
+  for (const id of order) {
+    counts.set(id, count[id]!);
+    count[id] = 0;
   }
   return counts;
 }

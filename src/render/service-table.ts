@@ -28,8 +28,13 @@ export function serviceTableSize(cluster: ClusterSpec, svc: ServiceDoc): number 
   return svc.spec.maglev?.tableSize ?? cluster.maglev.tableSize;
 }
 
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
 /** SHA-256 of the ring as consecutive little-endian u32 values, lower-case hex. */
 export function ringDigest(ring: Uint32Array): string {
+  // A Uint32Array's bytes are host order: on a little-endian host they are the digest's input as they are (no
+  // copy, which at 1,000 tables of 10,007 entries was 10 M buffer writes).
+  if (LITTLE_ENDIAN) return createHash('sha256').update(new Uint8Array(ring.buffer, ring.byteOffset, ring.byteLength)).digest('hex');
   const bytes = Buffer.allocUnsafe(ring.length * 4);
   for (let j = 0; j < ring.length; j++) bytes.writeUInt32LE(ring[j]!, j * 4);
   return createHash('sha256').update(bytes).digest('hex');

@@ -134,11 +134,11 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
     }
   }
 
-  const composer = new Composer({ uniqueKeys: false, prettyErrors: false });
   const tabs = tabIndentedLines(text);
+  const trees = lazyTrees(text);
   let index = -1;
   let sawDocument = false;
-  for (const doc of composer.compose(tokens, true, text.length)) {
+  for (const doc of compose(tokens, text.length)) {
     index++;
     const docProblems: Problem[] = [];
     const [start, , end] = doc.range;
@@ -157,14 +157,41 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
     const data: unknown = doc.toJS({ maxAliasCount: 0 });
     if (data === null || data === undefined) continue; // empty documents (`---` alone, or only comments) are ignored
     sawDocument = true;
-    const contents = doc.contents;
-    documents.push({ file, index, data, locate: (path, part) => at(locateOffset(contents, path, part ?? 'value')) });
+    // The node tree is not kept (at 100,000 reals it was half of the heap after validate): the root's position is
+    // taken now (every model item records it), any other is found in a tree parsed again from the same text when
+    // a message needs it (lazyTrees).
+    const root = at(nodeStart(doc.contents));
+    const docIndex = index;
+    documents.push({
+      file, index, data,
+      locate: (path, part) => (path.length === 0 ? { ...root } : at(locateOffset(trees()[docIndex] ?? null, path, part ?? 'value'))),
+    });
   }
   // An emptied file silently removes whatever it declared (a service, a node): say so.
   if (!sawDocument && !problems.some((p) => p.severity === 'error')) {
     problems.push({ severity: 'warning', line: 1, col: 1, message: 'no YAML document in this file (empty, or only comments): it declares nothing' });
   }
   return { documents, problems };
+}
+
+function compose(tokens: CST.Token[], end: number): Generator<Document.Parsed> {
+  return new Composer({ uniqueKeys: false, prettyErrors: false }).compose(tokens, true, end);
+}
+
+/**
+ * The node trees of `text`'s documents (by index), composed on the first call and kept from then on: the same text
+ * composes to the same trees, so positions found in them are those of the first parse. Called only for messages
+ * about a document that parsed cleanly (its text is then known to lex and parse within the limits).
+ */
+function lazyTrees(text: string): () => (YamlNode | null)[] {
+  let trees: (YamlNode | null)[] | null = null;
+  return () => {
+    if (trees === null) {
+      const lines = new LineCounter();
+      trees = [...compose(parseLexemes([...new Lexer().lex(text)], lines), text.length)].map((d) => d.contents);
+    }
+    return trees;
+  };
 }
 
 /**
