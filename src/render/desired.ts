@@ -64,6 +64,7 @@ function renderService(cluster: ConfigModel['cluster']['spec'], svc: ServiceDoc,
     digest: table.digest,
     reals: table.reals,
     healthCheck: spec.healthCheck,
+    ...(spec.sourceRanges && { sourceRanges: [...spec.sourceRanges] }),
   };
 }
 
@@ -115,6 +116,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         serviceId: id,
         forwarding,
         hashSourcePort: spec.hash.sourcePort,
+        ...(spec.sourceRanges && { sourceRanges: true as const }),
       });
       // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP. It owns
       // it for ipopt too: lb nodes may still (or already) send l2 or ipip while an encap change rolls out.

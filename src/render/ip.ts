@@ -236,6 +236,18 @@ export function cidrTextContains(cidr: string, address: string): boolean {
   return cidrContains(c, requireIp(address));
 }
 
+/** Orders prefixes ("a.b.c.d/len", "x::/len", valid) by family, then network address, then prefix length. */
+export function compareCidrs(a: string, b: string): number {
+  const pa = parseCidr(a);
+  const pb = parseCidr(b);
+  if (!pa || !pb) throw new Error(`'${pa ? b : a}' is not an address prefix`);
+  if (pa.family !== pb.family) return pa.family - pb.family;
+  for (let i = 0; i < pa.bytes.length; i++) {
+    if (pa.bytes[i] !== pb.bytes[i]) return pa.bytes[i]! - pb.bytes[i]!;
+  }
+  return pa.prefix - pb.prefix;
+}
+
 /** Orders addresses by family, then numerically. */
 export function compareIps(a: string, b: string): number {
   const pa = requireIp(a);

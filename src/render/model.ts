@@ -111,6 +111,9 @@ export interface ServiceSpec {
   healthCheck: HealthCheckSpec;
   reals: RealSpec[];
   maglev?: { tableSize?: number };
+  /** Client prefixes allowed to reach the VIP (canonical CIDRs of the VIP's family, sorted by compareCidrs, no
+   * duplicates). Absent when the config lists none: every client may. */
+  sourceRanges?: string[];
 }
 
 export interface Document<K extends string, S> {

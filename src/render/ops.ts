@@ -6,7 +6,7 @@
 // no live ring names, new reals, ring fills, service switches, markers and listeners of the switched services),
 // so that no packet finds a reference to something missing and no map ever holds more than its capacity.
 import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
-import { compareIps, ipFamily } from './ip.js';
+import { compareCidrs, compareIps, ipFamily } from './ip.js';
 import { DATAPLANE_LIMITS } from './config/limits.js';
 
 /** lb_config: the flow-hash seed, the MTU, the outer sources of dsr-ipip and the new-flow rate guard (absent: off). */
@@ -71,6 +71,9 @@ export interface LiveService {
 
 export interface LiveVipMarker { address: string; family: 4 | 6 }
 
+/** An lb_source_ranges entry: clients in `prefix` (canonical CIDR) may reach service `serviceId`. */
+export interface SourceRange { serviceId: number; prefix: string }
+
 /** What a node's maps hold, decoded. An lb node fills the lb fields, a backend node `backendVips`. */
 export interface LiveState {
   settings: LbSettings | null;
@@ -79,12 +82,14 @@ export interface LiveState {
   services: LiveService[];
   vips: DesiredVip[];
   markers: LiveVipMarker[];
+  /** lb_source_ranges, sorted by sourceRangeOrder. */
+  sourceRanges: SourceRange[];
   backendVips: BackendVip[];
   backendTunnels: BackendTunnelAddr[];
 }
 
 export const EMPTY_LIVE: LiveState = {
-  settings: null, snat: null, reals: [], services: [], vips: [], markers: [], backendVips: [], backendTunnels: [],
+  settings: null, snat: null, reals: [], services: [], vips: [], markers: [], sourceRanges: [], backendVips: [], backendTunnels: [],
 };
 
 export type Op =
@@ -101,6 +106,9 @@ export type Op =
   | { op: 'marker.delete'; marker: LiveVipMarker }
   | { op: 'service.delete'; serviceId: number; tableSize: number; digest: string }
   | { op: 'real.delete'; real: DesiredReal }
+  /** Lets clients in `prefix` reach the service (its listeners check only once their flag is set). */
+  | { op: 'source-range.put'; range: SourceRange }
+  | { op: 'source-range.delete'; range: SourceRange }
   | { op: 'backend-vip.put'; entry: BackendVip; before: BackendVip | null }
   | { op: 'backend-vip.delete'; entry: BackendVip }
   | { op: 'backend-tunnel.put'; entry: BackendTunnelAddr; before: BackendTunnelAddr | null }
@@ -132,6 +140,14 @@ export function desiredSnat(d: DesiredState): SnatSettings {
 }
 
 export const markerId = (m: LiveVipMarker): string => `${m.family}|${m.address}`;
+export const sourceRangeId = (r: SourceRange): string => `${r.serviceId}|${r.prefix}`;
+/** The order of LiveState.sourceRanges: service id, then prefix (family, network, length). */
+export const compareSourceRanges = (a: SourceRange, b: SourceRange): number => a.serviceId - b.serviceId || compareCidrs(a.prefix, b.prefix);
+
+/** The lb_source_ranges entries a node needs: every prefix of every service that has sourceRanges. */
+export function desiredSourceRanges(d: Pick<DesiredState, 'services'>): SourceRange[] {
+  return d.services.flatMap((s) => (s.sourceRanges ?? []).map((prefix) => ({ serviceId: s.id, prefix })));
+}
 export const vipId = (v: Pick<DesiredVip, 'vip' | 'port' | 'protocol'>): string => `${v.vip}|${v.port}|${v.protocol}`;
 export const backendVipId = (e: Pick<BackendVip, 'address' | 'family' | 'port' | 'protocol'>): string =>
   `${e.family}|${e.address}|${e.port}|${e.protocol ?? '*'}`;
@@ -168,7 +184,7 @@ const sameJson = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON
 function sameVip(a: DesiredVip, b: DesiredVip): boolean {
   return a.vip === b.vip && a.family === b.family && a.port === b.port && a.protocol === b.protocol &&
     a.targetPort === b.targetPort && a.serviceId === b.serviceId && a.forwarding === b.forwarding &&
-    a.hashSourcePort === b.hashSourcePort;
+    a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges;
 }
 
 function sameSnat(a: SnatSettings, b: SnatSettings): boolean {
@@ -230,9 +246,10 @@ function planBackend(live: LiveState, desired: DesiredState): Op[] {
 }
 
 /** The room planLb plans within: the fixed sizes of an lb node's maps (src/bpf/include/lb_consts.h). */
-export interface LbCapacity { services: number; vipEntries: number; reals: number }
+export interface LbCapacity { services: number; vipEntries: number; reals: number; sourceRanges?: number }
 export const LB_MAP_CAPACITY: LbCapacity = {
   services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries, reals: DATAPLANE_LIMITS.lbReals,
+  sourceRanges: DATAPLANE_LIMITS.lbSourceRangeEntries,
 };
 
 /** A transition the maps cannot hold at any moment of any safe order: thrown by planOps, before anything is written. */
@@ -303,6 +320,10 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   if (!live.settings || !sameSettings(live.settings, settings)) ops.push({ op: 'settings.set', value: settings, before: live.settings });
   const snat = desiredSnat(desired);
   if (!live.snat || !sameSnat(live.snat, snat)) ops.push({ op: 'snat.set', value: snat, before: live.snat });
+
+  // source ranges: the new prefixes now, before any listener that checks them is written (puts), the old ones at the
+  // very end, after every listener that checked them is gone or checks no more (lateRangeDeletes)
+  const lateRangeDeletes = planSourceRanges(live, desired, cap, ops);
 
   // 2. listeners, then markers, whose keys the revision removes (listeners first: a listener keeps its marker)
   const liveVips = new Map(live.vips.map((v) => [vipId(v), v]));
@@ -442,14 +463,44 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   freeServices();
   freeReals();
   for (const r of desired.reals) if (!have.has(r.id)) { ops.push({ op: 'real.put', real: r, before: null }); have.set(r.id, r); }
+  for (const range of lateRangeDeletes) ops.push({ op: 'source-range.delete', range });
   return ops;
+}
+
+/**
+ * lb_source_ranges: appends to `ops` the deletes no listener can notice (entries of services no live listener
+ * checks ranges for), then the puts of every missing desired entry; returns the other deletes, which go last.
+ * A service whose ranges change is thus checked against old and new prefixes together for the moment of the apply,
+ * never against neither (a service with ranges never drops its allowed clients during a change), and one that gains
+ * ranges has them all before its listeners start checking. Old and new revisions fit side by side (the map holds
+ * twice what validation allows one node); a live map fuller than that (an apply that failed half way, then another
+ * revision) is refused here, before any write.
+ */
+function planSourceRanges(live: LiveState, desired: DesiredState, cap: LbCapacity, ops: Op[]): SourceRange[] {
+  const want = desiredSourceRanges(desired);
+  const wantIds = new Set(want.map(sourceRangeId));
+  const haveIds = new Set(live.sourceRanges.map(sourceRangeId));
+  const checked = new Set(live.vips.filter((v) => v.sourceRanges).map((v) => v.serviceId));
+  const late: SourceRange[] = [];
+  let held = live.sourceRanges.length;
+  for (const r of live.sourceRanges) {
+    if (wantIds.has(sourceRangeId(r))) continue;
+    if (checked.has(r.serviceId)) late.push(r);
+    else { ops.push({ op: 'source-range.delete', range: r }); held--; }
+  }
+  const puts = want.filter((r) => !haveIds.has(sourceRangeId(r)));
+  const max = cap.sourceRanges ?? DATAPLANE_LIMITS.lbSourceRangeEntries;
+  if (held + puts.length > max)
+    throw new PlanCapacityError(`lb_source_ranges: ${held} entries listeners still check plus ${puts.length} new ones exceed the ${max} it holds`);
+  for (const range of puts) ops.push({ op: 'source-range.put', range });
+  return late;
 }
 
 // ------------------------------------------------------------------ text
 
 const vipText = (v: DesiredVip) => `${v.vip.includes(':') ? `[${v.vip}]` : v.vip}:${v.port}/${v.protocol}`;
 const vipValueText = (v: DesiredVip) =>
-  `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}`;
+  `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}${v.sourceRanges ? ', source ranges' : ''}`;
 const settingsText = (s: LbSettings) =>
   `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}${s.newFlowRate ? `, new flows ${s.newFlowRate}/s/CPU` : ''}`;
 const snatText = (s: SnatSettings) =>
@@ -457,6 +508,7 @@ const snatText = (s: SnatSettings) =>
 const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/${e.protocol}` : ''}${e.targetPort ? ` target ${e.targetPort}` : ''}` +
   (e.previousTargetPort ? `, still trusting ${e.previousTargetPort}` : '');
 
+const rangeText = (r: SourceRange) => `service ${r.serviceId}, ${r.prefix}`;
 const tunnelText = (e: BackendTunnelAddr) => `${e.address}${e.lbSource ? ' lb-source' : ''}${e.local ? ' local' : ''}`;
 
 /** One line per op, naming the map it writes (docs/datapath.md, docs/backend.md). */
@@ -475,6 +527,8 @@ export function describeOp(o: Op): string {
     case 'marker.delete': return `delete lb_vips[${o.marker.address} marker]`;
     case 'service.delete': return `delete lb_rings[${o.serviceId}] (ring ${o.digest.slice(0, 12)}, ${o.tableSize} entries)`;
     case 'real.delete': return `delete lb_reals[${o.real.id}] (${o.real.address})`;
+    case 'source-range.put': return `lb_source_ranges[${rangeText(o.range)}] = allow`;
+    case 'source-range.delete': return `delete lb_source_ranges[${rangeText(o.range)}]`;
     case 'backend-vip.put': return `be_vips[${beText(o.entry)}]${o.before ? ` (was ${beText(o.before)})` : ''}`;
     case 'backend-vip.delete': return `delete be_vips[${beText(o.entry)}]`;
     case 'backend-tunnel.put': return `be_tunnel_addrs[${tunnelText(o.entry)}]${o.before ? ` (was ${tunnelText(o.before)})` : ''}`;
@@ -510,6 +564,7 @@ export function liveOf(desired: DesiredState): LiveState {
     services: desired.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest, reals: desiredRingReals(s) })),
     vips: desired.vips.map((v) => ({ ...v })),
     markers: desiredMarkers(desired),
+    sourceRanges: desiredSourceRanges(desired),
     backendVips: [],
     backendTunnels: [],
   };
@@ -526,6 +581,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
   const markers = new Map(live.markers.map((m) => [markerId(m), m]));
   const be = new Map(live.backendVips.map((e) => [backendVipId(e), e]));
   const tunnels = new Map(live.backendTunnels.map((e) => [backendTunnelId(e), e]));
+  const ranges = new Map(live.sourceRanges.map((r) => [sourceRangeId(r), r]));
   const filled = new Map<number, LiveService>();
   let { settings, snat } = live;
   for (const o of ops) {
@@ -546,6 +602,8 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
       case 'marker.delete': markers.delete(markerId(o.marker)); break;
       case 'service.delete': services.delete(o.serviceId); break;
       case 'real.delete': reals.delete(o.real.id); break;
+      case 'source-range.put': ranges.set(sourceRangeId(o.range), o.range); break;
+      case 'source-range.delete': ranges.delete(sourceRangeId(o.range)); break;
       case 'backend-vip.put': be.set(backendVipId(o.entry), o.entry); break;
       case 'backend-vip.delete': be.delete(backendVipId(o.entry)); break;
       case 'backend-tunnel.put': tunnels.set(backendTunnelId(o.entry), o.entry); break;
@@ -559,6 +617,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
     services: [...services.values()].sort((a, b) => a.id - b.id),
     vips: [...vips.values()],
     markers: [...markers.values()],
+    sourceRanges: [...ranges.values()].sort(compareSourceRanges),
     backendVips: [...be.values()],
     backendTunnels: [...tunnels.values()],
   };

@@ -23,6 +23,9 @@ export interface DesiredVip {
   serviceId: number; // index into DesiredState.services by `id`
   forwarding: Forwarding;
   hashSourcePort: boolean;
+  /** Present (true) when the service has sourceRanges: the data plane then checks each packet's source against
+   * them (lb_vip_value flag LB_VIP_F_SOURCE_RANGES); absent, no check and no lookup. */
+  sourceRanges?: true;
 }
 
 /** A service's reals as the data plane sees them, with the table share each got. */
@@ -45,6 +48,8 @@ export interface DesiredService {
   digest: string; // hex SHA-256 of the ring as little-endian u32s (docs/maglev.md)
   reals: DesiredServiceReal[]; // sorted by realId
   healthCheck: HealthCheckSpec;
+  /** Client prefixes allowed to reach the service (canonical CIDRs, sorted; docs/config.md). Absent: every client. */
+  sourceRanges?: string[];
 }
 
 export interface DesiredState {

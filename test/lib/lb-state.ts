@@ -2,6 +2,7 @@
 import type { DesiredState, Forwarding } from '../../src/render/state.js';
 import { compareVips, ringDigest } from '../../src/bpf/dataplane/index.js';
 import { familyOf } from '../../src/bpf/dataplane/codec.js';
+import { compareCidrs } from '../../src/render/ip.js';
 
 export interface SvcSpec {
   id: number;
@@ -10,6 +11,8 @@ export interface SvcSpec {
   ports?: Array<{ port: number; protocol: 'TCP' | 'UDP'; targetPort?: number }>;
   ring: number[] | Uint32Array;
   hashSourcePort?: boolean;
+  /** Service sourceRanges (canonical CIDRs, as render sorts them); absent: every client. */
+  sourceRanges?: string[];
 }
 
 export function makeState(opts: {
@@ -33,11 +36,13 @@ export function makeState(opts: {
       reals: [...counts].sort((a, b) => a[0] - b[0]).map(([realId, entries]) => ({ realId,
         address: opts.reals[realId]!, weight: 1, state: 'active' as const, healthy: true, entries })),
       healthCheck: { type: 'none' as const, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 },
+      ...(s.sourceRanges?.length ? { sourceRanges: [...s.sourceRanges].sort(compareCidrs) } : {}),
     };
   }).sort((a, b) => a.id - b.id);
   const vips = opts.services.flatMap((s) => (s.ports ?? [{ port: 80, protocol: 'TCP' as const }]).map((p) => ({
     vip: s.vip, family: familyOf(s.vip), port: p.port, protocol: p.protocol, targetPort: p.targetPort ?? p.port,
     serviceId: s.id, forwarding: s.forwarding, hashSourcePort: s.hashSourcePort ?? true,
+    ...(s.sourceRanges?.length ? { sourceRanges: true as const } : {}),
   }))).sort(compareVips);
   return {
     node: 'lb-test', role: 'lb', interface: 'lbA', mtu: opts.mtu ?? 1500, hashSeed: opts.hashSeed ?? 0x12345678,

@@ -29,6 +29,13 @@ for (const src of ['0.0.0.0', '0.1.2.3', '127.0.0.1', '224.0.0.1', '240.0.0.1', 
 for (const src of ['::', '::1', 'ff02::1', 'fe80::1'])
   cases.push({ name: `martian source ${src} to an ipip VIP`, input: inFrame(tcp(src, V.ipipv6, 40000, 80)), action: 'drop', counter: 'drop_martian' });
 cases.push({ name: 'martian source to a snat VIP is not translated', input: inFrame(tcp('127.0.0.1', V.snat, 40000, 80)), action: 'drop', counter: 'drop_martian' });
+// sourceRanges (XDP_STATE): a source outside them is dropped before the connection table, the SNAT table or the
+// MTU check could act on it; a martian source is refused as martian first
+cases.push({ name: 'source outside the ranges to an ipip VIP', input: inFrame(tcp('198.51.100.77', V.ipip, 40000, 80, TCP_FLAGS.ACK)), action: 'drop', counter: 'drop_source_range' });
+cases.push({ name: 'source outside the ranges to an ipip v6 VIP', input: inFrame(udp('2001:db8:d::1', V.ipipv6, 40000, 53)), action: 'drop', counter: 'drop_source_range' });
+cases.push({ name: 'source outside the ranges to a snat VIP is not translated', input: inFrame(udp('198.51.100.77', V.snat, 40000, 53)), action: 'drop', counter: 'drop_source_range', noCounter: 'snat_new' });
+cases.push({ name: 'an oversized packet from outside the ranges gets no ICMP answer', input: inFrame(tcp('198.51.100.77', V.ipip, 40000, 80, TCP_FLAGS.ACK, Buffer.alloc(1460, 0x61))), action: 'drop', counter: 'drop_source_range', noCounter: 'icmp_sent' });
+cases.push({ name: 'a martian source to a VIP with ranges counts as martian', input: inFrame(tcp('127.0.0.1', V.ipip, 40000, 80)), action: 'drop', counter: 'drop_martian', noCounter: 'drop_source_range' });
 for (const [what, dst] of [['broadcast', 'ff:ff:ff:ff:ff:ff'], ['IPv4 multicast', '01:00:5e:00:00:01'], ['IPv6 multicast', '33:33:00:00:00:01']] as const)
   cases.push({ name: `frame to the ${what} MAC is not load-balanced`, input: inFrame(tcp(CLIENT4, V.l2, 40001, 80), { dst, src: LAB.clientMac }), action: 'drop', counter: 'drop_l2_not_unicast' });
 {

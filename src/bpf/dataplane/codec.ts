@@ -1,7 +1,7 @@
 // Byte layouts of the LB program's map keys and values (src/bpf/include/lb_structs.h), and the
 // numbers of lb_consts.h. The only TS file that knows these layouts; checked against BTF at load.
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
-import { formatIp, ipFamily, requireIp } from '../../render/ip.js';
+import { formatCidr, formatIp, ipFamily, parseCidr, requireIp } from '../../render/ip.js';
 import type { Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
 import { u32 } from '../codec.js';
@@ -9,6 +9,7 @@ import { u32 } from '../codec.js';
 export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'dsr-ipopt': 3, snat: 4 };
 export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat' };
 export const VIP_F_HASH_SRC_PORT = 1;
+export const VIP_F_SOURCE_RANGES = 2; // LB_VIP_F_SOURCE_RANGES: check lb_source_ranges
 export const PROTO_NUMBER: Record<Protocol, number> = { TCP: 6, UDP: 17 };
 export const PROTO_NAME: Record<number, Protocol> = { 6: 'TCP', 17: 'UDP' };
 export const MAX_SRC4 = DATAPLANE_LIMITS.lbSrc4; // LB_MAX_SRC4 (lb_consts.h)
@@ -20,7 +21,7 @@ export const COUNTER_NAMES = [
   'drop_no_service', 'drop_no_real', 'drop_real_missing', 'drop_fib', 'drop_fib_no_neigh',
   'drop_ipopt_no_room', 'drop_unsupported', 'drop_adjust',
   'ct_hit', 'ct_miss', 'icmp_sent', 'tx', 'redirect', 'ct_rate_limited',
-  'drop_martian', 'drop_l2_not_unicast', 'drop_bad_ip_csum', 'icmp_echo_reply',
+  'drop_martian', 'drop_l2_not_unicast', 'drop_bad_ip_csum', 'icmp_echo_reply', 'drop_source_range',
 ] as const;
 export type CounterName = (typeof COUNTER_NAMES)[number];
 
@@ -34,6 +35,7 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_flow_value: { size: 12, members: { real_id: 0, service_id: 4, real_slot: 8 } },
   lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
+  lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
 };
 
 // ------------------------------------------------------------------ addresses
@@ -168,4 +170,31 @@ export function decodeFlowKey(b: Buffer): FlowKey {
 
 export function decodeFlowValue(b: Buffer): { realId: number; serviceId: number } {
   return { realId: b.readUInt32LE(0), serviceId: b.readUInt32LE(4) };
+}
+
+// ------------------------------------------------------------------ source ranges (lb_source_ranges.h)
+
+/** LB_SRC_RANGE_FIXED_BITS: service id and family, matched whole before the client prefix. */
+const SRC_RANGE_FIXED_BITS = 64;
+/** An lb_source_ranges value: the trie's answer is the entry itself; the value says only "allowed". */
+export const SOURCE_RANGE_ALLOW = Buffer.from([1, 0, 0, 0]);
+
+/** lb_src_range_key of (service, canonical prefix). */
+export function encodeSourceRangeKey(serviceId: number, prefix: string): Buffer {
+  const c = parseCidr(prefix);
+  if (!c) throw new Error(`'${prefix}' is not an address prefix`);
+  const b = Buffer.alloc(28);
+  b.writeUInt32LE(SRC_RANGE_FIXED_BITS + c.prefix, 0);
+  b.writeUInt32LE(serviceId, 4);
+  b[8] = c.family;
+  b.set(c.bytes, 12);
+  return b;
+}
+
+/** lb_src_range_key -> (service, canonical prefix); host bits beyond the prefix (never written by us) are cleared. */
+export function decodeSourceRangeKey(b: Buffer): { serviceId: number; prefix: string } {
+  const family = b[8] === 6 ? 6 : 4;
+  const len = Math.max(0, Math.min(b.readUInt32LE(0) - SRC_RANGE_FIXED_BITS, family === 4 ? 32 : 128));
+  const c = parseCidr(`${addrText(b.subarray(12, 28), family)}/${len}`)!;
+  return { serviceId: b.readUInt32LE(4), prefix: formatCidr(c) };
 }

@@ -10,9 +10,10 @@ import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
 import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
-import { EMPTY_LIVE, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
+import { EMPTY_LIVE, compareSourceRanges, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings, type SourceRange } from '../../render/ops.js';
 import {
-  COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT,
+  COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES,
+  SOURCE_RANGE_ALLOW, decodeSourceRangeKey, encodeSourceRangeKey,
   decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
   encodeVipValue,
 } from './codec.js';
@@ -59,7 +60,7 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
 const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
 const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
-  mode: MODE[v.forwarding], flags: v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0, statsSlot });
+  mode: MODE[v.forwarding], flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0), statsSlot });
 
 /** Service id -> its stats slot, as the listeners in lb_vips carry it. */
 function serviceSlots(vips: BpfMap): Map<number, number> {
@@ -76,7 +77,7 @@ const MARKER_VALUE = Buffer.alloc(12);
 const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
 const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
-type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats', BpfMap>;
+type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats' | 'sourceRanges', BpfMap>;
 
 /** The ops of one kind that follow each other from `start` (the executor batches such a run into one kernel call). */
 function runOf<K extends Op['op']>(ops: readonly Op[], start: number, kind: K): Array<Extract<Op, { op: K }>> {
@@ -102,6 +103,7 @@ function checkedMaps(obj: BpfObject): LbMaps {
     conntrack: obj.map('lb_conntrack'),
     config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
     serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
+    sourceRanges: obj.map(SOURCE_RANGES_PIN),
   };
 }
 
@@ -569,6 +571,27 @@ class LbDataPlane implements DataPlane {
             }
             break;
           }
+          case 'source-range.put': {
+            // created, never overwritten (the plan puts only missing entries), so the undo is a delete. A lookup
+            // cannot tell whether this exact prefix is there: the trie answers with the longest enclosing one.
+            const key = encodeSourceRangeKey(o.range.serviceId, o.range.prefix);
+            try {
+              m.sourceRanges.update(key, SOURCE_RANGE_ALLOW, 'noexist');
+            } catch (e) {
+              if ((e as { code?: string }).code === 'EEXIST') break;
+              throw e;
+            }
+            report.mapWrites++;
+            log.onUndo(() => m.sourceRanges.delete(key));
+            break;
+          }
+          case 'source-range.delete': {
+            const key = encodeSourceRangeKey(o.range.serviceId, o.range.prefix);
+            if (!m.sourceRanges.delete(key)) break; // deletes match the exact prefix
+            report.mapDeletes++;
+            log.onUndo(() => m.sourceRanges.update(key, SOURCE_RANGE_ALLOW));
+            break;
+          }
           case 'table.resize':
             break; // done before the other ops
           default:
@@ -632,9 +655,11 @@ function liveSlotOf(m: Pick<LbMaps, 'reals' | 'realSlots'>, id: number): number 
   return m.realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) === id ? slot : null;
 }
 
-/** realSlots: absent only when reading the pins of a version whose rings still hold real ids. */
-type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap };
-const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots'>, string> = {
+/** realSlots: absent only when reading the pins of a version whose rings still hold real ids; sourceRanges only
+ * when reading the pins of a version without source ranges (nothing checks any). */
+type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap; sourceRanges?: BpfMap };
+const SOURCE_RANGES_PIN = 'lb_source_ranges';
+const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots' | 'sourceRanges'>, string> = {
   vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
 };
 
@@ -651,6 +676,7 @@ export class LiveMemo {
   snat?: RawRead<SnatSettings | null>;
   reals?: RawRead<DesiredReal[]>;
   vips?: RawRead<{ vips: DesiredVip[]; markers: LiveVipMarker[] }>;
+  sourceRanges?: RawRead<SourceRange[]>;
   services?: LiveService[];
   live?: LiveState;
 }
@@ -698,7 +724,7 @@ function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; mar
     const val = decodeVipValue(v);
     vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
       targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
-      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0 });
+      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }) });
   }
   vips.sort(compareVips);
   return { vips, markers };
@@ -715,10 +741,12 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: 
   const snat = (memo.snat = readSetting(m.snatConfig, memo.snat, (b) => snatConfigToSettings(decodeSnatConfig(b))));
   const reals = (memo.reals = readMap(m.reals, memo.reals, decodeReals));
   const vips = (memo.vips = readMap(m.vips, memo.vips, decodeVips));
+  const ranges = (memo.sourceRanges = readSourceRanges(m.sourceRanges, memo.sourceRanges));
   const services = readServices(m, cache, opts, memo);
   const prev = memo.live;
   if (prev && prev.settings === config.value && prev.snat === snat.value && prev.reals === reals.value &&
-    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.services === services) return prev;
+    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.sourceRanges === ranges.value &&
+    prev.services === services) return prev;
   const live: LiveState = {
     settings: config.value,
     snat: snat.value,
@@ -726,11 +754,22 @@ function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: 
     services,
     vips: vips.value.vips,
     markers: vips.value.markers,
+    sourceRanges: ranges.value,
     backendVips: [],
     backendTunnels: [],
   };
   if (!opts.tables) memo.live = Object.freeze(live);
   return live;
+}
+
+/** lb_source_ranges by its keys alone (every value says "allowed"; the trie has no batched read); decoded only when
+ * the keys differ from `prev`. */
+function readSourceRanges(m: BpfMap | undefined, prev: RawRead<SourceRange[]> | undefined): RawRead<SourceRange[]> {
+  const raw = m ? Buffer.concat(m.keys()) : Buffer.alloc(0);
+  if (prev && prev.raw.equals(raw)) return prev;
+  const out: SourceRange[] = [];
+  for (let o = 0; o < raw.length; o += 28) out.push(decodeSourceRangeKey(raw.subarray(o, o + 28)));
+  return { raw, value: frozen(out.sort(compareSourceRanges)) };
 }
 
 /** Reads a ring back in real ids: the slots + 1 an inner array holds name the ids lb_real_slots holds now (each
@@ -800,6 +839,10 @@ export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): L
     if (ringsHoldSlots(maps.rings)) {
       maps.realSlots = BpfMap.open(join(pinRoot, 'lb_real_slots'), 'lb_real_slots');
       opened.push(maps.realSlots);
+    }
+    if (existsSync(join(pinRoot, SOURCE_RANGES_PIN))) {
+      maps.sourceRanges = BpfMap.open(join(pinRoot, SOURCE_RANGES_PIN), SOURCE_RANGES_PIN);
+      opened.push(maps.sourceRanges);
     }
     return readLbLive(maps, new RingCache(), opts, new LiveMemo());
   } finally {

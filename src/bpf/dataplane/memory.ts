@@ -28,7 +28,7 @@ function count(report: ApplyReport, o: Op): void {
       report.mapWrites++;
       report.ringSwitches++;
       break;
-    case 'vip.delete': case 'marker.delete': case 'service.delete': case 'real.delete':
+    case 'vip.delete': case 'marker.delete': case 'service.delete': case 'real.delete': case 'source-range.delete':
     case 'backend-vip.delete': case 'backend-tunnel.delete':
       report.mapDeletes++;
       break;

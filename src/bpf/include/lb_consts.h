@@ -15,6 +15,7 @@
 
 /* lb_vip_value.flags */
 #define LB_VIP_F_HASH_SRC_PORT (1 << 0)
+#define LB_VIP_F_SOURCE_RANGES (1 << 1) /* the service has sourceRanges: check lb_source_ranges (lb_source_ranges.h) */
 
 /* Ethernet / IP numbers not always in uapi headers */
 #define LB_ETH_P_IP 0x0800
@@ -78,6 +79,7 @@ enum lb_counter {
 	LB_CNT_DROP_L2_NOT_UNICAST,  /* to a VIP via a broadcast/multicast MAC, or from a group MAC */
 	LB_CNT_DROP_BAD_IP_CSUM,     /* IPv4 header checksum wrong where we would rewrite the whole header */
 	LB_CNT_ICMP_ECHO_REPLY,      /* ICMP / ICMPv6 echo request to a VIP address answered */
+	LB_CNT_DROP_SOURCE_RANGE,    /* source outside the sourceRanges of a service that has them */
 	LB_CNT_MAX,
 };
 

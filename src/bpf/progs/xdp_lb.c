@@ -18,6 +18,7 @@
 #include "lb_icmp.h"
 #include "lb_snat.h"
 #include "lb_sanity.h"
+#include "lb_source_ranges.h"
 #ifdef LB_MONITOR
 #include "lb_monitor.h"
 #endif
@@ -182,6 +183,10 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	reason = lb_hostile_reason(ctx, &p);
 	if (reason)
 		return lb_drop(reason);
+	/* only clients in the service's sourceRanges, on every packet (established flows too); a service without
+	 * ranges pays this flag test only (lb_source_ranges.h) */
+	if ((vip->flags & LB_VIP_F_SOURCE_RANGES) && !lb_source_allowed(&p, vip->service_id))
+		return lb_drop(LB_CNT_DROP_SOURCE_RANGE);
 	if (lb_trim_to_ip(ctx, &p))
 		return lb_drop(LB_CNT_DROP_ADJUST);
 	__u32 service_id = vip->service_id;

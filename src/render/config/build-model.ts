@@ -1,7 +1,7 @@
 // Schema-valid, semantically checked documents -> the ConfigModel render consumes: canonical
 // addresses, durations in milliseconds, health-check port filled in, lists sorted by name.
 import type { BgpPeer, ClusterBgp, ClusterDoc, ConfigModel, NodeBgp, HealthCheckSpec, NodeDoc, ServiceDoc, SourcePos } from '../model.js';
-import { canonicalCidr, canonicalIp, compareIps } from '../ip.js';
+import { canonicalCidr, canonicalIp, compareCidrs, compareIps } from '../ip.js';
 import { DEFAULTS } from './limits.js';
 import { effectiveVia } from './health-via.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
@@ -13,6 +13,12 @@ function source(l: Located<unknown>): SourcePos {
 function ip(text: string): string {
   const c = canonicalIp(text);
   if (c === null) throw new Error(`internal: unvalidated address '${text}'`);
+  return c;
+}
+
+function cidr(text: string): string {
+  const c = canonicalCidr(text);
+  if (c === null) throw new Error(`internal: unvalidated CIDR '${text}'`);
   return c;
 }
 
@@ -76,11 +82,7 @@ export function buildNode(l: Located<RawNode>): NodeDoc {
     spec: {
       role: s.role,
       interface: s.interface,
-      allowedVips: s.allowedVips.map((c) => {
-        const canon = canonicalCidr(c);
-        if (canon === null) throw new Error(`internal: unvalidated CIDR '${c}'`);
-        return canon;
-      }),
+      allowedVips: s.allowedVips.map(cidr),
       ...(s.snatAddress !== undefined ? { snatAddress: ip(s.snatAddress) } : {}),
       ...(s.snatPorts !== undefined ? { snatPorts: { min: s.snatPorts.min, max: s.snatPorts.max } } : {}),
       addresses: s.addresses.map(ip),
@@ -123,6 +125,8 @@ export function buildService(l: Located<RawService>): ServiceDoc {
       healthCheck,
       reals: s.reals.map((r) => ({ address: ip(r.address), weight: r.weight, state: r.state })),
       ...(s.maglev?.tableSize !== undefined ? { maglev: { tableSize: s.maglev.tableSize } } : {}),
+      // canonical and sorted, so file order and spelling never change the rendered state; empty = absent
+      ...(s.sourceRanges?.length ? { sourceRanges: s.sourceRanges.map(cidr).sort(compareCidrs) } : {}),
     },
     source: source(l),
   };

@@ -1,5 +1,5 @@
 // What one lb node's data plane can never hold: its maps have fixed sizes (src/bpf/include/lb_consts.h), so a
-// revision that gives one lb node more services, listeners or reals than they hold is refused here, at validate,
+// revision that gives one lb node more services, listeners, reals or source ranges than they hold is refused here, at validate,
 // naming the node, rather than failing at apply on that node. Rings have no shared capacity (one map per
 // service), so the table sizes are not limited here beyond the schema. Each revision is checked alone: the plan
 // engine (src/render/ops.ts) orders a transition so that it needs room for the bigger of the two revisions, not
@@ -27,6 +27,9 @@ export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services:
     if (listeners + markers.size > DATAPLANE_LIMITS.lbVipEntries)
       over.push(`${listeners} listeners + ${markers.size} VIP addresses (lb_vips holds ${DATAPLANE_LIMITS.lbVipEntries})`);
     if (reals.size > DATAPLANE_LIMITS.lbReals) over.push(`${reals.size} reals (lb_reals holds ${DATAPLANE_LIMITS.lbReals})`);
+    const ranges = served.reduce((n, s) => n + (s.data.spec.sourceRanges?.length ?? 0), 0);
+    if (ranges > DATAPLANE_LIMITS.lbSourceRanges)
+      over.push(`${ranges} sourceRanges entries (at most ${DATAPLANE_LIMITS.lbSourceRanges} per lb node)`);
     if (over.length)
       emit('error', doc, ['spec', 'allowedVips'],
         `lb node '${data.metadata.name}' would serve ${over.join(', ')}: more than its data plane can ever hold; ` +

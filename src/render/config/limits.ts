@@ -32,6 +32,8 @@ export const LIMITS = {
   /** Listed in the schemas as maxItems; repeated here so code and docs can refer to them. */
   maxRealsPerService: 4096,
   maxPortsPerService: 64,
+  /** Service spec.sourceRanges entries (docs/config.md); an lb node's total is DATAPLANE_LIMITS.lbSourceRanges. */
+  maxSourceRangesPerService: 1024,
   maxAllowedVipsPerNode: 256,
   maxAddressesPerNode: 64,
 } as const;
@@ -59,4 +61,10 @@ export const DATAPLANE_LIMITS = {
   lbReals: 65536,
   /** IPv4 outer sources of dsr-ipip in lb_config (LB_MAX_SRC4): an lb node's IPv4 spec.addresses. */
   lbSrc4: 8,
+  /** Service sourceRanges entries over every service one lb node serves. lb_source_ranges (LB_MAX_SOURCE_RANGES)
+   * holds twice as many, so the old and the new entries of any transition fit side by side (the plan adds the new
+   * prefixes before it removes the old ones: docs/datapath.md "Source ranges"). */
+  lbSourceRanges: 16384,
+  /** Entries of lb_source_ranges (LB_MAX_SOURCE_RANGES): twice lbSourceRanges. */
+  lbSourceRangeEntries: 32768,
 } as const;

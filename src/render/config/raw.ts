@@ -49,6 +49,7 @@ export type RawService = RawDocument<
       failMode?: HealthFailMode; expectStatus?: { min: number; max: number }; via?: 'vip' | 'real' };
     reals: { address: string; weight: number; state: RealState }[];
     maglev?: { tableSize?: number };
+    sourceRanges?: string[];
   }
 >;
 

@@ -271,6 +271,32 @@ function checkNode(
   }
 }
 
+/**
+ * spec.sourceRanges: prefixes of the VIP's family (a client of the other family can never reach the VIP, so such an
+ * entry is a mistake), without host bits (refused, not masked: 192.0.2.1/24 may as well have meant /32, and a silent
+ * /24 would let 255 more clients in), listed once. The count is capped by the schema (maxItems).
+ */
+function checkSourceRanges(emit: Emit, doc: YamlDocument, ranges: string[], vip: IpAddress | null): void {
+  const seen = new Map<string, number>();
+  ranges.forEach((text, i) => {
+    const path: PathSegment[] = ['spec', 'sourceRanges', i];
+    const c = parseCidr(text);
+    if (!c) return; // the schema format already reported it
+    const canon = `${formatIp(c)}/${c.prefix}`;
+    if (cidrHasHostBits(text)) {
+      emit('error', doc, path, `${label(path)}: ${text} has host bits set; write the network ${canon}, or a /${c.family === 4 ? 32 : 128} for one client`);
+      return;
+    }
+    if (vip && c.family !== vip.family) {
+      emit('error', doc, path, `${label(path)}: ${text} is ${fam(c.family)}, but the VIP ${formatIp(vip)} is ${fam(vip.family)}; only ${fam(vip.family)} clients reach it`);
+      return;
+    }
+    const first = seen.get(canon);
+    if (first !== undefined) emit('error', doc, path, `${label(path)}: ${canon} is already spec.sourceRanges[${first}]`);
+    else seen.set(canon, i);
+  });
+}
+
 interface ServiceContext {
   cluster: Located<RawCluster> | null;
   lbNodes: LbNode[];
@@ -385,6 +411,8 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
   } else if (usable === 0) {
     emit('warning', doc, ['spec', 'reals'], `spec.reals: all reals are disabled; new flows to this service are dropped`, 'key');
   }
+
+  if (spec.sourceRanges?.length) checkSourceRanges(emit, doc, spec.sourceRanges, vip);
 
   // Maglev table.
   const override = spec.maglev?.tableSize;
