@@ -248,6 +248,22 @@ function scratchBucketHead(m: number): Int32Array {
  * set of (id, weight, realId), the size and the seed — never on the order of `backends`.
  */
 export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: number, seed: number): Uint32Array {
+  return fillTable(backends, tableSize, seed, null);
+}
+
+/**
+ * buildMaglevTable and the entries each realId got (countEntries of the table without a Map lookup per entry:
+ * every turn of the fill writes exactly one entry, so a backend's entries are the turns it claimed). Realids of
+ * no entry are absent.
+ */
+export function buildMaglevTableCounted(backends: readonly MaglevBackend[], tableSize: number, seed: number): { table: Uint32Array; entries: Map<number, number> } {
+  const entries = new Map<number, number>();
+  return { table: fillTable(backends, tableSize, seed, entries), entries };
+}
+
+let claimScratch = new Int32Array(0);
+
+function fillTable(backends: readonly MaglevBackend[], tableSize: number, seed: number, entries: Map<number, number> | null): Uint32Array {
   const sorted = checkedSorted(backends, tableSize, seed);
   const m = tableSize;
   const table = new Uint32Array(m);
@@ -272,7 +288,10 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
     if (b.weight !== weights[0]) equal = false;
     n++;
   }
-  if (n === 0) return table;
+  if (n === 0) {
+    if (entries) entries.set(0, m);
+    return table;
+  }
 
   // With equal weights no turn is ever passed on (proof in docs/maglev.md §5): the turn order is round robin.
   const turnOwner = equal ? null : weightedTurnOwners(weights, n, m);
@@ -312,37 +331,22 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], tableSize: 
     slot += step;
     position[i] = slot + ((slot >> 31) & m);
   }
+  if (entries) {
+    if (claimScratch.length < n) claimScratch = new Int32Array(Math.max(n, 2 * claimScratch.length));
+    const claims = claimScratch.fill(0, 0, n);
+    if (turnOwner === null) for (let i = 0; i < n; i++) claims[i] = Math.floor(m / n) + (i < m % n ? 1 : 0);
+    else for (let t = 0; t < m; t++) claims[turnOwner[t]!]!++;
+    for (let i = 0; i < n; i++) if (claims[i]! > 0) entries.set(realIds[i]!, claims[i]!);
+  }
   return table;
 }
 
-// Counters of countEntries by realId, all zero between calls (a call clears the ones it used).
-const DENSE_IDS = 1 << 20;
-let countScratch = new Uint32Array(0);
-
-/** Number of table entries per realId (in the order of each id's first entry). */
+/** Number of table entries per realId. */
 export function countEntries(table: Uint32Array): Map<number, number> {
   const counts = new Map<number, number>();
-  let max = 0;
-  for (let j = 0; j < table.length; j++) if (table[j]! > max) max = table[j]!;
-  if (max >= DENSE_IDS) {
-    for (let j = 0; j < table.length; j++) {
-      const id = table[j]!;
-      counts.set(id, (counts.get(id) ?? 0) + 1);
-    }
-    return counts;
-  }
-  // Real ids are small (the loader's ids stay below lb_reals' 65,536): count in an array instead of a Map
-  // lookup per entry, then hand the counts over in first-entry order.
-  if (countScratch.length <= max) countScratch = new Uint32Array(Math.max(max + 1, 2 * countScratch.length));
-  const count = countScratch;
-  const order: number[] = [];
   for (let j = 0; j < table.length; j++) {
     const id = table[j]!;
-    if (count[id]++ === 0) order.push(id);
-  }
-  for (const id of order) {
-    counts.set(id, count[id]!);
-    count[id] = 0;
+    counts.set(id, (counts.get(id) ?? 0) + 1);
   }
   return counts;
 }

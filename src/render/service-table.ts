@@ -3,7 +3,7 @@
 import { createHash } from 'node:crypto';
 import type { ClusterSpec, PortSpec, ServiceDoc } from './model.js';
 import type { DesiredServiceReal } from './state.js';
-import { buildMaglevTable, countEntries, maglevBackendId, maglevSeedFromBase64, type MaglevBackend } from './maglev.js';
+import { buildMaglevTableCounted, maglevBackendId, maglevSeedFromBase64, type MaglevBackend } from './maglev.js';
 
 export interface HealthView {
   isHealthy(serviceName: string, address: string): boolean;
@@ -136,8 +136,8 @@ function memoTable(backends: MaglevBackend[], tableSize: number, seed: number): 
     memo.set(key, hit);
     return hit;
   }
-  const ring = buildMaglevTable(backends, tableSize, seed);
-  const built = { ring, digest: ringDigest(ring), counts: countEntries(ring) };
+  const { table: ring, entries: counts } = buildMaglevTableCounted(backends, tableSize, seed);
+  const built = { ring, digest: ringDigest(ring), counts };
   memo.set(key, built);
   memoEntries += tableSize;
   for (const [k, v] of memo) {

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { murmur3x64_128 } from '../../src/render/murmur3.js';
 import {
   buildMaglevTable,
+  buildMaglevTableCounted,
   countEntries,
   maglevBackendId,
   maglevOffsetSkip,
@@ -351,4 +352,22 @@ test('bad input is rejected with a clear message', (t) => {
   });
   t.throws(() => maglevSeedFromBase64('short'), { message: /base64/ });
   t.throws(() => maglevSeedFromBase64('AAAA'), { message: /12/ });
+});
+
+test('buildMaglevTableCounted: the same table, and the entries countEntries finds in it (equal, skewed, zero weights, none)', (t) => {
+  const rand = prng(27);
+  const cases: [string, MaglevBackend[], number][] = [
+    ['equal weights', reals(100), 10007],
+    ['equal weights, N does not divide M', reals(7), 251],
+    ['skewed weights', reals(60, () => 1 + Math.floor(rand() * 1000)), 16381],
+    ['some weights 0', reals(20, (i) => (i % 3 === 0 ? 0 : 1 + i)), 1021],
+    ['every weight 0', reals(5, () => 0), 251],
+    ['no backend', [], 251],
+  ];
+  for (const [name, backends, m] of cases) {
+    const { table, entries } = buildMaglevTableCounted(backends, m, 77);
+    t.deepEqual(table, buildMaglevTable(backends, m, 77), name);
+    const sorted = (x: Map<number, number>) => [...x].sort((a, b) => a[0] - b[0]);
+    t.deepEqual(sorted(entries), sorted(countEntries(table)), name);
+  }
 });
