@@ -8,6 +8,7 @@
 // known from the map's identity: the digest of each inner map is cached by its kernel map id, and reading the
 // live state costs one batched read of the outer map instead of reading every table (docs/datapath.md).
 import { createHash } from 'node:crypto';
+import { U32Table } from './u32-table.js';
 import { BpfMap, MapType } from '../libbpf.js';
 import { encodeU32 } from './codec.js';
 
@@ -45,11 +46,12 @@ export function checkRingMaps(outer: BpfMap): void {
  */
 export function slotRing(ring: Uint32Array, slotOf: (realId: number) => number): Uint32Array {
   const out = new Uint32Array(ring.length);
-  const entries = new Map<number, number>([[0, 0]]);
+  const entries = new U32Table();
+  entries.set(0, 0);
   for (let i = 0; i < ring.length; i++) {
     const id = ring[i]!;
     let e = entries.get(id);
-    if (e === undefined) entries.set(id, (e = slotOf(id) + 1));
+    if (e === -1) entries.set(id, (e = slotOf(id) + 1));
     out[i] = e;
   }
   return out;
@@ -59,12 +61,12 @@ export function slotRing(ring: Uint32Array, slotOf: (realId: number) => number):
  * at `slot` (0 when free: such an entry reads as "no real", so a ring naming a freed slot differs from its digest). */
 export function idRing(entries: Uint32Array, idOf: (slot: number) => number): Uint32Array {
   const out = new Uint32Array(entries.length);
-  const ids = new Map<number, number>();
+  const ids = new U32Table();
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
     if (e === 0) continue;
     let id = ids.get(e);
-    if (id === undefined) ids.set(e, (id = idOf(e - 1)));
+    if (id === -1) ids.set(e, (id = idOf(e - 1)));
     out[i] = id;
   }
   return out;
@@ -95,13 +97,22 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
 /** The entries held by an inner array (slot 0 is its size), as stored (slots + 1; see idRing). */
 export function readRing(m: BpfMap): Uint32Array {
   const size = m.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
-  const { keys, values, count } = m.lookupBatch(65536);
+  // One batch of the map's own size (a bigger chunk only costs buffers the addon clears and copies).
+  const { keys, values, count } = m.lookupBatch(Math.max(1, m.maxEntries));
   const out = new Uint32Array(Math.min(size, m.maxEntries - 1));
+  const k32 = u32View(keys, count);
+  const v32 = u32View(values, count);
   for (let i = 0; i < count; i++) {
-    const k = keys.readUInt32LE(i * 4);
-    if (k >= 1 && k <= out.length) out[k - 1] = values.readUInt32LE(i * 4);
+    const k = k32[i]!;
+    if (k >= 1 && k <= out.length) out[k - 1] = v32[i]!;
   }
   return out;
+}
+
+/** The first `count` u32 values of `b` (host order, as the kernel wrote them), without a copy when aligned. */
+function u32View(b: Buffer, count: number): Uint32Array {
+  if (b.byteOffset % 4 === 0) return new Uint32Array(b.buffer, b.byteOffset, count);
+  return new Uint32Array(new Uint8Array(b.subarray(0, count * 4)).buffer);
 }
 
 /** What a ring holds, by identity: size, digest and the distinct real ids it names (the planner's real deletes). */

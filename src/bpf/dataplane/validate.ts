@@ -8,6 +8,7 @@ import { desiredMarkers } from '../../render/ops.js';
 import { MODE, familyOf, MAX_SRC4 } from './codec.js';
 import { MAX_RING_ENTRIES } from './rings.js';
 import type { DataPlaneTarget } from './types.js';
+import { U32Table } from './u32-table.js';
 
 function fail(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });
@@ -23,7 +24,8 @@ export const LB_CAPACITY = {
  * the services in `rings` (default: all): the plan checks the rings it is about to write, not 10 M unchanged entries.
  */
 export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): void {
-  const reals = new Map(d.reals.map((r) => [r.id, r]));
+  const reals = new U32Table(d.reals.length);
+  for (const r of d.reals) if (Number.isInteger(r.id) && r.id >= 0 && r.id <= 0xffffffff) reals.set(r.id, 1);
   for (const r of d.reals) {
     if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) fail(`reals[id=${r.id}].id: must be a u32 >= 1`);
     if (familyOf(r.address) !== r.family) fail(`reals[id=${r.id}].family: ${r.family} does not match ${r.address}`);
@@ -37,7 +39,7 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
       for (let i = 0; i < s.ring.length; i++) {
         const id = s.ring[i]!;
         if (id === last) continue;
-        if (id !== 0 && !reals.has(id)) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
+        if (id !== 0 && reals.get(id) === -1) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
         last = id;
       }
     }
