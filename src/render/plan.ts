@@ -5,6 +5,7 @@ import type { ConfigModel, ServiceDoc, NodeDoc } from './model.js';
 import type { Forwarding } from './state.js';
 import { modelIds, resolveForwarding } from './desired.js';
 import { buildServiceTable, identityPort, serviceTableSize, type ServiceTable } from './service-table.js';
+import { cidrContains, parseCidr } from './ip.js';
 
 /** Same shape as src/render/config's Diagnostic (kept structural so plan does not depend on the parser). */
 export interface PlanDiagnostic {
@@ -110,6 +111,19 @@ const portsText = (s: ServiceDoc) =>
     .sort()
     .join(',');
 
+const rangesText = (s: ServiceDoc) => s.spec.sourceRanges?.join(',') ?? 'any client';
+
+/** Whether every client `base` lets in is in one of `head`'s prefixes (absent: every client). */
+function rangesCover(head: string[] | undefined, base: string[] | undefined): boolean {
+  if (!head) return true;
+  if (!base) return false;
+  const outer = head.map((c) => parseCidr(c)!);
+  return base.every((text) => {
+    const c = parseCidr(text)!;
+    return outer.some((o) => o.prefix <= c.prefix && cidrContains(o, c));
+  });
+}
+
 function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigModel, headModel: ConfigModel): FieldChange[] {
   const b = base.spec;
   const h = head.spec;
@@ -123,6 +137,7 @@ function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigMode
     ['dispatch.mode', b.dispatch.mode, h.dispatch.mode],
     ['dispatch.encap', b.dispatch.encap, h.dispatch.encap],
     ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
+    ['sourceRanges', rangesText(base), rangesText(head)],
     ...leafPairs('healthCheck', b.healthCheck, h.healthCheck),
     ['maglev.tableSize', serviceTableSize(baseModel.cluster.spec, base), serviceTableSize(headModel.cluster.spec, head)],
     ['maglev identity port', idPort(base), idPort(head)],
@@ -256,6 +271,11 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
         `working), but trusts the new one only once it has applied: new connections that an lb node sends to the new ` +
         `port fail on a backend that has not applied yet.`,
     );
+  }
+  // sourceRanges are checked on every packet (docs/datapath.md "Source ranges"), not only on new connections
+  if (!rangesCover(head.spec.sourceRanges, base.spec.sourceRanges)) {
+    out.push(`sourceRanges ${rangesText(base)} -> ${rangesText(head)}: clients outside the new ranges are dropped from ` +
+      `the moment each lb node applies, their open connections included.`);
   }
   if (encapFlips.length > 0) {
     const socketMoves = encapFlips.filter((c) => (c.from === 'dsr-ipopt') !== (c.to === 'dsr-ipopt'));

@@ -10,6 +10,8 @@ import {
   EMPTY_LIVE, PlanCapacityError, applyOps, describeOp, desiredSourceRanges, liveOf, planOps, type Op,
 } from '../../src/render/ops.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { planChanges } from '../../src/render/plan.js';
+import { formatPlanText } from '../../src/render/plan-format.js';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
 const file = (path: string, text: string): ConfigFile => ({ path, content: enc(text) });
@@ -129,4 +131,26 @@ test('prefixes of a service no listener checks any more go first, freeing room; 
   const e = t.throws(() => planOps(liveOf(a), b, cap), { instanceOf: PlanCapacityError });
   t.regex(e.message, /lb_source_ranges: 1 entries listeners still check plus 2 new ones exceed the 2 it holds/);
   t.notThrows(() => planOps(liveOf(a), b, { ...cap, sourceRanges: 3 }));
+});
+
+// ---- gitlb plan (revision to revision)
+
+test('gitlb plan names a sourceRanges change, and warns when clients lose access (open connections included)', (t) => {
+  const m = (ranges: string | null) => parse(svc('web', '203.0.113.10', ranges)).model!;
+  const narrowed = planChanges(m('[192.0.2.0/24]'), m('[192.0.2.0/25]'));
+  t.true(narrowed.changed);
+  t.deepEqual(narrowed.services[0]!.fields, [{ field: 'sourceRanges', before: '192.0.2.0/24', after: '192.0.2.0/25' }]);
+  t.is(narrowed.services[0]!.movedEntries, 0, 'no flow changes real');
+  t.regex(narrowed.services[0]!.warnings.join('\n'), /clients outside the new ranges are dropped .* open connections included/);
+  t.regex(formatPlanText(narrowed), /sourceRanges: 192\.0\.2\.0\/24 -> 192\.0\.2\.0\/25/);
+  const closed = planChanges(m(null), m('[192.0.2.0/24]'));
+  t.deepEqual(closed.services[0]!.fields, [{ field: 'sourceRanges', before: 'any client', after: '192.0.2.0/24' }]);
+  t.is(closed.services[0]!.warnings.length, 1);
+  // widening takes nobody's access away: no warning
+  for (const [b, h] of [['[192.0.2.0/25]', '[192.0.2.0/24]'], ['[192.0.2.0/24]', null], ['[192.0.2.0/25, 192.0.2.128/25]', '[192.0.2.0/24]']] as const) {
+    const p = planChanges(m(b), m(h));
+    t.true(p.changed);
+    t.deepEqual(p.services[0]!.warnings, [], `${b} -> ${h}`);
+  }
+  t.false(planChanges(m('[192.0.2.0/24]'), m('[192.0.2.0/24]')).changed);
 });
