@@ -14,7 +14,7 @@ import { startSchedule } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
-import { startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics } from './peer/index.js';
+import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
@@ -60,11 +60,12 @@ export interface NodeDaemonOptions {
   health: boolean; // lb nodes: run health checks
   peerPoll: string;
   /**
-   * Consensus mode: votes travel only over the authenticated peer channel (src/reconciler/peer/, keyed by the
-   * cluster's peer secret). Listens on `listen`, default this node's first address at `port`; peers are the other
+   * Consensus mode: votes travel only over the authenticated peer channel (src/reconciler/peer/), keyed by the
+   * cluster's peer secret (`auth`) or by this node's own ed25519 key (`key`; the peers' keys are their Node
+   * documents' spec.peerKey). Listens on `listen`, default this node's first address at `port`; peers are the other
    * lb nodes' first addresses at `port`. Without it consensus mode is refused at start (docs/security.md, Peers).
    */
-  peer?: { auth: PeerAuth; port: number; listen?: string };
+  peer?: { auth?: PeerAuth; key?: PeerKey; port: number; listen?: string };
   /**
    * lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel
    * (`gitlb run --flow-sync`, off by default; needs `peer`; docs/datapath.md "Connection-state sync").
@@ -212,6 +213,18 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // Checked against the head only: the last applied revision may predate a change of interface.
   if (o.interface && own && head.reachable && own.spec.interface !== o.interface)
     throw new StartError(`--interface ${o.interface} differs from the Node document '${o.node}' at the head of ${o.branch} (interface: ${own.spec.interface}); fix one of them`);
+  // Refusals before anything is opened or attached.
+  // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate fails a
+  // revision that costs too much of the traffic on healthy reals (docs/health.md).
+  const runHealth = role === 'lb' && o.health && !o.once;
+  if (runHealth && !o.peer && head.model && agreementMode(head.model).mode === 'consensus')
+    throw new StartError(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE or --peer-key FILE (docs/security.md, Peers)`);
+  const runFlowSync = role === 'lb' && !o.once && !!o.flowSync;
+  if (runFlowSync && !o.peer)
+    throw new StartError('--flow-sync sends connection state over the authenticated peer channel: give --peer-secret-file FILE or --peer-key FILE (docs/security.md, Peers)');
+  // Node keys: this node's own key must be the one its Node document names, or no peer would accept it.
+  if (role === 'lb' && o.peer?.key && head.reachable && own && peerKeyBlob(own.spec.peerKey ?? '') !== peerKeyBlob(o.peer.key.publicLine))
+    throw new StartError(`--peer-key: its public key is not spec.peerKey of the Node document '${o.node}' at the head of ${o.branch}; add this line there first: ${o.peer.key.publicLine}`);
   if (role === 'lb' && o.interface) {
     const action = reconcilePinnedXdp(join(o.pinRoot, o.node), o.interface, o.xdpMode);
     if (action) log.warn(action);
@@ -219,14 +232,6 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const open = () => openDataPlane(role, o);
   const dataPlane = await open();
 
-  // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate fails a
-  // revision that costs too much of the traffic on healthy reals (docs/health.md).
-  const runHealth = role === 'lb' && o.health && !o.once;
-  if (runHealth && !o.peer && head.model && agreementMode(head.model).mode === 'consensus')
-    throw new StartError(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE (docs/security.md, Peers)`);
-  const runFlowSync = role === 'lb' && !o.once && !!o.flowSync;
-  if (runFlowSync && !o.peer)
-    throw new StartError('--flow-sync sends connection state over the authenticated peer channel: give --peer-secret-file FILE (docs/security.md, Peers)');
   let peerFeed: PeerObservationFeed | null = null;
   // via: vip checks leave from this node's interface through a TC egress program, attached on first use.
   const vipRouter = runHealth ? vipProbeRouter(() => o.interface ?? own?.spec.interface) : null;
@@ -244,11 +249,15 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     const listen = o.peer.listen ? parseListen(o.peer.listen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peer.port } : null;
     if (!listen) throw new StartError(`node '${o.node}' has no address in its Node document: give --peer-listen ADDR:PORT`);
     const port = o.peer.port;
-    peerChannel = await startPeerChannel({ node: o.node, host: listen.host, port: listen.port, auth: o.peer.auth,
+    const key = o.peer.key;
+    const auth = key ? nodeKeyAuth(key, (n) => appliedModel()?.nodes.find((x) => x.metadata.name === n && x.spec.role === 'lb')?.spec.peerKey) : o.peer.auth;
+    if (!auth) throw new StartError('the peer channel needs --peer-secret-file or --peer-key');
+    peerChannel = await startPeerChannel({ node: o.node, host: listen.host, port: listen.port, auth,
       peers: () => lbPeers(appliedModel(), o.node, port), metrics: o.hooks?.peerMetrics, log });
-    log.info(`peer channel on ${peerChannel.url} (authenticated: shared secret)`);
+    log.info(`peer channel on ${peerChannel.url} (authenticated: ${key ? `node keys, this node's ${key.publicKey.fingerprint}` : 'shared secret'})`);
   }
-  if (health) peers = healthPeers({ node: o.node, channel: peerChannel, health: () => health.status(), model: appliedModel, metrics: o.hooks?.peerMetrics, log });
+  const peerAuthentication = !peerChannel ? 'none' : o.peer?.key ? 'node-key' : 'shared-secret';
+  if (health) peers = healthPeers({ node: o.node, channel: peerChannel, authentication: peerAuthentication, health: () => health.status(), model: appliedModel, metrics: o.hooks?.peerMetrics, log });
   const bgp =
     role === 'lb' && !o.once && o.bird
       ? new BgpAnnouncer({

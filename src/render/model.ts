@@ -62,6 +62,8 @@ export interface NodeSpec {
   interface: string;
   allowedVips: string[]; // CIDRs
   snatAddress?: string;
+  /** lb nodes: the peer channel's public key, an `ssh-ed25519 AAAA…` line (docs/security.md, Peers). */
+  peerKey?: string;
   /** SNAT source ports, inclusive, min >= 1024, min <= max. Absent: 32768..60999 (the data plane's default). */
   snatPorts?: { min: number; max: number };
   /** The node's own unicast addresses (canonical). A backend node serves the services that list one of

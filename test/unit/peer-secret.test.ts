@@ -46,8 +46,8 @@ test('accepted: 32 random bytes as base64 (head -c 32 /dev/urandom | base64), as
   }
   const auth = loadPeerSecretFile(file('good', `${randomBytes(32).toString('base64')}\n`));
   t.is(auth.scheme, 'hmac-sha256');
-  t.true(auth.verify('x', auth.mac('x')));
-  t.false(auth.verify('y', auth.mac('x')));
+  t.true(auth.verify('lb-2', 'x', auth.sign('x')));
+  t.false(auth.verify('lb-2', 'y', auth.sign('x')));
 });
 
 test('a missing secret file is an error naming it', (t) => {

@@ -1,7 +1,7 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md). This file only parses flags; the daemon
 // is assembled in src/reconciler/node-daemon.ts.
 import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
-import { DEFAULT_PEER_PORT, loadPeerSecretFile } from '../../reconciler/peer/index.js';
+import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile } from '../../reconciler/peer/index.js';
 import { join } from 'node:path';
 import { addBirdOptions, birdConfigFile, type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';
 import { startNodeDaemon, StartError, type NodeDaemonOptions } from '../../reconciler/node-daemon.js';
@@ -23,6 +23,7 @@ interface RunOptions extends Pick<NodeDaemonOptions,
   gitTimeout: number;
   status: boolean;
   peerSecretFile?: string;
+  peerKey?: string;
   peerListen?: string;
   peerPort: number;
   birdConfig?: string;
@@ -89,7 +90,8 @@ function defineRun(cmd: Command): void {
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
     .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
-    .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes); consensus mode is refused without it")
+    .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes, --flow-sync); consensus mode is refused without it or --peer-key")
+    .option('--peer-key <file>', "lb nodes, instead of --peer-secret-file: this node's own ed25519 key (unencrypted OpenSSH private key); every peer message is signed with it and checked against the sender's Node spec.peerKey, so no shared secret exists")
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
     .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
     .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false);
@@ -128,9 +130,12 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
     // A weak or unreadable peer secret stops the start, naming the file (auth.ts: the rule).
     if (process.env.GITLB_PEER_SECRET && !values.peerSecretFile)
       throw new UsageError('GITLB_PEER_SECRET is no longer read: put the peer secret in a file (mode 0600) and give --peer-secret-file FILE');
+    if (values.peerSecretFile && values.peerKey) throw new UsageError('--peer-secret-file and --peer-key exclude each other: give one');
     let peerAuth;
+    let peerKey;
     try {
       peerAuth = values.peerSecretFile ? loadPeerSecretFile(values.peerSecretFile) : undefined;
+      peerKey = values.peerKey ? loadPeerKeyFile(values.peerKey) : undefined;
     } catch (err) {
       throw new UsageError((err as Error).message);
     }
@@ -188,7 +193,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         writeStatus: values.status,
         health: values.health,
         peerPoll: values.peerPoll,
-        ...(peerAuth && { peer: { auth: peerAuth, port: values.peerPort, listen: values.peerListen } }),
+        ...((peerAuth || peerKey) && { peer: { auth: peerAuth, key: peerKey, port: values.peerPort, listen: values.peerListen } }),
         flowSync: values.flowSync,
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,

@@ -11,7 +11,7 @@ import { lbPeers, PeerVoteReader, serveObservations } from './peer-exchange.js';
 
 /** status/<node>.yaml health.peers: how votes are authenticated and what was refused (docs/health.md). */
 export interface HealthPeerReport {
-  authentication: 'shared-secret' | 'none';
+  authentication: 'shared-secret' | 'node-key' | 'none';
   /** Refused peer messages since start, by reason (requests in and answers out, every kind, together). */
   rejected: Partial<Record<RejectReason, number>>;
   lastRejected?: { reason: RejectReason; direction: 'in' | 'out'; peer: string; at: string };
@@ -32,6 +32,8 @@ const RECENT_MS = 10 * 60_000;
 export function healthPeers(o: {
   node: string;
   channel: PeerChannel | null;
+  /** How the channel authenticates (status only). */
+  authentication?: HealthPeerReport['authentication'];
   health: () => unknown;
   model: () => ConfigModel | null;
   /** Votes refused after the channel accepted the answer are counted here too ('out'). */
@@ -60,7 +62,7 @@ export function healthPeers(o: {
     unauthenticated() {
       if (warnedUnauthenticated) return;
       warnedUnauthenticated = true;
-      o.log.warn('health: consensus mode without peer authentication (no --peer-secret-file): peer votes are not read; deciding on this node\'s own observations only');
+      o.log.warn('health: consensus mode without peer authentication (no --peer-secret-file or --peer-key): peer votes are not read; deciding on this node\'s own observations only');
     },
     report() {
       const model = o.model();
@@ -74,9 +76,9 @@ export function healthPeers(o: {
       const total = Object.values(rejected).reduce((a, b) => a + (b ?? 0), 0);
       const recent = last && now() - Date.parse(last.at) < RECENT_MS;
       const warning = consensus && !channel
-        ? 'consensus mode without peer authentication: no peer votes, deciding on local observations only; give --peer-secret-file'
+        ? 'consensus mode without peer authentication: no peer votes, deciding on local observations only; give --peer-secret-file or --peer-key'
         : recent ? `${total} peer messages refused since start (latest: ${last!.reason} ${last!.direction === 'in' ? 'from' : 'answer of'} ${last!.peer} at ${last!.at})` : undefined;
-      return { authentication: channel ? 'shared-secret' : 'none', rejected, ...(last && { lastRejected: last }), ...(warning && { warning }) };
+      return { authentication: o.authentication ?? (channel ? 'shared-secret' : 'none'), rejected, ...(last && { lastRejected: last }), ...(warning && { warning }) };
     },
   };
 }

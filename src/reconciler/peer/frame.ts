@@ -4,7 +4,7 @@
 //   X-Gitlb-Peer-Time                    sender's clock, unix ms
 //   X-Gitlb-Peer-Nonce                   32 hex digits, random per message
 //   X-Gitlb-Peer-Reply-To                answers only: the nonce of the request answered
-//   X-Gitlb-Peer-Mac                     hex MAC over the canonical text below
+//   X-Gitlb-Peer-Mac                     hex MAC (shared secret) or ed25519 signature (node keys) over the text below
 // The kind is the URL path (/v1/peer/<kind>) for both the request and its answer. The canonical text binds every
 // field and the SHA-256 of the body, and names the direction, so a request can never pass as an answer:
 //   gitlb-peer/1 \n <request|answer> \n kind \n from \n to \n time \n nonce \n reply-to or '-' \n sha256(body) hex
@@ -66,7 +66,7 @@ export function seal(auth: PeerAuth, e: Envelope, body: Buffer): Record<string, 
     [HEADERS.time]: String(e.time),
     [HEADERS.nonce]: e.nonce,
     ...(e.replyTo !== undefined && { [HEADERS.replyTo]: e.replyTo }),
-    [HEADERS.mac]: auth.mac(canonical(e, bodyDigest(body))),
+    [HEADERS.mac]: auth.sign(canonical(e, bodyDigest(body))),
   };
 }
 
@@ -86,7 +86,7 @@ export function readEnvelope(headers: IncomingHttpHeaders, direction: Envelope['
   if (!to || !NODE_NAME.test(to)) return bad(`missing or bad ${HEADERS.to}`);
   if (!time || !/^\d{1,15}$/.test(time)) return bad(`missing or bad ${HEADERS.time}`);
   if (!nonce || !NONCE.test(nonce)) return bad(`missing or bad ${HEADERS.nonce}`);
-  if (!mac || !/^[0-9a-f]{64}$/.test(mac)) return bad(`missing or bad ${HEADERS.mac}`);
+  if (!mac || !/^(?:[0-9a-f]{64}|[0-9a-f]{128})$/.test(mac)) return bad(`missing or bad ${HEADERS.mac}`);
   if (direction === 'answer' ? !replyTo || !NONCE.test(replyTo) : replyTo !== undefined) return bad(`bad ${HEADERS.replyTo}`);
   return { envelope: { direction, kind, from, to, time: Number(time), nonce, ...(replyTo && { replyTo }) }, mac };
 }
@@ -100,5 +100,5 @@ export function timeProblem(time: number, now: number, skewMs = MAX_SKEW_MS): 'f
 
 /** Checks the MAC of a framed message over `body`. */
 export function authentic(auth: PeerAuth, e: Envelope, mac: string, body: Buffer): boolean {
-  return auth.verify(canonical(e, bodyDigest(body)), mac);
+  return auth.verify(e.from, canonical(e, bodyDigest(body)), mac);
 }

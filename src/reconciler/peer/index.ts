@@ -16,7 +16,7 @@ import type { PeerAuth } from './auth.js';
 
 export { BadBody, type PeerHandler } from './server.js';
 export { PeerError, REJECT_REASONS, type RejectReason, type PeerErrorReason } from './errors.js';
-export { loadPeerSecretFile, peerSecretProblem, secretAuth, GENERATE_HINT, type PeerAuth } from './auth.js';
+export { loadPeerSecretFile, peerSecretProblem, secretAuth, GENERATE_HINT, loadPeerKeyFile, nodeKeyAuth, peerKeyBlob, type PeerAuth, type PeerKey } from './auth.js';
 export { MAX_SKEW_MS } from './frame.js';
 export type { RequestOptions } from './client.js';
 

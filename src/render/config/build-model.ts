@@ -84,6 +84,7 @@ export function buildNode(l: Located<RawNode>): NodeDoc {
       interface: s.interface,
       allowedVips: s.allowedVips.map(cidr),
       ...(s.snatAddress !== undefined ? { snatAddress: ip(s.snatAddress) } : {}),
+      ...(s.peerKey !== undefined ? { peerKey: s.peerKey } : {}),
       ...(s.snatPorts !== undefined ? { snatPorts: { min: s.snatPorts.min, max: s.snatPorts.max } } : {}),
       addresses: s.addresses.map(ip),
       mtu: s.mtu,

@@ -30,6 +30,7 @@ export type RawNode = RawDocument<
     interface: string;
     allowedVips: string[];
     snatAddress?: string;
+    peerKey?: string;
     snatPorts?: { min: number; max: number };
     addresses: string[];
     mtu: number;

@@ -101,6 +101,20 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
     if (owner) emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is also the VIP of service '${owner}'`);
   }
   checkSharedSnat(emit, nodes);
+  checkPeerKeys(emit, nodes);
+}
+
+/** A peer key names one node: shared, either node could sign as the other; on a backend it would serve nothing. */
+function checkPeerKeys(emit: Emit, nodes: Located<RawNode>[]): void {
+  const owner = new Map<string, string>(); // key blob -> node name
+  for (const { doc, data } of nodes) {
+    const key = data.spec.peerKey?.split(' ')[1];
+    if (!key) continue;
+    if (data.spec.role !== 'lb') emit('error', doc, ['spec', 'peerKey'], 'spec.peerKey: only lb nodes talk on the peer channel');
+    const first = owner.get(key);
+    if (first) emit('error', doc, ['spec', 'peerKey'], `spec.peerKey: the same key as node '${first}' (each lb node needs its own)`);
+    else owner.set(key, data.metadata.name);
+  }
 }
 
 /**
