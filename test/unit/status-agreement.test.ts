@@ -107,3 +107,12 @@ test('a node taken down while the config names it: its problem is printed once, 
   t.regex(text, /verdict: 1 problem\(s\)/);
   t.is(text.split(message).length - 1, 1, text);
 });
+
+test('a peer channel warning in a node\'s health (consensus without authentication, refused peer messages) is printed', (t) => {
+  const lb1 = { ...node('lb-1', 'lb', 'd1'), health: { peers: { authentication: 'shared-secret', rejected: { 'bad-mac': 4 },
+    warning: '4 peer messages refused since start (latest: bad-mac answer of lb-2 at 2026-11-30T11:59:58.000Z)' } } } as unknown as NodeStatus;
+  const v = assess([lb1, node('lb-2', 'lb', 'd1')]);
+  t.deepEqual(v.nodes[0]!.warnings, ['peers: 4 peer messages refused since start (latest: bad-mac answer of lb-2 at 2026-11-30T11:59:58.000Z)']);
+  t.regex(formatStatusVerdict(v, now), /lb-1: warning: peers: 4 peer messages refused since start/);
+  t.deepEqual(assess([node('lb-1', 'lb', 'd1')]).nodes[0]!.warnings, [], 'no warning without one');
+});

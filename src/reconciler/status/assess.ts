@@ -173,7 +173,8 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       digests: digestVerdict,
       failed,
       unhealthy,
-      warnings: Array.isArray(s.warnings) ? s.warnings.map(String) : [],
+      // health.peers.warning: consensus without peer authentication, or peer messages refused (docs/security.md, Peers).
+      warnings: [...(Array.isArray(s.warnings) ? s.warnings.map(String) : []), ...peerWarning(s)],
       conditions,
       missing: false,
       down,
@@ -337,4 +338,10 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
  */
 export function printable(text: string): string {
   return text.replace(/[\x00-\x09\x0b-\x1f\x7f-\x9f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
+/** The peer channel's warning in a node's status (health.peers.warning), if any. */
+function peerWarning(s: unknown): string[] {
+  const w = (s as { health?: { peers?: { warning?: unknown } } } | null)?.health?.peers?.warning;
+  return typeof w === 'string' && w ? [`peers: ${w}`] : [];
 }
