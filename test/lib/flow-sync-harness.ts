@@ -53,7 +53,8 @@ async function main(): Promise<void> {
   };
   const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512 };
   const syncOf = (node: 'a' | 'b', ch: PeerChannel) => new FlowSync({ node: `lb-${node}`, channel: ch, peers: () => Object.keys(url).filter((n) => n !== `lb-${node}`),
-    object: () => dp[node].object(), desired: () => applied[node], log, limits });
+    object: () => dp[node].object(), desired: () => applied[node], log, limits,
+    peerSnatAddresses: () => new Set([applied[node === 'a' ? 'b' : 'a']?.snatAddress].filter((x): x is string => !!x)) });
   let chA = await open('lb-a');
   const chB = await open('lb-b');
   const sync = { a: syncOf('a', chA), b: syncOf('b', chB) };
@@ -96,7 +97,7 @@ async function main(): Promise<void> {
         } else if (step.op === 'report') out.push({ report: sync[step.node].report() });
         else if (step.op === 'count') {
           const obj = dp[step.node].object()!;
-          out.push({ ct: obj.map('lb_conntrack').keys().length, snat: obj.map('lb_snat_rev').keys().length });
+          out.push({ ct: obj.map('lb_conntrack').keys().length, snat: obj.map('lb_snat_rev').keys().length, at: Date.now() });
         }
       } catch (e) {
         out.push({ error: String((e as Error).message ?? e), reason: (e as { reason?: string }).reason });

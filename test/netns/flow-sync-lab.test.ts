@@ -65,3 +65,29 @@ test.serial('table changed under 40 keep-alive connections, then lb-1 drained an
     await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
   }
 });
+
+test.serial('snat: lb-1 drained and undrained under 40 keep-alive connections: every connection survives (lb-2 sends lb-1\'s flows from lb-1\'s SNAT address and port)', async (t) => {
+  t.timeout(180_000);
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  const l = lab;
+  const flows = 40;
+  // dns: snat, 203.0.113.40:53/TCP -> reals :5353; each lb node its own snatAddress (.111, .112)
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.40', port: 53, flows, durationMs: 20_000, intervalMs: 250,
+    sources: l.view.clientsV4, timeoutMs: 5000 });
+  try {
+    await sleep(3000); // connections through both lb nodes, synced within a round
+    await routeVipsVia(l, ['lb-2']); // lb-1 drained: its flows reach lb-2; the reals still answer lb-1's address
+    await sleep(6000);
+    await routeVipsVia(l, ['lb-1', 'lb-2']); // undrained
+    const r = await running;
+    const survived = r.flows.filter((f) => f.survived);
+    const switched = r.flows.filter((f) => f.backends.length > 1);
+    t.log(`snat: ${survived.length}/${flows} connections survived lb-1's drain and undrain; ${switched.length} changed backend`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.true(r.flows.every((f) => f.requests >= 3), 'every connection was carrying requests');
+    t.is(switched.length, 0, 'no connection changed backend');
+    t.is(survived.length, flows);
+  } finally {
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+});

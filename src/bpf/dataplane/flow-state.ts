@@ -93,6 +93,7 @@ export class FlowDelta {
     const revEntries = obj.map(SNAT_MAPS.rev).entries();
     const snat = new Map<string, string>();
     for (const [k, v] of revEntries) {
+      if (v[41]) continue; // another node's translation (owner != 0): its owner sends it
       const id = k.toString('latin1');
       // the translation's identity: its client flow and real (bytes 0..39 of the value), not its timestamps
       const what = v.subarray(0, 40).toString('latin1');
@@ -107,6 +108,7 @@ export class FlowDelta {
       for (let i = 0; i < packed.count; i++)
         out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values.readUInt32LE(i * vs)));
       for (const [k, v] of revEntries) {
+        if (v[41]) continue;
         const e = snatOf(k, v);
         if (e) out.snat.push(e);
       }
@@ -135,7 +137,7 @@ export type ServiceReals = (serviceId: number, realId: number) => boolean;
  * node's own range that no other client flow holds here. Idempotent: an entry already present changes nothing.
  * Returns what happened and the keys inserted (for FlowDelta.remember).
  */
-export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals)
+export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals, peerSnatAddresses?: ReadonlySet<string>)
   : ImportResult & { keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> } } {
   const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
   const keys = { ct: [] as Array<[Buffer, number]>, snat: [] as Array<[Buffer, Buffer]> };
@@ -178,11 +180,20 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
   const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
   const rev: BpfMap = obj.map(SNAT_MAPS.rev);
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
+  const owners = new SnatOwners(obj.map(SNAT_MAPS.owners));
   for (const e of entries.snat) {
     const family = familyOf(e.vip);
     const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
-    if (!cfg || !own || own !== e.snatAddress) { refuse('snat-address'); continue; }
-    if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
+    // this node's address (shared, the port from another node's range), or another lb node's (kept, with its owner)
+    let owner = 0;
+    if (!cfg) { refuse('snat-address'); continue; }
+    if (own === e.snatAddress) {
+      if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
+    } else {
+      const slot = peerSnatAddresses?.has(e.snatAddress) ? owners.slotOf(e.snatAddress) : null;
+      if (!slot) { refuse('snat-address'); continue; }
+      owner = slot;
+    }
     const l = listener(e.vip, e.vipPort, e.proto);
     if (!l || l.mode !== MODE.snat) { refuse('no-listener'); continue; }
     const r = real(e.realId, family, l.serviceId);
@@ -192,13 +203,14 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     const now = monotonicNs();
     // this node's clock: the peer's monotonic time means nothing here; the idle timeout starts now
     const rv = { client: e.client, vip: e.vip, clientPort: e.clientPort, vipPort: e.vipPort, realId: e.realId,
-      state: e.closing ? SNAT_STATE.closing : SNAT_STATE.open, createdNs: now, lastSeenNs: now };
+      state: e.closing ? SNAT_STATE.closing : SNAT_STATE.open, createdNs: now, lastSeenNs: now, owner };
     const fk = snatFwdKey(rkey, rv);
     const fv = encodeSnatFwd({ realId: e.realId, snatPort: e.snatPort, realPort: e.realPort });
     const held = rev.lookup(rk);
     if (held) {
       const h = decodeSnatRev(Buffer.from(held), family);
-      const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip && h.vipPort === e.vipPort;
+      const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip &&
+        h.vipPort === e.vipPort && (h.owner ?? 0) === owner;
       if (!same) { refuse('snat-port-taken'); continue; }
       const f = fwd.lookup(fk);
       if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing) { result.unchanged++; continue; }
@@ -223,6 +235,45 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     keys.snat.push([rk, Buffer.from(rev.lookup(rk)!)]);
   }
   return { ...result, keys };
+}
+
+/**
+ * lb_snat_owners: the slot of each other lb node's SNAT address whose translations this node carries. An address keeps
+ * its slot for as long as the map lives (a translation names its owner by slot), so slots are given out, never moved.
+ */
+class SnatOwners {
+  private readonly slots = new Map<string, number>();
+  private free = 0;
+
+  constructor(private readonly map: BpfMap) {
+    for (let i = 1; i < map.maxEntries; i++) {
+      const v = map.lookup(encodeU32(i));
+      const b = v ? Buffer.from(v) : null;
+      const a6 = b && !b.subarray(0, 16).equals(Buffer.alloc(16)) ? addrText(b.subarray(0, 16), 6) : null;
+      const a4 = b && b.readUInt32BE(16) ? addrText(b.subarray(16, 20), 4) : null;
+      if (a6 ?? a4) this.slots.set((a6 ?? a4)!, i);
+      else if (!this.free) this.free = i;
+    }
+  }
+
+  /** The slot of `address`, given one if it has none; null when every slot is taken. */
+  slotOf(address: string): number | null {
+    const known = this.slots.get(address);
+    if (known) return known;
+    if (!this.free) return null;
+    const slot = this.free;
+    const b = Buffer.alloc(24);
+    if (familyOf(address) === 6) addr16(address).copy(b, 0);
+    else addr16(address).copy(b, 16, 0, 4);
+    this.map.update(encodeU32(slot), b);
+    this.slots.set(address, slot);
+    this.free = 0;
+    for (let i = slot + 1; i < this.map.maxEntries && !this.free; i++) {
+      const v = this.map.lookup(encodeU32(i));
+      if (!v || Buffer.from(v).equals(Buffer.alloc(24))) this.free = i;
+    }
+    return slot;
+  }
 }
 
 /** Both families' address text is accepted only in canonical form (what addrText writes), so keys compare. */

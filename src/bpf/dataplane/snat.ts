@@ -18,7 +18,7 @@ export const DEFAULT_SNAT_TIMEOUTS = {
 };
 export type SnatTimeouts = typeof DEFAULT_SNAT_TIMEOUTS;
 
-export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'lb_snat_rev', stats: 'lb_snat_stats' } as const;
+export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'lb_snat_rev', stats: 'lb_snat_stats', owners: 'lb_snat_owners' } as const;
 
 /** lb_snat_stats indexes, in enum lb_snat_counter order (lb_snat.h). */
 export const SNAT_COUNTER_NAMES = [
@@ -32,7 +32,8 @@ export const SNAT_LAYOUTS: Record<string, { size: number; members: Record<string
   lb_snat_fwd: { size: 8, members: { real_id: 0, snat_port: 4, real_port: 6 } },
   lb_snat_rev_key: { size: 24, members: { real: 0, real_port: 16, snat_port: 18, proto: 20, family: 21, pad: 22 } },
   lb_snat_rev: { size: 64, members: { client: 0, vip: 16, client_port: 32, vip_port: 34, real_id: 36, state: 40,
-    pad: 41, created_ns: 48, last_seen_ns: 56 } },
+    owner: 41, pad: 42, created_ns: 48, last_seen_ns: 56 } },
+  lb_snat_owner: { size: 24, members: { addr6: 0, addr4: 16, pad: 20 } },
 };
 
 function fail(message: string, code = 'EINVAL'): never {
@@ -128,6 +129,8 @@ export interface SnatRevKey { real: string; realPort: number; snatPort: number; 
 export interface SnatRev {
   client: string; vip: string; clientPort: number; vipPort: number; realId: number;
   state: number; createdNs: bigint; lastSeenNs: bigint;
+  /** 0: this node's translation; n: another lb node's, its SNAT address in lb_snat_owners[n] (connection-state sync) */
+  owner?: number;
 }
 export interface SnatFwd { realId: number; snatPort: number; realPort: number }
 
@@ -154,6 +157,7 @@ export function encodeSnatRev(v: SnatRev): Buffer {
   b.writeUInt16BE(v.vipPort, 34);
   b.writeUInt32LE(v.realId, 36);
   b[40] = v.state;
+  b[41] = v.owner ?? 0;
   b.writeBigUInt64LE(v.createdNs, 48);
   b.writeBigUInt64LE(v.lastSeenNs, 56);
   return b;
@@ -161,7 +165,7 @@ export function encodeSnatRev(v: SnatRev): Buffer {
 
 export function decodeSnatRev(b: Buffer, family: 4 | 6): SnatRev {
   return { client: addrText(b.subarray(0, 16), family), vip: addrText(b.subarray(16, 32), family),
-    clientPort: b.readUInt16BE(32), vipPort: b.readUInt16BE(34), realId: b.readUInt32LE(36), state: b[40]!,
+    clientPort: b.readUInt16BE(32), vipPort: b.readUInt16BE(34), realId: b.readUInt32LE(36), state: b[40]!, owner: b[41]!,
     createdNs: b.readBigUInt64LE(48), lastSeenNs: b.readBigUInt64LE(56) };
 }
 

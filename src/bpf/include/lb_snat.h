@@ -92,9 +92,19 @@ struct lb_snat_rev {
 	__be16 vip_port;
 	__u32 real_id;
 	__u8 state;
-	__u8 pad[7];
+	__u8 owner; /* 0: this node's translation; n: another lb node's (connection-state sync), address lb_snat_owners[n] */
+	__u8 pad[6];
 	__u64 created_ns;
 	__u64 last_seen_ns;
+};
+
+/* lb_snat_owners[n]: the SNAT addresses of the other lb nodes whose translations this node carries (written by
+ * src/bpf/dataplane/flow-state.ts; slot 0 unused: owner 0 is this node) */
+#define LB_SNAT_MAX_OWNERS 256
+struct lb_snat_owner {
+	__u8 addr6[16];
+	__be32 addr4;
+	__u32 pad;
 };
 
 /* per-reason SNAT counters (lb_snat_stats); names in src/bpf/dataplane/snat.ts SNAT_COUNTER_NAMES */
@@ -138,6 +148,14 @@ struct {
 	__type(value, struct lb_snat_rev);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_snat_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LB_SNAT_MAX_OWNERS);
+	__type(key, __u32);
+	__type(value, struct lb_snat_owner);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_owners SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -478,6 +496,18 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	if (real && rv) {
 		lb_snat_touch(rv, p, now);
 		lb_snat_count(LB_SNAT_CNT_HIT);
+		/* another lb node's translation (the flow moved here): it keeps that node's address, whose replies go there */
+		if (rv->owner) {
+			__u32 owner = rv->owner;
+			struct lb_snat_owner *o = bpf_map_lookup_elem(&lb_snat_owners, &owner);
+
+			if (!o)
+				return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+			if (p->family == 4)
+				snat_addr[0] = o->addr4;
+			else
+				__builtin_memcpy(snat_addr, o->addr6, 16);
+		}
 	} else {
 		/* 3. new translation to the real the table picked, then a port is claimed */
 		real = pick;
@@ -544,7 +574,8 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
 	__builtin_memcpy(rk.real, p->src, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
-	if (!rv)
+	/* another lb node's translation holds this (real, port): its replies go to that node's address, not ours */
+	if (!rv || rv->owner)
 		return lb_snat_pass_local();
 	__u64 now = bpf_ktime_get_ns();
 
@@ -663,7 +694,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 	__builtin_memcpy(rk.real, idst, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
-	if (!rv)
+	if (!rv || rv->owner)
 		return lb_snat_pass_local();
 	if (lb_snat_expired(rv, inner_proto, cfg, bpf_ktime_get_ns())) {
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);

@@ -119,8 +119,7 @@ function checkPeerKeys(emit: Emit, nodes: Located<RawNode>[]): void {
 
 /**
  * lb nodes that share a SNAT address allocate its ports each on its own: overlapping ranges would give two client
- * flows one (address, port) towards the same real. Connection-state sync inserts another node's translation
- * only for a shared address and a port outside the receiver's own range (docs/datapath.md).
+ * flows one (address, port) towards the same real.
  */
 function checkSharedSnat(emit: Emit, nodes: Located<RawNode>[]): void {
   const seen = new Map<string, Array<{ name: string; min: number; max: number }>>();
