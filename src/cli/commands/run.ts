@@ -94,7 +94,7 @@ function defineRun(cmd: Command): void {
     .option('--peer-key <file>', "lb nodes, instead of --peer-secret-file: this node's own ed25519 key (unencrypted OpenSSH private key); every peer message is signed with it and checked against the sender's Node spec.peerKey, so no shared secret exists")
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
     .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
-    .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false);
+    .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-key or --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
