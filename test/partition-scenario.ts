@@ -16,6 +16,8 @@ const here = fileURLToPath(new URL('.', import.meta.url));
 export const VIP = '203.0.113.10';
 export const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '198.51.100.23' };
 export const HEALTH = { intervalMs: 200, fall: 3, rise: 2 };
+/** The check defaults (a service giving only type, port and path): docs/health.md, Defaults. */
+export const DEFAULT_HEALTH = { intervalMs: 2000, fall: 3, rise: 2 };
 
 export interface PartitionResult {
   partitioned: boolean;
@@ -31,8 +33,9 @@ export interface PartitionResult {
   fetchFailures: number;
 }
 
-/** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs. */
-export function writeConfig(dir: string): void {
+/** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs (or with the
+ * default timings: `checks: 'defaults'`). */
+export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast'): void {
   const put = (rel: string, text: string) => {
     mkdirSync(join(dir, rel, '..'), { recursive: true });
     writeFileSync(join(dir, rel), text);
@@ -43,7 +46,9 @@ export function writeConfig(dir: string): void {
   for (const [name, addr] of Object.entries(BE))
     put(`nodes/${name}.yaml`, `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: ${name} }\nspec:\n  role: backend\n  interface: eth0\n  addresses: [${addr}]\n`);
   put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }]\n  dispatch: { mode: dsr, encap: l2 }\n` +
-    `  healthCheck: { type: http, port: 80, path: /healthz, interval: ${intervalMs}ms, timeout: 150ms, rise: ${rise}, fall: ${fall} }\n` +
+    (checks === 'defaults'
+      ? `  healthCheck: { type: http, port: 80, path: /healthz }\n`
+      : `  healthCheck: { type: http, port: 80, path: /healthz, interval: ${intervalMs}ms, timeout: 150ms, rise: ${rise}, fall: ${fall} }\n`) +
     `  reals:\n${Object.values(BE).map((a) => `    - { address: ${a}, weight: 100 }\n`).join('')}`);
 }
 
@@ -66,11 +71,14 @@ export function startHealthClient(state: LabState): { client: ChildProcess; burs
   return { client, burst };
 }
 
-export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void }): Promise<PartitionResult> {
+export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void;
+  /** Default check timings instead of HEALTH's fast ones; passive: false runs the daemon with --no-passive-health. */
+  checks?: 'fast' | 'defaults'; passive?: boolean }): Promise<PartitionResult> {
   const log = o.log ?? (() => {});
+  const health = o.checks === 'defaults' ? DEFAULT_HEALTH : HEALTH;
   const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
   const configDir = join(work, 'config');
-  writeConfig(configDir);
+  writeConfig(configDir, o.checks);
   let state: LabState | undefined;
   let lb: ChildProcess | undefined;
   let client: ChildProcess | undefined;
@@ -81,7 +89,8 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}partition`;
     const lbNs = labNs(state, 'lb-1');
     lb = nsSpawn(lbNs, [process.execPath, '--import', 'tsx', join(here, '..', 'src', 'cli', 'main.ts'), 'run', '--repo', state.git!.repoUrl, '--node', 'lb-1',
-      '--interface', 'eth0', '--xdp-mode', 'generic', '--pin-root', pinRoot, '--cache-dir', join(work, 'cache'), '--poll', '1', '--git-timeout', '2'],
+      '--interface', 'eth0', '--xdp-mode', 'generic', '--pin-root', pinRoot, '--cache-dir', join(work, 'cache'), '--poll', '1', '--git-timeout', '2',
+      ...(o.passive === false ? ['--no-passive-health'] : [])],
       { stdio: ['ignore', 'pipe', 'pipe'] });
     const lbOut = new LineTap(lb, 'stderr');
     let fetchFailures = 0;
@@ -117,8 +126,9 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       log('partitioned: fetches are failing');
     }
 
-    // New connections every 5 ms for 3 s; be-2's server is killed 400 ms in.
-    const running = burst(600, 5);
+    // New connections every 5 ms for 3 s (longer than fall x interval + 2 s with slower checks); be-2's server is
+    // killed 400 ms in.
+    const running = burst(Math.max(600, Math.ceil((health.fall * health.intervalMs + 2000) / 5)), 5);
     await new Promise((r) => setTimeout(r, 400));
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
     const killedAt = Date.now();
@@ -126,14 +136,14 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     const flows = await running;
     const failed = flows.filter((f) => f.start >= killedAt && f.result.startsWith('error'));
     const lastHit = Math.max(killedAt, ...flows.filter((f) => f.start >= killedAt && (f.result === 'be-2' || f.result.startsWith('error'))).map((f) => f.start));
-    const bound = HEALTH.fall * HEALTH.intervalMs + 1000;
+    const bound = health.fall * health.intervalMs + 1000;
     const late = flows.filter((f) => f.start > killedAt + bound && (f.result === 'be-2' || f.result.startsWith('error')));
 
     // be-2 comes back: new connections reach it again after `rise` good checks.
     revived = nsSpawn(labNs(state, 'be-2'), server.argv, { stdio: 'ignore' });
     await waitForPort(labNs(state, 'be-2'), 80);
     const revivedAt = Date.now();
-    const again = await burst(500, 5);
+    const again = await burst(Math.max(500, Math.ceil((health.rise * health.intervalMs + 2000) / 5)), 5);
     const firstBack = again.find((f) => f.result === 'be-2');
     return {
       partitioned: o.partitioned,

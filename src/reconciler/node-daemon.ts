@@ -18,6 +18,7 @@ import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerCha
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
 import { HealthService } from './health/service.js';
+import { startPassivePoll } from './health/passive-poll.js';
 import { vipProbeRouter } from './health/vip-router.js';
 import { refreshNeighbours } from './neighbours.js';
 import { loadCredentials } from './source/credentials.js';
@@ -58,6 +59,8 @@ export interface NodeDaemonOptions {
   statusBranch?: string;
   writeStatus: boolean;
   health: boolean; // lb nodes: run health checks
+  /** lb nodes with health checks: read the reals' traffic counters for passive signals (default true; docs/health.md). */
+  passiveHealth?: boolean;
   peerPoll: string;
   /**
    * Consensus mode: votes travel only over the authenticated peer channel (src/reconciler/peer/), keyed by the
@@ -345,6 +348,16 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
   if (runFlowSync && peerChannel) tasks.push(await startFlowSync(o, peerChannel, d, log));
+  if (health && o.passiveHealth !== false) {
+    // Unanswered new connections seen in the reals' counters move their checks forward (health/passive.ts).
+    const checker = health.checker;
+    tasks.push(startPassivePoll({
+      object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
+      model: () => d.reconciler.appliedConfig,
+      suspect: (address) => checker.suspect(address),
+      log,
+    }));
+  }
   if (health) {
     // The peer feed runs on a schedule of its own.
     const feed = new PeerObservationFeed({

@@ -90,7 +90,8 @@ test('defaults are filled in', (t) => {
     file('n.yaml', LB),
     file('s.yaml', 'apiVersion: gitlb/v1\nkind: Service\nmetadata: {name: s}\nspec:\n  vip: 203.0.113.1\n  ports: [{port: 80}]\n  dispatch: {mode: dsr, encap: l2}\n  reals: [{address: 198.51.100.21}]\n'),
   ]);
-  t.deepEqual(diagnostics, []);
+  // The default check is none, and a service left without one is said to be unchecked (docs/health.md, Defaults).
+  t.deepEqual(diagnostics.map(formatDiagnostic), ['s.yaml:4:1: warning: spec.healthCheck: none given, so no real of this service is checked and a dead one keeps receiving new connections; add healthCheck: { type: tcp } (a TCP connect to the target port every 2s) or say type: none']);
   t.deepEqual(model!.cluster.spec, {
     maglev: { tableSize: 16381, seed: 'JLfvgnHc2kaSUFaI' },
     conntrack: { maxEntries: 65536, newFlowRate: 0 },
@@ -307,6 +308,21 @@ test('non-UTF-8: the first bad byte is located; overlong and surrogate encodings
   t.is(firstInvalidUtf8Offset(new Uint8Array([0x61, 0xed, 0xa0, 0x80])), 1, 'UTF-16 surrogate');
   t.is(firstInvalidUtf8Offset(new Uint8Array([0xe2, 0x82])), 0, 'truncated');
   t.is(firstInvalidUtf8Offset(enc('héllo ✓ 𝄞')), enc('héllo ✓ 𝄞').length, 'valid text');
+});
+
+test('a service without healthCheck is a warning once the config is otherwise valid; an explicit type none is not', (t) => {
+  const unchecked = service('s', '203.0.113.1', '[{address: 198.51.100.21}]');
+  const warned = parseConfig([file('c.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', unchecked)]);
+  t.truthy(warned.model);
+  t.deepEqual(warned.diagnostics.map(formatDiagnostic), ['s.yaml:5:1: warning: spec.healthCheck: none given, so no real of this service is checked and a dead one keeps receiving new connections; add healthCheck: { type: tcp } (a TCP connect to the target port every 2s) or say type: none']);
+  t.is(warned.model!.services[0]!.spec.healthCheck.type, 'none', 'the default stays none: the warning asks for a choice');
+  for (const hc of ['{type: none}', '{type: tcp}']) {
+    const chosen = parseConfig([file('c.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', unchecked.replace('  reals:', `  healthCheck: ${hc}\n  reals:`))]);
+    t.deepEqual(chosen.diagnostics, [], hc);
+  }
+  // With an error, the errors come first: no advice about checks.
+  const broken = parseConfig([file('c.yaml', CLUSTER), file('n.yaml', LB), file('s.yaml', unchecked.replace('198.51.100.21', 'not-an-ip'))]);
+  t.false(broken.diagnostics.some((d) => d.message.includes('healthCheck')));
 });
 
 test('validation is all-or-nothing: one bad service nullifies the whole model', (t) => {

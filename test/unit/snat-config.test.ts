@@ -25,6 +25,7 @@ spec:
   vip: 203.0.113.53
   ports: [{port: 53, protocol: UDP}]
   dispatch: {mode: snat}
+  healthCheck: {type: none}
   reals: [{address: 198.51.100.10}]
 `;
 const parse = (ports: string) => parseConfig([

@@ -15,7 +15,7 @@ import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
   'repo' | 'branch' | 'node' | 'role' | 'interface' | 'xdpMode' | 'pinRoot' | 'credentialsFile' | 'drift' | 'statusBranch' |
-  'health' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once' | 'flowSync'> {
+  'health' | 'passiveHealth' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once' | 'flowSync'> {
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -89,6 +89,7 @@ function defineRun(cmd: Command): void {
     .option('--status-branch <name>', 'override Cluster.spec.status.branch')
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
+    .option('--no-passive-health', 'lb nodes: do not use the reals\' traffic counters to check a real at once when its new connections go unanswered (active checks only; docs/health.md)')
     .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
     .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes, --flow-sync); consensus mode is refused without it or --peer-key")
     .option('--peer-key <file>', "lb nodes, instead of --peer-secret-file: this node's own ed25519 key (unencrypted OpenSSH private key); every peer message is signed with it and checked against the sender's Node spec.peerKey, so no shared secret exists")
@@ -192,6 +193,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         statusBranch: values.statusBranch,
         writeStatus: values.status,
         health: values.health,
+        passiveHealth: values.passiveHealth,
         peerPoll: values.peerPoll,
         ...((peerAuth || peerKey) && { peer: { auth: peerAuth, key: peerKey, port: values.peerPort, listen: values.peerListen } }),
         flowSync: values.flowSync,

@@ -59,7 +59,14 @@ interface Tracked {
   timer?: NodeJS.Timeout;
   abort: AbortController;
   running: boolean;
+  /** Until when (ms) passive evidence makes this real suspect (suspect()). */
+  suspectUntil: number;
+  /** When suspect() last moved a check forward (ms): at most one such check per interval. */
+  pulledAt: number;
 }
+
+/** How long passive evidence keeps a real suspect: the probe it triggers (and one running) decides within it. */
+export const SUSPECT_MS = 2_000;
 
 export class HealthChecker {
   private readonly sem: Semaphore;
@@ -99,7 +106,7 @@ export class HealthChecker {
       }
       const seed = seeds?.get(key);
       const health = seed && seed.fingerprint === checkFingerprint(target) ? { ...seed.health } : initialHealth(Date.now());
-      const fresh: Tracked = { target, fingerprint: checkFingerprint(target), health, abort: new AbortController(), running: false };
+      const fresh: Tracked = { target, fingerprint: checkFingerprint(target), health, abort: new AbortController(), running: false, suspectUntil: 0, pulledAt: -Infinity };
       this.tracked.set(key, fresh);
       if (this.started) this.schedule(fresh, firstDelay(key, target.intervalMs));
     }
@@ -172,6 +179,26 @@ export class HealthChecker {
     const deadline = Date.now() + 2000;
     while (this.sem.active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     for (const t of this.tracked.values()) t.abort = new AbortController();
+  }
+
+  /**
+   * Passive evidence (passive.ts) that the real at `address` stopped answering: each of its checks that is not
+   * down already is moved forward to now (at most once per interval, and the regular rhythm restarts from it, so a
+   * real's checks stay at one per interval on average), and a failure of a check started while suspect takes the
+   * real down at once. Returns how many checks were moved forward.
+   */
+  suspect(address: string, now = Date.now()): number {
+    let pulled = 0;
+    if (!this.started) return 0;
+    for (const t of this.tracked.values()) {
+      if (t.target.address !== address || t.health.state === 'down') continue;
+      t.suspectUntil = now + SUSPECT_MS;
+      if (t.running || now - t.pulledAt < t.target.intervalMs) continue;
+      t.pulledAt = now;
+      this.schedule(t, 0);
+      pulled++;
+    }
+    return pulled;
   }
 
   /** Subscribes to state flips; returns the unsubscribe function. */
@@ -253,7 +280,7 @@ export class HealthChecker {
       const result = await this.probe(t.target, signal);
       if (signal.aborted || this.tracked.get(t.target.key) !== t) return; // removed or stopped meanwhile: discard
       this.checks++;
-      this.record(t, result);
+      this.record(t, result, t.suspectUntil >= begun);
     } catch {
       return; // only an abort while queued lands here; the target is gone or the checker stopped
     } finally {
@@ -276,8 +303,9 @@ export class HealthChecker {
     return runProbe({ ...t.probe, sourcePort }, signal);
   }
 
-  private record(t: Tracked, result: CheckResult): void {
-    const { next, changed } = stepHealth(t.health, result, t.target.rise, t.target.fall);
+  private record(t: Tracked, result: CheckResult, suspect = false): void {
+    if (result.ok) t.suspectUntil = 0; // the real answered: the passive evidence is spent
+    const { next, changed } = stepHealth(t.health, result, t.target.rise, t.target.fall, suspect);
     const from = t.health.state;
     t.health = next;
     if (!changed) return;

@@ -3,7 +3,7 @@
 //
 //   unknown --1 success--> up          (a fresh daemon confirms quickly and never drains a working real)
 //   unknown --fall failures--> down
-//   up      --fall consecutive failures--> down
+//   up      --fall consecutive failures--> down      (1 failure when the real is suspect: passive.ts)
 //   down    --rise consecutive successes--> up
 // A real that alternates faster than rise/fall never changes state: that is what keeps a flapping real from
 // churning the Maglev table.
@@ -37,12 +37,17 @@ export interface Step {
   changed: boolean;
 }
 
-export function stepHealth(prev: RealHealth, result: CheckResult, rise: number, fall: number): Step {
+/**
+ * `suspect`: the data plane saw this real's new connections go unanswered just before the check (passive.ts). A
+ * failed check then confirms what the traffic already shows, and it takes the real down at once (fall counts as 1);
+ * coming back still takes `rise` successes.
+ */
+export function stepHealth(prev: RealHealth, result: CheckResult, rise: number, fall: number, suspect = false): Step {
   const streak = result.ok ? Math.max(prev.streak, 0) + 1 : Math.min(prev.streak, 0) - 1;
   let state: HealthState = prev.state;
   if (result.ok) {
     if (prev.state === 'unknown' || (prev.state === 'down' && streak >= Math.max(1, rise))) state = 'up';
-  } else if (prev.state !== 'down' && -streak >= Math.max(1, fall)) {
+  } else if (prev.state !== 'down' && -streak >= (suspect ? 1 : Math.max(1, fall))) {
     state = 'down';
   }
   const changed = state !== prev.state;

@@ -8,7 +8,7 @@ import { type Diagnostic, type Severity, compareDiagnostics } from './diagnostic
 import { LIMITS } from './limits.js';
 import type { Located, RawCluster, RawNode, RawService } from './raw.js';
 import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
-import { checkSemantics, type Emit } from './semantic.js';
+import { checkSemantics, noteMissingHealthCheck, warnMissingHealthChecks, type Emit } from './semantic.js';
 import { scanYamlShape, type YamlShape } from './prescan.js';
 import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
 
@@ -77,6 +77,7 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
     const kind = kindOf(doc, emit);
     if (!kind) continue;
     if (kind === 'Cluster') clusterDocs.push(doc);
+    noteMissingHealthCheck(kind, doc.data); // before the schema fills in its defaults
     const issues = validateCached(kind, doc.data);
     for (const issue of issues) emit('error', doc, issue.path, issue.message, issue.part);
     if (issues.length === 0) (valid[kind] as Located<unknown>[]).push({ doc, data: doc.data });
@@ -94,6 +95,8 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
 
   checkSemantics({ cluster, nodes: valid.Node, services: valid.Service }, emit);
   checkTotalReals(valid.Service, emit);
+  // Advice for a config that is otherwise valid (the errors come first): services nobody health-checks.
+  if (!diagnostics.some((d) => d.severity === 'error')) warnMissingHealthChecks(valid.Service, emit);
 
   const sorted = capPerFile(diagnostics.sort(compareDiagnostics));
   const failed = sorted.some((d) => d.severity === 'error');

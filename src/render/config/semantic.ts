@@ -319,6 +319,26 @@ interface ServiceContext {
   vipOwner: Map<string, string>;
 }
 
+/** Service documents written without `healthCheck` (noted before the schema's defaults fill it in as type none). */
+const withoutHealthCheck = new WeakSet<object>();
+
+/**
+ * Without a health check a dead real keeps its share of new connections until someone edits the config: each such
+ * service is a warning (an explicit `type: none` is a choice and is not). Called for configs without errors.
+ */
+export function warnMissingHealthChecks(services: readonly Located<RawService>[], emit: Emit): void {
+  for (const { doc } of services) {
+    if (withoutHealthCheck.has(doc.data as object))
+      emit('warning', doc, ['spec'], `spec.healthCheck: none given, so no real of this service is checked and a dead one keeps receiving new connections; add healthCheck: { type: tcp } (a TCP connect to the target port every 2s) or say type: none`, 'key');
+  }
+}
+
+export function noteMissingHealthCheck(kind: string, data: unknown): void {
+  if (kind !== 'Service' || typeof data !== 'object' || data === null) return;
+  const spec = (data as { spec?: unknown }).spec;
+  if (typeof spec === 'object' && spec !== null && (spec as { healthCheck?: unknown }).healthCheck === undefined) withoutHealthCheck.add(data);
+}
+
 function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: ServiceContext): void {
   const { spec } = svc;
   const name = svc.metadata.name;
