@@ -34,7 +34,8 @@ spec:
   ports: [{port: 80}, {port: 443}]
   dispatch: {mode: dsr, encap: l2}
   reals: [{address: ${vip.includes(':') ? '2001:db8:1::21' : '198.51.100.21'}}]
-${ranges === null ? '' : `  sourceRanges: ${ranges}\n`}`;
+${ranges === null ? '' : `  sourceRanges: ${ranges}\n`}  healthCheck: {type: none}
+`;
 const parse = (...services: string[]) => parseConfig([CLUSTER, LB, file('services.yaml', services.join('---\n'))]);
 
 test('the model holds canonical prefixes in one order, whatever the YAML spelling and order', (t) => {
