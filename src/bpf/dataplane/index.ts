@@ -1,7 +1,9 @@
 // The LB node's data plane: loads/adopts build/bpf/xdp_lb.o with its maps pinned under pinRoot, reads what the
 // maps hold (LiveState, table sizes), executes the ops converge planned (src/reconciler/converge.ts) in their order
 // with undo (one outer-map update per ring switch, a run of switches or service deletes in one batch), and sums the
-// counters. Validation of desired states: ./validate.ts. Map layout: docs/datapath.md.
+// counters. One job per module: ./validate.ts (can it hold a desired state), ./maps.ts (which maps, keys, slots),
+// ./live.ts (read what they hold), ./execute.ts (write ops with undo), ./resize.ts, ./migrate.ts; this file loads,
+// attaches and ties them together. Map layout: docs/datapath.md.
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
@@ -9,29 +11,25 @@ import { pinnedXdpLink } from '../attach.js';
 import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
 import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
-import type { DesiredReal, DesiredState, DesiredVip } from '../../render/state.js';
-import { EMPTY_LIVE, compareSourceRanges, ringRealIds, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings, type SourceRange } from '../../render/ops.js';
-import {
-  COUNTER_NAMES, LAYOUTS, addr16, MODE, MODE_NAME, PROTO_NAME, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES,
-  SOURCE_RANGE_ALLOW, decodeSourceRangeKey, encodeSourceRangeKey,
-  decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, encodeVipKey, isMarkerKey, realSlotOf,
-  encodeVipValue,
-} from './codec.js';
-import {
-  RingCache, checkRingMaps, createRing, idRing, readRing, ringDigest, ringIdentities, ringsHoldSlots, slotRing, type RingInfo,
-} from './rings.js';
-import {
-  SNAT_MAPS, checkSnatLayouts, decodeSnatConfig, encodeSnatConfig, snatConfigToSettings, snatCounters, snatMapSizes,
-  snatSettingsToConfig, validateSnatPorts,
-} from './snat.js';
+import type { DesiredState } from '../../render/state.js';
+import { EMPTY_LIVE } from '../../render/ops.js';
+import { COUNTER_NAMES, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
+import { RingCache } from './rings.js';
+import { SNAT_MAPS, snatCounters, snatMapSizes } from './snat.js';
 import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
 import { removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
-import { EMPTY_REPORT, PROGRESS_INTERVAL_MS, RING_ROTATION_CHECKS, UndoLog, undoableMapWrites, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
+import { einval } from './validate.js';
+import { OBJECT_NAME, serviceSlots, ZERO_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
+import { LiveMemo, readLbLive } from './live.js';
+import { executeOps } from './execute.js';
 
 export type { ApplyReport, DataPlane, DataPlaneTarget, ExecuteOptions, LiveSource, LiveState, Op, ReadLiveOptions } from './types.js';
 export { LB_CAPACITY, validateDesired } from './validate.js';
 export { RING_ROTATION_CHECKS } from './types.js';
 export { ringDigest } from './rings.js';
+export { OBJECT_NAME, compareVips } from './maps.js';
+export { LiveMemo, readPinnedLbLive } from './live.js';
 
 export interface LbDataPlaneOptions {
   pinRoot: string;
@@ -40,72 +38,9 @@ export interface LbDataPlaneOptions {
   netns?: never;
 }
 
-export const OBJECT_NAME = 'xdp_lb';
 export const PROGRAM_NAME = 'xdp_lb';
 export const LINK_PIN = 'xdp_link';
 const GENERIC_DETAIL = 'generic XDP transmits through the stack; not probed';
-
-function fail(message: string): never {
-  throw Object.assign(new Error(message), { code: 'EINVAL' });
-}
-
-const hexKey = (b: Buffer) => b.toString('hex');
-
-/** The order of DesiredState.vips: family, address bytes, port, protocol (as render sorts them). */
-export function compareVips(a: DesiredVip, b: DesiredVip): number {
-  return a.family - b.family || Buffer.compare(addr16(a.vip), addr16(b.vip)) || a.port - b.port ||
-    (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
-}
-
-const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
-  encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
-const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
-  mode: MODE[v.forwarding], flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0), statsSlot });
-
-/** Service id -> its stats slot, as the listeners in lb_vips carry it. */
-function serviceSlots(vips: BpfMap): Map<number, number> {
-  const out = new Map<number, number>();
-  for (const [k, v] of vips.entries()) {
-    if (isMarkerKey(k)) continue;
-    const val = decodeVipValue(v);
-    out.set(val.serviceId, val.statsSlot ?? 0);
-  }
-  return out;
-}
-const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
-const MARKER_VALUE = Buffer.alloc(12);
-const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
-const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
-
-type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats' | 'sourceRanges', BpfMap>;
-
-/** The ops of one kind that follow each other from `start` (the executor batches such a run into one kernel call). */
-function runOf<K extends Op['op']>(ops: readonly Op[], start: number, kind: K): Array<Extract<Op, { op: K }>> {
-  let end = start;
-  while (end < ops.length && ops[end]!.op === kind) end++;
-  return ops.slice(start, end) as Array<Extract<Op, { op: K }>>;
-}
-
-/** The maps of a loaded xdp_lb, once its struct layouts are checked against the codecs (BTF). */
-function checkedMaps(obj: BpfObject): LbMaps {
-  for (const [name, want] of Object.entries(LAYOUTS)) {
-    const got = obj.btfStruct(name);
-    if (!got || got.size !== want.size) fail(`${OBJECT_NAME}.o: struct ${name} is ${got?.size} bytes, codec expects ${want.size}`);
-    for (const [member, off] of Object.entries(want.members)) {
-      const mm = got.members.find((x) => x.name === member);
-      if (!mm || mm.offset !== off) fail(`${OBJECT_NAME}.o: ${name}.${member} at ${mm?.offset}, codec expects ${off}`);
-    }
-  }
-  checkRingMaps(obj.map('lb_rings'));
-  checkSnatLayouts(obj);
-  return {
-    vips: obj.map('lb_vips'), rings: obj.map('lb_rings'), reals: obj.map('lb_reals'), realSlots: obj.map('lb_real_slots'),
-    conntrack: obj.map('lb_conntrack'),
-    config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
-    serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
-    sourceRanges: obj.map(SOURCE_RANGES_PIN),
-  };
-}
 
 class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
@@ -183,7 +118,7 @@ class LbDataPlane implements DataPlane {
     let next = 0;
     for (const [k, v] of broken) {
       while (owner.has(next)) next++;
-      if (next >= m.realSlots.maxEntries) fail(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
+      if (next >= m.realSlots.maxEntries) einval(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
       owner.set(next, k.readUInt32LE(0));
       const value = Buffer.from(v);
       value.writeUInt16LE(next, 18);
@@ -259,7 +194,7 @@ class LbDataPlane implements DataPlane {
   private async resize(resizes: TableResize[], report: ApplyReport): Promise<void> {
     const pinRoot = this.opts.pinRoot;
     if (!this.attachment && existsSync(join(pinRoot, LINK_PIN)))
-      fail(`${resizes[0]!.map}: xdp_lb runs in the link pinned at ${join(pinRoot, LINK_PIN)}, which this data plane ` +
+      einval(`${resizes[0]!.map}: xdp_lb runs in the link pinned at ${join(pinRoot, LINK_PIN)}, which this data plane ` +
         `(opened without an interface) does not hold; the resize needs the program swapped in that link`);
     const { obj, tables, ms } = await resizeTables({
       pinRoot, obj: this.obj!, resizes,
@@ -326,287 +261,7 @@ class LbDataPlane implements DataPlane {
     // table resizes first, all in one program swap; refused before anything else is written (resize.ts)
     const resizes = ops.filter((o): o is TableResize => o.op === 'table.resize');
     if (resizes.length) await this.resize(resizes, report);
-    const m = this.maps;
-    const log = new UndoLog();
-    /** Rings filled by this execute, by service id, until their switch (closed at the end either way). */
-    const filled = new Map<number, { map: BpfMap; info: RingInfo }>();
-    /** Inner maps replaced or removed by this execute, held open so an undo can put them back. */
-    const held: BpfMap[] = [];
-
-    /** Stats slots of the services that have listeners, and how many listeners name each service (read once, at
-     * the first listener write). A service keeps its slot while any listener names it; a slot no listener names
-     * is free at once (a removed service's slot can go to a new service of the same apply), and zeroed when given
-     * out again. The planner keeps services with listeners within lb_rings, so within the 1024 slots. */
-    let svcSlots: { slot: Map<number, number>; listeners: Map<number, number> } | null = null;
-    const listenerIndex = () => {
-      if (svcSlots) return svcSlots;
-      const slot = new Map<number, number>();
-      const listeners = new Map<number, number>();
-      for (const [k, v] of m.vips.entries()) {
-        if (isMarkerKey(k)) continue;
-        const val = decodeVipValue(v);
-        slot.set(val.serviceId, val.statsSlot ?? 0);
-        listeners.set(val.serviceId, (listeners.get(val.serviceId) ?? 0) + 1);
-      }
-      return (svcSlots = { slot, listeners });
-    };
-    /** The listener at `key` names its service no more (deleted or about to name another). */
-    const unnameService = (key: Buffer) => {
-      const cur = m.vips.lookup(key);
-      if (!cur) return;
-      const { serviceId } = decodeVipValue(cur);
-      const idx = listenerIndex();
-      const n = (idx.listeners.get(serviceId) ?? 1) - 1;
-      if (n > 0) idx.listeners.set(serviceId, n);
-      else { idx.listeners.delete(serviceId); idx.slot.delete(serviceId); }
-    };
-    const serviceSlot = (serviceId: number): number => {
-      const idx = listenerIndex();
-      idx.listeners.set(serviceId, (idx.listeners.get(serviceId) ?? 0) + 1);
-      const have = idx.slot.get(serviceId);
-      if (have !== undefined) return have;
-      const used = new Set(idx.slot.values());
-      let s = 0;
-      while (used.has(s)) s++;
-      if (s >= m.serviceStats.maxEntries) fail(`services: all ${m.serviceStats.maxEntries} service stats slots are in use`);
-      put(m.serviceStats, encodeU32(s), ZERO_TRAFFIC);
-      idx.slot.set(serviceId, s);
-      return s;
-    };
-    /** Slots of the reals in lb_reals (read once, when the first new real needs one), minus those freed and plus
-     * those given out by this execute: a deleted real's slot can go to a real added after it. */
-    let slotsInUse: Set<number> | null = null;
-    let cursor = 0;
-    const freeSlot = (): number => {
-      slotsInUse ??= new Set(m.reals.entries().map(([, v]) => realSlotOf(v)));
-      while (cursor < m.realSlots.maxEntries && slotsInUse.has(cursor)) cursor++;
-      if (cursor >= m.realSlots.maxEntries) fail(`reals: all ${m.realSlots.maxEntries} real slots are in use`);
-      slotsInUse.add(cursor);
-      return cursor;
-    };
-    const releaseSlot = (slot: number) => {
-      if (!slotsInUse) return; // not read yet: the read will not see it
-      slotsInUse.delete(slot);
-      cursor = Math.min(cursor, slot);
-    };
-    const { put, del } = undoableMapWrites(log, report);
-    /** The real ids each ring in lb_rings names now, by service id: read at the first real.delete (from the ring
-     * cache; a ring new to it is read), again after rings were switched or deleted. */
-    let ringReals: Map<number, ReadonlySet<number>> | null = null;
-    const liveRingNaming = (realId: number): number | null => {
-      if (!ringReals) {
-        ringReals = new Map();
-        let read: ((inner: BpfMap) => Uint32Array) | null = null;
-        for (const [serviceId, mapId] of ringIdentities(m.rings)) {
-          let reals = this.rings.get(mapId)?.reals;
-          if (!reals) {
-            const inner = m.rings.openInner(encodeU32(serviceId));
-            if (!inner) continue;
-            try {
-              const ring = (read ??= ringReader(m))(inner);
-              reals = ringRealIds(ring);
-              this.rings.set(inner.id(), { tableSize: ring.length, digest: ringDigest(ring), reals });
-            } finally {
-              inner.close();
-            }
-          }
-          ringReals.set(serviceId, new Set(reals));
-        }
-      }
-      for (const [serviceId, reals] of ringReals) if (reals.has(realId)) return serviceId;
-      return null;
-    };
-    /** Opens the ring a service uses now (null if none), kept open until the end of execute. */
-    const holdCurrent = (key: Buffer): BpfMap | null => {
-      const cur = m.rings.openInner(key);
-      if (cur) held.push(cur);
-      return cur;
-    };
-
-    const switchRings = (sw: Array<Extract<Op, { op: 'service.switch' }>>) => {
-      const keys: Buffer[] = [];
-      const rings: BpfMap[] = [];
-      const prevs: Array<BpfMap | null> = [];
-      for (const o of sw) {
-        const ring = filled.get(o.serviceId);
-        if (!ring) fail(`service.switch of service ${o.serviceId} without a ring.fill before it`);
-        keys.push(encodeU32(o.serviceId));
-        rings.push(ring.map);
-        prevs.push(holdCurrent(keys[keys.length - 1]!));
-      }
-      let written = keys.length;
-      try {
-        m.rings.setInnerBatch(keys, rings);
-      } catch (e) {
-        written = Number((e as { written?: number }).written ?? 0);
-        throw e;
-      } finally {
-        for (let n = 0; n < written; n++) {
-          const key = keys[n]!;
-          const prev = prevs[n]!;
-          log.onUndo(() => (prev ? m.rings.setInner(key, prev) : m.rings.delete(key)));
-          this.rings.set(rings[n]!.id(), filled.get(sw[n]!.serviceId)!.info);
-          report.ringSwitches++;
-          report.mapWrites++;
-        }
-        ringReals = null;
-      }
-    };
-
-    /** Services no listener uses any more, removed in one batch (one wait for running programs). */
-    const deleteRings = (dels: Array<Extract<Op, { op: 'service.delete' }>>) => {
-      const keys = dels.map((o) => encodeU32(o.serviceId)).filter((k) => m.rings.innerMapId(k) !== null);
-      const prevs = keys.map((k) => holdCurrent(k));
-      let deleted = keys.length;
-      try {
-        m.rings.deleteBatch(Buffer.concat(keys), keys.length);
-      } catch (e) {
-        deleted = Number((e as { deleted?: number }).deleted ?? 0);
-        throw e;
-      } finally {
-        for (let n = 0; n < deleted; n++) {
-          const key = keys[n]!;
-          const prev = prevs[n];
-          report.mapDeletes++;
-          if (prev) log.onUndo(() => m.rings.setInner(key, prev));
-          // its stats slot is free once no listener names it (the listeners go in vip.delete)
-        }
-        ringReals = null;
-      }
-    };
-
-    try {
-      let reported = performance.now();
-      for (let i = 0; i < ops.length; i++) {
-        const o = ops[i]!;
-        report.ops++;
-        // the loop is synchronous: a long one says how far it got, every couple of seconds (checked every 64 ops)
-        if (opts.onProgress && (report.ops & 63) === 0 && performance.now() - reported >= PROGRESS_INTERVAL_MS) {
-          opts.onProgress(report.ops, ops.length, report);
-          reported = performance.now();
-        }
-        switch (o.op) {
-          case 'settings.set':
-            put(m.config, encodeU32(0), encodeConfig(o.value));
-            break;
-          case 'snat.set':
-            validateSnatPorts({ min: o.value.portMin, max: o.value.portMax });
-            put(m.snatConfig, encodeU32(0), encodeSnatConfig(snatSettingsToConfig(o.value)));
-            break;
-          case 'real.put': {
-            // a new real gets a free slot whose traffic counters start at zero; a changed one keeps its slot.
-            // The slot entry is written first: the ring can only lead to the real once lb_reals holds it.
-            const key = encodeU32(o.real.id);
-            const prev = m.reals.lookup(key);
-            const slot = prev ? realSlotOf(prev) : freeSlot();
-            const value = encodeReal(o.real.address, o.real.family, slot);
-            if (!prev) put(m.realStats, encodeU32(slot), ZERO_TRAFFIC);
-            put(m.realSlots, encodeU32(slot), encodeRealSlot(o.real.id, value));
-            put(m.reals, key, value);
-            break;
-          }
-          case 'ring.fill': {
-            // the inner array holds this node's slots of the ring's real ids: every real it names has its slot by
-            // now (real.put comes first), and no slot it names is freed while a ring names it (real.delete comes
-            // after the switch away from it, which waits for running programs)
-            filled.get(o.serviceId)?.map.close();
-            const map = createRing(o.serviceId, slotRing(o.ring, (id) => {
-              const slot = liveSlotOf(m, id);
-              if (slot === null) fail(`ring.fill of service ${o.name} (${o.serviceId}): real ${id} has no slot on this node`);
-              return slot;
-            }));
-            filled.set(o.serviceId, { map, info: { tableSize: o.tableSize, digest: o.digest, reals: o.reals ?? ringRealIds(o.ring) } });
-            report.changedRingEntries += o.ring.length;
-            report.mapWrites++;
-            break;
-          }
-          case 'service.switch': {
-            // a run of switches goes in one batch: one wait for running programs instead of one per ring
-            const run = runOf(ops, i, 'service.switch');
-            switchRings(run);
-            report.ops += run.length - 1;
-            i += run.length - 1;
-            break;
-          }
-          case 'vip.put': {
-            // the new service is named before the old one is unnamed: a listener that stays with its service keeps
-            // the slot (and its counters)
-            const key = vipKeyOf(o.vip);
-            const slot = serviceSlot(o.vip.serviceId);
-            unnameService(key);
-            put(m.vips, key, vipValueOf(o.vip, slot));
-            break;
-          }
-          case 'marker.put':
-            put(m.vips, markerKeyOf(o.marker), MARKER_VALUE);
-            break;
-          case 'vip.delete': {
-            const key = vipKeyOf(o.vip);
-            unnameService(key);
-            del(m.vips, key);
-            break;
-          }
-          case 'marker.delete':
-            del(m.vips, markerKeyOf(o.marker));
-            break;
-          case 'service.delete': {
-            const run = runOf(ops, i, 'service.delete');
-            deleteRings(run);
-            report.ops += run.length - 1;
-            i += run.length - 1;
-            break;
-          }
-          case 'real.delete': {
-            // connection-table entries to it fall back to the ring once its slot is free (real id 0). Rings name
-            // slots: a slot still named by a live ring could be given to another real (even later in this
-            // execute) and take that ring's flows, so the plan's order (switch away first) is checked here.
-            const namer = liveRingNaming(o.real.id);
-            if (namer !== null) fail(`real.delete of real ${o.real.id}: the ring of service ${namer} in lb_rings still names it`);
-            const key = encodeU32(o.real.id);
-            const prev = m.reals.lookup(key);
-            del(m.reals, key);
-            if (prev) {
-              put(m.realSlots, encodeU32(realSlotOf(prev)), FREE_SLOT);
-              releaseSlot(realSlotOf(prev));
-            }
-            break;
-          }
-          case 'source-range.put': {
-            // created, never overwritten (the plan puts only missing entries), so the undo is a delete. A lookup
-            // cannot tell whether this exact prefix is there: the trie answers with the longest enclosing one.
-            const key = encodeSourceRangeKey(o.range.serviceId, o.range.prefix);
-            try {
-              m.sourceRanges.update(key, SOURCE_RANGE_ALLOW, 'noexist');
-            } catch (e) {
-              if ((e as { code?: string }).code === 'EEXIST') break;
-              throw e;
-            }
-            report.mapWrites++;
-            log.onUndo(() => m.sourceRanges.delete(key));
-            break;
-          }
-          case 'source-range.delete': {
-            const key = encodeSourceRangeKey(o.range.serviceId, o.range.prefix);
-            if (!m.sourceRanges.delete(key)) break; // deletes match the exact prefix
-            report.mapDeletes++;
-            log.onUndo(() => m.sourceRanges.update(key, SOURCE_RANGE_ALLOW));
-            break;
-          }
-          case 'table.resize':
-            break; // done before the other ops
-          default:
-            fail(`the lb data plane cannot execute '${o.op}'`);
-        }
-      }
-    } catch (e) {
-      log.rollback();
-      throw e;
-    } finally {
-      // The outer map holds its own reference to every ring it points at; ours are no longer needed.
-      for (const r of filled.values()) r.map.close();
-      for (const h of held) h.close();
-    }
-    log.commit();
+    executeOps(this.maps, this.rings, ops, report, opts);
     await this.attach();
     return report;
   }
@@ -644,216 +299,6 @@ class LbDataPlane implements DataPlane {
     this.obj?.close();
     this.obj = null;
   }
-}
-
-/** The slot lb_reals gives real `id` when lb_real_slots names the real there too; null when the node holds no slot
- * for it. */
-function liveSlotOf(m: Pick<LbMaps, 'reals' | 'realSlots'>, id: number): number | null {
-  const v = m.reals.lookup(encodeU32(id));
-  if (!v) return null;
-  const slot = realSlotOf(v);
-  return m.realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) === id ? slot : null;
-}
-
-/** realSlots: absent only when reading the pins of a version whose rings still hold real ids; sourceRanges only
- * when reading the pins of a version without source ranges (nothing checks any). */
-type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap; sourceRanges?: BpfMap };
-const SOURCE_RANGES_PIN = 'lb_source_ranges';
-const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots' | 'sourceRanges'>, string> = {
-  vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
-};
-
-/** The raw bytes of a map as last read and what they decoded to. */
-interface RawRead<T> { raw: Buffer; value: T }
-
-/**
- * The previous read of each map, so that a map whose bytes did not change is not decoded again and an unchanged
- * node yields the very same (frozen) LiveState object: the reconciler then knows the plan against the same
- * desired state is the same as last time without planning again (the planner is pure; src/reconciler/converge.ts).
- */
-export class LiveMemo {
-  config?: RawRead<LbSettings | null>;
-  snat?: RawRead<SnatSettings | null>;
-  reals?: RawRead<DesiredReal[]>;
-  vips?: RawRead<{ vips: DesiredVip[]; markers: LiveVipMarker[] }>;
-  sourceRanges?: RawRead<SourceRange[]>;
-  services?: LiveService[];
-  live?: LiveState;
-}
-
-/** Freezes a decoded value and what it holds (one level of objects or arrays below it), so no caller edits the memo. */
-function frozen<T>(v: T): T {
-  if (v && typeof v === 'object') {
-    for (const x of Object.values(v)) if (x && typeof x === 'object') frozen(x);
-    Object.freeze(v);
-  }
-  return v;
-}
-
-/** Reads a whole hash map in one batched call; decodes it only when its bytes differ from `prev`. */
-function readMap<T>(m: BpfMap, prev: RawRead<T> | undefined, decode: (entries: Array<[Buffer, Buffer]>) => T): RawRead<T> {
-  const { keys, values, count } = m.lookupBatch();
-  const raw = Buffer.concat([keys.subarray(0, count * m.keySize), values.subarray(0, count * m.valueBufferSize)]);
-  if (prev && prev.raw.equals(raw)) return prev;
-  const entries: Array<[Buffer, Buffer]> = [];
-  for (let i = 0; i < count; i++)
-    entries.push([keys.subarray(i * m.keySize, (i + 1) * m.keySize), values.subarray(i * m.valueBufferSize, (i + 1) * m.valueBufferSize)]);
-  return { raw, value: frozen(decode(entries)) };
-}
-
-/** Reads entry 0 of a one-entry settings array; decodes it only when its bytes differ from `prev`. */
-function readSetting<T>(m: BpfMap, prev: RawRead<T | null> | undefined, decode: (b: Buffer) => T): RawRead<T | null> {
-  const raw = m.lookup(encodeU32(0)) ?? Buffer.alloc(0);
-  if (prev && prev.raw.equals(raw)) return prev;
-  return { raw, value: frozen(raw.some((x) => x !== 0) ? decode(raw) : null) };
-}
-
-function decodeReals(entries: Array<[Buffer, Buffer]>): DesiredReal[] {
-  return entries.map(([k, v]) => ({ id: k.readUInt32LE(0), ...decodeReal(v) })).sort((a, b) => a.id - b.id);
-}
-
-function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; markers: LiveVipMarker[] } {
-  const vips: DesiredVip[] = [];
-  const markers: LiveVipMarker[] = [];
-  for (const [k, v] of entries) {
-    const key = decodeVipKey(k);
-    if (key.port === 0 && key.proto === 0) {
-      markers.push({ address: key.addr, family: key.family });
-      continue;
-    }
-    const val = decodeVipValue(v);
-    vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
-      targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
-      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }) });
-  }
-  vips.sort(compareVips);
-  return { vips, markers };
-}
-
-/**
- * What the maps hold. Settings, reals and listeners are read whole, each map in one batched call, and decoded only
- * when their bytes changed. Rings cost one batched read of lb_rings (each service's inner map id): a ring's
- * contents are read only when its map is new to `cache`, when tables are asked for, with `verify`, or when the
- * service is due in the rotation turn `opts.verifyTurn` (service id mod RING_ROTATION_CHECKS).
- */
-function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveState {
-  const config = (memo.config = readSetting(m.config, memo.config, decodeConfigSettings));
-  const snat = (memo.snat = readSetting(m.snatConfig, memo.snat, (b) => snatConfigToSettings(decodeSnatConfig(b))));
-  const reals = (memo.reals = readMap(m.reals, memo.reals, decodeReals));
-  const vips = (memo.vips = readMap(m.vips, memo.vips, decodeVips));
-  const ranges = (memo.sourceRanges = readSourceRanges(m.sourceRanges, memo.sourceRanges));
-  const services = readServices(m, cache, opts, memo);
-  const prev = memo.live;
-  if (prev && prev.settings === config.value && prev.snat === snat.value && prev.reals === reals.value &&
-    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.sourceRanges === ranges.value &&
-    prev.services === services) return prev;
-  const live: LiveState = {
-    settings: config.value,
-    snat: snat.value,
-    reals: reals.value,
-    services,
-    vips: vips.value.vips,
-    markers: vips.value.markers,
-    sourceRanges: ranges.value,
-    backendVips: [],
-    backendTunnels: [],
-  };
-  if (!opts.tables) memo.live = Object.freeze(live);
-  return live;
-}
-
-/** lb_source_ranges by its keys alone (every value says "allowed"; the trie has no batched read); decoded only when
- * the keys differ from `prev`. */
-function readSourceRanges(m: BpfMap | undefined, prev: RawRead<SourceRange[]> | undefined): RawRead<SourceRange[]> {
-  const raw = m ? Buffer.concat(m.keys()) : Buffer.alloc(0);
-  if (prev && prev.raw.equals(raw)) return prev;
-  const out: SourceRange[] = [];
-  for (let o = 0; o < raw.length; o += 28) out.push(decodeSourceRangeKey(raw.subarray(o, o + 28)));
-  return { raw, value: frozen(out.sort(compareSourceRanges)) };
-}
-
-/** Reads a ring back in real ids: the slots + 1 an inner array holds name the ids lb_real_slots holds now (each
- * slot looked up once per readLive); the rings of an older version hold the ids themselves. */
-function ringReader(m: LiveMaps): (inner: BpfMap) => Uint32Array {
-  if (!ringsHoldSlots(m.rings)) return readRing;
-  const realSlots = m.realSlots;
-  if (!realSlots) fail('lb_rings holds real slots, but lb_real_slots is not there to name them');
-  const ids = new Map<number, number>();
-  const idOf = (slot: number): number => {
-    let id = ids.get(slot);
-    if (id === undefined) ids.set(slot, (id = slot < realSlots.maxEntries ? realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) ?? 0 : 0));
-    return id;
-  };
-  return (inner) => idRing(readRing(inner), idOf);
-}
-
-function readServices(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveService[] {
-  const outer = m.rings;
-  let read: ((inner: BpfMap) => Uint32Array) | null = null;
-  const turn = opts.verifyTurn === undefined ? -1 : opts.verifyTurn % RING_ROTATION_CHECKS;
-  const out: LiveService[] = [];
-  for (const [id, mapId] of ringIdentities(outer)) {
-    const cached = cache.get(mapId);
-    if (cached && !opts.tables && !opts.verify && id % RING_ROTATION_CHECKS !== turn) {
-      out.push({ id, tableSize: cached.tableSize, digest: cached.digest, mapId, ...(cached.reals && { reals: cached.reals }) });
-      continue;
-    }
-    const key = encodeU32(id);
-    const inner = outer.openInner(key);
-    if (!inner) continue; // deleted while we read
-    try {
-      const ring = (read ??= ringReader(m))(inner);
-      const info = { tableSize: ring.length, digest: ringDigest(ring), reals: ringRealIds(ring) };
-      const innerId = inner.id(); // the service may have been switched since the batch read
-      cache.set(innerId, info);
-      out.push({ id, ...info, mapId: innerId, ...(opts.tables && { ring }) });
-    } finally {
-      inner.close();
-    }
-  }
-  cache.retain(out.map((s) => s.mapId!));
-  if (opts.tables) return out;
-  // the same identities and digests as the previous read: hand back the same (frozen) list
-  const prev = memo.services;
-  if (prev && prev.length === out.length &&
-    prev.every((p, i) => p.id === out[i]!.id && p.mapId === out[i]!.mapId && p.digest === out[i]!.digest && p.tableSize === out[i]!.tableSize))
-    return prev;
-  return (memo.services = frozen(out));
-}
-
-/**
- * The LiveState of an lb node from its pins alone (no program loaded, nothing written): for `gitlb plan --live`.
- * A node without pins holds nothing.
- */
-export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): LiveState {
-  if (!existsSync(join(pinRoot, 'lb_vips'))) return { ...EMPTY_LIVE };
-  const opened: BpfMap[] = [];
-  try {
-    const maps = {} as LiveMaps;
-    for (const [k, pin] of Object.entries(LIVE_MAP_PINS) as Array<[keyof typeof LIVE_MAP_PINS, string]>) {
-      const m = BpfMap.open(join(pinRoot, pin), pin);
-      opened.push(m);
-      maps[k] = m;
-    }
-    checkRingMaps(maps.rings);
-    if (ringsHoldSlots(maps.rings)) {
-      maps.realSlots = BpfMap.open(join(pinRoot, 'lb_real_slots'), 'lb_real_slots');
-      opened.push(maps.realSlots);
-    }
-    if (existsSync(join(pinRoot, SOURCE_RANGES_PIN))) {
-      maps.sourceRanges = BpfMap.open(join(pinRoot, SOURCE_RANGES_PIN), SOURCE_RANGES_PIN);
-      opened.push(maps.sourceRanges);
-    }
-    return readLbLive(maps, new RingCache(), opts, new LiveMemo());
-  } finally {
-    for (const m of opened) m.close();
-  }
-}
-
-function decodeConfigSettings(b: Buffer): LbSettings {
-  const c = decodeConfig(b);
-  return { hashSeed: c.hashSeed, mtu: c.mtu, src4: c.src4, ...(c.src6 !== undefined && { src6: c.src6 }),
-    ...(c.newFlowRate ? { newFlowRate: c.newFlowRate } : {}) };
 }
 
 export type LbDataPlaneHandle = DataPlane & {

@@ -10,7 +10,8 @@ import { MAX_RING_ENTRIES } from './rings.js';
 import type { DataPlaneTarget } from './types.js';
 import { U32Table } from './u32-table.js';
 
-function fail(message: string): never {
+/** A desired state (or map content) the lb data plane cannot hold: code EINVAL, never retried. */
+export function einval(message: string): never {
   throw Object.assign(new Error(message), { code: 'EINVAL' });
 }
 
@@ -27,19 +28,19 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
   const reals = new U32Table(d.reals.length);
   for (const r of d.reals) if (Number.isInteger(r.id) && r.id >= 0 && r.id <= 0xffffffff) reals.set(r.id, 1);
   for (const r of d.reals) {
-    if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) fail(`reals[id=${r.id}].id: must be a u32 >= 1`);
-    if (familyOf(r.address) !== r.family) fail(`reals[id=${r.id}].family: ${r.family} does not match ${r.address}`);
+    if (!Number.isInteger(r.id) || r.id < 1 || r.id > 0xffffffff) einval(`reals[id=${r.id}].id: must be a u32 >= 1`);
+    if (familyOf(r.address) !== r.family) einval(`reals[id=${r.id}].family: ${r.family} does not match ${r.address}`);
   }
   const services = new Set<number>();
   for (const s of d.services) {
-    if (!Number.isInteger(s.id) || s.id < 1 || s.id > 0xffffffff) fail(`services[${s.name}].id: must be a u32 >= 1`);
-    if (s.ring.length !== s.tableSize) fail(`services[${s.name}].ring: length ${s.ring.length} != tableSize ${s.tableSize}`);
+    if (!Number.isInteger(s.id) || s.id < 1 || s.id > 0xffffffff) einval(`services[${s.name}].id: must be a u32 >= 1`);
+    if (s.ring.length !== s.tableSize) einval(`services[${s.name}].ring: length ${s.ring.length} != tableSize ${s.tableSize}`);
     if (!rings || rings.has(s.id)) {
       let last = 0; // rings are long runs of few ids: look each id up once per run
       for (let i = 0; i < s.ring.length; i++) {
         const id = s.ring[i]!;
         if (id === last) continue;
-        if (id !== 0 && reals.get(id) === -1) fail(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
+        if (id !== 0 && reals.get(id) === -1) einval(`services[${s.name}].ring[${i}]: real id ${id} is not in reals`);
         last = id;
       }
     }
@@ -47,20 +48,20 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
   }
   for (const v of d.vips) {
     const where = `vips[${v.vip}:${v.port}/${v.protocol}]`;
-    if (!services.has(v.serviceId)) fail(`${where}.serviceId: service ${v.serviceId} is not in services`);
-    if (familyOf(v.vip) !== v.family) fail(`${where}.family: ${v.family} does not match ${v.vip}`);
-    if (!(v.forwarding in MODE)) fail(`${where}.forwarding: unknown '${v.forwarding}'`);
+    if (!services.has(v.serviceId)) einval(`${where}.serviceId: service ${v.serviceId} is not in services`);
+    if (familyOf(v.vip) !== v.family) einval(`${where}.family: ${v.family} does not match ${v.vip}`);
+    if (!(v.forwarding in MODE)) einval(`${where}.forwarding: unknown '${v.forwarding}'`);
   }
-  if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) fail(`mtu: ${d.mtu} out of range`);
-  if (d.role !== 'lb') fail(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
+  if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) einval(`mtu: ${d.mtu} out of range`);
+  if (d.role !== 'lb') einval(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
   for (const [what, n, max] of [['reals', d.reals.length, LB_CAPACITY.reals], ['services', d.services.length, LB_CAPACITY.services],
     ['vips', d.vips.length + desiredMarkers(d).length, LB_CAPACITY.vipEntries]] as const)
-    if (n > max) fail(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
+    if (n > max) einval(`${what}: ${n} entries exceed the map capacity ${max} (lb_consts.h)`);
   for (const s of d.services)
-    if (s.tableSize > MAX_RING_ENTRIES) fail(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
-  if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) fail(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
+    if (s.tableSize > MAX_RING_ENTRIES) einval(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
+  if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) einval(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
   const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
-  if (src4 > MAX_SRC4) fail(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
+  if (src4 > MAX_SRC4) einval(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
 }
 
 /**
@@ -76,5 +77,5 @@ export function validateFor(target: DataPlaneTarget, desired: DesiredState, ring
   }
   validateDesired(desired, rings);
   if (target.interface !== undefined && desired.interface !== target.interface)
-    fail(`interface: desired state names '${desired.interface}', the data plane was opened on '${target.interface}'`);
+    einval(`interface: desired state names '${desired.interface}', the data plane was opened on '${target.interface}'`);
 }
