@@ -15,7 +15,7 @@ import { netnsExecPinProblem } from '../bpf/bpffs.js';
 import type { ConfigModel } from '../render/model.js';
 import { readLocalState } from './local-state.js';
 import { loadTrustFile } from './verify/load.js';
-import { DEFAULT_PEER_PORT, loadPeerSecretFile } from './peer/index.js';
+import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile, peerKeyBlob } from './peer/index.js';
 import { DEFAULT_METRICS_LISTEN } from './metrics/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { trustPosture, type PostureFacts } from './posture.js';
@@ -42,6 +42,7 @@ export interface DoctorOptions {
   metrics?: string;
   webhook?: string;
   peerSecretFile?: string;
+  peerKey?: string;
   peerListen?: string;
   peerPort?: number;
 }
@@ -226,6 +227,17 @@ export async function gatherPosture(o: DoctorOptions, model: ConfigModel | null)
       secretProblem = (err as Error).message;
     }
   }
+  // --peer-key as gitlb run judges it: an ed25519 OpenSSH key that the node's own Node document names.
+  let keyProblem: string | undefined;
+  if (o.peerKey) {
+    try {
+      const key = loadPeerKeyFile(o.peerKey);
+      if (own && peerKeyBlob(own.spec.peerKey ?? '') !== peerKeyBlob(key.publicLine))
+        keyProblem = `--peer-key ${o.peerKey}: its public key is not spec.peerKey of the Node document '${o.node}' at the branch head`;
+    } catch (err) {
+      keyProblem = (err as Error).message;
+    }
+  }
   const ownAddress = own?.spec.addresses[0];
   const listen = o.peerListen ? parseListen(o.peerListen, '--peer-listen') : ownAddress ? { host: ownAddress, port: o.peerPort ?? DEFAULT_PEER_PORT } : null;
   const metricsSpec = o.metrics ?? DEFAULT_METRICS_LISTEN;
@@ -237,7 +249,8 @@ export async function gatherPosture(o: DoctorOptions, model: ConfigModel | null)
     ...(o.trustFrom && { trustFrom: o.trustFrom }),
     ...(model && { headVerification: v ? { mode: v.mode, formats: v.formats, signersFile: v.signersFile } : null, headHealthMode: model.cluster.spec.health?.mode ?? 'local' }),
     ...((o.role ?? own?.spec.role) && { role: o.role ?? own!.spec.role }),
-    peer: { ...(o.peerSecretFile && { secretFile: o.peerSecretFile }), ...(secretProblem && { secretProblem }), listen },
+    peer: { ...(o.peerSecretFile && { secretFile: o.peerSecretFile }), ...(secretProblem && { secretProblem }),
+      ...(o.peerKey && { keyFile: o.peerKey }), ...(keyProblem && { keyProblem }), listen },
     metrics: metricsSpec === 'off' ? 'off' : parseListen(metricsSpec, '--metrics'),
     ...(o.webhook && { webhook: { ...parseListen(o.webhook), ...(webhookSecret && webhookSecret.level !== 'ok' && { secretProblem: webhookSecret.level === 'warn' ? 'no webhook secret (GITLB_WEBHOOK_SECRET or --webhook-secret-file)' : webhookSecret.detail }) } }),
   };

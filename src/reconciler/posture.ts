@@ -23,7 +23,7 @@ export interface PostureFacts {
   headVerification?: VerificationPolicy | null;
   headHealthMode?: HealthAgreementMode;
   role?: 'lb' | 'backend';
-  peer: { secretFile?: string; secretProblem?: string; listen?: HostPort | null };
+  peer: { secretFile?: string; secretProblem?: string; keyFile?: string; keyProblem?: string; listen?: HostPort | null };
   metrics: HostPort | 'off';
   webhook?: HostPort & { secretProblem?: string };
 }
@@ -94,13 +94,17 @@ function trustRoot(f: PostureFacts): CheckResult {
 
 function peerAuth(f: PostureFacts): CheckResult {
   const name = 'peer auth';
+  if (f.peer.keyFile) {
+    if (f.peer.keyProblem) return fail(name, `${f.peer.keyProblem}; gitlb run refuses to start`);
+    return ok(name, `every peer message signed with this node's key (${f.peer.keyFile}) and checked against the sender's Node spec.peerKey: no shared secret`);
+  }
   if (f.peer.secretFile) {
     if (f.peer.secretProblem) return fail(name, `${f.peer.secretProblem}; gitlb run refuses to start`);
     return ok(name, `every peer message authenticated (HMAC with the cluster secret in ${f.peer.secretFile})`);
   }
   if (f.headHealthMode === 'consensus' && f.role !== 'backend')
-    return fail(name, 'the config asks for consensus health but no --peer-secret-file is given: gitlb run refuses to start (votes must be authenticated)');
-  return ok(name, f.role === 'backend' ? 'backend node: no peer channel' : 'no --peer-secret-file: no peer channel (health agreement local, no connection sync)');
+    return fail(name, 'the config asks for consensus health but no --peer-secret-file or --peer-key is given: gitlb run refuses to start (votes must be authenticated)');
+  return ok(name, f.role === 'backend' ? 'backend node: no peer channel' : 'no --peer-secret-file or --peer-key: no peer channel (health agreement local, no connection sync)');
 }
 
 /** One line per listener: where it binds, whether what it serves is authenticated, and whether that is a problem. */
@@ -118,8 +122,8 @@ function listeners(f: PostureFacts): CheckResult[] {
     if (f.webhook.secretProblem) out.push(fail('listener webhook', `${shown(f.webhook)}: ${f.webhook.secretProblem}; gitlb run refuses to start`));
     else out.push(line('listener webhook', f.webhook, 'shared secret', 'push notifications (a fetch trigger)'));
   } else out.push(ok('listener webhook', 'none (no --webhook): the node polls'));
-  if (f.peer.secretFile && f.role !== 'backend') {
-    if (f.peer.listen) out.push(line('listener peer', f.peer.listen, 'cluster secret', 'health votes and connection sync'));
+  if ((f.peer.secretFile || f.peer.keyFile) && f.role !== 'backend') {
+    if (f.peer.listen) out.push(line('listener peer', f.peer.listen, f.peer.keyFile ? 'node keys' : 'cluster secret', 'health votes and connection sync'));
     else out.push(warn('listener peer', "no --peer-listen and no address in this node's Node document: gitlb run cannot start the peer channel"));
   }
   return out;

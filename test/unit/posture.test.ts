@@ -59,6 +59,15 @@ test('trust root: local state, --trust-from, or none (a warning under enforce, n
   t.regex(trustPosture({ ...hardened, trustFrom: REV })[1]!.detail, /--trust-from aaaaaaaaaaaa is not used: the node has state/);
 });
 
+test('peer auth with node keys: a usable key is ok and its listener says node keys; a key problem fails', (t) => {
+  const keyed = { ...hardened, peer: { keyFile: '/etc/gitlb/peer-key', listen: { host: '192.0.2.11', port: 7946 } } };
+  const r = trustPosture(keyed);
+  t.like(r[2], { level: 'ok', name: 'peer auth' });
+  t.regex(r[2]!.detail, /signed with this node's key .*no shared secret/);
+  t.true(r.some((c) => c.name === 'listener peer' && /authenticated \(node keys\)/.test(c.detail)));
+  t.like(trustPosture({ ...keyed, peer: { ...keyed.peer, keyProblem: "--peer-key k: its public key is not spec.peerKey of the Node document 'lb-1'" } })[2], { level: 'fail', name: 'peer auth' });
+});
+
 test('peer auth: a weak secret fails, consensus without a secret fails, local health without one is fine', (t) => {
   t.like(trustPosture({ ...hardened, peer: { ...hardened.peer, secretProblem: '--peer-secret-file s: the peer secret is too short' } })[2], { level: 'fail', name: 'peer auth' });
   t.like(trustPosture({ ...hardened, peer: { listen: null } })[2], { level: 'fail', name: 'peer auth' });

@@ -22,6 +22,7 @@ interface DoctorOptions {
   metrics?: string;
   webhook?: string;
   peerSecretFile?: string;
+  peerKey?: string;
   peerListen?: string;
   peerPort?: number;
 }
@@ -75,6 +76,7 @@ written. Run it with the options 'gitlb run' gets.`,
       .option('--metrics <addr:port|off>', `as gitlb run --metrics (default ${DEFAULT_METRICS_LISTEN})`, listenSpec('--metrics', true))
       .option('--webhook <addr:port>', 'as gitlb run --webhook', listenSpec('--webhook'))
       .option('--peer-secret-file <file>', 'as gitlb run --peer-secret-file')
+      .option('--peer-key <file>', 'as gitlb run --peer-key')
       .option('--peer-listen <addr:port>', 'as gitlb run --peer-listen', listenSpec('--peer-listen'))
       .option('--peer-port <port>', 'as gitlb run --peer-port', port),
   async run(o) {
@@ -96,6 +98,7 @@ written. Run it with the options 'gitlb run' gets.`,
       metrics: o.metrics,
       webhook: o.webhook,
       peerSecretFile: o.peerSecretFile,
+      peerKey: o.peerKey,
       peerListen: o.peerListen,
       peerPort: o.peerPort,
     });
