@@ -73,7 +73,10 @@ export function startHealthClient(state: LabState): { client: ChildProcess; burs
 
 export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void;
   /** Default check timings instead of HEALTH's fast ones; passive: false runs the daemon with --no-passive-health. */
-  checks?: 'fast' | 'defaults'; passive?: boolean }): Promise<PartitionResult> {
+  checks?: 'fast' | 'defaults'; passive?: boolean;
+  /** How be-2 dies: its server SIGKILLed (the kernel resets), or every TCP packet to port 80 dropped in its
+   * namespace (a silent host: no answer at all; the health check's probes time out). */
+  death?: 'kill' | 'blackhole' }): Promise<PartitionResult> {
   const log = o.log ?? (() => {});
   const health = o.checks === 'defaults' ? DEFAULT_HEALTH : HEALTH;
   const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
@@ -131,17 +134,30 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     const running = burst(Math.max(600, Math.ceil((health.fall * health.intervalMs + 2000) / 5)), 5);
     await new Promise((r) => setTimeout(r, 400));
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
+    const be2 = labNs(state, 'be-2');
+    const nft = async (...args: string[]) => {
+      const r = await nsExec(be2, ['nft', ...args]);
+      if (r.code !== 0) throw new Error(`nft ${args.join(' ')}: ${r.stderr}`);
+    };
     const killedAt = Date.now();
-    process.kill(server.pid, 'SIGKILL');
+    if (o.death === 'blackhole') {
+      await nft('add', 'table', 'inet', 'gitlbhole');
+      await nft('add', 'chain', 'inet', 'gitlbhole', 'in', '{ type filter hook input priority 0; }');
+      await nft('add', 'rule', 'inet', 'gitlbhole', 'in', 'tcp', 'dport', '80', 'drop');
+    } else process.kill(server.pid, 'SIGKILL');
     const flows = await running;
     const failed = flows.filter((f) => f.start >= killedAt && f.result.startsWith('error'));
     const lastHit = Math.max(killedAt, ...flows.filter((f) => f.start >= killedAt && (f.result === 'be-2' || f.result.startsWith('error'))).map((f) => f.start));
-    const bound = health.fall * health.intervalMs + 1000;
+    // a silent real fails each check only at its timeout (1 s by default, 150 ms with HEALTH)
+    const bound = health.fall * health.intervalMs + 1000 + (o.death === 'blackhole' ? (o.checks === 'defaults' ? 1000 : 150) : 0);
     const late = flows.filter((f) => f.start > killedAt + bound && (f.result === 'be-2' || f.result.startsWith('error')));
 
     // be-2 comes back: new connections reach it again after `rise` good checks.
-    revived = nsSpawn(labNs(state, 'be-2'), server.argv, { stdio: 'ignore' });
-    await waitForPort(labNs(state, 'be-2'), 80);
+    if (o.death === 'blackhole') await nft('delete', 'table', 'inet', 'gitlbhole');
+    else {
+      revived = nsSpawn(be2, server.argv, { stdio: 'ignore' });
+      await waitForPort(be2, 80);
+    }
     const revivedAt = Date.now();
     const again = await burst(Math.max(500, Math.ceil((health.rise * health.intervalMs + 2000) / 5)), 5);
     const firstBack = again.find((f) => f.result === 'be-2');
