@@ -47,6 +47,7 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
   for (const svc of s.services) {
     const mode = svc.encap ? `${svc.mode}/${svc.encap}` : svc.mode;
     out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}  ${healthCheckText(svc.healthCheck)}`);
+    if (svc.sourceRanges) out.push(`    source ranges (only these clients): ${svc.sourceRanges.join(' ')}`);
     for (const r of svc.reals) {
       const share = ((r.entries / svc.tableSize) * 100).toFixed(2);
       const flags = [r.state, r.healthy ? 'healthy' : 'UNHEALTHY'].join(' ');

@@ -12,6 +12,8 @@ import {
 import type { DesiredState } from '../../src/render/state.js';
 import { planChanges } from '../../src/render/plan.js';
 import { formatPlanText } from '../../src/render/plan-format.js';
+import { formatDesiredStateText } from '../../src/render/desired-format.js';
+import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
 const file = (path: string, text: string): ConfigFile => ({ path, content: enc(text) });
@@ -154,4 +156,26 @@ test('gitlb plan names a sourceRanges change, and warns when clients lose access
     t.deepEqual(p.services[0]!.warnings, [], `${b} -> ${h}`);
   }
   t.false(planChanges(m('[192.0.2.0/24]'), m('[192.0.2.0/24]')).changed);
+});
+
+test('gitlb render --format text lists a service\'s source ranges', (t) => {
+  const text = formatDesiredStateText(state({ web: ['192.0.2.0/24', '198.51.100.0/24'], open: null }));
+  t.regex(text, /\n {2}web {2}id \d+ .*\n {4}source ranges \(only these clients\): 192\.0\.2\.0\/24 198\.51\.100\.0\/24\n/);
+  t.is(text.match(/source ranges/g)!.length, 1, 'nothing for the service without');
+});
+
+test('the data plane refuses a desired state whose ranges it cannot represent, naming the field', (t) => {
+  const good = state({ web: ['192.0.2.0/24'], open: null });
+  t.notThrows(() => validateDesired(good));
+  const web = good.services.find((s) => s.name === 'web')!;
+  const open = good.services.find((s) => s.name === 'open')!;
+  const withService = (svc: Partial<typeof web>, id = web.id): DesiredState =>
+    ({ ...good, services: good.services.map((s) => (s.id === id ? { ...s, ...svc } : s)) });
+  const cases: Array<[DesiredState, RegExp]> = [
+    [withService({ sourceRanges: ['192.0.2.1/24'] }), /services\[web\]\.sourceRanges\[0\]: '192\.0\.2\.1\/24' is not a canonical prefix/],
+    [withService({ sourceRanges: ['2001:db8::/32'] }), /services\[web\]\.sourceRanges\[0\]: 2001:db8::\/32 is not of the VIP's family \(IPv4\)/],
+    [withService({ sourceRanges: undefined }), /vips\[203\.0\.113\.\d+:80\/TCP\]\.sourceRanges: set, but service \d+ has no sourceRanges/],
+    [withService({ sourceRanges: ['192.0.2.0/24'] }, open.id), /vips\[203\.0\.113\.\d+:80\/TCP\]\.sourceRanges: absent, but service \d+ has sourceRanges/],
+  ];
+  for (const [d, re] of cases) t.throws(() => validateDesired(d), { message: re });
 });

@@ -4,6 +4,7 @@
 // the field and carry code EINVAL: the revision cannot be applied on this node, retrying it cannot help.
 import type { DesiredState } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
+import { canonicalCidr, parseCidr } from '../../render/ip.js';
 import { desiredMarkers } from '../../render/ops.js';
 import { MODE, familyOf, MAX_SRC4 } from './codec.js';
 import { MAX_RING_ENTRIES } from './rings.js';
@@ -60,8 +61,35 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
   for (const s of d.services)
     if (s.tableSize > MAX_RING_ENTRIES) einval(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) einval(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
+  validateSourceRanges(d);
   const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
   if (src4 > MAX_SRC4) einval(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
+}
+
+/**
+ * Source ranges: canonical prefixes of the family of the service's listeners, at most what validation allows one lb
+ * node, and every listener's flag in step with its service (a flag without prefixes would drop every client, prefixes
+ * without the flag would check none).
+ */
+function validateSourceRanges(d: DesiredState): void {
+  const ranges = new Map(d.services.map((s) => [s.id, s]));
+  const vipFamily = new Map(d.vips.map((v) => [v.serviceId, v.family]));
+  let total = 0;
+  for (const s of d.services) {
+    const family = vipFamily.get(s.id);
+    for (const [i, p] of (s.sourceRanges ?? []).entries()) {
+      const c = parseCidr(p);
+      if (!c || canonicalCidr(p) !== p) einval(`services[${s.name}].sourceRanges[${i}]: '${p}' is not a canonical prefix`);
+      if (family !== undefined && c.family !== family) einval(`services[${s.name}].sourceRanges[${i}]: ${p} is not of the VIP's family (IPv${family})`);
+    }
+    total += s.sourceRanges?.length ?? 0;
+  }
+  if (total > DATAPLANE_LIMITS.lbSourceRanges) einval(`services: ${total} sourceRanges entries exceed the ${DATAPLANE_LIMITS.lbSourceRanges} an lb node takes`);
+  for (const v of d.vips) {
+    const want = (ranges.get(v.serviceId)?.sourceRanges?.length ?? 0) > 0;
+    if (!!v.sourceRanges !== want)
+      einval(`vips[${v.vip}:${v.port}/${v.protocol}].sourceRanges: ${v.sourceRanges ? 'set' : 'absent'}, but service ${v.serviceId} ${want ? 'has' : 'has no'} sourceRanges`);
+  }
 }
 
 /**
