@@ -14,6 +14,7 @@ import { startSchedule } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
+import type { PeerSyncReport } from './flow-sync.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
@@ -36,7 +37,8 @@ export interface NodeDaemonHooks {
   onReconcile?(why: string, outcome: Outcome): void;
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
-  started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null }): void;
+  started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null;
+    flowSync?: { report(): Record<string, PeerSyncReport> } | null }): void;
   /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
   peerMetrics?: PeerChannelMetrics;
 }
@@ -192,7 +194,8 @@ async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ 
 }
 
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
-async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger): Promise<{ stop(): void }> {
+async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
+  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport> }> {
   const { FlowSync } = await import('./flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
@@ -207,7 +210,7 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
   });
   sync.start();
   log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
-  return { stop: () => void sync.stop() };
+  return { stop: () => void sync.stop(), report: () => sync.report() };
 }
 
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
@@ -339,7 +342,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   bgp?.start();
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (flippedBeforeStart) d.refreshHealth('health change');
-  o.hooks?.started?.({ daemon: d, role, health, bgp });
+  const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
+  o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).
@@ -347,7 +351,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
-  if (runFlowSync && peerChannel) tasks.push(await startFlowSync(o, peerChannel, d, log));
+  if (flowSync) tasks.push(flowSync);
   if (health && o.passiveHealth !== false) {
     // Unanswered new connections seen in the reals' counters move their checks forward (health/passive.ts).
     const checker = health.checker;

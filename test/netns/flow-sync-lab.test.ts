@@ -9,7 +9,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { commitAndPush, routeVipsVia, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
 import { runTraffic } from '../../src/demo/traffic.js';
-import { sleep } from '../../src/lab/netns.js';
+import { nsExec, sleep } from '../../src/lab/netns.js';
+import { labNs } from '../../src/lab/lab.js';
+import { LAB_METRICS_PORT } from '../../src/lab/prometheus.js';
 
 const SECRET = 'Lk2j3H4g5F6d7S8a9P0o1I2u3Y4t5R6e7W8q9Zx0cVb='; // test-only peer secret
 
@@ -89,5 +91,20 @@ test.serial('snat: lb-1 drained and undrained under 40 keep-alive connections: e
     t.is(survived.length, flows);
   } finally {
     await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+});
+
+test.serial('metrics: each lb node reports its peer in sync, entries sent to it and entries applied from it', async (t) => {
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  for (const [node, address, peer] of [['lb-1', '198.51.100.11', 'lb-2'], ['lb-2', '198.51.100.12', 'lb-1']] as const) {
+    const r = await nsExec(labNs(lab.state, 'router'), ['curl', '-s', '--max-time', '5', `http://${address}:${LAB_METRICS_PORT}/metrics`], { timeoutMs: 10_000 });
+    t.is(r.code, 0, r.stderr);
+    const value = (name: string, ...labels: string[]) => {
+      const line = r.stdout.split('\n').find((l) => l.startsWith(`${name}{`) && labels.every((x) => l.includes(x)));
+      return line ? Number(line.split(' ').pop()) : NaN;
+    };
+    t.is(value('gitlb_flow_sync_in_sync', `peer="${peer}"`), 1, `${node}: in sync with ${peer}`);
+    t.true(value('gitlb_flow_sync_entries_total', `peer="${peer}"`, 'event="sent"') > 0, `${node}: sent to ${peer}`);
+    t.true(value('gitlb_flow_sync_entries_total', `peer="${peer}"`, 'event="applied"') > 0, `${node}: applied from ${peer}`);
   }
 });

@@ -64,7 +64,7 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
       if (e.to === 'down') log.warn(msg, fields);
       else log.info(msg, fields);
     },
-    started({ daemon, role, health, bgp }) {
+    started({ daemon, role, health, bgp, flowSync }) {
       up = true;
       served = () => daemon.reconciler.appliedRevision;
       if (!metrics) return;
@@ -73,6 +73,7 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
         fetchFailing: () => daemon.reconciler.fetchFailing });
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
       if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
+      if (flowSync) metrics.flowSync.attach(() => flowSync.report());
     },
     isStarted: () => up,
     servedRevision: () => served(),

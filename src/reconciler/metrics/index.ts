@@ -10,6 +10,7 @@ import { GitMetrics } from './git.js';
 import { HealthMetrics } from './health.js';
 import { BgpMetrics } from './bgp.js';
 import { PeerMetrics } from './peer.js';
+import { FlowSyncMetrics } from './flow-sync.js';
 
 export { startMetricsServer, type MetricsServer } from './server.js';
 export { outcomeReason, type ReconcileOutcome } from './control.js';
@@ -44,6 +45,7 @@ export class NodeMetrics {
   readonly health: HealthMetrics;
   readonly bgp: BgpMetrics;
   readonly peer: PeerMetrics;
+  readonly flowSync: FlowSyncMetrics;
   private role: string | null = null;
 
   constructor(o: NodeMetricsOptions) {
@@ -72,6 +74,7 @@ export class NodeMetrics {
     this.health = new HealthMetrics(reg);
     this.bgp = new BgpMetrics(reg);
     this.peer = new PeerMetrics(reg);
+    this.flowSync = new FlowSyncMetrics(reg);
   }
 
   /** The role is known once the daemon has read its Node document. */

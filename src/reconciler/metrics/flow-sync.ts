@@ -1,0 +1,54 @@
+// Connection-state sync metrics (src/reconciler/flow-sync.ts, docs/datapath.md "Connection-state sync"), per peer,
+// read from FlowSync.report() at scrape time: entries sent, received, applied and dropped, refusals by reason, the
+// lag of the last batch and whether the peer has the whole table.
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { PeerSyncReport } from '../flow-sync.js';
+
+export class FlowSyncMetrics {
+  private source: (() => Record<string, PeerSyncReport>) | null = null;
+
+  constructor(reg: Registry) {
+    const self = this;
+    const reports = () => Object.entries(self.source?.() ?? {});
+    new Counter({ name: 'gitlb_flow_sync_entries_total',
+      help: 'Connection-table entries and SNAT translations synced with each lb peer: sent, received, applied (inserted here), dropped (queue full, a resync follows)',
+      labelNames: ['peer', 'event'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) {
+          this.inc({ peer, event: 'sent' }, r.sent);
+          this.inc({ peer, event: 'received' }, r.received);
+          this.inc({ peer, event: 'applied' }, r.applied);
+          this.inc({ peer, event: 'dropped' }, r.dropped);
+        }
+      } });
+    new Counter({ name: 'gitlb_flow_sync_refused_total',
+      help: 'Synced entries from each lb peer not inserted here, by reason (no-listener, no-real, snat-address, snat-own-port, snat-port-taken, table-full, rate-limited)',
+      labelNames: ['peer', 'reason'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) for (const [reason, n] of Object.entries(r.refused)) this.inc({ peer, reason }, n ?? 0);
+      } });
+    new Gauge({ name: 'gitlb_flow_sync_lag_seconds', help: 'Time from reading an entry to the peer\'s answer, of the last batch sent to each lb peer',
+      labelNames: ['peer'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) if (r.lagMs !== null) this.set({ peer }, r.lagMs / 1000);
+      } });
+    new Gauge({ name: 'gitlb_flow_sync_in_sync', help: '1 when the lb peer has been sent the whole table since the last failed send',
+      labelNames: ['peer'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) this.set({ peer }, r.inSync ? 1 : 0);
+      } });
+    new Gauge({ name: 'gitlb_flow_sync_queued', help: 'Entries waiting to be sent to each lb peer', labelNames: ['peer'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) this.set({ peer }, r.queued);
+      } });
+  }
+
+  attach(source: () => Record<string, PeerSyncReport>): void {
+    this.source = source;
+  }
+}
