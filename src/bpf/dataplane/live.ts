@@ -141,7 +141,10 @@ export function ringReader(m: LiveMaps): (inner: BpfMap) => Uint32Array {
     if (id === undefined) ids.set(slot, (id = slot < realSlots.maxEntries ? realSlots.lookup(encodeU32(slot))?.readUInt32LE(0) ?? 0 : 0));
     return id;
   };
-  return (inner) => idRing(readRing(inner), idOf);
+  return (inner) => {
+    const entries = readRing(inner);
+    return idRing(entries, idOf, entries); // in place: at 1,000 rings, 40 MB less to collect
+  };
 }
 
 function readServices(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions, memo: LiveMemo): LiveService[] {

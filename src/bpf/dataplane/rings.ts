@@ -58,13 +58,16 @@ export function slotRing(ring: Uint32Array, slotOf: (realId: number) => number):
 }
 
 /** The ring of real ids an inner array of slots + 1 stands for; `idOf(slot)` is the real id lb_real_slots names
- * at `slot` (0 when free: such an entry reads as "no real", so a ring naming a freed slot differs from its digest). */
-export function idRing(entries: Uint32Array, idOf: (slot: number) => number): Uint32Array {
-  const out = new Uint32Array(entries.length);
+ * at `slot` (0 when free: such an entry reads as "no real", so a ring naming a freed slot differs from its digest).
+ * `out` may be `entries` itself (converted in place: each entry is read before it is written). */
+export function idRing(entries: Uint32Array, idOf: (slot: number) => number, out: Uint32Array = new Uint32Array(entries.length)): Uint32Array {
   const ids = new U32Table();
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i]!;
-    if (e === 0) continue;
+    if (e === 0) {
+      out[i] = 0;
+      continue;
+    }
     let id = ids.get(e);
     if (id === -1) ids.set(e, (id = idOf(e - 1)));
     out[i] = id;
