@@ -119,10 +119,19 @@ export function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions,
   return live;
 }
 
-/** lb_source_ranges by its keys alone (every value says "allowed"; the trie has no batched read); decoded only when
- * the keys differ from `prev`. */
+/** lb_source_ranges by its keys alone (every value says "allowed"), in batches where the kernel reads an LPM trie
+ * so (6.x does), else key by key; decoded only when the keys differ from `prev`. */
 function readSourceRanges(m: BpfMap | undefined, prev: RawRead<SourceRange[]> | undefined): RawRead<SourceRange[]> {
-  const raw = m ? Buffer.concat(m.keys()) : Buffer.alloc(0);
+  let raw: Buffer = Buffer.alloc(0);
+  if (m) {
+    try {
+      const { keys, count } = m.lookupBatch();
+      raw = keys.subarray(0, count * m.keySize);
+    } catch (e) {
+      if (!['EINVAL', 'ENOTSUPP', 'EOPNOTSUPP'].includes((e as { code?: string }).code ?? '')) throw e;
+      raw = Buffer.concat(m.keys());
+    }
+  }
   if (prev && prev.raw.equals(raw)) return prev;
   const out: SourceRange[] = [];
   for (let o = 0; o < raw.length; o += 28) out.push(decodeSourceRangeKey(raw.subarray(o, o + 28)));
