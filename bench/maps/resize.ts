@@ -54,7 +54,7 @@ async function main(): Promise<void> {
     services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ring: Array(7).fill(1) }] });
   const cpus = possibleCpus();
   const self = fileURLToPath(import.meta.url);
-  console.log(`lb_conntrack ${FROM} -> ${TO} entries (lb_snat_fwd, lb_snat_rev too, empty), ${FLOWS} flows, ` +
+  console.log(`lb_conntrack ${FROM} -> ${TO} entries (lb_snat_fwd, lb_snat_rev, lb_affinity too, empty), ${FLOWS} flows, ` +
     `${cpus} possible CPUs, ${ROUNDS} rounds`);
   const totals: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {

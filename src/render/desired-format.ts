@@ -40,13 +40,15 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
   for (const v of s.vips) {
     const target = v.targetPort !== v.port ? ` -> :${v.targetPort}` : '';
     const host = v.family === 6 ? `[${v.vip}]` : v.vip;
-    out.push(`  ${host}:${v.port}/${v.protocol}${target}  ${name.get(v.serviceId)}  ${v.forwarding}${v.hashSourcePort ? '' : '  (no source port in hash)'}`);
+    out.push(`  ${host}:${v.port}/${v.protocol}${target}  ${name.get(v.serviceId)}  ${v.forwarding}${v.hashSourcePort ? '' : '  (no source port in hash)'}` +
+      (v.affinityTimeoutS ? `  (client affinity ${v.affinityTimeoutS} s)` : ''));
   }
   out.push('');
   out.push(`services (${s.services.length}):`);
   for (const svc of s.services) {
     const mode = svc.encap ? `${svc.mode}/${svc.encap}` : svc.mode;
-    out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}  ${healthCheckText(svc.healthCheck)}`);
+    out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}  ${healthCheckText(svc.healthCheck)}` +
+      (svc.sessionAffinity ? `  affinity clientIP ${svc.sessionAffinity.timeoutS} s` : ''));
     if (svc.sourceRanges) out.push(`    source ranges (only these clients): ${svc.sourceRanges.join(' ')}`);
     for (const r of svc.reals) {
       const share = ((r.entries / svc.tableSize) * 100).toFixed(2);

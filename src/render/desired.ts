@@ -65,6 +65,7 @@ function renderService(cluster: ConfigModel['cluster']['spec'], svc: ServiceDoc,
     reals: table.reals,
     healthCheck: spec.healthCheck,
     ...(spec.sourceRanges && { sourceRanges: [...spec.sourceRanges] }),
+    ...(spec.sessionAffinity && { sessionAffinity: { timeoutS: spec.sessionAffinity.clientIP.timeout } }),
   };
 }
 
@@ -117,6 +118,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         forwarding,
         hashSourcePort: spec.hash.sourcePort,
         ...(spec.sourceRanges && { sourceRanges: true as const }),
+        ...(spec.sessionAffinity && { affinityTimeoutS: spec.sessionAffinity.clientIP.timeout }),
       });
       // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP. It owns
       // it for ipopt too: lb nodes may still (or already) send l2 or ipip while an encap change rolls out.

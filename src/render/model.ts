@@ -116,6 +116,8 @@ export interface ServiceSpec {
   /** Client prefixes allowed to reach the VIP (canonical CIDRs of the VIP's family, sorted by compareCidrs, no
    * duplicates). Absent when the config lists none: every client may. */
   sourceRanges?: string[];
+  /** Session affinity by client address (docs/config.md): timeout in seconds, 1..86400. Absent: none. */
+  sessionAffinity?: { clientIP: { timeout: number } };
 }
 
 export interface Document<K extends string, S> {

@@ -184,7 +184,8 @@ const sameJson = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON
 function sameVip(a: DesiredVip, b: DesiredVip): boolean {
   return a.vip === b.vip && a.family === b.family && a.port === b.port && a.protocol === b.protocol &&
     a.targetPort === b.targetPort && a.serviceId === b.serviceId && a.forwarding === b.forwarding &&
-    a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges;
+    a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges &&
+    (a.affinityTimeoutS ?? 0) === (b.affinityTimeoutS ?? 0);
 }
 
 function sameSnat(a: SnatSettings, b: SnatSettings): boolean {
@@ -500,7 +501,8 @@ function planSourceRanges(live: LiveState, desired: DesiredState, cap: LbCapacit
 
 const vipText = (v: DesiredVip) => `${v.vip.includes(':') ? `[${v.vip}]` : v.vip}:${v.port}/${v.protocol}`;
 const vipValueText = (v: DesiredVip) =>
-  `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}${v.sourceRanges ? ', source ranges' : ''}`;
+  `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}${v.sourceRanges ? ', source ranges' : ''}` +
+  (v.affinityTimeoutS ? `, affinity ${v.affinityTimeoutS} s` : '');
 const settingsText = (s: LbSettings) =>
   `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}${s.newFlowRate ? `, new flows ${s.newFlowRate}/s/CPU` : ''}`;
 const snatText = (s: SnatSettings) =>

@@ -40,7 +40,7 @@ export interface ServicePlan {
   name: string;
   change: ChangeKind;
   vip: string; // head's VIP, or base's when removed
-  fields: FieldChange[]; // vip, ports, dispatch, hash, health check, table size, identity port
+  fields: FieldChange[]; // vip, ports, dispatch, hash, session affinity, health check, table size, identity port
   reals: RealPlan[]; // every real of either revision, sorted by address; `unchanged` ones included
   tableSizeBefore?: number;
   tableSizeAfter?: number;
@@ -138,6 +138,7 @@ function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigMode
     ['dispatch.encap', b.dispatch.encap, h.dispatch.encap],
     ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
     ['sourceRanges', rangesText(base), rangesText(head)],
+    ['sessionAffinity.clientIP.timeout', b.sessionAffinity?.clientIP.timeout, h.sessionAffinity?.clientIP.timeout],
     ...leafPairs('healthCheck', b.healthCheck, h.healthCheck),
     ['maglev.tableSize', serviceTableSize(baseModel.cluster.spec, base), serviceTableSize(headModel.cluster.spec, head)],
     ['maglev identity port', idPort(base), idPort(head)],

@@ -26,6 +26,9 @@ export interface DesiredVip {
   /** Present (true) when the service has sourceRanges: the data plane then checks each packet's source against
    * them (lb_vip_value flag LB_VIP_F_SOURCE_RANGES); absent, no check and no lookup. */
   sourceRanges?: true;
+  /** The service's session affinity timeout in seconds (Service spec.sessionAffinity.clientIP.timeout), the same
+   * in each of its listeners (lb_vip_value.affinity_s). Absent: no session affinity. */
+  affinityTimeoutS?: number;
 }
 
 /** A service's reals as the data plane sees them, with the table share each got. */
@@ -50,6 +53,9 @@ export interface DesiredService {
   healthCheck: HealthCheckSpec;
   /** Client prefixes allowed to reach the service (canonical CIDRs, sorted; docs/config.md). Absent: every client. */
   sourceRanges?: string[];
+  /** Session affinity (Service spec.sessionAffinity): a client's new connections keep the real of its last one for
+   * `timeoutS` seconds after it, while the table names that real. Absent: none. */
+  sessionAffinity?: { timeoutS: number };
 }
 
 export interface DesiredState {

@@ -59,10 +59,11 @@ test('plan --live: nothing to do after an apply; the ops of a change, which the 
     writeFileSync(cluster, readFileSync(cluster, 'utf8').replace('maxEntries: 65536', 'maxEntries: 131072'));
     const resized = await live('--exit-code');
     t.is(resized.code, 3);
-    t.regex(resized.stdout, /: 3 map operations\n +1\. resize lb_conntrack: 65536 -> 131072 entries/);
+    t.regex(resized.stdout, /: 4 map operations\n +1\. resize lb_conntrack: 65536 -> 131072 entries/);
     t.regex(resized.stdout, /resize lb_snat_rev: 65536 -> 131072 entries/);
+    t.regex(resized.stdout, /resize lb_affinity: 65536 -> 131072 entries/);
     const grown = await render();
-    t.deepEqual((await planOf(dp, grown)).map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
+    t.deepEqual((await planOf(dp, grown)).map((o) => o.op), ['table.resize', 'table.resize', 'table.resize', 'table.resize']);
     await applyTo(dp, grown);
     t.regex((await live()).stdout, /nothing to do/);
   } finally {

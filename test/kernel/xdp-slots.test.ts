@@ -117,10 +117,33 @@ test.serial('listeners and settings pinned in the older layouts (8-byte lb_vips 
     m.close();
   }
   dp = await openLbDataPlane({ pinRoot: PIN });
-  t.is(dp.object()!.map('lb_vips').valueSize, 12);
+  t.is(dp.object()!.map('lb_vips').valueSize, 16);
   t.deepEqual(await planOf(dp, want), [], 'nothing to re-apply: listeners, markers and settings came across');
   const slotsOf = dp.object()!.map('lb_vips').entries().filter(([k]) => k.readUInt16BE(16) !== 0).map(([, v]) => v.readUInt32LE(8));
   t.is(new Set(slotsOf).size, 2, 'one stats slot per service');
   t.like(await run(ack('203.0.113.12', 43000)), { ct_miss: 1 });
   t.like((await dp.counters())['service:7'], { packets: 1 });
+});
+
+test.serial('listeners pinned with 12-byte lb_vips values (before session affinity) keep their stats slots, no affinity', async (t) => {
+  const want = state([{ id: 1, vip: '203.0.113.10', real: 3 }, { id: 7, vip: '203.0.113.12', real: 3 }], { 3: REALS[3] });
+  await applyTo(dp!, want);
+  const vips = dp!.object()!.map('lb_vips').entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v.subarray(0, 12))] as const);
+  const slots = new Map(vips.map(([k, v]) => [k.toString('hex'), v.readUInt32LE(8)]));
+  dp!.close();
+  dp = null;
+  rmSync(`${PIN}/lb_vips`);
+  const m = BpfMap.create({ name: 'lb_vips', type: MapType.hash, keySize: 20, valueSize: 12, maxEntries: 4096 });
+  for (const [k, v] of vips) m.update(k, v);
+  m.pin(`${PIN}/lb_vips`);
+  m.close();
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  const now = dp.object()!.map('lb_vips');
+  t.is(now.valueSize, 16);
+  t.deepEqual(await planOf(dp, want), [], 'nothing to re-apply');
+  for (const [k, v] of now.entries()) {
+    t.is(v.readUInt32LE(8), slots.get(Buffer.from(k).toString('hex')), 'the stats slot is kept');
+    t.is(v.readUInt32LE(12), 0, 'no affinity timeout');
+  }
+  t.like(await run(ack('203.0.113.12', 44000)), { ct_miss: 1 });
 });

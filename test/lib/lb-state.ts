@@ -13,6 +13,8 @@ export interface SvcSpec {
   hashSourcePort?: boolean;
   /** Service sourceRanges (canonical CIDRs, as render sorts them); absent: every client. */
   sourceRanges?: string[];
+  /** Session affinity timeout in seconds (absent: none). */
+  affinityTimeoutS?: number;
 }
 
 export function makeState(opts: {
@@ -37,12 +39,14 @@ export function makeState(opts: {
         address: opts.reals[realId]!, weight: 1, state: 'active' as const, healthy: true, entries })),
       healthCheck: { type: 'none' as const, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 },
       ...(s.sourceRanges?.length ? { sourceRanges: [...s.sourceRanges].sort(compareCidrs) } : {}),
+      ...(s.affinityTimeoutS !== undefined && { sessionAffinity: { timeoutS: s.affinityTimeoutS } }),
     };
   }).sort((a, b) => a.id - b.id);
   const vips = opts.services.flatMap((s) => (s.ports ?? [{ port: 80, protocol: 'TCP' as const }]).map((p) => ({
     vip: s.vip, family: familyOf(s.vip), port: p.port, protocol: p.protocol, targetPort: p.targetPort ?? p.port,
     serviceId: s.id, forwarding: s.forwarding, hashSourcePort: s.hashSourcePort ?? true,
     ...(s.sourceRanges?.length ? { sourceRanges: true as const } : {}),
+    ...(s.affinityTimeoutS !== undefined && { affinityTimeoutS: s.affinityTimeoutS }),
   }))).sort(compareVips);
   return {
     node: 'lb-test', role: 'lb', interface: 'lbA', mtu: opts.mtu ?? 1500, hashSeed: opts.hashSeed ?? 0x12345678,

@@ -122,7 +122,7 @@ test('a resize swaps the program inside the pinned link under traffic; the estab
   t.is(first.conntrack.max, 1024);
   const passed0 = await passedToStack();
   const { sent, result: [grown, moved] } = await withTraffic(async () => [await start(state(1, 65536)), await start(state(2, 65536))] as const);
-  t.deepEqual(grown.ops, ['table.resize', 'table.resize', 'table.resize']);
+  t.deepEqual(grown.ops, ['table.resize', 'table.resize', 'table.resize', 'table.resize']);
   t.is(grown.applied.linkId, grown.opened!.linkId, 'the same link');
   t.not(grown.applied.progId, grown.opened!.progId, 'a new program in it');
   t.is(grown.applied.progId, grown.program, 'the program the data plane holds, the one using the new table');

@@ -26,7 +26,7 @@ const state = (real: number, conntrackMaxEntries: number) => makeState({ reals: 
   services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ring: ring(real) }] });
 const ack = (sport: number) => frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
   ipPacket({ src: '192.0.2.1', dst: VIP, l4: { tcp: { sport, dport: 80, flags: TCP_FLAGS.ACK } } }));
-const TABLES = ['lb_conntrack', 'lb_snat_fwd', 'lb_snat_rev'];
+const TABLES = ['lb_conntrack', 'lb_snat_fwd', 'lb_snat_rev', 'lb_affinity'];
 
 let dp: LbDataPlaneHandle | null = null;
 test.before(() => rmSync(PIN, { recursive: true, force: true }));
@@ -65,7 +65,7 @@ test.serial('grow: the pinned tables get the new size and every flow keeps its r
   t.log(ops.map(describeOp).join('\n'));
   t.deepEqual(ops, TABLES.map((map) => ({ op: 'table.resize', map, from: 1024, to: 8192 })));
   const report = await dp.execute(ops);
-  t.like(report, { ops: 3, mapWrites: 3, mapDeletes: 0, ringSwitches: 0 });
+  t.like(report, { ops: 4, mapWrites: 4, mapDeletes: 0, ringSwitches: 0 });
   const after = pinned();
   for (const name of TABLES) {
     t.is(after[name]!.max, 8192, name);
@@ -95,7 +95,7 @@ test.serial('an unchanged size plans no resize and writes nothing', async (t) =>
 
 test.serial('shrink: the flows that fit are kept', async (t) => {
   const ops = await planOf(dp!, state(2, 2048));
-  t.deepEqual(ops.map((o) => o.op), ['table.resize', 'table.resize', 'table.resize']);
+  t.deepEqual(ops.map((o) => o.op), TABLES.map(() => 'table.resize'));
   await dp!.execute(ops);
   t.is(pinned().lb_conntrack!.max, 2048);
   t.is(dp!.resized!.lb_conntrack!.copied, FLOWS.length + 1);

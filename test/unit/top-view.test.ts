@@ -17,6 +17,7 @@ function stats(svc: number, real1: number, real2: number, dropNoReal = 0): LbSta
     listeners: [{ vip: '203.0.113.10', port: 80, protocol: 'TCP', serviceId: 7, mode: 'dsr-l2' }],
     conntrack: { entries: 50, max: 1000 },
     snat: { counters: {}, addresses: [], max: 0 },
+    affinity: { counters: {}, entries: 0, max: 0 },
   };
 }
 

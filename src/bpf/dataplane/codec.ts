@@ -28,7 +28,7 @@ export type CounterName = (typeof COUNTER_NAMES)[number];
 /** Expected BTF layouts: struct name -> size and member offsets. */
 export const LAYOUTS: Record<string, { size: number; members: Record<string, number> }> = {
   lb_vip_key: { size: 20, members: { addr: 0, port: 16, proto: 18, family: 19 } },
-  lb_vip_value: { size: 12, members: { service_id: 0, target_port: 4, mode: 6, flags: 7, stats_slot: 8 } },
+  lb_vip_value: { size: 16, members: { service_id: 0, target_port: 4, mode: 6, flags: 7, stats_slot: 8, affinity_s: 12 } },
   lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, slot: 18 } },
   lb_real_slot: { size: 24, members: { real_id: 0, real: 4 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
@@ -36,7 +36,14 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
   lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
+  lb_affinity_key: { size: 24, members: { client: 0, service_id: 16, family: 20 } },
+  lb_affinity_value: { size: 16, members: { last_ns: 0, real_id: 8, real_slot: 12 } },
 };
+
+/** Session affinity (lb_affinity.h): the LRU table of remembered clients and its counters, in enum
+ * lb_affinity_counter order. */
+export const AFFINITY_MAPS = { table: 'lb_affinity', stats: 'lb_affinity_stats' } as const;
+export const AFFINITY_COUNTER_NAMES = ['affinity_hit', 'affinity_miss', 'affinity_expired', 'affinity_real_gone'] as const;
 
 // ------------------------------------------------------------------ addresses
 
@@ -64,7 +71,11 @@ export function familyOf(addr: string): 4 | 6 {
 
 export interface VipKey { addr: string; family: 4 | 6; port: number; proto: number }
 /** statsSlot: the service's index in lb_service_stats, chosen by the loader (0 when decoding ignores it). */
-export interface VipValue { serviceId: number; targetPort: number; mode: number; flags: number; statsSlot?: number }
+/** affinityS: the service's session affinity timeout in seconds (0 or absent: none). */
+export interface VipValue { serviceId: number; targetPort: number; mode: number; flags: number; statsSlot?: number; affinityS?: number }
+
+/** Bytes of an lb_vip_value (and of the all-zero value of an address marker). */
+export const VIP_VALUE_SIZE = 16;
 
 export function encodeVipKey(k: VipKey): Buffer {
   const b = Buffer.alloc(20);
@@ -81,12 +92,13 @@ export function decodeVipKey(b: Buffer): VipKey {
 }
 
 export function encodeVipValue(v: VipValue): Buffer {
-  const b = Buffer.alloc(12);
+  const b = Buffer.alloc(VIP_VALUE_SIZE);
   b.writeUInt32LE(v.serviceId, 0);
   b.writeUInt16BE(v.targetPort, 4);
   b[6] = v.mode;
   b[7] = v.flags;
   b.writeUInt32LE(v.statsSlot ?? 0, 8);
+  b.writeUInt32LE(v.affinityS ?? 0, 12);
   return b;
 }
 
@@ -94,7 +106,8 @@ export function encodeVipValue(v: VipValue): Buffer {
 export const isMarkerKey = (k: Buffer): boolean => k.readUInt16BE(16) === 0 && k[18] === 0;
 
 export function decodeVipValue(b: Buffer): VipValue {
-  return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]!, statsSlot: b.readUInt32LE(8) };
+  return { serviceId: b.readUInt32LE(0), targetPort: b.readUInt16BE(4), mode: b[6]!, flags: b[7]!, statsSlot: b.readUInt32LE(8),
+    affinityS: b.length >= 16 ? b.readUInt32LE(12) : 0 };
 }
 
 export const encodeU32 = u32.encode;
@@ -197,4 +210,33 @@ export function decodeSourceRangeKey(b: Buffer): { serviceId: number; prefix: st
   const len = Math.max(0, Math.min(b.readUInt32LE(0) - SRC_RANGE_FIXED_BITS, family === 4 ? 32 : 128));
   const c = parseCidr(`${addrText(b.subarray(12, 28), family)}/${len}`)!;
   return { serviceId: b.readUInt32LE(4), prefix: formatCidr(c) };
+}
+
+/** lb_affinity key: a client address within a service. */
+export interface AffinityKey { client: string; family: 4 | 6; serviceId: number }
+export interface AffinityValue { lastNs: bigint; realId: number; realSlot: number }
+
+export function encodeAffinityKey(k: AffinityKey): Buffer {
+  const b = Buffer.alloc(24);
+  addr16(k.client).copy(b, 0);
+  b.writeUInt32LE(k.serviceId, 16);
+  b[20] = k.family;
+  return b;
+}
+
+export function decodeAffinityKey(b: Buffer): AffinityKey {
+  const family = b[20] === 6 ? 6 : 4;
+  return { client: addrText(b.subarray(0, 16), family), family, serviceId: b.readUInt32LE(16) };
+}
+
+export function encodeAffinityValue(v: AffinityValue): Buffer {
+  const b = Buffer.alloc(16);
+  b.writeBigUInt64LE(v.lastNs, 0);
+  b.writeUInt32LE(v.realId, 8);
+  b.writeUInt32LE(v.realSlot, 12);
+  return b;
+}
+
+export function decodeAffinityValue(b: Buffer): AffinityValue {
+  return { lastNs: b.readBigUInt64LE(0), realId: b.readUInt32LE(8), realSlot: b.readUInt32LE(12) };
 }

@@ -13,11 +13,11 @@ import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
 import { EMPTY_LIVE } from '../../render/ops.js';
-import { COUNTER_NAMES, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
+import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
 import { RingCache } from './rings.js';
-import { SNAT_MAPS, snatCounters, snatMapSizes } from './snat.js';
-import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
-import { removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
+import { snatCounters } from './snat.js';
+import { addRingMembership, openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
+import { RESIZABLE_TABLES, desiredTableSizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 import { einval } from './validate.js';
 import { OBJECT_NAME, serviceSlots, ZERO_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
@@ -56,7 +56,7 @@ class LbDataPlane implements DataPlane {
   async load(desired?: DesiredState): Promise<void> {
     const pinned = (name: string) => join(this.opts.pinRoot, name);
     const mapMaxEntries: Record<string, number> = {};
-    for (const name of ['lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev]) {
+    for (const name of RESIZABLE_TABLES) {
       if (existsSync(pinned(name))) {
         const m = BpfMap.open(pinned(name));
         mapMaxEntries[name] = m.maxEntries;
@@ -64,8 +64,7 @@ class LbDataPlane implements DataPlane {
       }
     }
     if (desired) {
-      mapMaxEntries.lb_conntrack ??= desired.conntrackMaxEntries;
-      for (const [name, n] of Object.entries(snatMapSizes(desired))) mapMaxEntries[name] ??= n;
+      for (const [name, n] of Object.entries(desiredTableSizes(desired))) mapMaxEntries[name] ??= n;
     }
     // sizes come from the pins, so a pin is incompatible only when a newer program changed its layout or flags
     // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing; listeners and
@@ -89,6 +88,7 @@ class LbDataPlane implements DataPlane {
       this.repairRealSlots();
       // once every real has its slot, and before the new program is attached (the old one keeps its own map)
       if (oldRings) restoreOldRings(oldRings, this.maps.rings, (id) => liveSlotOf(this.maps, id));
+      else addRingMembership(this.maps.rings); // rings of a version without membership bitmaps (session affinity)
       // Pins of the single shared ring of earlier versions: unused now (rings live in lb_rings). Unlinking a pin
       // frees nothing a running program still holds; it only stops the old ring outliving the upgrade.
       for (const stale of ['lb_ring', 'lb_services']) rmSync(pinned(stale), { force: true });
@@ -284,7 +284,7 @@ class LbDataPlane implements DataPlane {
       const t = trafficAt(m.realStats, realSlotOf(v));
       if (t) out[`real:${k.readUInt32LE(0)}`] = t;
     }
-    Object.assign(out, snatCounters(this.obj));
+    Object.assign(out, snatCounters(this.obj), perCpuCounters(this.obj.map(AFFINITY_MAPS.stats), AFFINITY_COUNTER_NAMES));
     return out;
   }
 

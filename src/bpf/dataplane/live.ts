@@ -81,7 +81,8 @@ function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; mar
     const val = decodeVipValue(v);
     vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
       targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
-      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }) });
+      hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }),
+      ...(val.affinityS ? { affinityTimeoutS: val.affinityS } : {}) });
   }
   vips.sort(compareVips);
   return { vips, markers };

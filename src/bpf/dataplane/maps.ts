@@ -4,7 +4,7 @@
 import { BpfMap, BpfObject } from '../libbpf.js';
 import type { DesiredVip } from '../../render/state.js';
 import type { LiveVipMarker } from '../../render/ops.js';
-import { LAYOUTS, addr16, MODE, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES, decodeVipValue, encodeU32, encodeVipKey, isMarkerKey, realSlotOf, encodeVipValue } from './codec.js';
+import { LAYOUTS, VIP_VALUE_SIZE, addr16, MODE, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES, decodeVipValue, encodeU32, encodeVipKey, isMarkerKey, realSlotOf, encodeVipValue } from './codec.js';
 import { checkRingMaps } from './rings.js';
 import { SNAT_MAPS, checkSnatLayouts } from './snat.js';
 import { einval } from './validate.js';
@@ -23,7 +23,8 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
 export const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
 export const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
-  mode: MODE[v.forwarding], flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0), statsSlot });
+  mode: MODE[v.forwarding], flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0), statsSlot,
+  affinityS: v.affinityTimeoutS ?? 0 });
 
 /** Service id -> its stats slot, as the listeners in lb_vips carry it. */
 export function serviceSlots(vips: BpfMap): Map<number, number> {
@@ -36,7 +37,7 @@ export function serviceSlots(vips: BpfMap): Map<number, number> {
   return out;
 }
 export const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
-export const MARKER_VALUE = Buffer.alloc(12);
+export const MARKER_VALUE = Buffer.alloc(VIP_VALUE_SIZE);
 export const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
 export const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 

@@ -1,5 +1,6 @@
 // Carries the listeners and node settings of pins written by an older layout across a load: lb_vips values grew
-// from 8 to 12 bytes (the service's stats slot) and lb_config from 64 to 68 (the new-flow rate). The loader
+// from 8 to 12 bytes (the service's stats slot), then to 16 (the session affinity timeout, 0 = none until the next
+// apply), and lb_config from 64 to 68 (the new-flow rate). The loader
 // re-creates such pins empty (replaceIncompatiblePins); without this, VIP traffic would go to the kernel until
 // the first apply after the upgrade. Read before the load, written into the new maps right after it.
 // Rings changed meaning, not size: an older lb_rings (created without BPF_F_RDONLY_PROG) holds rings of real ids,
@@ -16,10 +17,14 @@ import { checkRingMaps, createRing, readRing, ringIdentities, ringsHoldSlots, sl
 /** What old-layout pins held; null fields when the pin was absent or already had the current layout. */
 export interface OldPins {
   vips: Array<[Buffer, Buffer]> | null;
+  /** Bytes of the old lb_vips values (8: without the stats slot, 12: without the affinity timeout). */
+  vipValueSize?: number;
   config: Buffer | null;
 }
 
-const OLD_VIP_VALUE = 8;
+/** Older lb_vips value sizes: without stats slot, without affinity timeout. */
+const OLD_VIP_VALUES = [8, 12] as const;
+const VIP_WITHOUT_SLOT = 8;
 const OLD_CONFIG = 64;
 
 /** Every entry of the pin `name` when its values are still `oldValueSize` bytes (an older layout); else null. */
@@ -29,8 +34,15 @@ export function entriesOfOldLayout(pinRoot: string, name: string, oldValueSize: 
 }
 
 export function readOldPins(pinRoot: string): OldPins {
+  let vips: Array<[Buffer, Buffer]> | null = null;
+  let vipValueSize: number | undefined;
+  for (const size of OLD_VIP_VALUES) {
+    vips = entriesOfOldLayout(pinRoot, 'lb_vips', size);
+    if (vips) { vipValueSize = size; break; }
+  }
   return {
-    vips: entriesOfOldLayout(pinRoot, 'lb_vips', OLD_VIP_VALUE),
+    vips,
+    ...(vipValueSize !== undefined && { vipValueSize }),
     config: withMap(pinRoot, 'lb_config', (m) => {
       if (m.valueSize !== OLD_CONFIG) return null;
       const v = m.lookup(encodeU32(0));
@@ -39,24 +51,28 @@ export function readOldPins(pinRoot: string): OldPins {
   };
 }
 
-/** Writes what old pins held into the freshly created maps: listeners get one stats slot per service (zeroed),
- * address markers the all-zero value; the settings keep their bytes with the rate guard off. */
+/** Writes what old pins held into the freshly created maps: listeners keep their bytes, without a stats slot get
+ * one per service (zeroed), without an affinity timeout get 0 (none); address markers the all-zero value; the
+ * settings keep their bytes with the rate guard off. */
 export function restoreOldPins(old: OldPins, maps: { vips: BpfMap; config: BpfMap; serviceStats: BpfMap }): void {
   if (old.config) maps.config.update(encodeU32(0), Buffer.concat([old.config, Buffer.alloc(maps.config.valueSize - OLD_CONFIG)]));
   if (!old.vips) return;
+  const oldSize = old.vipValueSize ?? VIP_WITHOUT_SLOT;
   const slots = new Map<number, number>();
   for (const [k, v] of old.vips) {
     const value = Buffer.alloc(maps.vips.valueSize);
     if (!isMarkerKey(k)) {
-      const serviceId = v.readUInt32LE(0);
-      let slot = slots.get(serviceId);
-      if (slot === undefined) {
-        slot = slots.size;
-        slots.set(serviceId, slot);
-        maps.serviceStats.update(encodeU32(slot), Buffer.alloc(maps.serviceStats.valueSize));
+      v.copy(value, 0, 0, Math.min(oldSize, value.length));
+      if (oldSize === VIP_WITHOUT_SLOT) {
+        const serviceId = v.readUInt32LE(0);
+        let slot = slots.get(serviceId);
+        if (slot === undefined) {
+          slot = slots.size;
+          slots.set(serviceId, slot);
+          maps.serviceStats.update(encodeU32(slot), Buffer.alloc(maps.serviceStats.valueSize));
+        }
+        value.writeUInt32LE(slot, VIP_WITHOUT_SLOT);
       }
-      v.copy(value, 0, 0, OLD_VIP_VALUE);
-      value.writeUInt32LE(slot, OLD_VIP_VALUE);
     }
     maps.vips.update(k, value);
   }
@@ -103,6 +119,38 @@ export function restoreOldRings(old: BpfMap, rings: BpfMap, slotOf: (realId: num
     rings.setInnerBatch(keys, built);
   } finally {
     for (const r of built) r.close(); // lb_rings holds its own references
+  }
+  return built.length;
+}
+
+/**
+ * Rings written by a version without membership bitmaps (inner array of exactly 1 + M entries naming at least one
+ * real) are rebuilt with one, the same entries, all switched in by one batch. Until then session affinity finds
+ * no bitmap word and lets the ring pick (never a real the table dropped), so this only restores stickiness for
+ * services whose table does not change after an upgrade. Returns how many rings were rebuilt.
+ */
+export function addRingMembership(rings: BpfMap): number {
+  const keys: Buffer[] = [];
+  const built: BpfMap[] = [];
+  try {
+    for (const [serviceId] of ringIdentities(rings)) {
+      const key = encodeU32(serviceId);
+      const inner = rings.openInner(key);
+      if (!inner) continue;
+      let entries: Uint32Array | null = null;
+      try {
+        const size = inner.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
+        if (size > 0 && inner.maxEntries === size + 1) entries = readRing(inner);
+      } finally {
+        inner.close();
+      }
+      if (!entries || !entries.some((e) => e !== 0)) continue;
+      built.push(createRing(serviceId, entries));
+      keys.push(key);
+    }
+    if (keys.length) rings.setInnerBatch(keys, built);
+  } finally {
+    for (const r of built) r.close();
   }
   return built.length;
 }

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import { perCpuCounters, trafficAt, type Traffic } from '../counters.js';
 import { u32 } from '../codec.js';
-import { COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
+import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
 
@@ -34,6 +34,8 @@ export interface LbStats {
   listeners: LbListener[];
   conntrack: { entries: number; max: number };
   snat: { counters: Record<string, number>; addresses: SnatAddressStats[]; max: number };
+  /** Session affinity (lb_affinity): counters by name (affinity_hit, ...), remembered clients and capacity. */
+  affinity: { counters: Record<string, number>; entries: number; max: number };
 }
 
 /** Opens the map pinned as `dir`/`name`, runs `fn` on it and closes it; undefined when nothing is pinned there. */
@@ -97,7 +99,11 @@ export function readLbStats(dir: string): LbStats | null {
   });
   const services = withMap(dir, 'lb_service_stats', (m) => trafficBySlot(m, serviceSlots)) ?? new Map<number, Traffic>();
   const conntrack = withMap(dir, 'lb_conntrack', (m) => ({ entries: countEntries(m), max: m.maxEntries })) ?? { entries: 0, max: 0 };
-  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir) };
+  const affinity = {
+    counters: withMap(dir, AFFINITY_MAPS.stats, (m) => perCpuCounters(m, AFFINITY_COUNTER_NAMES)) ?? {},
+    ...(withMap(dir, AFFINITY_MAPS.table, (m) => ({ entries: countEntries(m), max: m.maxEntries })) ?? { entries: 0, max: 0 }),
+  };
+  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir), affinity };
 }
 
 function readSnat(dir: string): LbStats['snat'] {

@@ -19,7 +19,7 @@ import type { Op } from '../../render/ops.js';
 import { SNAT_MAPS, snatMapSizes } from './snat.js';
 
 /** The tables whose size comes from DesiredState.conntrackMaxEntries, in the order they are resized. */
-export const RESIZABLE_TABLES = ['lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev] as const;
+export const RESIZABLE_TABLES = ['lb_conntrack', SNAT_MAPS.fwd, SNAT_MAPS.rev, 'lb_affinity'] as const;
 export type TableResize = Extract<Op, { op: 'table.resize' }>;
 
 /** A new map is pinned beside the old one under this suffix until the swap (pin names cannot hold a dot). */
@@ -28,7 +28,8 @@ const BATCH = 4096;
 
 /** The size each resizable table should have for `desired`. */
 export function desiredTableSizes(d: DesiredState): Record<string, number> {
-  return { lb_conntrack: d.conntrackMaxEntries, ...snatMapSizes(d) };
+  // session affinity remembers at most one client per new flow: sized like the connection table
+  return { lb_conntrack: d.conntrackMaxEntries, ...snatMapSizes(d), lb_affinity: d.conntrackMaxEntries };
 }
 
 /** The table.resize ops that take tables of sizes `current` (by map name; absent: not loaded) to `desired`. */

@@ -92,15 +92,39 @@ function ringBuffers(n: number): { keys: Buffer; values: Buffer } {
   return { keys: ringKeys.subarray(0, n * 4), values: ringValues.subarray(0, n * 4) };
 }
 
-/** A new inner array holding `ring` (entries as the program reads them: slots + 1), frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
+/**
+ * The membership bitmap stored after a ring's entries: bit s%32 of word s/32 is set when the ring names real slot s
+ * (entries are slots + 1). Session affinity (lb_affinity.h) trusts a remembered real only while the service's
+ * current ring has its bit, so the check switches with the ring in the same outer-map update. As many words as
+ * the highest slot named needs (none for an empty ring).
+ */
+export function ringMembership(ring: Uint32Array): Uint32Array {
+  let max = 0;
+  for (let i = 0; i < ring.length; i++) if (ring[i]! > max) max = ring[i]!;
+  const words = new Uint32Array(max === 0 ? 0 : ((max - 1) >>> 5) + 1);
+  let last = 0; // rings are long runs of few slots
+  for (let i = 0; i < ring.length; i++) {
+    const e = ring[i]!;
+    if (e === 0 || e === last) continue;
+    last = e;
+    const slot = e - 1;
+    words[slot >>> 5] = (words[slot >>> 5]! | (1 << (slot & 31))) >>> 0;
+  }
+  return words;
+}
+
+/** A new inner array holding `ring` (entries as the program reads them: slots + 1) and its membership bitmap
+ * (ringMembership), frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
 export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
+  const members = ringMembership(ring);
+  const n = ring.length + 1 + members.length;
   const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4, valueSize: 4,
-    maxEntries: ring.length + 1, flags: BPF_F_INNER_MAP });
+    maxEntries: n, flags: BPF_F_INNER_MAP });
   try {
-    const n = ring.length + 1;
     const { keys, values } = ringBuffers(n);
     values.writeUInt32LE(ring.length, 0);
     Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength).copy(values, 4);
+    Buffer.from(members.buffer, members.byteOffset, members.byteLength).copy(values, 4 + ring.byteLength);
     m.updateBatch(keys, values, n);
     // Read-only from now on for every process: the ring is never rewritten in place (a new table is a new map),
     // so only its identity can change, and the drift check reads identities (docs/reconciler.md, "Drift").
@@ -112,7 +136,8 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   }
 }
 
-/** The entries held by an inner array (slot 0 is its size), as stored (slots + 1; see idRing). */
+/** The entries held by an inner array (slot 0 is its size), as stored (slots + 1; see idRing); the membership
+ * bitmap after them is not part of the ring. */
 export function readRing(m: BpfMap): Uint32Array {
   const size = m.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
   // One batch of the map's own size (a bigger chunk only costs buffers the addon clears and copies).

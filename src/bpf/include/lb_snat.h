@@ -36,6 +36,7 @@
 #include "lb_encap.h"
 #include "lb_icmp.h"
 #include "lb_sanity.h"
+#include "lb_affinity.h"
 
 #define LB_SNAT_EEXIST 17
 /* ports tried per new flow, from a start derived from the flow hash */
@@ -404,7 +405,7 @@ static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next
 /* The real the service's table gives the packet's flow now (the DSR path's choice on a miss), and the node's
  * hash seed for the port probe. Returns 0 (real, real id and seed set) or the LB_CNT_DROP_* reason. */
 static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 service_id, int use_sport,
-					  struct lb_real **real, __u32 *real_id, __u32 *seed)
+					  __u32 affinity_s, struct lb_real **real, __u32 *real_id, __u32 *seed)
 {
 	__u32 zero = 0, reason = 0;
 	struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
@@ -412,7 +413,18 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
 	if (!lcfg)
 		return LB_CNT_DROP_NO_SERVICE;
 	*seed = lcfg->hash_seed;
+	/* session affinity (lb_affinity.h): the client's remembered real while the table still names it */
+	struct lb_affinity_key ak __attribute__((aligned(8)));
+	__u64 now = 0;
+
+	if (affinity_s) {
+		*real = lb_affinity_lookup(p, service_id, affinity_s, &ak, &now, real_id);
+		if (*real)
+			return 0;
+	}
 	*real = lb_ring_pick(service_id, lb_flow_hash(p, use_sport, *seed), real_id, &reason);
+	if (*real && affinity_s)
+		lb_affinity_remember(&ak, *real_id, (*real)->slot, now);
 	return *real ? 0 : reason;
 }
 
@@ -425,7 +437,7 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
  * translation is kept only when its real is the one the table gives the flow (a retransmitted SYN reaches the
  * same real from the same SNAT port), otherwise it is replaced; a UDP flow is new once its translation expired. */
 static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __u32 stats_slot, __be16 target_port, int use_sport)
+					   __u32 stats_slot, __be16 target_port, int use_sport, __u32 affinity_s)
 {
 	__u32 zero = 0;
 	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
@@ -480,7 +492,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	__u32 pick_id = 0, seed = 0;
 
 	if (!real || syn) {
-		__u32 reason = lb_snat_pick(p, service_id, use_sport, &pick, &pick_id, &seed);
+		__u32 reason = lb_snat_pick(p, service_id, use_sport, affinity_s, &pick, &pick_id, &seed);
 
 		if (reason)
 			return lb_snat_drop_lb(reason);

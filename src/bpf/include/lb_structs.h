@@ -22,6 +22,7 @@ struct lb_vip_value {
 	__u8 mode;  /* LB_MODE_* */
 	__u8 flags; /* LB_VIP_F_* */
 	__u32 stats_slot; /* the service's dense index (< LB_MAX_SERVICES) in lb_service_stats, same in all its listeners */
+	__u32 affinity_s; /* session affinity timeout in seconds (lb_affinity.h); 0 = none. Same in all its listeners */
 };
 
 struct lb_real {

@@ -16,6 +16,7 @@
 #include "lb_hashing.h"
 #include "lb_encap.h"
 #include "lb_icmp.h"
+#include "lb_affinity.h"
 #include "lb_snat.h"
 #include "lb_sanity.h"
 #include "lb_source_ranges.h"
@@ -112,9 +113,9 @@ static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_
 
 /* SNAT forwarding (address + port translation, NAT table): lb_snat.h */
 static __always_inline int lb_forward_snat(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __u32 stats_slot, __be16 target_port, int use_sport)
+					   __u32 stats_slot, __be16 target_port, int use_sport, __u32 affinity_s)
 {
-	return lb_snat_forward(ctx, p, service_id, stats_slot, target_port, use_sport);
+	return lb_snat_forward(ctx, p, service_id, stats_slot, target_port, use_sport, affinity_s);
 }
 
 /* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
@@ -194,10 +195,11 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	__u8 mode = vip->mode;
 	__be16 target_port = vip->target_port;
 	int use_sport = vip->flags & LB_VIP_F_HASH_SRC_PORT;
+	__u32 affinity_s = vip->affinity_s;
 
 	if (mode == LB_MODE_SNAT) {
 		lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
-		return lb_forward_snat(ctx, &p, service_id, stats_slot, target_port, use_sport);
+		return lb_forward_snat(ctx, &p, service_id, stats_slot, target_port, use_sport, affinity_s);
 	}
 
 	/* 3. connection table: an established flow keeps its real whatever the ring says now */
@@ -233,15 +235,26 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 		lb_count(LB_CNT_CT_HIT);
 		new_flow = 0;
 	} else {
-		/* 4. miss: the service's Maglev ring picks the real */
 		lb_count(LB_CNT_CT_MISS);
-		hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
-		have_hash = 1;
-		real = lb_ring_pick(service_id, hash, &real_id, &reason);
+		/* 4. miss: a service with session affinity sends the client where its last connection went, while the
+		 * current ring still names that real (lb_affinity.h); services without it never look */
+		struct lb_affinity_key ak LB_KEY_ALIGN;
+		__u64 now = 0;
+		int remember = 0;
+
+		if (affinity_s)
+			real = lb_affinity_lookup(&p, service_id, affinity_s, &ak, &now, &real_id);
 		if (!real) {
-			if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
-				lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
-			return lb_drop(reason);
+			/* the service's Maglev ring picks the real */
+			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
+			have_hash = 1;
+			real = lb_ring_pick(service_id, hash, &real_id, &reason);
+			if (!real) {
+				if (reason == LB_CNT_DROP_NO_REAL) /* an empty service still counts the traffic sent to it */
+					lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
+				return lb_drop(reason);
+			}
+			remember = affinity_s != 0;
 		}
 		/* real_id and service_id as one 64-bit store: the kernel copies the value in 64-bit words */
 		struct lb_flow_value nv LB_KEY_ALIGN;
@@ -257,6 +270,9 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 				bpf_map_delete_elem(&lb_conntrack, &fk);
 		} else {
 			bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
+			/* the rate guard bounds affinity inserts too: a flood of new clients evicts no remembered client */
+			if (remember)
+				lb_affinity_remember(&ak, real_id, real->slot, now);
 		}
 		new_flow = 1;
 	}

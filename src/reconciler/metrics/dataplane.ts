@@ -133,6 +133,11 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
     lb()?.snat.addresses.map((a): [Labels, number] => [{ address: a.address }, a.portRange]) ?? []);
   kernelGauge(reg, 'gitlb_snat_ports_in_use_max', 'SNAT ports in use by the busiest (real, port, protocol) of an address',
     ['address'], () => lb()?.snat.addresses.map((a): [Labels, number] => [{ address: a.address }, a.busiestPortsInUse]) ?? []);
+  kernelCounter(reg, 'gitlb_affinity_total', 'Session affinity lookups of new flows, by outcome (hit, miss, expired, real_gone)',
+    ['outcome'], () => Object.entries(lb()?.affinity.counters ?? {})
+      .map(([n, v]): [Labels, number] => [{ outcome: n.replace(/^affinity_/, '') }, v]));
+  kernelGauge(reg, 'gitlb_affinity_entries', 'Clients remembered by session affinity (lb_affinity entries)', [], one((s) => s.affinity.entries));
+  kernelGauge(reg, 'gitlb_affinity_max_entries', 'Session affinity table capacity', [], one((s) => s.affinity.max));
   kernelCounter(reg, 'gitlb_backend_events_total', 'Backend-node decapsulation and reply-rewrite counters (tc programs)',
     ['event'], () => Object.entries(backend()?.counters ?? {}).map(([n, v]): [Labels, number] => [{ event: n }, v]));
 }

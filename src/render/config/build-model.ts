@@ -123,6 +123,7 @@ export function buildService(l: Located<RawService>): ServiceDoc {
       ports: s.ports.map((p) => ({ port: p.port, protocol: p.protocol, ...(p.targetPort !== undefined ? { targetPort: p.targetPort } : {}) })),
       dispatch: { mode: s.dispatch.mode, ...(s.dispatch.encap !== undefined ? { encap: s.dispatch.encap } : {}) },
       hash: { sourcePort: s.hash.sourcePort },
+      ...(s.sessionAffinity !== undefined && { sessionAffinity: { clientIP: { timeout: s.sessionAffinity.clientIP.timeout } } }),
       healthCheck,
       reals: s.reals.map((r) => ({ address: ip(r.address), weight: r.weight, state: r.state })),
       ...(s.maglev?.tableSize !== undefined ? { maglev: { tableSize: s.maglev.tableSize } } : {}),

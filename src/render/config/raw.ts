@@ -46,6 +46,7 @@ export type RawService = RawDocument<
     ports: { port: number; protocol: Protocol; targetPort?: number }[];
     dispatch: { mode: DispatchMode; encap?: Encap };
     hash: { sourcePort: boolean };
+    sessionAffinity?: { clientIP: { timeout: number } };
     healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number;
       failMode?: HealthFailMode; expectStatus?: { min: number; max: number }; via?: 'vip' | 'real' };
     reals: { address: string; weight: number; state: RealState }[];
