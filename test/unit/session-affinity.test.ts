@@ -5,6 +5,7 @@ import test from 'ava';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { describeOp, liveOf, planOps } from '../../src/render/ops.js';
+import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
 const file = (path: string, text: string): ConfigFile => ({ path, content: enc(text) });
@@ -95,4 +96,14 @@ test('plan: turning affinity on, changing its timeout and turning it off rewrite
     t.deepEqual(planOps(liveOf(to), to), [], 'converged: nothing to do');
   }
   t.deepEqual(off.services[0]!.digest, on.services[0]!.digest, 'affinity does not change the table');
+});
+
+test('the lb data plane refuses a timeout it cannot hold or a listener out of step with its service, naming the field', (t) => {
+  const d = renderDesiredState(parse(svc('  sessionAffinity: {clientIP: {timeout: 600}}\n', '{mode: dsr, encap: ipip}', '[{port: 80}, {port: 443}]')).model!, 'lb-1');
+  t.notThrows(() => validateDesired(d), 'benign: what render produces');
+  const vips = d.vips.map((v, i) => (i === 1 ? { ...v, affinityTimeoutS: 601 } : v));
+  t.throws(() => validateDesired({ ...d, vips }), { message: /^vips\[203\.0\.113\.10:443\/TCP\]\.affinityTimeoutS: 601, but service \d+ has 600$/ });
+  const services = d.services.map((s) => ({ ...s, sessionAffinity: { timeoutS: 86401 } }));
+  t.throws(() => validateDesired({ ...d, services, vips: d.vips.map((v) => ({ ...v, affinityTimeoutS: 86401 })) }),
+    { message: /^services\[web\]\.sessionAffinity\.timeoutS: 86401 is not a whole number of seconds in 1\.\.86400$/ });
 });

@@ -62,6 +62,7 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
     if (s.tableSize > MAX_RING_ENTRIES) einval(`services[${s.name}].tableSize: ${s.tableSize} exceeds ${MAX_RING_ENTRIES}`);
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) einval(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
   validateSourceRanges(d);
+  validateAffinity(d);
   const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
   if (src4 > MAX_SRC4) einval(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
 }
@@ -89,6 +90,22 @@ function validateSourceRanges(d: DesiredState): void {
     const want = (ranges.get(v.serviceId)?.sourceRanges?.length ?? 0) > 0;
     if (!!v.sourceRanges !== want)
       einval(`vips[${v.vip}:${v.port}/${v.protocol}].sourceRanges: ${v.sourceRanges ? 'set' : 'absent'}, but service ${v.serviceId} ${want ? 'has' : 'has no'} sourceRanges`);
+  }
+}
+
+/** Session affinity: a whole number of seconds in 1..86400 (lb_vip_value.affinity_s is a u32; the program's
+ * timeout arithmetic assumes no more), and every listener's timeout the one of its service. */
+function validateAffinity(d: DesiredState): void {
+  const services = new Map(d.services.map((s) => [s.id, s]));
+  for (const s of d.services) {
+    const t = s.sessionAffinity?.timeoutS;
+    if (t !== undefined && (!Number.isInteger(t) || t < 1 || t > 86400))
+      einval(`services[${s.name}].sessionAffinity.timeoutS: ${t} is not a whole number of seconds in 1..86400`);
+  }
+  for (const v of d.vips) {
+    const want = services.get(v.serviceId)?.sessionAffinity?.timeoutS;
+    if (v.affinityTimeoutS !== want)
+      einval(`vips[${v.vip}:${v.port}/${v.protocol}].affinityTimeoutS: ${v.affinityTimeoutS ?? 'absent'}, but service ${v.serviceId} has ${want ?? 'no session affinity'}`);
   }
 }
 
