@@ -48,7 +48,8 @@ export interface RealHealthStatus {
 
 export interface HealthSnapshot {
   services: Record<string, { failOpen?: true; failClosed?: true; reals: Record<string, RealHealthStatus> }>;
-  stats: { targets: number; inFlight: number; maxInFlight: number; peakInFlight: number; checks: number };
+  /** checks: probes run; suspected: checks passive signals moved forward (suspect()). */
+  stats: { targets: number; inFlight: number; maxInFlight: number; peakInFlight: number; checks: number; suspected: number };
 }
 
 interface Tracked {
@@ -75,6 +76,7 @@ export class HealthChecker {
   private model: ConfigModel | null = null;
   private started = false;
   private checks = 0;
+  private suspected = 0;
   private readonly vipRouter?: VipProbeRouter;
   /** via: vip targets' reserved source ports, by target key. */
   private readonly vipPorts = new Map<string, number>();
@@ -198,6 +200,7 @@ export class HealthChecker {
       this.schedule(t, 0);
       pulled++;
     }
+    this.suspected += pulled;
     return pulled;
   }
 
@@ -249,7 +252,7 @@ export class HealthChecker {
     for (const s of resolved.failClosed) if (services[s]) services[s].failClosed = true;
     return {
       services,
-      stats: { targets: this.tracked.size, inFlight: this.sem.active, maxInFlight: this.sem.limit, peakInFlight: this.sem.highWater, checks: this.checks },
+      stats: { targets: this.tracked.size, inFlight: this.sem.active, maxInFlight: this.sem.limit, peakInFlight: this.sem.highWater, checks: this.checks, suspected: this.suspected },
     };
   }
 

@@ -41,6 +41,13 @@ export class HealthMetrics {
           for (const [real, r] of Object.entries(s.reals))
             for (const state of STATES) this.set({ service, real, state }, r.state === state ? 1 : 0);
       } });
+    new Counter({ name: 'gitlb_health_passive_checks_total', help: 'Checks moved forward because a real\'s new connections went unanswered (passive signals)',
+      registers: [reg],
+      collect() {
+        this.reset();
+        const n = self.sources?.snapshot().stats.suspected;
+        if (n) this.inc(n);
+      } });
     new Gauge({ name: 'gitlb_service_fail_open', help: '1 while every real of a service is down and it fails open',
       labelNames: ['service'], registers: [reg],
       collect() {
