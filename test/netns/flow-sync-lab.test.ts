@@ -108,3 +108,34 @@ test.serial('metrics: each lb node reports its peer in sync, entries sent to it 
     t.true(value('gitlb_flow_sync_entries_total', `peer="${peer}"`, 'event="applied"') > 0, `${node}: applied from ${peer}`);
   }
 });
+
+test.serial('loss of lb-1 (its link down, its route gone) after the table changed under 40 keep-alive dsr connections: every connection survives', async (t) => {
+  t.timeout(180_000);
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  const l = lab;
+  const flows = 40;
+  const lb1 = labNs(l.state, 'lb1');
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 24_000, intervalMs: 250,
+    sources: l.view.clientsV4, timeoutMs: 5000 });
+  try {
+    await sleep(3000);
+    const rev = await commitAndPush(l, 'services/web.yaml',
+      (s) => s.replace(/(- address: 198\.51\.100\.22\n(\s+)weight: 100)/, '$1\n$2state: drain'), 'web: drain be-2');
+    await waitApplied(l, rev, ['lb-1', 'lb-2'], 60_000);
+    await sleep(1500);
+    // lb-1 is lost: it stops forwarding at once, and the router's route follows
+    const down = await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'down']);
+    t.is(down.code, 0, down.stderr);
+    await routeVipsVia(l, ['lb-2']);
+    const r = await running;
+    const survived = r.flows.filter((f) => f.survived);
+    const switched = r.flows.filter((f) => f.backends.length > 1);
+    t.log(`loss of lb-1: ${survived.length}/${flows} connections survived; ${switched.length} changed backend`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.is(switched.length, 0, 'no connection changed backend');
+    t.is(survived.length, flows);
+  } finally {
+    await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'up']).catch(() => undefined);
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+});
