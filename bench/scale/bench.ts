@@ -9,8 +9,8 @@
 //            (one service's weights changed: one file, one table);
 //   restart  a new process over the maps the first one left: validate, render, plan (nothing to write).
 // Wall and CPU milliseconds per stage (CPU is steadier on this shared machine), and the peak RSS of each process.
-// BASELINE=<git revision> adds a column for that revision's src/ (a detached worktree under build/bench/, with this
-// tree's addon and BPF objects), run alternately in the same session.
+// BASELINE=<git revision> adds a column for that revision (a detached worktree under build/bench/ with its own BPF
+// objects and dist/, this tree's addon), measured in the same run.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -30,14 +30,14 @@ function runChild(mode: 'first' | 'restart', root: string, pin: string, revision
   return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as ChildReport;
 }
 
-/** A detached worktree of `rev` with this tree's node_modules, addon and BPF objects (the C side as built here). */
+/** A detached worktree of `rev` with this tree's node_modules and addon, its own BPF objects and dist/. */
 function baselineTree(rev: string): string {
   const dir = join(here, 'build/bench/scale-baseline');
   if (existsSync(dir)) execFileSync('git', ['-C', here, 'worktree', 'remove', '--force', dir]);
   mkdirSync(join(here, 'build/bench'), { recursive: true });
   execFileSync('git', ['-C', here, 'worktree', 'add', '--detach', '--quiet', dir, rev]);
   symlinkSync(join(here, 'node_modules'), join(dir, 'node_modules'));
-  symlinkSync(join(here, 'build'), join(dir, 'build'), 'dir');
+  execFileSync('make', ['-s', 'bpf'], { cwd: dir, stdio: 'inherit' }); // the codecs of `rev` check its own objects' BTF
   mkdirSync(join(dir, 'src/bpf/napi/build'), { recursive: true });
   symlinkSync(join(here, 'src/bpf/napi/build/Release'), join(dir, 'src/bpf/napi/build/Release'), 'dir');
   execFileSync(join(here, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: dir, stdio: 'inherit' });
@@ -61,7 +61,7 @@ async function main(): Promise<void> {
   writeFileSync(revisions, JSON.stringify({ files, next }));
   const reports: { first: ChildReport; restart: ChildReport }[] = [];
   try {
-    // alternate the columns so load changes hit both alike
+    // one column after the other: quote CPU figures, which the load changes least
     for (const [n, c] of columns.entries()) {
       const pin = `/sys/fs/bpf/glb${process.pid}-scale${n}`;
       try {

@@ -32,6 +32,14 @@ test('a document locates keys and values deep in its tree, and its root without 
   t.deepEqual(documents[1]!.locate([]), { line: 14, col: 1 });
   t.deepEqual(documents[1]!.locate(['spec', 'reals', 0, 'address']), { line: 22, col: 16 });
   t.deepEqual(documents[1]!.locate(['spec', 'nothing', 'here']), { line: 18, col: 3 }); // the deepest that exists: spec
+  // top-level keys (kept at parse): value, key, an absent key (the root), an empty value (its key)
+  t.deepEqual(documents[0]!.locate(['spec']), { line: 6, col: 3 });
+  t.deepEqual(documents[0]!.locate(['spec'], 'key'), { line: 5, col: 1 });
+  t.deepEqual(documents[0]!.locate(['metadata']), { line: 4, col: 11 });
+  t.deepEqual(documents[0]!.locate(['status']), { line: 2, col: 1 });
+  const empty = parseYamlFile('e.yaml', 'kind: Service\nspec:\nmetadata: { name: x }\n').documents[0]!;
+  t.deepEqual(empty.locate(['spec']), { line: 2, col: 1 });
+  t.deepEqual(empty.locate(['kind'], 'key'), { line: 1, col: 1 });
 });
 
 test('the same file changed between revisions: each message has the position in its own text', (t) => {

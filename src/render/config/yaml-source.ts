@@ -157,14 +157,19 @@ export function parseYamlFile(file: string, text: string): YamlFileResult {
     const data: unknown = doc.toJS({ maxAliasCount: 0 });
     if (data === null || data === undefined) continue; // empty documents (`---` alone, or only comments) are ignored
     sawDocument = true;
-    // The node tree is not kept (at 100,000 reals it was half of the heap after validate): the root's position is
-    // taken now (every model item records it), any other is found in a tree parsed again from the same text when
-    // a message needs it (lazyTrees).
-    const root = at(nodeStart(doc.contents));
+    // The node tree is not kept (at 100,000 reals it was half of the heap after validate): the positions of the
+    // root and of its keys are taken now (every model item records the root; notes such as a service without a
+    // health check name a top-level key), any other is found in a tree parsed again from the same text when a
+    // message needs it (lazyTrees).
+    const top = topLevel(doc.contents);
     const docIndex = index;
     documents.push({
       file, index, data,
-      locate: (path, part) => (path.length === 0 ? { ...root } : at(locateOffset(trees()[docIndex] ?? null, path, part ?? 'value'))),
+      locate: (path, part) => {
+        if (path.length === 0) return at(top.start);
+        if (path.length === 1 && top.keys) return at(topLevelOffset(top, path[0]!, part ?? 'value'));
+        return at(locateOffset(trees()[docIndex] ?? null, path, part ?? 'value'));
+      },
     });
   }
   // An emptied file silently removes whatever it declared (a service, a node): say so.
@@ -272,6 +277,30 @@ function checkStructure(doc: Document.Parsed, at: (offset: number | undefined) =
       message: `YAML aliases are not allowed in gitlb config (refused to rule out alias bombs); write the value out${more}`,
     });
   }
+}
+
+/** The root's start and, for a mapping, each key's first pair: key start and the start locateOffset gives its value. */
+interface TopLevel { start: number | undefined; keys: Map<string, { key: number | undefined; value: number | undefined }> | null }
+
+function topLevel(root: YamlNode | null): TopLevel {
+  if (!isMap(root)) return { start: nodeStart(root), keys: null };
+  const keys = new Map<string, { key: number | undefined; value: number | undefined }>();
+  for (const pair of root.items as Pair<unknown, unknown>[]) {
+    if (!isScalar(pair.key)) continue;
+    const name = String(pair.key.value);
+    if (keys.has(name)) continue; // the first pair of a name, as locateOffset's find
+    const value = pair.value;
+    keys.set(name, { key: nodeStart(pair.key), value: isScalar(value) && value.value === null ? undefined : nodeStart(value as YamlNode) });
+  }
+  return { start: nodeStart(root), keys };
+}
+
+/** locateOffset(root, [segment], part) for a mapping root, from its TopLevel. */
+function topLevelOffset(top: TopLevel, segment: PathSegment, part: 'key' | 'value'): number | undefined {
+  const entry = top.keys!.get(String(segment));
+  if (!entry) return top.start;
+  const best = entry.value ?? entry.key ?? top.start;
+  return part === 'key' ? entry.key ?? best : best;
 }
 
 /** Walks `path` through the document tree; returns the source offset of the value (or key). */
