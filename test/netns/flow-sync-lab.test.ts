@@ -1,9 +1,13 @@
-// Connection-state sync in the lab (issue 24): both lb nodes run `gitlb run --flow-sync --peer-secret-file`, 40
-// keep-alive connections to the web VIP (dsr l2) spread over both by the router's ECMP, then the table changes under
-// them (real be-1 drained by a commit: new flows leave it, established ones stay), then lb-1 is taken out of the
-// ECMP route (its drain or loss, as the router sees it) and later put back (undrain). Without the sync, the
-// connections lb-1 carried to be-1 reach lb-2, which has no entry for them and re-hashes them by the new table
-// (another backend: a reset); with it, lb-2 holds lb-1's entries and every connection keeps its backend.
+// Connection-state sync in the lab (issue 24): both lb nodes run `gitlb run --flow-sync --peer-secret-file`, and 40
+// keep-alive connections at a time are spread over them by the router's ECMP:
+// - dsr-l2: the table changes under them (real be-1 drained by a commit: new flows leave it, established ones stay),
+//   then lb-1 is taken out of the ECMP route (its drain, as the router sees it) and put back (undrain). Without the
+//   sync the connections lb-1 carried to be-1 reach lb-2, which has no entry for them and re-hashes them by the new
+//   table (another backend: a reset); with it lb-2 holds lb-1's entries;
+// - snat: lb-1 drained and undrained; lb-2 sends lb-1's flows from lb-1's SNAT address and port (without the sync it
+//   makes new translations, which the reals reset), lb-1 still translates the replies;
+// - the metrics of both nodes name the other as in sync, with entries sent and applied;
+// - dsr-l2 again: another real drained, then lb-1 lost (its link down, its route gone).
 import test from 'ava';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
