@@ -25,14 +25,16 @@ export const XDP_STATE = {
   ...makeState({
     reals: { 1: XDP.real4, 3: XDP.real6 }, hashSeed: XDP.seed, addresses: [LAB.lbA.v4, LAB.lbA.v6],
     services: [
-      { id: 1, vip: V.l2, forwarding: 'dsr-l2', ring: ring(1), ports: TCP_UDP },
+      // session affinity on one service of each kind (l2, ipopt, snat, ipip v6): every corpus meets its path too
+      { id: 1, vip: V.l2, forwarding: 'dsr-l2', ring: ring(1), ports: TCP_UDP, affinityTimeoutS: 10800 },
       // source ranges on one v4, one v6 and the snat service (the clients are inside; a flipped source bit is not)
       { id: 2, vip: V.ipip, forwarding: 'dsr-ipip', ring: ring(1), ports: TCP_UDP, sourceRanges: ['192.0.2.0/24'] },
-      { id: 3, vip: V.ipopt, forwarding: 'dsr-ipopt', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
+      { id: 3, vip: V.ipopt, forwarding: 'dsr-ipopt', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }],
+        affinityTimeoutS: 1 },
       { id: 4, vip: V.snat, forwarding: 'snat', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }],
-        sourceRanges: ['192.0.2.0/24'] },
+        sourceRanges: ['192.0.2.0/24'], affinityTimeoutS: 10800 },
       { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP },
-      { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'] },
+      { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'], affinityTimeoutS: 10800 },
     ],
   }),
   snatAddress: LAB.lbA.v4,

@@ -99,19 +99,22 @@ static __always_inline int lb_ring_names_slot(__u32 service_id, __u32 slot)
 	return word && ((*word >> (slot & 31)) & 1);
 }
 
-/* The client's remembered real for key `k` when it may take a new flow now: its last new connection began less than
- * timeout_s ago and the current table names it (its last-seen time is then refreshed). Returns real id << 32 |
- * real slot + 1, or 0. One BPF subprogram shared by the DSR and SNAT paths (a call only on their new flows of
- * affinity services), so the program carries this code once. */
-static __attribute__((noinline)) __u64 lb_affinity_find(struct lb_affinity_key *k, __u32 timeout_s, __u64 now)
+/* The client's remembered real for this service when it may take a new flow now: its last new connection began
+ * less than timeout_s ago and the current table names it (its last-seen time is then refreshed). Fills *k and
+ * *now for lb_affinity_remember. Returns real id << 32 | real slot + 1, or 0. One BPF subprogram shared by the
+ * DSR and SNAT paths (a call only on their new flows of affinity services), so the program carries this once. */
+static __attribute__((noinline)) __u64 lb_affinity_find(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
+							 struct lb_affinity_key *k, __u64 *now)
 {
+	lb_affinity_key_of(p, service_id, k);
+	*now = bpf_ktime_get_coarse_ns();
 	struct lb_affinity_value *v = bpf_map_lookup_elem(&lb_affinity, k);
 
 	if (!v) {
 		lb_affinity_count(LB_AFF_CNT_MISS);
 		return 0;
 	}
-	if (now - v->last_ns >= (__u64)timeout_s * 1000000000ULL) {
+	if (*now - v->last_ns >= (__u64)timeout_s * 1000000000ULL) {
 		lb_affinity_count(LB_AFF_CNT_EXPIRED);
 		return 0;
 	}
@@ -119,39 +122,36 @@ static __attribute__((noinline)) __u64 lb_affinity_find(struct lb_affinity_key *
 	__u32 real_id = v->real_id;
 	struct lb_real_slot *rs = bpf_map_lookup_elem(&lb_real_slots, &slot);
 
-	if (!rs || !real_id || rs->real_id != real_id || !lb_ring_names_slot(k->service_id, slot)) {
+	if (!rs || !real_id || rs->real_id != real_id || !lb_ring_names_slot(service_id, slot)) {
 		lb_affinity_count(LB_AFF_CNT_REAL_GONE);
 		return 0;
 	}
-	v->last_ns = now;
+	v->last_ns = *now;
 	lb_affinity_count(LB_AFF_CNT_HIT);
 	return ((__u64)real_id << 32) | (slot + 1);
 }
 
-/* lb_affinity_find for the packet's client: the real (and *real_id), or 0. Sets *k and *now for
- * lb_affinity_remember. */
+/* lb_affinity_find for the packet's client: the real (and *real_id), or 0. */
 static __always_inline struct lb_real *lb_affinity_lookup(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
 							  struct lb_affinity_key *k, __u64 *now, __u32 *real_id)
 {
-	lb_affinity_key_of(p, service_id, k);
-	*now = bpf_ktime_get_coarse_ns();
-	__u64 found = lb_affinity_find(k, timeout_s, *now);
+	__u64 found = lb_affinity_find(p, service_id, timeout_s, k, now);
 
 	if (!found)
 		return 0;
 	__u32 slot = (__u32)found - 1;
 	struct lb_real_slot *rs = bpf_map_lookup_elem(&lb_real_slots, &slot);
 
-	/* the slot's real again (the subprogram cannot return a map value): still the remembered one */
+	/* the slot's real again (a subprogram cannot return a map value): still the remembered one */
 	if (!rs || rs->real_id != (__u32)(found >> 32))
 		return 0;
 	*real_id = rs->real_id;
 	return &rs->real;
 }
 
-/* Remembers the real the ring gave the client's new flow. */
-static __always_inline void lb_affinity_remember(const struct lb_affinity_key *k, __u32 real_id, __u32 real_slot,
-						 __u64 now)
+/* Remembers the real the ring gave the client's new flow (a subprogram too: one copy for both paths). */
+static __attribute__((noinline)) void lb_affinity_remember(const struct lb_affinity_key *k, __u32 real_id,
+							   __u32 real_slot, __u64 now)
 {
 	struct lb_affinity_value v = { .last_ns = now, .real_id = real_id, .real_slot = real_slot };
 
