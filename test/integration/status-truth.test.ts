@@ -48,6 +48,21 @@ test('gitlb status exits 1 for each reason, 0 when every node serves the head, f
     t.is(ignored.code, 0, ignored.stdout);
     t.regex(ignored.stdout, /verdict: OK/);
 
+    // lb-1 cannot reach Git: its file predates the flip lb-2 saw 3 minutes ago (consensus mode). Matching kernel
+    // tables are not called different, and lb-1 is named as the node that cannot reach Git.
+    const since = ago(180_000);
+    const health = (down: boolean) => ({ publishedAt: ago(0), mode: 'consensus', observations: down ? { web: { '198.51.100.11': { up: false, since } } } : {} });
+    await publish(repo, [
+      status('lb-1', head, { updatedAt: ago(600_000), health: health(false) }),
+      status('lb-2', head, { down: '198.51.100.11', digest: 'c'.repeat(64), health: health(true) }),
+    ]);
+    const cut = await st('--ignore-degraded');
+    t.is(cut.code, 1, cut.stdout);
+    t.notRegex(cut.stdout, /DIFFER|differ/);
+    t.regex(cut.stdout, /lb-1\s+lb\s+\S+\s+\w{12}\s+head\s+10m ago\s+not compared/);
+    t.regex(cut.stdout, /table digests: nothing comparable; not compared \(other reals down at the same revision\): lb-1, lb-2/);
+    t.regex(cut.stdout, /lb-1: has not written its status since lb-2 saw web\/198\.51\.100\.11 down 3m ago \(its file is 10m old\): lb-1 cannot reach Git/);
+
     // Failed: the last attempt failed (the node keeps serving the head it applied before).
     const failedAt = { revision: head, result: 'failed' as const, stage: 'apply' as const, reason: 'map update: E2BIG', at: ago(0) };
     await publish(repo, [status('lb-1', head), status('lb-2', head, { lastAttempt: failedAt, lastFailure: failedAt })]);

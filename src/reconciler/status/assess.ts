@@ -286,9 +286,11 @@ function readyText(conditions: Condition[]): string {
 /** Agreement needs two lb nodes with tables: with fewer there is nothing to compare, and saying "agree" would claim
  * a check that did not happen. */
 function digestsText(v: StatusVerdict): string {
-  const compared = v.nodes.filter((n) => n.digests !== '-').map((n) => n.node);
-  if (compared.length === 0) return 'table digests: nothing to compare (no lb node has written a status with tables)';
-  if (compared.length === 1) return `table digests: nothing to compare (only ${compared[0]} reports tables)`;
+  const reporting = v.nodes.filter((n) => n.digests !== '-').map((n) => n.node);
+  const compared = v.nodes.filter((n) => n.digests === 'agree' || n.digests === 'differ').map((n) => n.node);
+  if (reporting.length === 0) return 'table digests: nothing to compare (no lb node has written a status with tables)';
+  if (reporting.length === 1) return `table digests: nothing to compare (only ${reporting[0]} reports tables)`;
+  if (compared.length < 2) return 'table digests: nothing comparable';
   return `table digests ${v.digestsAgree ? 'agree across nodes' : 'DIFFER across nodes'}`;
 }
 
