@@ -9,17 +9,19 @@
 //     the next connection goes to a current real, and that one is remembered; a real deleted from the node too
 //   - a service without affinity and the connection-table hit path never touch lb_affinity
 //   - SNAT listeners keep the client's real the same way (the SNAT path's pick)
-//   - tables sized and resized with the connection table
+//   - tables sized and resized with the connection table; rings of an older version (no bitmap) rebuilt at load
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
-import { AFFINITY_MAPS, decodeAffinityKey, decodeAffinityValue, encodeAffinityKey, encodeAffinityValue } from '../../src/bpf/dataplane/codec.js';
+import { AFFINITY_MAPS, encodeU32, decodeAffinityKey, decodeAffinityValue, encodeAffinityKey, encodeAffinityValue } from '../../src/bpf/dataplane/codec.js';
 import { ringSlot } from '../../src/bpf/dataplane/flow-hash.js';
 import { makeState, type SvcSpec } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import type { DesiredState } from '../../src/render/state.js';
-import { applyTo } from '../lib/converge.js';
+import { applyTo, planOf } from '../lib/converge.js';
+import { BpfMap, MapType } from '../../src/bpf/libbpf.js';
+import { BPF_F_INNER_MAP, readRing } from '../../src/bpf/dataplane/rings.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xaff`;
 const SEED = 11;
@@ -216,4 +218,37 @@ test.serial('lb_affinity is resized with the connection table, its entries kept'
   await applyTo(dp!, state({ [AFF]: THREE, [PLAIN]: THREE, [SNAT]: THREE }, { conntrack: 8192 }));
   t.is(affinityTable().maxEntries, 8192);
   t.is(affinityTable().entries().length, before);
+});
+
+test.serial('rings pinned by a version without membership bitmaps are rebuilt with one at load, digests unchanged', async (t) => {
+  const d = state({ [AFF]: THREE, [PLAIN]: THREE, [SNAT]: THREE });
+  await applyTo(dp!, d);
+  // put back service 1's ring as the older version wrote it: 1 + M entries, no bitmap after them
+  const rings = dp!.object()!.map('lb_rings');
+  const inner = rings.openInner(encodeU32(AFF))!;
+  const entries = readRing(inner);
+  inner.close();
+  const old = BpfMap.create({ name: 'ring_old', type: MapType.array, keySize: 4, valueSize: 4, maxEntries: entries.length + 1, flags: BPF_F_INNER_MAP });
+  old.update(encodeU32(0), encodeU32(entries.length));
+  entries.forEach((e, i) => old.update(encodeU32(i + 1), encodeU32(e)));
+  rings.setInnerBatch([encodeU32(AFF)], [old]);
+  old.close();
+  // without a bitmap the remembered real is not trusted: the ring picks (never wrong, only not sticky)
+  const x = ringGives(THREE, portWhere(THREE, PORT[AFF]!, () => true), PORT[AFF]!);
+  await syn(nextPort - 1, PORT[AFF]!);
+  let port = portWhere(THREE, PORT[AFF]!, (r) => r !== x);
+  let moved = await syn(port, PORT[AFF]!);
+  t.deepEqual(affinityOf(moved), { affinity_real_gone: 1 });
+  dp!.close();
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  const rebuilt = dp.object()!.map('lb_rings').openInner(encodeU32(AFF))!;
+  t.true(rebuilt.maxEntries > entries.length + 1, 'the ring has its bitmap again');
+  t.deepEqual([...readRing(rebuilt)], [...entries]);
+  rebuilt.close();
+  t.deepEqual(await planOf(dp, d), [], 'same rings, nothing to re-apply');
+  const y = remembered(AFF)!.realId;
+  port = portWhere(THREE, PORT[AFF]!, (r) => r !== y);
+  moved = await syn(port, PORT[AFF]!);
+  t.deepEqual(realsOf(moved), [`real:${y}`]);
+  t.deepEqual(affinityOf(moved), { affinity_hit: 1 });
 });
