@@ -1,20 +1,22 @@
-// The `gitlb run` daemon: wires the Git source, the data plane, the reconciler, status write-back and
-// the triggers (webhook, poll, local ref watch, drift check, retry timer). Reconciles and drift checks run
-// through one SerialRunner so they never overlap and bursts of triggers coalesce. Health re-renders run in the
-// health loop (loops/health-loop.ts), a runner of their own: they never queue behind a fetch, a status push or a
-// peer read; they share only the reconciler's data-plane lock with the apply sections.
+// The `gitlb run` daemon, the composition root of one node: wires the Git source, the data plane, the reconciler,
+// status write-back, the two loops and their triggers (webhook, poll, local ref watch, drift schedule). Reconcile
+// passes and drift checks run in the revision loop (loops/revision-loop.ts), one at a time, bursts coalesced.
+// Health re-renders run in the health loop (loops/health-loop.ts), a runner of their own: they never queue behind a
+// fetch, a status push or a peer read; they share only the reconciler's data-plane lock with the apply sections.
+// Both loops reach the data plane only through converge (converge.ts).
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { Reconciler, type Outcome, type ReconcilerOptions } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
-import { readOwnLocalState, writeLocalState } from './local-state.js';
+import { readOwnLocalState } from './local-state.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';
-import { SerialRunner } from './triggers/serial-runner.js';
+import type { SerialRunner } from './triggers/serial-runner.js';
 import { HealthLoop } from './loops/health-loop.js';
+import { RevisionLoop } from './loops/revision-loop.js';
 import type { HealthChange } from './health/checker.js';
 import { withDeadline } from './source/deadline.js';
 
@@ -122,29 +124,10 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
           },
   });
 
-  let retryTimer: NodeJS.Timeout | undefined;
-  const runner = new SerialRunner(
-    {
-      reconcile: async (why) => {
-        const before = reconciler.appliedRevision;
-        const out = await reconciler.reconcile(why);
-        o.onReconcile?.(why, out);
-        if (reconciler.appliedRevision !== before || out.kind === 'applied')
-          await writeLocalState(stateFile, { node: o.node, branch: o.branch, appliedRevision: reconciler.appliedRevision, verification: reconciler.verifiedPolicy ?? null });
-        // A pushed revert is a new revision: pick it up right away instead of waiting for the next trigger.
-        if (out.kind === 'failed' && out.rollback?.pushed) runner.followUp('reconcile', 'automatic revert');
-        // Transient failures (fetch included) come back on their own, with backoff.
-        clearTimeout(retryTimer);
-        const at = reconciler.nextRetryAt;
-        if (at && !stopping.signal.aborted) retryTimer = setTimeout(() => runner.trigger('reconcile', 'retry'), Math.max(0, at.getTime() - Date.now()));
-      },
-      drift: async () => {
-        await reconciler.checkDrift();
-        reconciler.heartbeat(o.statusHeartbeatMs ?? STATUS_HEARTBEAT_MS);
-      },
-    },
-    (kind, err) => log.warn(`${kind} failed: ${(err as Error).message}`),
-  );
+  // The revision loop: reconcile passes and drift checks, one at a time, retried on the reconciler's backoff.
+  const revisionLoop = new RevisionLoop({ reconciler, node: o.node, branch: o.branch, stateFile,
+    heartbeatMs: o.statusHeartbeatMs ?? STATUS_HEARTBEAT_MS, onReconcile: o.onReconcile, log });
+  const runner = revisionLoop.runner;
 
   // The health loop: its own runner (coalescing bursts of flips), never behind the reconcile runner's Git I/O.
   const healthRunner = new HealthLoop({ rerender: (why, services) => reconciler.refreshHealth(why, services), log });
@@ -165,15 +148,15 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
         secret: o.webhook.secret,
         branch: o.branch,
         maxBodyBytes: o.webhook.maxBodyBytes,
-        onTrigger: (src) => runner.trigger('reconcile', src),
+        onTrigger: (src) => revisionLoop.trigger(src),
         log,
       });
       log.info(`webhook listening on ${webhook.url}`);
     }
-    if (o.poll) schedules.push(startSchedule({ spec: o.poll, onTick: () => runner.trigger('reconcile', 'poll') }));
-    schedules.push(startSchedule({ spec: o.drift ?? '60', onTick: () => runner.trigger('drift', 'drift check') }));
+    if (o.poll) schedules.push(startSchedule({ spec: o.poll, onTick: () => revisionLoop.trigger('poll') }));
+    schedules.push(startSchedule({ spec: o.drift ?? '60', onTick: () => revisionLoop.checkDrift() }));
     if (!isUrl(o.repo) && o.watchLocal !== false)
-      refWatch = await watchLocalBranch(remote, o.branch, (why) => runner.trigger('reconcile', why));
+      refWatch = await watchLocalBranch(remote, o.branch, (why) => revisionLoop.trigger(why));
   } catch (err) {
     for (const s of schedules) s.stop();
     await webhook?.close();
@@ -195,7 +178,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     }
   };
 
-  runner.trigger('reconcile', 'start');
+  revisionLoop.trigger('start');
   log.info(`gitlb run: node ${o.node}, ${remote.description} branch ${o.branch}`);
 
   return {
@@ -203,27 +186,26 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     runner,
     remote,
     webhook,
-    trigger: (why) => runner.trigger('reconcile', why),
+    trigger: (why) => revisionLoop.trigger(why),
     refreshHealth: (why) => healthRunner.refresh(why),
     healthChanged: (e) => healthRunner.changed(e),
     idle: async () => {
-      await runner.idle();
+      await revisionLoop.idle();
       await healthRunner.idle();
       await reconciler.flushStatus();
     },
     stop: async (opts = {}) => {
-      runner.stop();
+      revisionLoop.stop();
       healthRunner.stop();
       reconciler.stopStatusRetries();
       stopping.abort();
-      clearTimeout(retryTimer);
       for (const s of schedules) s.stop();
       await webhook?.close();
       await refWatch?.close();
-      await runner.idle();
+      await revisionLoop.idle();
       await healthRunner.idle();
       await reconciler.flushStatus();
-      clearTimeout(retryTimer); // a pass that ended after the abort set none, but be sure nothing keeps us alive
+      revisionLoop.clearRetry(); // a pass that ended after the stop set none, but be sure nothing keeps us alive
       // The last write says Stopped (Ready=False): a stopped daemon must not look Ready until its file goes stale.
       if (opts.lastStatus) reconciler.markStopped(opts.lastStatus);
       if (opts.lastStatus && o.writeStatus !== false) await lastStatusWrite(opts.lastStatus);
