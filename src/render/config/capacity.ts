@@ -39,7 +39,7 @@ export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services:
 
 /**
  * Canonical addresses of a service's reals that are not disabled, remembered per schema-valid document: documents
- * of an unchanged file are the same objects in the next revision (index.ts parseYamlCached) and are not written
+ * of an unchanged file are the same objects in the next revision (index.ts yamlMemo) and are not written
  * after their schema pass, so a revision changing one service recomputes one list of 1,000.
  */
 const enabledMemo = new WeakMap<RawService, string[]>();

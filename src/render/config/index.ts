@@ -10,6 +10,7 @@ import type { Located, RawCluster, RawNode, RawService } from './raw.js';
 import { KINDS, type Kind, describeValue, validateDocument } from './schema.js';
 import { checkSemantics, noteMissingHealthCheck, warnMissingHealthChecks, type Emit } from './semantic.js';
 import { scanYamlShape, type YamlShape } from './prescan.js';
+import { TextMemo } from './text-memo.js';
 import { type PathSegment, type YamlDocument, parseYamlFile } from './yaml-source.js';
 
 export { formatDiagnostic, type Diagnostic, type Severity } from './diagnostics.js';
@@ -47,6 +48,18 @@ export function isConfigPath(path: string): boolean {
 }
 
 export function parseConfig(files: ConfigFile[]): ParseResult {
+  const configFiles = files.filter((f) => isConfigPath(f.path)).sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  try {
+    return judge(configFiles);
+  } finally {
+    // Only this revision's files stay remembered: the paths of earlier revisions would keep their texts forever.
+    const current = new Set(configFiles.map((f) => f.path));
+    shapeMemo.retainOnly(current);
+    yamlMemo.retainOnly(current);
+  }
+}
+
+function judge(configFiles: ConfigFile[]): ParseResult {
   const diagnostics: Diagnostic[] = [];
   const at = (file: string, line: number, col: number, message: string, severity: Severity = 'error'): void => {
     diagnostics.push({ severity, file, line, col, message });
@@ -56,12 +69,11 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
     at(doc.file, pos.line, pos.col, message, severity);
   };
 
-  const configFiles = files.filter((f) => isConfigPath(f.path)).sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const documents: YamlDocument[] = [];
   const texts = sizeUp(configFiles, at);
   if (texts === null) return { model: null, diagnostics: capPerFile(diagnostics.sort(compareDiagnostics)) };
-  for (const { path, text } of texts) {
-    const parsed = parseYamlCached(path, text);
+  for (const { path, text, bytes } of texts) {
+    const parsed = yamlMemo.get(path, text, bytes, (t) => parseYamlFile(path, t));
     for (const p of parsed.problems) at(path, p.line, p.col, p.message, p.severity);
     documents.push(...parsed.documents);
     if (documents.length > LIMITS.maxDocuments) {
@@ -111,8 +123,8 @@ export function parseConfig(files: ConfigFile[]): ParseResult {
  * refused as a whole (the reasons are in `at`). A file that is refused alone (a link, too big, not UTF-8, too many
  * documents or reals) is left out, with its error, and the others are parsed.
  */
-function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: number, message: string) => void): { path: string; text: string }[] | null {
-  const out: { path: string; text: string }[] = [];
+function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: number, message: string) => void): { path: string; text: string; bytes: number }[] | null {
+  const out: { path: string; text: string; bytes: number }[] = [];
   const total = { bytes: 0, documents: 0, reals: 0, entries: 0 };
   for (const [i, file] of files.entries()) {
     if (i >= LIMITS.maxFiles) {
@@ -139,7 +151,7 @@ function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: numbe
       at(file.path, decoded.line, decoded.col, decoded.message);
       continue;
     }
-    const shape = scanCached(file.path, decoded.text);
+    const shape = shapeMemo.get(file.path, decoded.text, file.content.length, (t) => scanYamlShape(t, LIMITS.maxDocumentsPerFile));
     if (shape.documentsOverAt !== undefined) {
       at(file.path, shape.documentsOverAt, 1, `more than ${LIMITS.maxDocumentsPerFile} YAML documents in one file; refused before parsing`);
       continue;
@@ -160,7 +172,7 @@ function sizeUp(files: ConfigFile[], at: (file: string, line: number, col: numbe
       at(file.path, 1, 1, `with this file the repository holds more than ${over.join(' and more than ')} in total; refused before parsing`);
       return null;
     }
-    out.push({ path: file.path, text: decoded.text });
+    out.push({ path: file.path, text: decoded.text, bytes: file.content.length });
   }
   return out;
 }
@@ -177,37 +189,23 @@ function checkTotalReals(services: Located<RawService>[], emit: Emit): void {
   }
 }
 
-/** scanYamlShape, remembered per path like parseYamlCached: a revision usually changes a few files of many. */
-const shapeMemo = new Map<string, { text: string; shape: YamlShape }>();
-
-function scanCached(path: string, text: string): YamlShape {
-  let hit = shapeMemo.get(path);
-  if (!hit || hit.text !== text) {
-    hit = { text, shape: scanYamlShape(text, LIMITS.maxDocumentsPerFile) };
-    shapeMemo.delete(path);
-    shapeMemo.set(path, hit);
-    if (shapeMemo.size > LIMITS.maxFiles) shapeMemo.delete(shapeMemo.keys().next().value!);
-  }
-  return hit.shape;
-}
+/**
+ * Results remembered per path while the text stays the same (text-memo.ts): a revision usually changes a few files
+ * of many, and YAML parsing is most of validate's time at scale. Pure functions' results (the output is the same
+ * with or without them). The parsed documents are shared between calls: schema validation fills in defaults (only
+ * where a field is absent, so a second pass finds them and changes nothing) and nothing else writes to them. Each
+ * memo holds at most one revision's worth of text (LIMITS.maxTotalBytes) and, after each parseConfig, only the
+ * paths of that revision.
+ */
+const shapeMemo = new TextMemo<YamlShape>(LIMITS.maxTotalBytes);
+const yamlMemo = new TextMemo<ReturnType<typeof parseYamlFile>>(LIMITS.maxTotalBytes);
 
 /**
- * parseYamlFile, remembered per path while the text stays the same: a revision usually changes a few files of
- * many, and YAML parsing is most of validate's time at scale. A pure function's results (the output is the same
- * with or without it). The documents are shared between calls: schema validation fills in defaults (only where a
- * field is absent, so a second pass finds them and changes nothing) and nothing else writes to them.
+ * What the config memos hold now, in bytes of file text, and how many files were parsed since the process started
+ * (for tests: the bytes stay bounded over any series of revisions, and an unchanged file is not parsed again).
  */
-const yamlMemo = new Map<string, { text: string; result: ReturnType<typeof parseYamlFile> }>();
-
-function parseYamlCached(path: string, text: string): ReturnType<typeof parseYamlFile> {
-  let hit = yamlMemo.get(path);
-  if (!hit || hit.text !== text) {
-    hit = { text, result: parseYamlFile(path, text) };
-    yamlMemo.delete(path);
-    yamlMemo.set(path, hit);
-    if (yamlMemo.size > LIMITS.maxFiles) yamlMemo.delete(yamlMemo.keys().next().value!);
-  }
-  return hit.result;
+export function configMemoStats(): { shapeBytes: number; yamlBytes: number; files: number; parses: number } {
+  return { shapeBytes: shapeMemo.bytes, yamlBytes: yamlMemo.bytes, files: yamlMemo.size, parses: yamlMemo.computations };
 }
 
 /** Schema verdicts of documents remembered from an unchanged file (same objects: see parseYamlCached). */
