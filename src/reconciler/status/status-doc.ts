@@ -197,7 +197,7 @@ export function statusCommitMessage(s: NodeStatus, why: string, previous: NodeSt
   const head = !a
     ? `started${s.appliedRevision ? `, ${serving}` : ''}`
     : recorded
-      ? `${oneLine(why).slice(0, 60)}, ${serving}`
+      ? `${subjectReason(why)}, ${serving}`
       : `${a.result} ${a.revision.slice(0, 12)}${a.stage ? ` at ${a.stage}` : ''}`;
   const body = [
     `node: ${s.node}`,
@@ -210,6 +210,22 @@ export function statusCommitMessage(s: NodeStatus, why: string, previous: NodeSt
 
 function sameAttempt(a: StatusAttempt, b: StatusAttempt): boolean {
   return a.revision === b.revision && a.result === b.result && a.at === b.at && a.stage === b.stage;
+}
+
+/**
+ * The reason in a subject line, at most `max` characters. Reasons are coalesced (`web/10.0.0.1 unknown -> up;
+ * dns/10.0.0.2 unknown -> up, ...`): a long one keeps its first parts whole and counts the rest, so a subject never
+ * ends mid-word; the body's `trigger:` line has the whole reason.
+ */
+export function subjectReason(why: string, max = 60): string {
+  const line = why.replace(/\s+/g, ' ').trim();
+  if (line.length <= max) return line;
+  const cuts = [...line.matchAll(/[;,] /g)].map((m) => m.index);
+  for (let i = cuts.length - 1; i >= 0; i--) {
+    const kept = `${line.slice(0, cuts[i])} (+${cuts.length - i} more)`;
+    if (kept.length <= max) return kept;
+  }
+  return `${line.slice(0, max - 3)}...`;
 }
 
 function oneLine(s: string): string {
