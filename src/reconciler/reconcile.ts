@@ -91,7 +91,7 @@ export interface ReconcilerOptions {
    * (adopted at start).
    */
   lastVerified?: { revision: string; verification?: RecordedPolicy } | null;
-  /** A commit the operator allows a rewind to under `enforce` (--allow-rewind-to; full or unambiguous hex). */
+  /** A commit the operator allows a rewind to under `enforce` (--allow-rewind-to; the full 40-hex id). */
   allowRewindTo?: string;
   health?: () => HealthView | undefined;
   preApplyGate?: PreApplyGate;

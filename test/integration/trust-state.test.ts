@@ -188,8 +188,8 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   t.is(lb.appliedRevision, c3, 'last good kept');
   t.deepEqual(await dp.readLive(), live, 'data plane untouched');
 
-  // Restarted with --allow-rewind-to c2 (abbreviated) while the unsigned commit is on top: still refused, as unsigned.
-  const allowed = (rev: string, on = dp) => node(r, on, cache, { trust: k.trust, lastVerified: { revision: c3, verification: { mode: 'enforce', formats: ['ssh', 'openpgp'], signersFile: 'trust/allowed_signers' } }, allowRewindTo: rev.slice(0, 10) });
+  // Restarted with --allow-rewind-to c2 while the unsigned commit is on top: still refused, as unsigned.
+  const allowed = (rev: string, on = dp) => node(r, on, cache, { trust: k.trust, lastVerified: { revision: c3, verification: { mode: 'enforce', formats: ['ssh', 'openpgp'], signersFile: 'trust/allowed_signers' } }, allowRewindTo: rev });
   const lb2 = allowed(c2);
   const o3 = await lb2.reconcile('t');
   t.true(o3.kind === 'failed' && o3.stage === 'verify', brief(o3));
@@ -197,13 +197,18 @@ test('force-push rewind under enforce: refused (NonFastForward) with the unsigne
   t.is(cond(lb2, 'Stalled')?.reason, 'VerificationFailed');
   t.deepEqual(await dp.readLive(), live);
 
-  // The branch back at c2: the allowed rewind applies (said in the warnings); the unsigned commit on top is refused.
+  // An abbreviated id allows nothing, not even the tip it abbreviates (a tip matching a short prefix is easy to grind).
   await git(r.work, 'reset', '-q', '--hard', c2);
   await push(r, true);
+  const short = await allowed(c2.slice(0, 10), new MemoryDataPlane()).reconcile('t');
+  t.true(short.kind === 'failed' && short.stage === 'verify', brief(short));
+  if (short.kind === 'failed') t.regex(short.reason, new RegExp(`it is not --allow-rewind-to ${c2.slice(0, 10)} nor one of its descendants`));
+
+  // The branch back at c2, allowed by its full id: the rewind applies (said in the warnings); the unsigned commit on top is refused.
   const lb3 = allowed(c2, new MemoryDataPlane());
   const o4 = await lb3.reconcile('t');
   t.is(o4.kind, 'applied', brief(o4));
-  if (o4.kind === 'applied') t.regex(o4.warnings.join('\n'), new RegExp(`rewind allowed by --allow-rewind-to ${c2.slice(0, 10)}: ${c2.slice(0, 12)} does not descend`));
+  if (o4.kind === 'applied') t.regex(o4.warnings.join('\n'), new RegExp(`rewind allowed by --allow-rewind-to ${c2}: ${c2.slice(0, 12)} does not descend`));
   t.is(lb3.appliedRevision, c2);
   await git(r.work, 'reset', '-q', '--hard', unsigned);
   await push(r, true);
@@ -301,6 +306,49 @@ test('a signer revoked in the verified history does not come back through a fork
   t.is(lb.appliedRevision, byBob);
 });
 
+test('an allowed rewind may not bring a revoked signer back: refused when the target\'s signers list trusts a key the verified one does not', async (t) => {
+  const r = await repo();
+  const k = await keys('rewind-revoked');
+  const list = (...lines: string[]) => ({ 'trust/allowed_signers': `${lines.join('\n')}\n` });
+  const enforce = (reals = REALS) => config({ verification: '{ mode: enforce }', reals });
+  await signedCommit(r.work, { ...enforce(), ...list(signerLine('alice@example.com', k.alice), signerLine('bob@example.com', k.bob)) }, 'team: alice and bob', { ssh: k.alice });
+  const c2 = await signedCommit(r.work, enforce([...REALS, '198.51.100.12']), 'add a real', { ssh: k.alice });
+  const c3 = await signedCommit(r.work, list(signerLine('alice@example.com', k.alice)), 'revoke bob', { ssh: k.alice });
+  await push(r);
+  const dp = new MemoryDataPlane();
+  const cache = await dir('rwr-cache');
+  const lb = node(r, dp, cache, { trust: k.trust });
+  t.is((await lb.reconcile('t')).kind, 'applied');
+  t.is(lb.appliedRevision, c3);
+  const live = await dp.readLive();
+
+  // The operator rolls back to c2 (signed by alice), whose list still holds bob: refused, naming bob's entry.
+  await git(r.work, 'reset', '-q', '--hard', c2);
+  await push(r, true);
+  const lastVerified = { revision: c3, verification: lb.verifiedPolicy };
+  const lb2 = node(r, dp, cache, { trust: k.trust, lastVerified, allowRewindTo: c2 });
+  const o1 = await lb2.reconcile('t');
+  t.true(o1.kind === 'failed' && o1.stage === 'verify', brief(o1));
+  if (o1.kind === 'failed') t.regex(o1.reason, new RegExp(`rewind to ${c2.slice(0, 12)} would trust signers the last verified revision ${c3.slice(0, 12)} does not \\(trust/allowed_signers: bob@example.com \\(trust/allowed_signers@${c2.slice(0, 12)}:2\\)\\)`));
+  t.is(cond(lb2, 'Stalled')?.reason, 'NonFastForward');
+  t.is(lb2.appliedRevision, c3);
+  // So bob's commit on top of c2 is not applied either.
+  await signedCommit(r.work, enforce(['198.51.100.66']), 'bob is back', { ssh: k.bob });
+  await push(r);
+  const o2 = await lb2.reconcile('t');
+  t.true(o2.kind === 'failed' && o2.stage === 'verify', brief(o2));
+  t.deepEqual(await dp.readLive(), live, 'data plane untouched');
+
+  // Benign: a rewind to a commit on top of c2 that revokes bob again (signed by alice) is allowed and applies.
+  await git(r.work, 'reset', '-q', '--hard', c2);
+  const c2b = await signedCommit(r.work, list(signerLine('alice@example.com', k.alice)), 'revoke bob on the old line', { ssh: k.alice });
+  await push(r, true);
+  const lb3 = node(r, new MemoryDataPlane(), cache, { trust: k.trust, lastVerified, allowRewindTo: c2b });
+  const o3 = await lb3.reconcile('t');
+  t.is(o3.kind, 'applied', brief(o3));
+  t.is(lb3.appliedRevision, c2b);
+});
+
 test('the policy in force is kept in the local state: a node that lost its Git cache still enforces its last verified policy', async (t) => {
   // No --trust: the repository's own list and `mode: enforce` are the node's only trust (trust on first use).
   const r = await repo();
@@ -339,8 +387,10 @@ test('the policy in force is kept in the local state: a node that lost its Git c
   t.is(d3.reconciler.appliedRevision, signed, brief(d3.reconciler.lastOutcome));
 });
 
-test('gitlb run --allow-rewind-to takes a commit id in hex only', async (t) => {
-  const bad = await cli('run', '--repo', '/nonexistent', '--node', 'lb-1', '--role', 'lb', '--once', '--allow-rewind-to', 'HEAD~1');
-  t.is(bad.code, 2, bad.stdout);
-  t.regex(bad.stdout, /--allow-rewind-to.*expected a commit id \(4 to 40 hex digits\)/);
+test('gitlb run --allow-rewind-to takes a full 40-hex commit id only', async (t) => {
+  for (const rev of ['HEAD~1', 'abcd', 'a'.repeat(39)]) {
+    const bad = await cli('run', '--repo', '/nonexistent', '--node', 'lb-1', '--role', 'lb', '--once', '--allow-rewind-to', rev);
+    t.is(bad.code, 2, bad.stdout);
+    t.regex(bad.stdout, /--allow-rewind-to.*expected a full 40-character commit id/);
+  }
 });

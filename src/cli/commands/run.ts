@@ -43,12 +43,6 @@ function commitId(text: string): string {
   return text;
 }
 
-/** A commit id, full or abbreviated (at least 4 hex digits); an ambiguous one is refused when it is used. */
-function commitHex(text: string): string {
-  if (!/^[0-9a-fA-F]{4,40}$/.test(text)) throw new InvalidArgumentError('expected a commit id (4 to 40 hex digits)');
-  return text.toLowerCase();
-}
-
 /** Schedules are checked while parsing, so a typo is a usage error before anything starts. */
 function schedule(spec: string): string {
   try {
@@ -103,7 +97,7 @@ function defineRun(cmd: Command): void {
     .addOption(new Option('--log-level <level>', 'least severe level logged').choices([...LOG_LEVELS]).default('info'))
     .option('--trust <file>', 'root of trust for commit signatures: SSH allowed_signers lines and/or armored OpenPGP public keys; every new commit must then be signed (docs/verification.md)')
     .option('--trust-from <commit>', 'full id of a commit whose history counts as verified while this node has no local state (<cache-dir>/state.json) of its own (repositories with unsigned history from before signing)', commitId)
-    .option('--allow-rewind-to <commit>', 'under verification mode enforce, allow the branch to be rewound to this commit (full or unambiguous hex) or a descendant of it, which must still verify and may not lower the policy; without it a tip that does not descend from the last verified revision is refused (NonFastForward)', commitHex)
+    .option('--allow-rewind-to <commit>', 'under verification mode enforce, allow the branch to be rewound to this commit (its full 40-character id) or a descendant of it, which must still verify, may not lower the policy and may not add a signer; without it a tip that does not descend from the last verified revision is refused (NonFastForward)', commitId)
     .option('--signing-key <file>', "sign this node's status and automatic-revert commits (unencrypted OpenSSH or OpenPGP private key)")
     .option('--once', 'reconcile once, print the outcome and exit', false);
 }

@@ -11,8 +11,8 @@ import git from 'isomorphic-git';
 import { parseConfig } from '../../render/config/index.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { ancestry, readCommitInfo, readRevisionFiles, type Ancestry } from '../source/git-objects.js';
-import { DEFAULT_POLICY, verifyRange, type VerificationPolicy, type VerificationMode } from './verify-range.js';
-import { EMPTY_TRUST, type Trust } from './trust.js';
+import { DEFAULT_POLICY, readSignersList, verifyRange, type VerificationPolicy, type VerificationMode } from './verify-range.js';
+import { EMPTY_TRUST, trustAdded, type Trust } from './trust.js';
 import { describeVerdict, type CommitVerdict } from './verdict.js';
 import type { AppliedCommit, StatusVerification } from '../status/status-doc.js';
 
@@ -52,14 +52,16 @@ export function policyLowering(current: VerificationPolicy, next: VerificationPo
 const MAX_LISTED = 5;
 const MAX_DEPTH = 4096;
 
-/** The full id of `--allow-rewind-to` (full or unambiguous hex) in the cache, deepening it until it is there. */
-async function resolveRewindTarget(remote: GitRemote, branch: string, head: string, prefix: string): Promise<string | null> {
-  if (head.startsWith(prefix)) return head;
+/** `--allow-rewind-to` in the cache, deepening it until it is there; null when it is not there or not a full id
+ *  (an abbreviated one is refused: a tip matching a short prefix is easy to grind). */
+async function resolveRewindTarget(remote: GitRemote, branch: string, head: string, id: string): Promise<string | null> {
+  if (!/^[0-9a-f]{40}$/.test(id)) return null;
+  if (head === id) return head;
   for (let extra = 16; ; extra *= 2) {
     try {
-      return await git.expandOid({ fs, gitdir: remote.gitdir, oid: prefix });
-    } catch (err) {
-      if ((err as { code?: string }).code === 'AmbiguousError') throw new Error(`--allow-rewind-to ${prefix} is ambiguous: give more digits`);
+      return await git.expandOid({ fs, gitdir: remote.gitdir, oid: id });
+    } catch {
+      // not (yet) in the shallow cache
     }
     if (extra > MAX_DEPTH) return null;
     await remote.deepen(branch, extra);
@@ -76,7 +78,7 @@ export async function checkRevision(o: {
   trustFrom: string | null;
   /** The policy in force: policyFor(the last verified revision's policy, --trust given). */
   policy: VerificationPolicy;
-  /** --allow-rewind-to: a commit the operator allows a rewind to (full or unambiguous hex). */
+  /** --allow-rewind-to: the full id of a commit the operator allows a rewind to. */
   allowRewindTo: string | null;
   /** Subdirectory of the config (--path), to read a rewind target's policy. */
   configPath?: string;
@@ -154,6 +156,16 @@ export async function checkRevision(o: {
     const next = await policyAtRevision(remote.gitdir, head, o.configPath);
     const lowered = next === undefined ? null : policyLowering(policy, policyFor(next, o.root !== null));
     if (lowered) return refuse('NonFastForward', `rewind to ${head.slice(0, 12)} would lower the verification policy (${lowered}): only a verified commit descending from ${o.verified!.slice(0, 12)} may`, rewound);
+    // After the rewind the tip is the base, and its signers list the one in force: it may not trust a key the
+    // last verified revision's list does not (a revoked signer would be back). Unreadable there counts as empty.
+    const added = trustAdded(
+      await readSignersList(remote.gitdir, o.verified!, policy.signersFile, []),
+      await readSignersList(remote.gitdir, head, policy.signersFile, []),
+    );
+    if (added.length) {
+      const listed = added.slice(0, MAX_LISTED).join(', ') + (added.length > MAX_LISTED ? ` and ${added.length - MAX_LISTED} more` : '');
+      return refuse('NonFastForward', `rewind to ${head.slice(0, 12)} would trust signers the last verified revision ${o.verified!.slice(0, 12)} does not (${policy.signersFile}: ${listed}): only a verified commit descending from it may add a signer`, rewound);
+    }
   }
   return { refused: false, refusal: null, reason: '', firstFailure: null, warnings, status, commit, rewound };
 }

@@ -61,3 +61,19 @@ export function intersectTrust(sets: Trust[]): Trust {
     problems: [],
   };
 }
+
+/** An entry's identity for "does the other list hold it": the key and what limits it (namespaces, validity); the
+ *  principals are only names. For OpenPGP the whole key as written, so a copy without its revocation differs. */
+const sshEntryId = (s: AllowedSigner) =>
+  [sshId(s), s.namespaces ? [...s.namespaces].sort().join(',') : '*', s.validAfter?.getTime() ?? '', s.validBefore?.getTime() ?? ''].join(' ');
+const pgpEntryId = (k: openpgp.PublicKey) => Buffer.from(k.write()).toString('base64');
+
+/** Where `next` trusts more than `current`: its entries `current` does not hold identically (file:line or fingerprint). */
+export function trustAdded(current: Trust, next: Trust): string[] {
+  const ssh = new Set(current.ssh.map(sshEntryId));
+  const pgp = new Set(current.pgp.map(pgpEntryId));
+  return [
+    ...next.ssh.filter((s) => !ssh.has(sshEntryId(s))).map((s) => `${s.principals.join(',')} (${s.source})`),
+    ...next.pgp.filter((k) => !pgp.has(pgpEntryId(k))).map((k) => `OpenPGP ${k.getFingerprint().toUpperCase()}`),
+  ];
+}

@@ -87,7 +87,8 @@ export async function verifyRange(r: RangeRequest): Promise<RangeVerification> {
   return { verdicts, failures: verdicts.filter((v) => !v.ok), notes: [...new Set(notes)] };
 }
 
-async function readSignersList(gitdir: string, oid: string, path: string | null, notes: string[]): Promise<Trust> {
+/** The signers list at a revision (`path` null: none; missing or unreadable: empty, with a note). */
+export async function readSignersList(gitdir: string, oid: string, path: string | null, notes: string[]): Promise<Trust> {
   if (!path) return EMPTY_TRUST;
   let blob: Uint8Array | null;
   try {
