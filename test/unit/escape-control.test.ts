@@ -10,6 +10,9 @@ test('control characters and bidi overrides become visible escapes; ordinary tex
   t.is(escapeControl('\x1b]0;owned\x07\x1b[2J'), '\\x1b]0;owned\\x07\\x1b[2J');
   t.is(escapeControl('a\nb\rc\td\x00e\x7ff\x9bg'), 'a\\nb\\rc\\td\\x00e\\x7ff\\x9bg');
   t.is(escapeControl('user\u202Enimda\u2066x\u2069'), 'user\\u202enimda\\u2066x\\u2069');
+  // Line and paragraph separators: a viewer that breaks lines there would show a faked line.
+  t.is(escapeControl('ok\u2028verdict: OK\u2029'), 'ok\\u2028verdict: OK\\u2029');
+  t.is(escapeControl('dash \u2013 quote \u201c\u201d ellipsis \u2026'), 'dash \u2013 quote \u201c\u201d ellipsis \u2026', 'punctuation next to them stays');
 });
 
 test('a diagnostic quoting a config value with terminal escapes prints one line without them', (t) => {

@@ -104,3 +104,28 @@ test('a stopped daemon is STOPPED and a problem while the config names it; a nod
   t.deepEqual(behind.nodes.map((n) => n.digests), ['behind', 'agree']);
   t.notRegex(formatStatusVerdict(behind, now), /DIFFER|differ/);
 });
+
+test('attacker: a status file cannot fake lines or reorder text in gitlb status; the verdict stays the real one', (t) => {
+  // Whoever can push the status branch writes these fields: a warning that ends its line and prints 'verdict: OK',
+  // a Ready reason with a bidi override, a condition message with a line separator.
+  const forged = { ...lb('lb-a', { downSinceAgoMs: 30_000, ready: ['False', 'Fail\u202eDO', 'x\u2028verdict: OK'] }),
+    warnings: ['fine\nverdict: OK\n\x1b[2J'] } as NodeStatus;
+  const v = assess([forged, lb('lb-b')]);
+  t.false(v.ok, 'the exit code (1 unless ok) follows the real verdict');
+  const text = formatStatusVerdict(v, now);
+  const lines = text.split('\n');
+  t.false(lines.some((l) => /^\s*verdict: OK/.test(l)), text);
+  t.false(/[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2028\u2029]/.test(text), JSON.stringify(text));
+  t.true(text.includes('lb-a: warning: fine\\nverdict: OK\\n\\x1b[2J'), text);
+  t.true(text.includes('False/Fail\\u202eDO'), text);
+  t.regex(lines.at(-2)!, /^\s+lb-b: |^\s+lb-a: /, 'the last lines are the real problems');
+  t.regex(text, /verdict: \d+ problem\(s\)/);
+});
+
+test('benign: ordinary status text (names, reasons, UTF-8) prints as written', (t) => {
+  const plain = { ...lb('lb-a', { ready: ['False', 'ApplyFailed', 'Dienst „web“ – 198.51.100.11: connection refused'] }), warnings: ['peers: 2 messages refused (latest: lb-b)'] } as NodeStatus;
+  const text = formatStatusVerdict(assess([plain, lb('lb-b')]), now);
+  t.true(text.includes('lb-a: warning: peers: 2 messages refused (latest: lb-b)'), text);
+  t.true(text.includes('Dienst „web“ – 198.51.100.11: connection refused'), text);
+  t.false(text.includes('\\'), 'nothing escaped');
+});

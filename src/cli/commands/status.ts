@@ -8,6 +8,7 @@ import { assessStatus, formatStatusVerdict } from '../../reconciler/status/asses
 import { readCommitInfo, readRevisionFiles } from '../../reconciler/source/git-objects.js';
 import type { GitRemote } from '../../reconciler/source/git-remote.js';
 import { parseConfig } from '../../render/config/index.js';
+import { escapeControl } from '../../render/escape.js';
 
 interface StatusOptions extends StatusReadOptions {
   format: 'text' | 'json';
@@ -58,7 +59,7 @@ than --behind-grace (also when the status cannot be read); 2 usage error.`,
   async run(opts) {
     const now = new Date();
     const { statuses, config } = await withStatusBranch(statusBranchOptions(opts), async (r, statusBranch, configTip) => ({
-      statuses: await readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${problem}\n`)),
+      statuses: await readAllStatuses(r, statusBranch, (problem) => process.stderr.write(`gitlb status: skipped ${escapeControl(problem)}\n`)),
       config: await configHead(r, configTip, opts.path),
     }),
     );

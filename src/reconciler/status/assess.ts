@@ -5,6 +5,7 @@
 // and health view hold different table digests. lb nodes at different revisions (a rolling change) are revision
 // skew, not a digest disagreement: a problem only when it outlasts the behind grace. A node whose file predates a
 // health flip another lb node reports is named: it has not been able to write to Git since.
+import { escapeControl } from '../../render/escape.js';
 import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
 import { digestKey, formatTable, healthView, lbDigestsByService, lbRevisions } from './status-report.js';
@@ -308,7 +309,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
     String(n.unhealthy.length),
     n.failed ? `${n.failed.revision.slice(0, 12)} ${n.failed.stage ?? ''}: ${n.failed.reason ?? ''}`.replace(/\s+/g, ' ') : '',
   ]);
-  const out = [formatTable(['NODE', 'ROLE', 'XDP', 'APPLIED', 'BRANCH', 'UPDATED', 'DIGESTS', 'READY', 'UNHEALTHY', 'LAST ERROR'], rows)];
+  const out = [formatTable(['NODE', 'ROLE', 'XDP', 'APPLIED', 'BRANCH', 'UPDATED', 'DIGESTS', 'READY', 'UNHEALTHY', 'LAST ERROR'], rows.map((r) => r.map(escapeControl)))];
   const details: string[] = [];
   for (const n of v.nodes) {
     if (n.unhealthy.length) details.push(`${n.node}: unhealthy reals: ${n.unhealthy.join(', ')}`);
@@ -330,16 +331,11 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   const unlike = v.nodes.filter((n) => n.digests === 'not compared').map((n) => n.node);
   const notCompared = unlike.length ? `; not compared (other reals down at the same revision): ${unlike.join(', ')}` : '';
   const summary = `${v.nodes.length} node(s); ${head}; ${digests}${notCompared}`;
-  const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${p}`).join('\n')}`;
-  return printable([...out, ...details.map((d) => d + '\n'), formatBgpSection(v.nodes), summary + '\n', verdict + '\n'].join(''));
-}
-
-/**
- * Status files are written by other nodes and quote config text (failure reasons): control characters other than
- * the newline are shown as \xNN, so no escape sequence reaches the operator's terminal.
- */
-export function printable(text: string): string {
-  return text.replace(/[\x00-\x09\x0b-\x1f\x7f-\x9f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  const verdict = v.ok ? 'verdict: OK' : `verdict: ${v.problems.length} problem(s)\n${v.problems.map((p) => `  ${escapeControl(p)}`).join('\n')}`;
+  // Status files are written by whoever can push the status branch and quote config text (failure reasons): every
+  // line built from them is escaped on its own (escape.ts) before the lines are joined, so a field cannot end its
+  // line and fake another ('verdict: OK'), move the cursor or read differently (bidi overrides).
+  return [...out, ...details.map((d) => escapeControl(d) + '\n'), formatBgpSection(v.nodes), escapeControl(summary) + '\n', verdict + '\n'].join('');
 }
 
 /** The peer channel's warning in a node's status (health.peers.warning), if any. */

@@ -2,6 +2,7 @@
 // read from the status files' `bgp` mapping (docs/bgp.md). Status files are input: malformed entries are skipped
 // and texts are capped.
 import type { NodeStatus } from './status-doc.js';
+import { escapeControl } from '../../render/escape.js';
 import { formatTable } from '../text-table.js';
 
 export interface NodeBgpVerdict {
@@ -26,5 +27,5 @@ export function formatBgpSection(nodes: { node: string; bgp?: NodeBgpVerdict }[]
     for (const v of n.bgp?.vips ?? []) rows.push([n.node, v.vip, v.state]);
     if (n.bgp?.birdError) rows.push([n.node, '(BIRD)', `error: ${n.bgp.birdError}`]);
   }
-  return rows.length === 0 ? '' : 'BGP announcements:\n' + formatTable(['NODE', 'VIP', 'BGP'], rows);
+  return rows.length === 0 ? '' : 'BGP announcements:\n' + formatTable(['NODE', 'VIP', 'BGP'], rows.map((r) => r.map(escapeControl)));
 }
