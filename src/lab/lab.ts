@@ -303,7 +303,9 @@ async function buildNetwork(state: LabState, vipsOnLo: boolean, log: (s: string)
     for (const m of plan.multipath.filter((x) => x.ns === short)) cmds.push(multipathRouteArgs(m.dest, m.hops));
   });
   await warmNeighbours(state);
-  log(`links, routes and ECMP (${plan.multipath.map((m) => m.dest).join(', ') || 'none'}) in place`);
+  // With BGP the router has no static ECMP route: it learns the VIPs from the lb nodes' BIRD once they announce.
+  const ecmp = plan.multipath.map((m) => m.dest).join(', ') || (plan.bird ? 'learnt by BGP once BIRD runs' : 'none');
+  log(`links, routes and ECMP (${ecmp}) in place`);
 }
 
 /**
