@@ -7,6 +7,7 @@ import { createServer, request as httpRequest, type IncomingHttpHeaders, type Se
 import { randomBytes } from 'node:crypto';
 import { startPeerChannel, secretAuth, PeerError, type PeerChannel, type PeerAddress, type RejectReason } from '../../src/reconciler/peer/index.js';
 import { newNonce, PEER_PATH_PREFIX, seal, type Envelope } from '../../src/reconciler/peer/frame.js';
+import { NonceWindow } from '../../src/reconciler/peer/replay.js';
 
 const SECRET = randomBytes(32).toString('base64');
 const OTHER = randomBytes(32).toString('base64');
@@ -153,4 +154,47 @@ test('a peer that is not in the config cannot be asked, and an unreachable one i
   book.find((p) => p.node === 'lb-2')!.url = url;
   const err = await t.throwsAsync(lb1.ch.request('lb-2', 'echo', null, { timeoutMs: 1000 }), { instanceOf: PeerError });
   t.is(err?.reason, 'unreachable');
+});
+
+test('one peer filling its nonce window never makes another peer\'s messages replays', (t) => {
+  const w = new NonceWindow(40_000, 3);
+  const now = Date.now();
+  for (let i = 0; i < 3; i++) t.true(w.admit('lb-1', `n${i}`, now, now));
+  t.false(w.admit('lb-1', 'n3', now, now), 'lb-1 is held to its own capacity');
+  t.true(w.admit('lb-2', 'n0', now, now), 'lb-2 has a window of its own: the same nonce text is not a replay of lb-1\'s');
+  t.true(w.admit('lb-2', 'm1', now, now));
+  t.false(w.admit('lb-2', 'm1', now, now), 'a replay of lb-2 is still refused');
+  t.true(w.admit('lb-1', 'n3', now + 40_001, now + 40_001), 'a window later lb-1 is admitted again');
+});
+
+test('a message refused for its rate is not remembered (a flood fills no nonce memory); a replay costs no rate', async (t) => {
+  const { lb2, book } = await pair(t);
+  lb2.ch.serve('small', () => 'ok', { ratePerSec: 2, burst: 1 });
+  const url = book.find((p) => p.node === 'lb-2')!.url;
+  const body = Buffer.from('1');
+  const e = { kind: 'small', from: 'lb-1', to: 'lb-2' };
+  const first = sealed(SECRET, e, body);
+  t.is((await post(url, 'small', first, body)).status, 200);
+  const second = sealed(SECRET, e, body);
+  t.is((await post(url, 'small', second, body)).status, 429, 'over the rate');
+  t.is((await post(url, 'small', first, body)).status, 401, 'a replay is refused as one, before the rate');
+  await new Promise((r) => setTimeout(r, 700));
+  t.is((await post(url, 'small', second, body)).status, 200, 'the refused message was not remembered');
+  t.is((await post(url, 'small', second, body)).status, 401, 'once accepted it is');
+  t.deepEqual(lb2.rejected.map((r) => r.reason), ['rate-limited', 'replay', 'replay']);
+});
+
+test('a message dated before the daemon started is refused: a restart does not reopen the replay window', async (t) => {
+  const { book } = await pair(t);
+  const body = Buffer.from('null');
+  const genuine = sealed(SECRET, { kind: 'echo', from: 'lb-1', to: 'lb-2' }, body);
+  t.is((await post(book.find((p) => p.node === 'lb-2')!.url, 'echo', genuine, body)).status, 200);
+  await new Promise((r) => setTimeout(r, 5));
+  // lb-2 restarts: a new channel, its nonces (in memory) gone
+  const restarted = await node(t, 'lb-2', () => book.filter((p) => p.node !== 'lb-2'));
+  restarted.ch.serve('echo', (from, b) => ({ from, body: b }));
+  t.is((await post(restarted.ch.url, 'echo', genuine, body)).status, 401, 'the recorded message replayed into the restarted daemon');
+  t.deepEqual(restarted.rejected.map((r) => r.reason), ['stale']);
+  const fresh = sealed(SECRET, { kind: 'echo', from: 'lb-1', to: 'lb-2' }, body);
+  t.is((await post(restarted.ch.url, 'echo', fresh, body)).status, 200, 'a new message after the restart passes');
 });

@@ -97,7 +97,7 @@ export async function startPeerChannel(o: PeerChannelOptions): Promise<PeerChann
   const kinds = new Map<string, { handler: PeerHandler; maxBodyBytes: number; rate: RateBound }>();
   const isPeer = (node: string) => o.peers().some((p) => p.node === node);
   const listening = await startPeerServer({
-    node: o.node, auth: o.auth, skewMs, now, isPeer, kinds, log: o.log,
+    node: o.node, auth: o.auth, skewMs, now, startedAt: now(), isPeer, kinds, log: o.log,
     // Twice the window: a message may be dated up to one window ahead and is refused one window after its time.
     nonces: new NonceWindow(2 * skewMs),
     rejected: rejected('in'),

@@ -1,6 +1,6 @@
 // The listening side of the peer channel: one HTTP listener (http-limits.ts: deadlines, connection cap) that
 // accepts POST /v1/peer/<kind> only when the message is authentic, addressed to this node, from another lb node,
-// inside the skew window, never seen before, within the kind's size cap and the sender's rate, and answers with a
+// inside the skew window and not dated before the channel started, never seen before, within the kind's size cap and the sender's rate, and answers with a
 // message bound to the request (frame.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createLimitedServer, listenHttp, type Listening } from '../http-limits.js';
@@ -26,6 +26,8 @@ export interface ServerContext {
   auth: PeerAuth;
   skewMs: number;
   now(): number;
+  /** When this daemon's channel started (local ms): older messages are refused as 'stale'. */
+  startedAt: number;
   isPeer(node: string): boolean;
   kinds: Map<string, ServedKind>;
   nonces: NonceWindow;
@@ -86,8 +88,12 @@ async function handle(ctx: ServerContext, req: IncomingMessage, res: ServerRespo
   const now = ctx.now();
   const late = timeProblem(e.time, now, ctx.skewMs);
   if (late) return refuse(late, e.from, `dated ${new Date(e.time).toISOString()}, ${Math.round((e.time - now) / 1000)} s from the local clock (window ±${ctx.skewMs / 1000} s)`);
-  if (!ctx.nonces.admit(e.from, e.nonce, e.time, now)) return refuse('replay', e.from, 'nonce already seen');
+  // Nonces are kept in memory only: a message dated before this daemon started could be one it saw before a restart.
+  if (e.time < ctx.startedAt) return refuse('stale', e.from, `dated ${new Date(e.time).toISOString()}, before this daemon started`);
+  if (ctx.nonces.seen(e.from, e.nonce, now)) return refuse('replay', e.from, 'nonce already seen');
+  // The rate before the nonce is remembered: a sender over its bound fills no memory (its own window, replay.ts).
   if (!served.rate.take(e.from, now)) return refuse('rate-limited', e.from, `more than its bound of '${kind}' requests`);
+  if (!ctx.nonces.remember(e.from, e.nonce, e.time, now)) return refuse('replay', e.from, 'nonce already seen, or its window is full');
   let doc: unknown;
   try {
     doc = JSON.parse(body.toString('utf8'));
