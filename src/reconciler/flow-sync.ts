@@ -49,8 +49,8 @@ export interface FlowSyncOptions {
   object: () => BpfObject | null;
   /** The applied desired state: which reals each service lists. */
   desired: () => DesiredState | null;
-  /** The other lb nodes' SNAT addresses (the applied config): translations they own may be carried here. */
-  peerSnatAddresses?: () => ReadonlySet<string>;
+  /** An lb node's own SNAT address (the applied config): a peer's translations are accepted only with the sender's. */
+  snatAddressOf?: (node: string) => string | undefined;
   log?: { warn(m: string): void };
   now?: () => number;
   limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
@@ -246,7 +246,7 @@ export class FlowSync {
     const granted = this.budget.take(from, n, this.now());
     const over = n - granted;
     const take = { ct: entries.ct.slice(0, granted), snat: entries.snat.slice(0, Math.max(0, granted - entries.ct.length)) };
-    const r = importFlows(obj, take, serviceRealsOf(this.o.desired()), this.o.peerSnatAddresses?.());
+    const r = importFlows(obj, take, serviceRealsOf(this.o.desired()), from === this.o.node ? undefined : this.o.snatAddressOf?.(from));
     this.delta.remember(r.keys);
     const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
     if (over > 0) refused['rate-limited'] = over;

@@ -203,9 +203,8 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
     peers: () => lbPeers(d.reconciler.appliedConfig, o.node, 0).map((p) => p.node),
     object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
     desired: () => d.reconciler.desired,
-    peerSnatAddresses: () => new Set((d.reconciler.appliedConfig?.nodes ?? [])
-      .filter((n) => n.spec.role === 'lb' && n.metadata.name !== o.node && n.spec.snatAddress)
-      .map((n) => n.spec.snatAddress!)),
+    snatAddressOf: (node) => (d.reconciler.appliedConfig?.nodes ?? [])
+      .find((n) => n.spec.role === 'lb' && n.metadata.name === node)?.spec.snatAddress,
     log,
   });
   sync.start();

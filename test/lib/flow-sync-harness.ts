@@ -36,6 +36,9 @@ export type FlowSyncStep =
   | { op: 'report'; node: 'a' | 'b' }
   | { op: 'count'; node: 'a' | 'b' };
 
+/** A third lb node of the applied config that takes no part in the harness: only its SNAT address is known. */
+export const LB_C_SNAT = '198.51.100.4';
+
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as FlowSyncInput;
   const dp = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a` }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
@@ -54,7 +57,7 @@ async function main(): Promise<void> {
   const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512 };
   const syncOf = (node: 'a' | 'b', ch: PeerChannel) => new FlowSync({ node: `lb-${node}`, channel: ch, peers: () => Object.keys(url).filter((n) => n !== `lb-${node}`),
     object: () => dp[node].object(), desired: () => applied[node], log, limits,
-    peerSnatAddresses: () => new Set([applied[node === 'a' ? 'b' : 'a']?.snatAddress].filter((x): x is string => !!x)) });
+    snatAddressOf: (peer) => (peer === 'lb-c' ? LB_C_SNAT : applied[peer === 'lb-a' ? 'a' : 'b']?.snatAddress) });
   let chA = await open('lb-a');
   const chB = await open('lb-b');
   const sync = { a: syncOf('a', chA), b: syncOf('b', chB) };

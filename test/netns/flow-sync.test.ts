@@ -18,7 +18,7 @@ import { LAB, labNames, setupLab, teardownLab } from '../lib/xdp-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
-import { runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
+import { LB_C_SNAT, runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
 
 const TAG = 'fsync';
@@ -33,15 +33,16 @@ const SNAT = LAB.lbA.v4; // one SNAT address shared by both lb nodes, disjoint p
 const PORTS = { a: { min: 40000, max: 40999 }, b: { min: 41000, max: 41999 } };
 const TX = 3;
 
-function state(node: 'a' | 'b', real: 1 | 2): unknown {
+function state(node: 'a' | 'b', real: 1 | 2 | 'both'): unknown {
+  const ring = real === 'both' ? [1, 2, 1, 2, 1, 2, 1] : Array(7).fill(real);
   const s = makeState({ reals: REALS, hashSeed: 7, conntrackMaxEntries: 4096, addresses: [LAB.lbA.v4], services: [
-    { id: 1, vip: VIP_DSR, forwarding: 'dsr-l2', ring: Array(7).fill(real) },
-    { id: 2, vip: VIP_SNAT, forwarding: 'snat', ring: Array(7).fill(real), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+    { id: 1, vip: VIP_DSR, forwarding: 'dsr-l2', ring },
+    { id: 2, vip: VIP_SNAT, forwarding: 'snat', ring, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
   ] });
   // both reals stay listed (the other one drained): established flows may still use it
   for (const svc of s.services) {
     const other = real === 1 ? 2 : 1;
-    if (!svc.reals.some((r) => r.realId === other)) {
+    if (real !== 'both' && !svc.reals.some((r) => r.realId === other)) {
       svc.reals.push({ realId: other, address: REALS[other], weight: 1, state: 'drain', healthy: true, entries: 0 });
       svc.reals.sort((x, y) => x.realId - y.realId);
     }
@@ -51,6 +52,7 @@ function state(node: 'a' | 'b', real: 1 | 2): unknown {
 }
 const SNAT_B = '198.51.100.3'; // lb-b's own SNAT address in the 'own' states
 const STATES = { real1: { a: state('a', 1), b: state('b', 1) }, real2: { a: state('a', 2), b: state('b', 2) },
+  both: { a: state('a', 'both'), b: state('b', 'both') },
   // each lb node its own SNAT address, the default port range on both
   own: { a: { ...(state('a', 1) as object), snatPorts: undefined }, b: { ...(state('b', 1) as object), snatAddress: SNAT_B, snatPorts: undefined } } };
 
@@ -109,6 +111,17 @@ add('malformed: port 0', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 0,
 add('too many entries', { op: 'send', body: { v: 1, ct: Array.from({ length: 513 }, (_, i) => ct(CLIENT, VIP_DSR, 10000 + i, 80, ID1)), snat: [] } });
 add('oversize body', { op: 'send', body: { v: 1, ct: [], snat: [], pad: 'x'.repeat(600 * 1024) } });
 add('forged sender', { op: 'sendForged', secret: 'Qw8e7R6t5Y4u3I2o1P0aSdFgHjKlZxCvBnM9q8W7e6R=', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7005, 80, ID1)], snat: [] } });
+// ---- a peer steering flows (F4): lb-b's own entries stay; a listed but drained real (not in the ring) is refused
+add('b own flow to real 1', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7100, SYN) });
+add('overwrite with a drained real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7100, 80, 2)], snat: [] } });
+add('pre-seed a drained real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7101, 80, 2)], snat: [] } });
+add('translation to a drained real', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7102, SNAT, 40700, 2)] } });
+add('b ack of the pre-seeded flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7101, ACK) });
+add('apply both', { op: 'apply', state: 'both' });
+add('overwrite with a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7100, 80, 2)], snat: [] } });
+add('b ack of its own flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7100, ACK) });
+add('new flow to a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7103, 80, 2)], snat: [] } });
+add('b ack of the synced flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7103, ACK) });
 // ---- each lb node its own SNAT address: a moved SNAT flow keeps its owner's address and port; replies go to the owner
 add('apply own addresses', { op: 'apply', state: 'own' });
 add('a snat syn (own address)', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5101, SYN) });
@@ -117,6 +130,10 @@ add('b snat ack of a\'s translation', { op: 'run', node: 'b', data: tcp(VIP_SNAT
 add('b reply to a\'s address', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
 add('b reply to its own address on a\'s port', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT_B, realPort: 8080 });
 add('a reply to its address', { op: 'snatReply', node: 'a', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
+// ---- a peer speaking for another node (F3): only the sender's own SNAT address is accepted
+add('translation of a third node\'s address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7200, LB_C_SNAT, 33000)] } });
+add('translation of the receiver\'s own address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7201, SNAT_B, 30000)] } });
+add('translation of the sender\'s address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7202, SNAT, 33001)] } });
 
 add('b count before flood', { op: 'count', node: 'b' });
 for (let i = 0; i < 3; i++)
@@ -221,6 +238,25 @@ test('own SNAT addresses: lb-b sends lb-a\'s moved SNAT flow from lb-a\'s addres
   const atA = await r('a reply to its address');
   t.is(atA.retval, TX);
   t.is(atA.counters.snat_reply, 1);
+});
+
+test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {
+  t.is(dstMac((await r('b own flow to real 1')).data), MAC1);
+  t.deepEqual((await r('overwrite with a drained real')).answer.refused, { 'no-real': 1 });
+  t.deepEqual((await r('pre-seed a drained real')).answer.refused, { 'no-real': 1 });
+  t.deepEqual((await r('translation to a drained real')).answer.refused, { 'no-real': 1 });
+  t.is(dstMac((await r('b ack of the pre-seeded flow')).data), MAC1, 'the ring\'s real, not the drained one');
+  t.deepEqual((await r('overwrite with a ring real')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 } });
+  t.is(dstMac((await r('b ack of its own flow')).data), MAC1, 'lb-b\'s established flow stays on its real');
+  // benign: a flow lb-b never saw, to a real the ring names, is inserted and used
+  t.deepEqual((await r('new flow to a ring real')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.is(dstMac((await r('b ack of the synced flow')).data), MAC2);
+});
+
+test('F3: a peer\'s translations are accepted only with its own SNAT address, never another node\'s', async (t) => {
+  t.deepEqual((await r('translation of a third node\'s address')).answer.refused, { 'snat-address': 1 });
+  t.deepEqual((await r('translation of the receiver\'s own address')).answer.refused, { 'snat-address': 1 });
+  t.deepEqual((await r('translation of the sender\'s address')).answer, { applied: 1, unchanged: 0, refused: {} });
 });
 
 test('a replayed batch changes nothing (idempotent)', async (t) => {

@@ -25,8 +25,9 @@ export interface FlowEntries { ct: CtEntry[]; snat: SnatEntry[] }
 /** Why an entry from a peer was not inserted (counted per reason). */
 export type RefuseReason =
   | 'no-listener' // the VIP:port/protocol is not a listener of this node, or of another mode
-  | 'no-real' // the real is not a real of this node, or not listed in the listener's service
-  | 'snat-address' // the translation's SNAT address is not this node's
+  | 'no-real' // the real is not a real of this node, or not one the service's current ring names
+  | 'exists' // this node holds its own entry for the flow (with a real the current ring names): never overwritten
+  | 'snat-address' // the translation's SNAT address is not the sending node's own
   | 'snat-own-port' // the port lies in this node's own snatPorts range: this node allocates it itself
   | 'snat-port-taken' // this node holds the port towards that real endpoint for another client flow
   | 'table-full';
@@ -131,13 +132,44 @@ export class FlowDelta {
 export type ServiceReals = (serviceId: number, realId: number) => boolean;
 
 /**
+ * Whether the current ring of a service names a real slot: the membership bitmap stored after the ring's entries
+ * (rings.ts ringMembership), read once per service and import. A ring without a bitmap word for the slot (none, or
+ * one written before bitmaps) names nothing here: the entry is refused rather than trusted.
+ */
+function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean {
+  const words = new Map<number, Map<number, number> | null>();
+  return (serviceId, slot) => {
+    let w = words.get(serviceId);
+    if (w === undefined) {
+      w = null;
+      const inner = rings.openInner(encodeU32(serviceId));
+      if (inner) {
+        try {
+          const size = inner.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
+          w = new Map();
+          for (let i = 1 + size; i < inner.maxEntries; i++) w.set(i - 1 - size, inner.lookup(encodeU32(i))?.readUInt32LE(0) ?? 0);
+        } finally {
+          inner.close();
+        }
+      }
+      words.set(serviceId, w);
+    }
+    return !!w && ((w.get(slot >>> 5) ?? 0) >>> (slot & 31) & 1) === 1;
+  };
+}
+
+/**
  * Inserts entries a peer sent, each checked against this node's current maps: the VIP listener must exist with a
  * mode of the entry's kind (the service id is this node's, never the sender's), the real must be a real of this
- * node (and listed in the service), and a translation must use this node's SNAT address with a port outside this
- * node's own range that no other client flow holds here. Idempotent: an entry already present changes nothing.
+ * node that the service's current ring names (a listed but drained or unhealthy real is refused: xdp_lb trusts any
+ * non-SYN hit, so a synced entry must never steer a flow where the current table does not), and a translation must
+ * use the sending node's own SNAT address (`senderSnatAddress`, from the applied config; never a third node's),
+ * with a port outside this node's own range that no other client flow holds here. A connection-table entry of this
+ * node is never overwritten ('exists') unless its real is one the current ring no longer names (a stale entry, issue
+ * 24's third case): then the peer's entry replaces it. Idempotent: an entry already present changes nothing.
  * Returns what happened and the keys inserted (for FlowDelta.remember).
  */
-export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals, peerSnatAddresses?: ReadonlySet<string>)
+export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals, senderSnatAddress?: string)
   : ImportResult & { keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> } } {
   const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
   const keys = { ct: [] as Array<[Buffer, number]>, snat: [] as Array<[Buffer, Buffer]> };
@@ -148,10 +180,12 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     const v = vips.lookup(encodeVipKey({ addr, family: familyOf(addr), port, proto }));
     return v ? decodeVipValue(Buffer.from(v)) : null;
   };
+  const inRing = ringNames(obj.map('lb_rings'));
   const real = (realId: number, family: number, serviceId: number) => {
     const r = reals.lookup(encodeU32(realId));
     if (!r || r[16] !== family || (serviceReals && !serviceReals(serviceId, realId))) return null;
-    return Buffer.from(r);
+    const b = Buffer.from(r);
+    return inRing(serviceId, realSlotOf(b)) ? b : null;
   };
 
   const ct: BpfMap = obj.map('lb_conntrack');
@@ -165,10 +199,13 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r));
     const old = ct.lookup(key);
     if (old && Buffer.from(old).equals(value)) { result.unchanged++; continue; }
+    // this node's own entry stays while its real is in the current ring (value: real id, service id, slot)
+    if (old && inRing(l.serviceId, Buffer.from(old).readUInt32LE(8))) { refuse('exists'); continue; }
     try {
-      ct.update(key, value);
-    } catch {
-      refuse('table-full');
+      if (old) ct.update(key, value, 'exist');
+      else ct.update(key, value, 'noexist');
+    } catch (err) {
+      refuse((err as { code?: string }).code === 'EEXIST' ? 'exists' : 'table-full');
       continue;
     }
     result.applied++;
@@ -186,11 +223,12 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
     // this node's address (shared, the port from another node's range), or another lb node's (kept, with its owner)
     let owner = 0;
-    if (!cfg) { refuse('snat-address'); continue; }
+    // only the sender's own address: a node never speaks for another node's translations
+    if (!cfg || !senderSnatAddress || e.snatAddress !== senderSnatAddress) { refuse('snat-address'); continue; }
     if (own === e.snatAddress) {
       if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
     } else {
-      const slot = peerSnatAddresses?.has(e.snatAddress) ? owners.slotOf(e.snatAddress) : null;
+      const slot = owners.slotOf(e.snatAddress);
       if (!slot) { refuse('snat-address'); continue; }
       owner = slot;
     }
