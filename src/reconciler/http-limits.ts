@@ -4,15 +4,18 @@
 // - deadlines: request headers within 3 s, the whole request within 10 s (Node checks both every second, not at
 //   its default of 30 s), a response finished within 10 s (a client that does not read is cut);
 // - a slot is protected only while the server works on a complete request: a connection that has not sent a whole
-//   request yet (headers or body still trickling, or idle between keep-alive requests), or whose request is older
-//   than 2 s (a response the client does not read), can be evicted. When all slots are
+//   request yet (headers or body still trickling, or idle between keep-alive requests), whose response is written
+//   and only drains to the client, or whose request is older than 2 s (a response the client does not read), can be
+//   evicted. When all slots are
 //   taken, a new connection evicts such a one, from the source holding the most connections, oldest first, so a
 //   trickling client (slowloris) holds a slot only until someone needs it, and a prompt request (a kubelet's
 //   /healthz, a Prometheus scrape, a webhook delivery) always finds one;
-// - a cap of open connections per source address: a source at its cap evicts its own oldest evictable connection
-//   or, when it has none, the new connection is closed at once.
+// - a cap of open connections per source (an IPv4 address, an IPv6 /64: one host of IPv6 commonly holds a whole
+//   /64): a source at its cap evicts its own oldest evictable connection or, when it has none, the new connection is
+//   closed at once.
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { formatCidr, formatIp, parseIp } from '../render/ip.js';
 
 export const HTTP_LIMITS = {
   headersTimeout: 3_000,
@@ -23,7 +26,7 @@ export const HTTP_LIMITS = {
   maxHeaderSize: 16 * 1024,
   /** Open connections per listener. */
   maxConnections: 64,
-  /** Open connections per source address. */
+  /** Open connections per source (sourceOf: an IPv4 address or an IPv6 /64). */
   maxConnectionsPerSource: 8,
   /** A request is protected from eviction for this long; a legitimate one is answered well within it. */
   protectedMs: 2_000,
@@ -44,7 +47,23 @@ export interface ConnectionStats {
   responseTimedOut: number;
 }
 
+/**
+ * The source a connection counts against for the per-source cap: the IPv4 address (an IPv4-mapped IPv6 address
+ * counts as its IPv4 address), or the /64 of an IPv6 address, since one subscriber or host typically has a whole
+ * /64 and could otherwise open 8 connections from each of its 2^64 addresses. Text that is no address stays as it is.
+ */
+export function sourceOf(remoteAddress: string): string {
+  const ip = parseIp(remoteAddress.replace(/%.*$/, '')); // a link-local address may carry its zone
+  if (!ip) return remoteAddress;
+  const b = ip.bytes;
+  if (ip.family === 4) return formatIp(ip);
+  if (b.subarray(0, 10).every((x) => x === 0) && b[10] === 0xff && b[11] === 0xff) return formatIp({ family: 4, bytes: b.subarray(12) });
+  b.fill(0, 8);
+  return formatCidr({ family: 6, bytes: b, prefix: 64 });
+}
+
 interface Slot {
+  /** sourceOf the peer's address. */
   source: string;
   /** When it became evictable (accepted, or idle again after a response), or when its request began. */
   since: number;
@@ -52,6 +71,8 @@ interface Slot {
   busy: number;
   /** Whether the request in flight is still arriving (its body incomplete). */
   arriving: () => boolean;
+  /** Whether its response is fully written (end() called): what is left is the client reading it. */
+  answered: () => boolean;
   drop(): void;
 }
 
@@ -70,21 +91,23 @@ export class ConnectionSlots {
     return this.slots.size;
   }
 
-  /** Admits a new connection (evicting one if needed); null when it must be closed. */
-  admit(source: string, now: number, drop: () => void): Slot | null {
+  /** Admits a new connection from `address` (evicting one if needed); null when it must be closed. */
+  admit(address: string, now: number, drop: () => void): Slot | null {
+    const source = sourceOf(address);
     const own = this.perSource.get(source) ?? 0;
     if (own >= this.limits.maxConnectionsPerSource && !this.evict(now, source)) return this.refuse();
     if (this.slots.size >= this.limits.maxConnections && !this.evict(now)) return this.refuse();
-    const slot: Slot = { source, since: now, busy: 0, arriving: () => false, drop };
+    const slot: Slot = { source, since: now, busy: 0, arriving: () => false, answered: () => false, drop };
     this.slots.add(slot);
     this.perSource.set(source, (this.perSource.get(source) ?? 0) + 1);
     return slot;
   }
 
-  requestStarted(slot: Slot, now: number, arriving: () => boolean = () => false): void {
+  requestStarted(slot: Slot, now: number, arriving: () => boolean = () => false, answered: () => boolean = () => false): void {
     slot.busy++;
     slot.since = now;
     slot.arriving = arriving;
+    slot.answered = answered;
   }
 
   requestEnded(slot: Slot, now: number): void {
@@ -105,7 +128,9 @@ export class ConnectionSlots {
   }
 
   private evictable(slot: Slot, now: number): boolean {
-    return slot.busy === 0 || slot.arriving() || now - slot.since >= this.limits.protectedMs;
+    // Protected: a complete request the server is still answering, for protectedMs at most. Once the response is
+    // written, a client that reads it slowly (a large /metrics it does not read) holds the slot unprotected.
+    return slot.busy === 0 || slot.arriving() || slot.answered() || now - slot.since >= this.limits.protectedMs;
   }
 
   /**
@@ -155,7 +180,7 @@ export function createLimitedServer(handler: RequestListener, limits: ServerLimi
     (req: IncomingMessage, res: ServerResponse) => {
       const slot = bySocket.get(req.socket);
       if (slot) {
-        slots.requestStarted(slot, Date.now(), () => !req.complete);
+        slots.requestStarted(slot, Date.now(), () => !req.complete, () => res.writableEnded);
         const deadline = setTimeout(() => {
           slots.stats.responseTimedOut++;
           req.socket.destroy();

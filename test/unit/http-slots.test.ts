@@ -3,7 +3,7 @@
 // the response deadline on a real socket: a client that never reads its answer loses its connection.
 import test from 'ava';
 import { connect } from 'node:net';
-import { ConnectionSlots, createLimitedServer, listenHttp } from '../../src/reconciler/http-limits.js';
+import { ConnectionSlots, createLimitedServer, listenHttp, sourceOf } from '../../src/reconciler/http-limits.js';
 
 const LIMITS = { maxConnections: 4, maxConnectionsPerSource: 2, protectedMs: 2000 };
 
@@ -139,5 +139,76 @@ test('dropped connections are counted in gitlb_http_connections_dropped_total{li
     for (const s of socks) s.destroy();
     await server.close();
     rmSync(pins, { recursive: true, force: true });
+  }
+});
+
+test('attacker: the per-source cap counts an IPv6 /64 as one source, so new addresses of one /64 do not get around it', (t) => {
+  const { s, dropped, admit } = slots();
+  for (const [name, address, now] of [['v6a', '2001:db8:1:2::1', 0], ['v6b', '2001:db8:1:2:ffff:ffff:ffff:fffe', 1]] as const) {
+    s.requestStarted(admit(name, address, now)!, now, () => false); // both answering complete requests: protected
+  }
+  t.is(admit('v6c', '2001:db8:1:2:dead:beef::7', 10), null, 'a third address of the same /64 is over the cap');
+  t.is(s.stats.refused, 1);
+  t.truthy(admit('other64', '2001:db8:1:3::1', 11), 'the next /64 is another source');
+  t.deepEqual(dropped, []);
+  // An IPv4-mapped IPv6 address is its IPv4 address (a dual-stack listener reports IPv4 clients that way).
+  const { s: s4, admit: admit4 } = slots();
+  s4.requestStarted(admit4('v4', '192.0.2.1', 0)!, 0, () => false);
+  s4.requestStarted(admit4('mapped', '::ffff:192.0.2.1', 1)!, 1, () => false);
+  t.is(admit4('mapped2', '::FFFF:192.0.2.1', 2), null, 'mapped and plain count together');
+});
+
+test('benign: sources are IPv4 addresses and IPv6 /64s, each with its own cap', (t) => {
+  t.is(sourceOf('192.0.2.1'), '192.0.2.1');
+  t.is(sourceOf('::ffff:198.51.100.7'), '198.51.100.7');
+  t.is(sourceOf('2001:db8:1:2:a:b:c:d'), '2001:db8:1:2::/64');
+  t.is(sourceOf('fe80::1%eth0'), 'fe80::/64');
+  t.is(sourceOf('?'), '?');
+  const { s, dropped, admit } = slots();
+  admit('a', '2001:db8:1:1::1', 0);
+  admit('b', '2001:db8:1:2::1', 1);
+  admit('c', '2001:db8:1:3::1', 2);
+  admit('d', '192.0.2.1', 3);
+  t.is(s.size, 4);
+  t.deepEqual(dropped, []);
+});
+
+test('attacker: a written response the client does not read is not protected; a response still being made is', (t) => {
+  const { s, dropped, admit } = slots();
+  let written = false;
+  for (const [i, now] of [[1, 0], [2, 1], [3, 2]] as const) s.requestStarted(admit(`w${i}`, `192.0.2.${i}`, now)!, now, () => false);
+  const scrape = admit('scrape', '198.51.100.1', 3)!;
+  s.requestStarted(scrape, 3, () => false, () => written);
+  t.is(admit('early', '203.0.113.1', 10), null, 'every response still being made: protected, the newcomer is refused');
+  written = true; // the handler ended its large response; the client does not read it
+  t.truthy(admit('next', '203.0.113.1', 11), 'well before protectedMs, the draining slot makes room');
+  t.deepEqual(dropped, ['scrape']);
+});
+
+test('a real listener: two /metrics-sized answers nobody reads do not keep a third client out for protectedMs', async (t) => {
+  const big = Buffer.alloc(64 * 1024 * 1024, 'x'); // far more than the socket buffers hold
+  const server = createLimitedServer((_req, res) => res.end(big), { maxConnections: 2, maxConnectionsPerSource: 8, protectedMs: 60_000, responseTimeout: 60_000 });
+  const l = await listenHttp(server, 0, '127.0.0.1');
+  const socks: import('node:net').Socket[] = [];
+  try {
+    const port = Number(new URL(l.url).port);
+    for (let i = 0; i < 2; i++) {
+      const sock = connect(port, '127.0.0.1', () => sock.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'));
+      sock.pause();
+      sock.on('error', () => {});
+      socks.push(sock);
+    }
+    const started = Date.now();
+    const open = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)));
+    while ((await open()) < 2 && Date.now() - started < 2000) await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 100)); // both answers written, stuck in the socket buffers
+    const res = await fetch(`${l.url}/healthz`, { signal: AbortSignal.timeout(5000) });
+    t.is(res.status, 200);
+    t.is((await res.arrayBuffer()).byteLength, big.length);
+    t.is(l.connectionStats.evicted, 1, 'one draining slot made room');
+    t.is(l.connectionStats.refused, 0);
+  } finally {
+    for (const s of socks) s.destroy();
+    await l.close();
   }
 });
