@@ -18,6 +18,8 @@ import type { PeerSyncReport } from './flow-sync.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
+import { readOwnLocalState } from './local-state.js';
+import { policyFor } from './verify/revision-check.js';
 import { HealthService } from './health/service.js';
 import { startPassivePoll } from './health/passive-poll.js';
 import { vipProbeRouter } from './health/vip-router.js';
@@ -38,7 +40,7 @@ export interface NodeDaemonHooks {
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null;
-    flowSync?: { report(): Record<string, PeerSyncReport> } | null }): void;
+    flowSync?: { report(): Record<string, PeerSyncReport> } | null; peerChannel?: PeerChannel | null }): void;
   /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
   peerMetrics?: PeerChannelMetrics;
 }
@@ -217,22 +219,30 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const head = await nodeAtHead(o);
   const own = head.model?.nodes.find((n) => n.metadata.name === o.node);
   const role = o.role ?? own?.spec.role ?? 'lb';
+  // The checks against the head below refuse to start, unless verification is enforced: then the head is not
+  // verified yet (nothing read it but a depth-1 fetch), and one unsigned commit must not stop every node that
+  // restarts; they are warnings, and the verified config decides when it is applied.
+  const enforced = policyFor((await readOwnLocalState(join(o.cacheDir, 'state.json'), o.node, o.branch))?.verification, !!o.trust).mode === 'enforce';
+  const headProblem = (message: string): void => {
+    if (!enforced) throw new StartError(message);
+    log.warn(`${message} (a warning: the head is not verified yet)`);
+  };
   // Flags given at start win, or the daemon refuses to start: a mismatch found later would fail every apply.
   // Checked against the head only: the last applied revision may predate a change of interface.
   if (o.interface && own && head.reachable && own.spec.interface !== o.interface)
-    throw new StartError(`--interface ${o.interface} differs from the Node document '${o.node}' at the head of ${o.branch} (interface: ${own.spec.interface}); fix one of them`);
+    headProblem(`--interface ${o.interface} differs from the Node document '${o.node}' at the head of ${o.branch} (interface: ${own.spec.interface}); fix one of them`);
   // Refusals before anything is opened or attached.
   // lb nodes check their reals; render leaves unhealthy ones out of the rings, and the post-apply gate fails a
   // revision that costs too much of the traffic on healthy reals (docs/health.md).
   const runHealth = role === 'lb' && o.health && !o.once;
   if (runHealth && !o.peer && head.model && agreementMode(head.model).mode === 'consensus')
-    throw new StartError(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE or --peer-key FILE (docs/security.md, Peers)`);
+    headProblem(`the config at the head of ${o.branch} asks for consensus health (Cluster spec.health.mode), whose votes must be authenticated: give --peer-secret-file FILE or --peer-key FILE (docs/security.md, Peers)`);
   const runFlowSync = role === 'lb' && !o.once && !!o.flowSync;
   if (runFlowSync && !o.peer)
     throw new StartError('--flow-sync sends connection state over the authenticated peer channel: give --peer-secret-file FILE or --peer-key FILE (docs/security.md, Peers)');
   // Node keys: this node's own key must be the one its Node document names, or no peer would accept it.
   if (role === 'lb' && o.peer?.key && head.reachable && own && peerKeyBlob(own.spec.peerKey ?? '') !== peerKeyBlob(o.peer.key.publicLine))
-    throw new StartError(`--peer-key: its public key is not spec.peerKey of the Node document '${o.node}' at the head of ${o.branch}; add this line there first: ${o.peer.key.publicLine}`);
+    headProblem(`--peer-key: its public key is not spec.peerKey of the Node document '${o.node}' at the head of ${o.branch}; add this line there first: ${o.peer.key.publicLine}`);
   if (role === 'lb' && o.interface) {
     const action = reconcilePinnedXdp(join(o.pinRoot, o.node), o.interface, o.xdpMode);
     if (action) log.warn(action);
@@ -248,7 +258,10 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     peerReport: () => peers?.report() ?? null }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
-  const appliedModel = () => daemon?.reconciler.appliedConfig ?? head.model;
+  // Peer trust (who may speak, with which key) comes only from the applied or adopted config, which passed
+  // verification; never from the branch head read above, which nothing verified (one unsigned commit would name
+  // an attacker's key). Until something is applied every peer message is refused as unknown-sender.
+  const appliedModel = () => daemon?.reconciler.appliedConfig ?? null;
   // The authenticated peer channel of an lb node (health votes; connection-state sync): only the applied config's
   // other lb nodes may speak on it (docs/security.md, Peers).
   let peerChannel: PeerChannel | null = null;
@@ -342,7 +355,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (flippedBeforeStart) d.refreshHealth('health change');
   const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
-  o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync });
+  o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync, peerChannel });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).
