@@ -29,6 +29,7 @@ import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.
 import { Mutex } from './mutex.js';
 import { FetchBackoff, humanMs } from './fetch-backoff.js';
 import { describeXdp, statusXdp } from './status/xdp-report.js';
+import { StatusPublisher } from './status/publisher.js';
 import { setCondition, type Condition, type ConditionReason } from './status/conditions.js';
 import { checkRevision, policyFor, type RecordedPolicy } from './verify/revision-check.js';
 import type { Trust } from './verify/trust.js';
@@ -166,18 +167,12 @@ function errorText(err: unknown): string {
 /** A plan this long is announced before it runs (its progress follows every couple of seconds). */
 const LARGE_PLAN_OPS = 1000;
 
-/** Delay before a failed status write is tried again (the writer already retried races and timeouts). */
-const STATUS_RETRY_MS = 5000;
-const STATUS_FLAT_RETRIES = 3;
 
 export class Reconciler {
   readonly counters: StatusCounters = emptyCounters();
   private applied: string | null;
   private appliedAt: string | null = null;
   private appliedModel: ConfigModel | null = null;
-  private statusGeneration = 0;
-  private statusRetry: NodeJS.Timeout | undefined;
-  private stopped = false;
   private appliedDesired: DesiredState | null = null;
   private adopting: boolean;
   private lastAttempt: StatusAttempt | null = null;
@@ -195,18 +190,14 @@ export class Reconciler {
   private appliedCommit: AppliedCommit | undefined;
   /** The data plane's report of the most recent apply (reconcile, restore or drift repair). */
   lastReport: ApplyReport | null = null;
-  private pendingStatus: Promise<void> = Promise.resolve();
   /** Serialises every section that writes or compares the data plane; never held across Git I/O. */
   private readonly dpLock = new Mutex();
   /** The config whose tables are in the kernel: the applied one, or a candidate while its health gate runs. */
   private liveModel: ConfigModel | null = null;
   private conditions: Condition[] = [];
   private readonly fetchBackoff: FetchBackoff;
-  /** Failed status pushes in a row: they back off the status retry and are summed up when a push succeeds. */
-  private statusFailures = 0;
-  /** The rejection last counted and logged: publish() calls coalesced into one push share it (one line per push). */
-  private countedStatusError: unknown = null;
-  private loggedStatusError: unknown = null;
+  /** Hands snapshots to the status writer, retries failed pushes (status/publisher.ts). */
+  private readonly publisher: StatusPublisher;
   private decommissioned: string | null = null;
   /** The role this node served before a decommission removed its data plane (the status keeps saying it). */
   private decommissionedRole: 'lb' | 'backend' | null = null;
@@ -232,6 +223,8 @@ export class Reconciler {
     this.log = o.log ?? quietLog;
     this.retry = o.retry ?? { baseMs: 1000, maxMs: 300_000 };
     this.fetchBackoff = new FetchBackoff(this.retry);
+    this.publisher = new StatusPublisher({ sink: o.statusSink, snapshot: () => this.snapshot(), branch: () => this.statusBranch,
+      clock: this.clock, retryMaxMs: this.retry.maxMs, log: this.log });
     this.applied = o.lastVerified?.revision ?? null;
     this.adopting = true;
     this.startedAt = this.clock().toISOString();
@@ -368,62 +361,18 @@ export class Reconciler {
     }
   }
 
-  private lastPublishedMs = 0;
-
   /**
    * Rewrites the status when nothing else did for `maxAgeMs`, so an idle healthy node's status stays fresh and
    * `gitlb status` can tell a quiet node from a dead one (its UPDATED column and --stale-after).
    */
   heartbeat(maxAgeMs: number): void {
-    if (this.lastPublishedMs > 0 && this.clock().getTime() - this.lastPublishedMs >= maxAgeMs) this.publish('heartbeat');
+    this.publisher.heartbeat(maxAgeMs);
   }
 
-  /**
-   * Hands a status snapshot to the sink without waiting for the push, so a slow Git server never delays the
-   * next reconcile; `flushStatus()` waits for everything handed over so far.
-   */
+  /** Hands a status snapshot to the writer without waiting for the push (status/publisher.ts). */
   private publish(why: string): void {
     this.noteXdp();
-    if (!this.o.statusSink) return;
-    this.lastPublishedMs = this.clock().getTime();
-    clearTimeout(this.statusRetry);
-    const generation = ++this.statusGeneration;
-    const write = this.o.statusSink(this.snapshot(), this.statusBranch, why).then(() => {
-      if (this.statusFailures) this.log.info(`status write recovered after ${this.statusFailures} failed pushes`, { stage: 'status', failures: this.statusFailures });
-      this.statusFailures = 0;
-      this.countedStatusError = this.loggedStatusError = null;
-    }, async (err: unknown) => {
-      // Coalesced publish() calls share one push and so one rejection: it is counted and logged once.
-      if (err !== this.countedStatusError) {
-        this.countedStatusError = err;
-        this.statusFailures++;
-      }
-      // The branch must not keep an old status until the next change: try again later, unless a newer
-      // status was handed over meanwhile (it carries everything this one did). The retry backs off (5 s
-      // doubling, at most the retry maximum), so an outage of the Git server costs a few pushes, not one per 5 s.
-      const logOnce = (retryMs?: number) => {
-        if (err === this.loggedStatusError) return;
-        this.loggedStatusError = err;
-        this.log.warn(`status write failed (${this.statusFailures} in a row${retryMs ? `; retry in ${humanMs(retryMs)}` : ''}): ${errorText(err)}`,
-          { stage: 'status', reason: errorText(err), failures: this.statusFailures, ...(retryMs && { retryMs }) });
-      };
-      if (generation === this.statusGeneration && !this.stopped) {
-        // The first STATUS_FLAT_RETRIES retries come every 5 s: a push that lost to a slow moment must not leave the
-        // branch stale for long. Only a failure that persists (an outage) backs off.
-        const steps = Math.max(0, this.statusFailures - STATUS_FLAT_RETRIES);
-        const delay = Math.min(Math.max(this.retry.maxMs, STATUS_RETRY_MS), STATUS_RETRY_MS * 2 ** Math.min(steps, 16));
-        logOnce(delay);
-        this.statusRetry = setTimeout(() => {
-          if (generation === this.statusGeneration) this.publish(`retry: ${why}`);
-        }, delay);
-        this.statusRetry.unref();
-      } else {
-        // The caller holding the newest status (if it shares this push) logs with its retry: let it go first.
-        await new Promise((r) => setImmediate(r));
-        logOnce();
-      }
-    });
-    this.pendingStatus = Promise.all([this.pendingStatus, write]).then(() => undefined);
+    this.publisher.publish(why);
   }
 
   /**
@@ -438,17 +387,15 @@ export class Reconciler {
 
   /** Stops retrying failed status writes (daemon shutdown). */
   stopStatusRetries(): void {
-    this.stopped = true;
-    clearTimeout(this.statusRetry);
+    this.publisher.stop();
   }
 
   /**
    * Resolves when every status handed to the sink so far has been written (or has failed and been logged). Not
-   * the ones handed over meanwhile: waiting for those too never ends while health flips or status retries keep
-   * publishing.
+   * the ones handed over meanwhile (status/publisher.ts).
    */
   async flushStatus(): Promise<void> {
-    await this.pendingStatus;
+    await this.publisher.flush();
   }
 
   private attempt(revision: string, result: AttemptResult, stage?: FailureStage, reason?: string): StatusAttempt {
