@@ -511,6 +511,9 @@ export class Reconciler {
     // read as config. Conditions Ready=False / Stalled=True name the commit, author and why (VerificationFailed),
     // or the rewind (NonFastForward).
     let appliedCommit: AppliedCommit;
+    // A verified revision whose policy is unknown (a state file from before it was recorded, and a config the cache
+    // cannot give any more) is judged as under enforce: fail closed, never off (docs/verification.md).
+    const recorded = this.verifiedPolicy;
     try {
       const check = await checkRevision({
         remote,
@@ -518,7 +521,7 @@ export class Reconciler {
         head,
         verified: this.applied,
         trustFrom: this.o.trustFrom ?? null,
-        policy: policyFor(this.verifiedPolicy, !!this.o.trust),
+        policy: policyFor(recorded, !!this.o.trust || (recorded === undefined && this.applied !== null)),
         allowRewindTo: this.o.allowRewindTo ?? null,
         configPath: this.o.configPath,
         root: this.o.trust ?? null,

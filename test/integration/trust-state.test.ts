@@ -387,6 +387,37 @@ test('the policy in force is kept in the local state: a node that lost its Git c
   t.is(d3.reconciler.appliedRevision, signed, brief(d3.reconciler.lastOutcome));
 });
 
+test('a local state from before the policy was recorded, whose revision the cache cannot give: enforce, not off (fail closed)', async (t) => {
+  // No --trust: the repository's list is the only trust. c1 enforces and lists alice.
+  const r = await repo();
+  const k = await keys('old-state');
+  const team = { 'trust/allowed_signers': `${signerLine('alice@example.com', k.alice)}\n` };
+  const c1 = await signedCommit(r.work, { ...config({ verification: '{ mode: enforce }' }), ...team }, 'enforce', { ssh: k.alice });
+  // The branch is rewritten to a new, unsigned history; the node's cache is empty, its state names c1 without a policy.
+  await git(r.work, 'checkout', '-q', '--orphan', 'other');
+  const forged = await signedCommit(r.work, { ...config({ verification: '{ mode: off }', reals: ['198.51.100.66'] }), ...team }, 'new history', null);
+  await git(r.work, 'push', '-q', '-f', 'origin', 'other:main');
+  const dp = new MemoryDataPlane();
+  const lb = node(r, dp, await dir('old-state-cache'), { lastVerified: { revision: c1 } });
+  const o1 = await lb.reconcile('t');
+  t.true(o1.kind === 'failed' && o1.stage === 'verify', brief(o1));
+  if (o1.kind === 'failed') t.regex(o1.reason, new RegExp(`^${forged.slice(0, 12)} does not descend from the last verified revision ${c1.slice(0, 12)}`));
+  t.is(lb.snapshot().verification?.mode, 'enforce');
+  t.is(lb.appliedRevision, c1);
+  t.deepEqual((await dp.readLive()).reals, [], 'nothing applied');
+
+  // Benign: the same old state whose revision the cache does give adopts its config (mode enforce) and applies a
+  // signed descendant.
+  await git(r.work, 'checkout', '-q', 'main');
+  await git(r.work, 'reset', '-q', '--hard', c1);
+  const signed = await signedCommit(r.work, config({ verification: '{ mode: enforce }', reals: ['198.51.100.12'] }), 'signed change', { ssh: k.alice });
+  await push(r, true);
+  const lb2 = node(r, new MemoryDataPlane(), await dir('old-state-cache2'), { lastVerified: { revision: c1 } });
+  const o2 = await lb2.reconcile('t');
+  t.is(o2.kind, 'applied', brief(o2));
+  t.is(lb2.appliedRevision, signed);
+});
+
 test('gitlb run --allow-rewind-to takes a full 40-hex commit id only', async (t) => {
   for (const rev of ['HEAD~1', 'abcd', 'a'.repeat(39)]) {
     const bad = await cli('run', '--repo', '/nonexistent', '--node', 'lb-1', '--role', 'lb', '--once', '--allow-rewind-to', rev);
