@@ -42,7 +42,7 @@ export interface ConvergeOptions {
  * The one planner: the table resizes a data plane of `sizes` needs for `desired` (they run before every other op:
  * resize.ts), then the map ops (src/render/ops.ts). Pure.
  */
-export function planChanges(live: LiveState, sizes: Readonly<Record<string, number>>, desired: DesiredState,
+export function planDataPlane(live: LiveState, sizes: Readonly<Record<string, number>>, desired: DesiredState,
   capacity?: LiveSource['capacity']): Op[] {
   const ops = planOps(live, desired, capacity);
   const resizes = planResizes(sizes, desired);
@@ -111,7 +111,7 @@ export class Converger {
     const validate = why !== 'readbacks' && source.target ? source.target : null;
     let ops: Op[];
     try {
-      ops = planChanges(live, sizes, desired, source.capacity);
+      ops = planDataPlane(live, sizes, desired, source.capacity);
     } catch (err) {
       // a desired state the data plane cannot hold may confuse the planner: the validator names the field instead
       if (validate) validateFor(validate, desired);

@@ -2,7 +2,7 @@
 // plans, validates, executes and reads back; diff is its read-only half. The memory data plane executes with the one
 // simulation of what ops do (applyOps), so these are the planner's real outputs, not canned ones.
 import test from 'ava';
-import { Converger, converge, diff, planChanges } from '../../src/reconciler/converge.js';
+import { Converger, converge, diff, planDataPlane } from '../../src/reconciler/converge.js';
 import { MemoryDataPlane } from '../../src/bpf/dataplane/memory.js';
 import { renderDesiredState, type HealthView } from '../../src/render/desired.js';
 import { EMPTY_LIVE, planOps, type LiveState } from '../../src/render/ops.js';
@@ -108,7 +108,7 @@ test('diff keeps its last plan while the live state object and table sizes stay 
   const source: LiveSource = { readLive: async () => live, tableSizes: () => sizes, target: { role: 'lb' } };
   const c = new Converger();
   const first = await c.diff(source, desired);
-  t.deepEqual(first.ops, planChanges(live, sizes, desired));
+  t.deepEqual(first.ops, planDataPlane(live, sizes, desired));
   t.is((await c.diff(source, desired)).ops, first.ops, 'the same objects: not planned again');
   t.is(c.stats.diffs, 1);
 
