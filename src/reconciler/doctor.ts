@@ -22,7 +22,7 @@ import { trustPosture, type PostureFacts } from './posture.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
-export interface DoctorOptions {
+export interface DoctorOptions extends PostureOptions {
   interface?: string;
   pinRoot: string;
   repo?: string;
@@ -33,7 +33,10 @@ export interface DoctorOptions {
   webhookSecretFile?: string;
   env: NodeJS.ProcessEnv;
   gitTimeoutMs: number;
-  /** The trust posture: the options `gitlb run` gets (posture.ts). */
+}
+
+/** The trust posture's inputs: the options `gitlb run` gets (posture.ts), as `gitlb doctor` takes them too. */
+export interface PostureOptions {
   cacheDir?: string;
   trust?: string;
   trustFrom?: string;

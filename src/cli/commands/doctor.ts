@@ -1,10 +1,10 @@
 // `gitlb doctor`: preflight of a node — one line per check and a verdict (see src/reconciler/doctor.ts).
 import { commandGitTimeoutOption, defineCommand, gitTimeoutMs, InvalidArgumentError, nodeName, Option, pathOption } from '../command.js';
-import { runDoctor } from '../../reconciler/doctor.js';
+import { runDoctor, type PostureOptions } from '../../reconciler/doctor.js';
 import { DEFAULT_METRICS_LISTEN } from '../../reconciler/metrics/index.js';
 import { parseListen } from '../../reconciler/triggers/webhook.js';
 
-interface DoctorOptions {
+interface DoctorOptions extends PostureOptions {
   interface?: string;
   pinRoot: string;
   repo?: string;
@@ -15,16 +15,6 @@ interface DoctorOptions {
   webhookSecretFile?: string;
   /** Seconds (`--git-timeout`, as in every other command that reads Git). */
   gitTimeout: number;
-  cacheDir?: string;
-  trust?: string;
-  trustFrom?: string;
-  role?: 'lb' | 'backend';
-  metrics?: string;
-  webhook?: string;
-  peerSecretFile?: string;
-  peerKey?: string;
-  peerListen?: string;
-  peerPort?: number;
 }
 
 /** ADDR:PORT as gitlb run takes it (checked while parsing: a typo is a usage error). */
