@@ -9,61 +9,29 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cleanupRun, createNetns, deleteNetns, exec, nsArgv, nsName, run, vethPair } from '../../src/lab/netns.js';
+import { cleanupRun, deleteNetns, exec, nsArgv, nsName, run } from '../../src/lab/netns.js';
 import { readLbStats } from '../../src/bpf/dataplane/pinned-stats.js';
 import { LINK_PIN } from '../../src/bpf/dataplane/index.js';
 import { pinnedXdpLink } from '../../src/bpf/attach.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { readPcap } from '../lib/pcap.js';
+import { LB_MAC, PORT, REAL_MACS, VIP, passedToStack as stackCount, setupVipVethLab, withUdpTraffic } from '../lib/vip-veth-lab.js';
 
 const NS_C = nsName('monc');
 const NS_L = nsName('monl');
 const PIN_ROOT = `/sys/fs/bpf/glb${process.pid}-monitor`;
 const PIN = join(PIN_ROOT, 'lb-1');
-const VIP = '203.0.113.10';
-const PORT = 53;
-const LB_MAC = '02:00:00:00:0c:01';
-const REAL_MAC = '02:00:00:00:01:11';
+const REAL_MAC = REAL_MACS['198.51.100.11']!;
 const RUNNER = fileURLToPath(new URL('../lib/reattach-runner.ts', import.meta.url));
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 const STATE = { ...makeState({ reals: { 1: '198.51.100.11' },
   services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ports: [{ port: PORT, protocol: 'UDP' }], ring: [1, 1, 1, 1, 1, 1, 1] }] }), interface: 'l0' };
 const tmp = mkdtempSync(join(tmpdir(), 'gitlb-monitor-'));
 
-// Paced UDP sender, bounded (count and 60 s): sends until its stdin ends, then prints {"sent": n}.
-const SENDER = `
-const s = require('dgram').createSocket('udp4');
-const [vip, port, limit] = process.argv.slice(1);
-let stop = false;
-process.stdin.on('end', () => { stop = true; });
-process.stdin.resume();
-const deadline = Date.now() + 60000;
-const send = () => new Promise((res, rej) => s.send(Buffer.alloc(32), Number(port), vip, (e) => (e ? rej(e) : res())));
-(async () => {
-  let sent = 0;
-  while (sent < Number(limit) && !stop && Date.now() < deadline) {
-    await send();
-    sent++;
-    await new Promise((r) => setTimeout(r, 2));
-  }
-  s.close();
-  process.stdout.write(JSON.stringify({ sent }) + '\\n');
-})().catch((e) => { console.error(String(e)); process.exit(1); });
-`;
 
 test.before(async () => {
-  await createNetns(NS_C);
-  await createNetns(NS_L);
-  await vethPair({ ns: NS_C, name: 'c0', addrs: ['198.51.100.2/24'] }, { ns: NS_L, name: 'l0', addrs: ['198.51.100.1/24'] });
-  await run(['ip', '-n', NS_L, 'link', 'set', 'dev', 'l0', 'address', LB_MAC]);
-  await run(['ip', '-n', NS_C, 'neigh', 'replace', '198.51.100.1', 'lladdr', LB_MAC, 'dev', 'c0', 'nud', 'permanent']);
-  await run(['ip', '-n', NS_C, 'route', 'add', `${VIP}/32`, 'via', '198.51.100.1', 'dev', 'c0']);
-  await run(['ip', '-n', NS_L, 'neigh', 'replace', '198.51.100.11', 'lladdr', REAL_MAC, 'dev', 'l0', 'nud', 'permanent']);
-  await run(['ip', 'netns', 'exec', NS_L, 'sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
-  // packets to the VIP that reach the lb's stack (no XDP program handled them) are counted here
-  await run(['ip', 'netns', 'exec', NS_L, 'nft', '-f', '-'], {
-    input: `table netdev glbmon {\n  chain in {\n    type filter hook ingress device "l0" priority 0;\n    ip daddr ${VIP} counter\n  }\n}\n` });
+  await setupVipVethLab(NS_C, NS_L, 'glbmon');
   const r = await exec(nsArgv(NS_L, [process.execPath, '--import', 'tsx', RUNNER, PIN, 'l0', 'generic']),
     { input: JSON.stringify(stateToJson(STATE)), timeoutMs: 90_000 });
   if (r.code !== 0) throw new Error(`data plane start failed: ${r.stderr}`);
@@ -77,31 +45,11 @@ test.after.always(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-async function passedToStack(): Promise<number> {
-  const r = await run(['ip', 'netns', 'exec', NS_L, 'nft', '-j', 'list', 'chain', 'netdev', 'glbmon', 'in']);
-  const rule = (JSON.parse(r.stdout).nftables as Array<Record<string, any>>).find((x) => x['rule'])!['rule'];
-  return (rule.expr as Array<Record<string, any>>).find((e) => e['counter'])!['counter'].packets as number;
-}
+const passedToStack = () => stackCount(NS_L, 'glbmon');
 
 const handled = (): number => readLbStats(PIN)?.services.get(1)?.packets ?? 0;
 
-async function withTraffic<T>(during: () => Promise<T>): Promise<{ sent: number; result: T }> {
-  const [cmd, ...args] = nsArgv(NS_C, [process.execPath, '-e', SENDER, VIP, String(PORT), '20000']);
-  const child = spawn(cmd!, args, { stdio: ['pipe', 'pipe', 'pipe'] });
-  try {
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    const exited = new Promise<number>((resolve) => child.on('close', (code) => resolve(code ?? -1)));
-    await new Promise((r) => setTimeout(r, 300));
-    const result = await during();
-    await new Promise((r) => setTimeout(r, 300));
-    child.stdin.end();
-    if ((await exited) !== 0) throw new Error('sender failed');
-    return { sent: (JSON.parse(out.trim().split('\n').at(-1)!) as { sent: number }).sent, result };
-  } finally {
-    if (child.exitCode === null) child.kill('SIGKILL');
-  }
-}
+const withTraffic = <T>(during: () => Promise<T>) => withUdpTraffic(NS_C, 200_000, during);
 
 const monitor = (...args: string[]) =>
   exec([process.execPath, '--import', 'tsx', MAIN, 'monitor', '--pin-root', PIN_ROOT, ...args], { timeoutMs: 60_000 });
