@@ -5,7 +5,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { dirname, join, extname, basename } from 'node:path';
 import { Command, CommanderError } from 'commander';
 import { type CliCommand, EXIT, UsageError } from './command.js';
-import { removeTempDirsOnSignal } from '../reconciler/temp-dirs.js';
+import { removeTempDirsOnSignal } from '../reconciler/temp/temp-dirs.js';
 
 const commandsDir = join(dirname(fileURLToPath(import.meta.url)), 'commands');
 

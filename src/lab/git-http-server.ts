@@ -4,7 +4,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { resolve } from 'node:path';
-import { listenHttp } from '../reconciler/http-limits.js';
+import { listenHttp } from '../reconciler/http/http-limits.js';
 
 export interface GitHttpServerOptions {
   /** Directory holding the repositories; URL path `/<name>.git/...` maps to `<projectRoot>/<name>.git`. */

@@ -10,7 +10,7 @@ import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
 import { Reconciler, type Outcome, type ReconcilerOptions } from './reconcile.js';
 import { StatusWriter } from './status/status-writer.js';
-import { readOwnLocalState } from './local-state.js';
+import { readOwnLocalState } from './state/local-state.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
 import { startSchedule, type Schedule } from './triggers/schedule.js';
 import { watchLocalBranch, type RefWatch } from './triggers/ref-watch.js';

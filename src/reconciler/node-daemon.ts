@@ -9,25 +9,25 @@ import type { DesiredState } from '../render/state.js';
 import type { ConfigModel } from '../render/model.js';
 import { parseConfig } from '../render/config/index.js';
 import { startDaemon, type Daemon } from './daemon.js';
-import { lastAppliedModel } from './served-model.js';
+import { lastAppliedModel } from './state/served-model.js';
 import { startSchedule } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
-import type { PeerSyncReport } from './flow-sync.js';
+import type { PeerSyncReport } from './flows/flow-sync.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
-import { readOwnLocalState } from './local-state.js';
+import { readOwnLocalState } from './state/local-state.js';
 import { policyFor } from './verify/revision-check.js';
 import { HealthService } from './health/service.js';
 import { startPassivePoll } from './health/passive-poll.js';
 import { vipProbeRouter } from './health/vip-router.js';
-import { refreshNeighbours } from './neighbours.js';
+import { refreshNeighbours } from './host/neighbours.js';
 import { loadCredentials } from './source/credentials.js';
 import { openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
-import { reconcilePinnedXdp } from './xdp-pin.js';
+import { reconcilePinnedXdp } from './host/xdp-pin.js';
 import { BgpAnnouncer } from './bgp/announcer.js';
 import type { Logger, Outcome } from './reconcile.js';
 import type { GitRemote } from './source/git-remote.js';
@@ -131,7 +131,7 @@ async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Prom
     const { openBackendDataPlane } = await import('../bpf/backend/index.js');
     const dp = await openBackendDataPlane({ pinRoot: pinDir, interface: o.interface });
     // l2/ipip VIPs must be local addresses on a backend: added and released around each apply.
-    const { withBackendVips } = await import('./backend-vips.js');
+    const { withBackendVips } = await import('./host/backend-vips.js');
     return withBackendVips(dp, { stateFile: join(o.cacheDir, 'backend-vips.json'), nodeInterface: o.interface });
   }
   const { openLbDataPlane } = await import('../bpf/dataplane/index.js');
@@ -141,7 +141,7 @@ async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Prom
 /** Decommission: the data plane handle is closed; remove VIPs we added, then the pins (which detaches links). */
 async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logger): Promise<void> {
   // The same removal as `gitlb down` (VIPs, pins, links checked detached); this process's own handles are closed.
-  const { takeNodeDown } = await import('./node-down.js');
+  const { takeNodeDown } = await import('./decommission/node-down.js');
   const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir: o.cacheDir, interface: o.interface });
   log.info(`decommissioned ${role} node: removed ${r.pinDir} (${r.links.length} links detached)${r.vips.length ? ` and VIPs ${r.vips.join(' ')}` : ''}`);
 }
@@ -198,7 +198,7 @@ async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ 
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
   : Promise<{ stop(): void; report(): Record<string, PeerSyncReport> }> {
-  const { FlowSync } = await import('./flow-sync.js');
+  const { FlowSync } = await import('./flows/flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
     channel,

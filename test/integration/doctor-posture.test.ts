@@ -8,7 +8,7 @@ import { cpSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } f
 import { join } from 'node:path';
 import { commitFiles, git, tempDir } from '../reconcile-helpers.js';
 import { signerLine, sshKey } from '../verify-helpers.js';
-import { writeLocalState } from '../../src/reconciler/local-state.js';
+import { writeLocalState } from '../../src/reconciler/state/local-state.js';
 
 const root = join(import.meta.dirname, '..', '..');
 

@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
 import { ancestry } from '../../src/reconciler/source/git-objects.js';
-import { pushAutoRevert, isRevertMessage } from '../../src/reconciler/rollback.js';
+import { pushAutoRevert, isRevertMessage } from '../../src/reconciler/revert/rollback.js';
 import { git, servedRepo, commitFiles, tempDir } from '../reconcile-helpers.js';
 
 const execFileP = promisify(execFile);

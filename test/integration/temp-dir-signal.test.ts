@@ -1,5 +1,5 @@
 // Ctrl-C (SIGINT) or SIGTERM while `gitlb status` / `gitlb history` wait on a Git server: the temporary Git cache
-// (/tmp/gitlb-status-XXXX) is removed and the process exits 130 / 143 (src/reconciler/temp-dirs.ts). A real
+// (/tmp/gitlb-status-XXXX) is removed and the process exits 130 / 143 (src/reconciler/temp/temp-dirs.ts). A real
 // `gitlb` process against git http-backend behind a proxy that holds the fetch, with a private TMPDIR.
 import test from 'ava';
 import { spawn } from 'node:child_process';

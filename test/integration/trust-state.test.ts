@@ -14,7 +14,7 @@ import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/reconci
 import { startDaemon } from '../../src/reconciler/daemon.js';
 import { getCondition } from '../../src/reconciler/status/conditions.js';
 import { serialiseStatus } from '../../src/reconciler/status/status-doc.js';
-import { readLocalState } from '../../src/reconciler/local-state.js';
+import { readLocalState } from '../../src/reconciler/state/local-state.js';
 import type { Trust } from '../../src/reconciler/verify/trust.js';
 import { git, servedRepo, tempDir, configFiles, clusterYaml, nodeStatus, type ServedRepo } from '../reconcile-helpers.js';
 import { sshKey, signerLine, signedCommit, trustOf, cli, type SshKey } from '../verify-helpers.js';

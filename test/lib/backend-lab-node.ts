@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfObject, queryTc } from '../../src/bpf/libbpf.js';
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
-import { withBackendVips } from '../../src/reconciler/backend-vips.js';
+import { withBackendVips } from '../../src/reconciler/host/backend-vips.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { addrBytes } from './packets-backend.js';
 import { applyTo } from './converge.js';

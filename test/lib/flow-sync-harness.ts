@@ -1,10 +1,10 @@
-// Two lb nodes' data planes (two pin roots) and their connection-state sync (src/reconciler/flow-sync.ts) over two
+// Two lb nodes' data planes (two pin roots) and their connection-state sync (src/reconciler/flows/flow-sync.ts) over two
 // real peer channels on 127.0.0.1, all inside a test network namespace (bpf_fib_lookup needs the lab's neighbours;
 // the channels' TCP stays in the namespace). Packets go through each node's xdp_lb by BPF_PROG_TEST_RUN. Runs the
 // scenario of test/netns/flow-sync.test.ts and prints one JSON observation per named step; the test asserts.
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flow-sync.js';
+import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flows/flow-sync.js';
 import { startPeerChannel, secretAuth, type PeerChannel } from '../../src/reconciler/peer/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';

@@ -1,10 +1,10 @@
-// VIP ownership on a backend node (src/reconciler/backend-vips.ts), in a real network namespace: addresses added
+// VIP ownership on a backend node (src/reconciler/host/backend-vips.ts), in a real network namespace: addresses added
 // and removed, ARP/rp_filter sysctls set and restored, and nothing touched that the module did not create.
 import test from 'ava';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { reconcileBackendVips, withBackendVips, VIP_DEVICE } from '../../src/reconciler/backend-vips.js';
+import { reconcileBackendVips, withBackendVips, VIP_DEVICE } from '../../src/reconciler/host/backend-vips.js';
 import { openBackendDataPlane } from '../../src/bpf/backend/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { cleanupRun, createBridge, createNetns, exec, getSysctl, nsExec, nsName, runPrefix, setSysctl } from '../../src/lab/netns.js';

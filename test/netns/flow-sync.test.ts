@@ -1,4 +1,4 @@
-// Connection-state sync between two lb nodes (issue 24; src/reconciler/flow-sync.ts, docs/datapath.md
+// Connection-state sync between two lb nodes (issue 24; src/reconciler/flows/flow-sync.ts, docs/datapath.md
 // "Connection-state sync"): two data planes (own pin roots, the real xdp_lb through BPF_PROG_TEST_RUN) and two real
 // authenticated peer channels on 127.0.0.1 inside a test namespace (test/lib/flow-sync-harness.ts). The scenario:
 // - established flows on lb-a (a DSR flow and a SNAT translation) are synced to lb-b; the table then moves every new

@@ -2,7 +2,7 @@
 import test from 'ava';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { addressesToResolve, usableNeighbours } from '../../src/reconciler/neighbours.js';
+import { addressesToResolve, usableNeighbours } from '../../src/reconciler/host/neighbours.js';
 
 test('usable states are what bpf_fib_lookup accepts', (t) => {
   const json = JSON.stringify([
@@ -35,7 +35,7 @@ test('refreshNeighbours resolves a peer that had no entry (IPv4 and IPv6, in nam
     sh(b, 'ip', 'link', 'set', 'eth0', 'up');
     t.notRegex(sh(a, 'ip', 'neigh', 'show', 'dev', 'eth0'), /198\.51\.100\.2 /);
     // run the daemon's code inside namespace a (nsenter keeps /sys, like the daemon)
-    const script = `import { refreshNeighbours } from ${JSON.stringify(join(import.meta.dirname, '..', '..', 'src', 'reconciler', 'neighbours.ts'))};
+    const script = `import { refreshNeighbours } from ${JSON.stringify(join(import.meta.dirname, '..', '..', 'src', 'reconciler', 'host', 'neighbours.ts'))};
       const first = await refreshNeighbours(['198.51.100.2', '2001:db8:77::2']);
       await new Promise((r) => setTimeout(r, 1500));
       const second = await refreshNeighbours(['198.51.100.2', '2001:db8:77::2']);

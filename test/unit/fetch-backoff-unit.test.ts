@@ -1,7 +1,7 @@
-// The fetch-failure schedule (src/reconciler/fetch-backoff.ts): backoff steps 1 s doubling up to the maximum,
+// The fetch-failure schedule (src/reconciler/source/fetch-backoff.ts): backoff steps 1 s doubling up to the maximum,
 // attempts between steps (polls) neither advance it nor log, a new reason logs, recovery sums the outage up.
 import test from 'ava';
-import { FetchBackoff, humanMs } from '../../src/reconciler/fetch-backoff.js';
+import { FetchBackoff, humanMs } from '../../src/reconciler/source/fetch-backoff.js';
 
 test('backoff steps double up to the maximum; attempts between steps do not move them and are not logged', (t) => {
   const b = new FetchBackoff({ baseMs: 1000, maxMs: 300_000 });

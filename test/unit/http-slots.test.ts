@@ -1,9 +1,9 @@
-// The slot policy of the daemon's HTTP listeners (src/reconciler/http-limits.ts) on its own, with a given clock:
+// The slot policy of the daemon's HTTP listeners (src/reconciler/http/http-limits.ts) on its own, with a given clock:
 // what a flood can evict and what it cannot, the per-source cap, and that under the caps nothing is dropped. And
 // the response deadline on a real socket: a client that never reads its answer loses its connection.
 import test from 'ava';
 import { connect } from 'node:net';
-import { ConnectionSlots, createLimitedServer, listenHttp, sourceOf } from '../../src/reconciler/http-limits.js';
+import { ConnectionSlots, createLimitedServer, listenHttp, sourceOf } from '../../src/reconciler/http/http-limits.js';
 
 const LIMITS = { maxConnections: 4, maxConnectionsPerSource: 2, protectedMs: 2000 };
 

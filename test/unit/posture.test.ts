@@ -1,8 +1,8 @@
-// gitlb doctor's trust posture (src/reconciler/posture.ts), judged from facts: the hardened node passes, and each
+// gitlb doctor's trust posture (src/reconciler/doctor/posture.ts), judged from facts: the hardened node passes, and each
 // weakness an attacker would look for (verification off, no trust root, a weak peer secret, consensus without
 // one, an unauthenticated listener on the network) is a warning or a failure with its reason.
 import test from 'ava';
-import { isLoopback, trustPosture, type PostureFacts } from '../../src/reconciler/posture.js';
+import { isLoopback, trustPosture, type PostureFacts } from '../../src/reconciler/doctor/posture.js';
 
 const REV = 'a'.repeat(40);
 const ENFORCE = { mode: 'enforce' as const, formats: ['ssh' as const], signersFile: 'trust/allowed_signers' };

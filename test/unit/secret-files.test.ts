@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadCredentials } from '../../src/reconciler/source/credentials.js';
 import { loadSigningKeyFile } from '../../src/reconciler/verify/load.js';
-import { checkWebhookSecret } from '../../src/reconciler/doctor.js';
+import { checkWebhookSecret } from '../../src/reconciler/doctor/doctor.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gitlb-secret-files-'));
 test.after.always(() => rmSync(dir, { recursive: true, force: true }));

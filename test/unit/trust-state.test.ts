@@ -4,7 +4,7 @@ import test from 'ava';
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readLocalState, readOwnLocalState, writeLocalState } from '../../src/reconciler/local-state.js';
+import { readLocalState, readOwnLocalState, writeLocalState } from '../../src/reconciler/state/local-state.js';
 import { policyFor, policyLowering } from '../../src/reconciler/verify/revision-check.js';
 import type { VerificationPolicy } from '../../src/reconciler/verify/verify-range.js';
 

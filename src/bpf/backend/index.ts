@@ -2,7 +2,7 @@
 // the be_vips map they read. The first execute() attaches ingress and egress once (tcx links pinned under pinRoot, so
 // they outlive the daemon; a restarted daemon switches the pinned links to its freshly loaded programs) and
 // keeps be_vips equal to what the desired state asks for. VIP addresses themselves are handled by
-// src/reconciler/backend-vips.ts. See docs/backend.md.
+// src/reconciler/host/backend-vips.ts. See docs/backend.md.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type TcAttachment } from '../libbpf.js';

@@ -1,7 +1,7 @@
 // Connection state of the LB program for sharing between lb nodes (issue 24, docs/datapath.md "Connection-state
 // sync"): what is new or changed in the pinned connection table (lb_conntrack) and the NAT table (lb_snat_rev /
 // lb_snat_fwd) since the last read, and the checked insert of entries another lb node sent. No I/O but the maps:
-// the transport and its bounds are src/reconciler/flow-sync.ts.
+// the transport and its bounds are src/reconciler/flows/flow-sync.ts.
 //
 // Entries name reals by id and VIPs by listener, never by this node's slots: ids are rendered from the config, the
 // same on every node; a slot is each node's own and is looked up here on insert.

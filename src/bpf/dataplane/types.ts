@@ -41,7 +41,7 @@ export const RING_ROTATION_CHECKS = 60;
 export interface ExecuteOptions {
   /**
    * The state the ops lead to. Not planned from: an lb data plane that loads for the first time sizes its tables
-   * from it (conntrack, SNAT); the backend's local VIPs follow it (src/reconciler/backend-vips.ts).
+   * from it (conntrack, SNAT); the backend's local VIPs follow it (src/reconciler/host/backend-vips.ts).
    */
   desired?: DesiredState;
   /** Progress of a long execute: called at most every PROGRESS_INTERVAL_MS with the ops done so far. */

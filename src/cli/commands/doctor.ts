@@ -1,6 +1,6 @@
-// `gitlb doctor`: preflight of a node — one line per check and a verdict (see src/reconciler/doctor.ts).
+// `gitlb doctor`: preflight of a node — one line per check and a verdict (see src/reconciler/doctor/doctor.ts).
 import { commandGitTimeoutOption, defineCommand, gitTimeoutMs, InvalidArgumentError, nodeName, Option, pathOption } from '../command.js';
-import { runDoctor, type PostureOptions } from '../../reconciler/doctor.js';
+import { runDoctor, type PostureOptions } from '../../reconciler/doctor/doctor.js';
 import { DEFAULT_METRICS_LISTEN } from '../../reconciler/metrics/index.js';
 import { parseListen } from '../../reconciler/triggers/webhook.js';
 

@@ -3,14 +3,14 @@
 import { join } from 'node:path';
 import { addBirdOptions, birdConfigFile, type Command, commandGitTimeoutOption, defineCommand, nodeName, pathOption } from '../command.js';
 import { withdrawAllNow } from '../../reconciler/bgp/withdraw-now.js';
-import { lastAppliedModel } from '../../reconciler/served-model.js';
+import { lastAppliedModel } from '../../reconciler/state/served-model.js';
 import { loadCredentials } from '../../reconciler/source/credentials.js';
 import { isUrl, openRemote } from '../../reconciler/source/git-remote.js';
 import { readRevisionFiles } from '../../reconciler/source/git-objects.js';
 import { parseConfig } from '../../render/config/index.js';
 import type { ConfigModel } from '../../render/model.js';
 import { statusBranchOptions } from '../status-options.js';
-import { takeNodeDown } from '../../reconciler/node-down.js';
+import { takeNodeDown } from '../../reconciler/decommission/node-down.js';
 import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
 import { StatusWriter } from '../../reconciler/status/status-writer.js';

@@ -1,6 +1,6 @@
 // `gitlb run`: the GitOps daemon of one node (see docs/reconciler.md). This file only parses flags; the daemon
 // is assembled in src/reconciler/node-daemon.ts.
-import { readSecretFile, sharedSecretProblem } from '../../reconciler/secret-file.js';
+import { readSecretFile, sharedSecretProblem } from '../../reconciler/secrets/secret-file.js';
 import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile } from '../../reconciler/peer/index.js';
 import { join } from 'node:path';
 import { addBirdOptions, birdConfigFile, type Command, defineCommand, gitTimeoutMs, gitTimeoutOption, InvalidArgumentError, nodeName, Option, pathOption, UsageError } from '../command.js';

@@ -11,7 +11,7 @@ import { loadTrustFile } from '../../reconciler/verify/load.js';
 import { policyFor } from '../../reconciler/verify/revision-check.js';
 import { verifyRange } from '../../reconciler/verify/verify-range.js';
 import { describeVerdict } from '../../reconciler/verify/verdict.js';
-import { makeTempDir, removeTempDir } from '../../reconciler/temp-dirs.js';
+import { makeTempDir, removeTempDir } from '../../reconciler/temp/temp-dirs.js';
 
 async function resolveName(gitdir: string, rev: string): Promise<string> {
   try {

@@ -3,7 +3,7 @@
 // asks BIRD to reload (`birdc configure`). BIRD itself is started and supervised elsewhere (systemd, the lab);
 // gitlb never speaks BGP. A failed write or reload is retried on the next tick.
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { runFile } from '../run-file.js';
+import { runFile } from '../host/run-file.js';
 import { birdPasswords, scrubToolText } from './scrub.js';
 import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnnouncement } from '../../render/bgp/announce.js';
 import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';

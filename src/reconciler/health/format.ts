@@ -1,7 +1,7 @@
 // Text for `gitlb status`: counts of every checked real, then one line per listed real that is not up with its
 // state, since when, and the last check result. Pure.
 import type { HealthStatus } from './status.js';
-import { formatTable } from '../text-table.js';
+import { formatTable } from '../format/text-table.js';
 
 export function formatHealthStatus(node: string, h: HealthStatus, now: number): string {
   const rows: string[][] = [];

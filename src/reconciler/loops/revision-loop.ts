@@ -6,7 +6,7 @@
 // wasted) and keep an idle node's status fresh. The health loop (./health-loop.ts) never waits for this one.
 // docs/reconciler.md, "Loops".
 import type { Outcome, Reconciler } from '../reconcile.js';
-import { writeLocalState } from '../local-state.js';
+import { writeLocalState } from '../state/local-state.js';
 import { SerialRunner } from '../triggers/serial-runner.js';
 
 export interface RevisionLoopOptions {

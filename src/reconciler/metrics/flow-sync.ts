@@ -1,8 +1,8 @@
-// Connection-state sync metrics (src/reconciler/flow-sync.ts, docs/datapath.md "Connection-state sync"), per peer,
+// Connection-state sync metrics (src/reconciler/flows/flow-sync.ts, docs/datapath.md "Connection-state sync"), per peer,
 // read from FlowSync.report() at scrape time: entries sent, received, applied and dropped, refusals by reason, the
 // lag of the last batch and whether the peer has the whole table.
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { PeerSyncReport } from '../flow-sync.js';
+import type { PeerSyncReport } from '../flows/flow-sync.js';
 
 export class FlowSyncMetrics {
   private source: (() => Record<string, PeerSyncReport>) | null = null;

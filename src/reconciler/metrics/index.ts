@@ -2,7 +2,7 @@
 // the control-plane, Git and health metrics. `gitlb run` creates it, serves it (./server.ts) and feeds it events
 // through the daemon's hooks. Metric names and meaning: docs/metrics.md.
 import { Counter, Gauge, Registry } from 'prom-client';
-import { namedListenerStats } from '../http-limits.js';
+import { namedListenerStats } from '../http/http-limits.js';
 import type { DesiredState } from '../../render/state.js';
 import { registerDataPlaneMetrics, type DataPlaneNames } from './dataplane.js';
 import { ControlMetrics } from './control.js';

@@ -1,7 +1,7 @@
 // The metrics endpoint of `gitlb run`: GET /metrics (Prometheus text format) and GET /healthz (200 once the node
 // serves an applied revision, 503 before; Kubernetes readiness and the lab's Prometheus use it).
 import type { Server } from 'node:http';
-import { createLimitedServer, listenHttp, type Listening } from '../http-limits.js';
+import { createLimitedServer, listenHttp, type Listening } from '../http/http-limits.js';
 import type { Registry } from 'prom-client';
 import { parseListen } from '../triggers/webhook.js';
 

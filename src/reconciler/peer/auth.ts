@@ -12,7 +12,7 @@
 //   - not a repetition of a shorter string (catches 'abcdabcd…').
 // These catch mistakes, not a clever low-entropy choice: generate it with `head -c 32 /dev/urandom | base64`.
 import { createHmac, hkdfSync, sign as edSign, timingSafeEqual, verify as edVerify, type KeyObject } from 'node:crypto';
-import { readSecretFile, type Warn } from '../secret-file.js';
+import { readSecretFile, type Warn } from '../secrets/secret-file.js';
 import { parseOpenSshPrivateKey } from '../verify/signing-key.js';
 import { parseSshPublicKeyText, type SshPublicKey } from '../verify/ssh-key.js';
 

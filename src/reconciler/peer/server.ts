@@ -3,7 +3,7 @@
 // inside the skew window and not dated before the channel started, never seen before, within the kind's size cap and the sender's rate, and answers with a
 // message bound to the request (frame.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimitedServer, listenHttp, type Listening } from '../http-limits.js';
+import { createLimitedServer, listenHttp, type Listening } from '../http/http-limits.js';
 import { authentic, newNonce, PEER_PATH_PREFIX, readEnvelope, seal, timeProblem, type Envelope } from './frame.js';
 import type { PeerAuth } from './auth.js';
 import type { RejectReason } from './errors.js';

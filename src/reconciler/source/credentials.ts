@@ -1,6 +1,6 @@
 // Git credentials for HTTP remotes: from the environment or a file, handed to isomorphic-git's onAuth.
 // Secrets never reach a log line: every URL printed goes through redactUrl().
-import { readSecretFile, type Warn } from '../secret-file.js';
+import { readSecretFile, type Warn } from '../secrets/secret-file.js';
 
 export interface GitCredentials {
   username: string;

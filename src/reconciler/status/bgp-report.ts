@@ -3,7 +3,7 @@
 // and texts are capped.
 import type { NodeStatus } from './status-doc.js';
 import { escapeControl } from '../../render/escape.js';
-import { formatTable } from '../text-table.js';
+import { formatTable } from '../format/text-table.js';
 
 export interface NodeBgpVerdict {
   vips: { vip: string; state: string }[];

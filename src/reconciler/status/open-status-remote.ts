@@ -4,7 +4,7 @@ import { isUrl, openRemote, type GitRemote } from '../source/git-remote.js';
 import { readRevisionFiles } from '../source/git-objects.js';
 import { parseConfig } from '../../render/config/index.js';
 import { DEFAULTS } from '../../render/config/limits.js';
-import { makeTempDir, removeTempDir } from '../temp-dirs.js';
+import { makeTempDir, removeTempDir } from '../temp/temp-dirs.js';
 
 /**
  * The config branch's tip, fetched at most once per command (the status branch is resolved from it, and `status`

@@ -4,7 +4,7 @@
 // row, then backing off up to the retry maximum) unless a newer snapshot was handed over meanwhile, and its
 // recovery is said. docs/reconciler.md, "One reconcile" (status).
 import type { NodeStatus } from './status-doc.js';
-import { humanMs } from '../fetch-backoff.js';
+import { humanMs } from '../source/fetch-backoff.js';
 
 /** Delay before a failed status write is tried again (the writer already retried races and timeouts). */
 const STATUS_RETRY_MS = 5000;

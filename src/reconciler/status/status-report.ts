@@ -5,7 +5,7 @@ import git from 'isomorphic-git';
 import { firstParentLog, readCommitInfo, readFileAt } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { parseStatusFile, type NodeStatus, type StatusRealState } from './status-doc.js';
-import { formatTable } from '../text-table.js';
+import { formatTable } from '../format/text-table.js';
 
 export async function readAllStatuses(remote: GitRemote, branch: string, onBadFile?: (problem: string) => void): Promise<NodeStatus[]> {
   const tip = await remote.fetch(branch, { depth: 1 });

@@ -1,7 +1,7 @@
 // What `gitlb top` prints: per-service and per-real rates between two readings of the pinned maps, with the names,
 // health and table shares a running daemon reports on its /metrics (when it answers). Pure.
 import type { LbStats, Traffic } from '../../bpf/dataplane/pinned-stats.js';
-import { formatTable } from '../text-table.js';
+import { formatTable } from '../format/text-table.js';
 import { samples, type Sample } from '../metrics/prom-text.js';
 
 /** What the daemon's /metrics adds to the kernel's numbers. */

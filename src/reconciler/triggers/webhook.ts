@@ -2,7 +2,7 @@
 // GitHub's `X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>` or GitLab's `X-Gitlab-Token: <secret>`.
 // Comparisons are constant-time; bodies are capped; pushes to other branches (the status branch!) are ignored.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createLimitedServer, listenHttp, type ConnectionStats } from '../http-limits.js';
+import { createLimitedServer, listenHttp, type ConnectionStats } from '../http/http-limits.js';
 import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
 import { RateLimitedWarnings } from '../log/rate-limited.js';
 

@@ -4,7 +4,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { loadTrust, type Trust } from './trust.js';
 import { MAX_TRUST_BYTES } from './allowed-signers.js';
 import { loadSigningKey, type CommitSigner } from './signing-key.js';
-import { readSecretFile, type Warn } from '../secret-file.js';
+import { readSecretFile, type Warn } from '../secrets/secret-file.js';
 
 async function readCapped(file: string, what: string): Promise<string> {
   let st;

@@ -10,9 +10,9 @@
 import { runFile, type FileResult } from './run-file.js';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { DataPlane, ExecuteOptions, Op } from '../bpf/dataplane/index.js';
-import type { DesiredState } from '../render/state.js';
-import { canonicalIp } from '../render/ip.js';
+import type { DataPlane, ExecuteOptions, Op } from '../../bpf/dataplane/index.js';
+import type { DesiredState } from '../../render/state.js';
+import { canonicalIp } from '../../render/ip.js';
 
 export const VIP_DEVICE = 'gitlb0';
 

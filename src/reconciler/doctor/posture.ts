@@ -4,9 +4,9 @@
 // doctor.ts gathers the facts (local state, trust file, peer secret, the branch head's config, the flags).
 import { isIP } from 'node:net';
 import type { CheckResult } from './doctor.js';
-import { policyFor } from './verify/revision-check.js';
-import type { VerificationPolicy } from './verify/verify-range.js';
-import type { HealthAgreementMode } from '../render/model.js';
+import { policyFor } from '../verify/revision-check.js';
+import type { VerificationPolicy } from '../verify/verify-range.js';
+import type { HealthAgreementMode } from '../../render/model.js';
 
 export interface HostPort {
   host: string;

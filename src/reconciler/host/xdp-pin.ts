@@ -5,8 +5,8 @@
 // syscalls, not of a program load). This module only says, before the data plane opens, what is about to happen.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { interfaceIndex, pinnedXdpLink } from '../bpf/attach.js';
-import { LINK_PIN } from '../bpf/dataplane/index.js';
+import { interfaceIndex, pinnedXdpLink } from '../../bpf/attach.js';
+import { LINK_PIN } from '../../bpf/dataplane/index.js';
 
 /** What the data plane will do to the pinned attachment (for the log), or null when it already matches. */
 export function reconcilePinnedXdp(pinDir: string, ifname: string, mode: 'native' | 'generic' | 'auto'): string | null {

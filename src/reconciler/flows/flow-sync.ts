@@ -4,11 +4,11 @@
 // 'flows.sync'); a peer inserts what its own current maps accept (importFlows). A peer not yet in sync (first
 // contact, or after a failed send) is sent the whole table, in batches across intervals. Nothing in the packet path
 // waits for this: the maps are read and written from here, never from XDP.
-import type { BpfObject } from '../bpf/libbpf.js';
+import type { BpfObject } from '../../bpf/libbpf.js';
 import { FlowDelta, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
-  type SnatEntry } from '../bpf/dataplane/flow-state.js';
-import type { DesiredState } from '../render/state.js';
-import { BadBody, type PeerChannel } from './peer/index.js';
+  type SnatEntry } from '../../bpf/dataplane/flow-state.js';
+import type { DesiredState } from '../../render/state.js';
+import { BadBody, type PeerChannel } from '../peer/index.js';
 
 export const FLOW_SYNC_KIND = 'flows.sync';
 export const FLOW_SYNC_DEFAULTS = {

@@ -3,8 +3,8 @@
 // A link that a running process still holds would stay attached: that is refused before anything is removed.
 import { existsSync, readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { reconcileBackendVips } from './backend-vips.js';
-import { runFile } from './run-file.js';
+import { reconcileBackendVips } from '../host/backend-vips.js';
+import { runFile } from '../host/run-file.js';
 import { nodeAliveEvidence } from './node-alive.js';
 
 export interface NodeDownOptions {

@@ -15,7 +15,7 @@
 //   closed at once.
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { formatCidr, formatIp, parseIp } from '../render/ip.js';
+import { formatCidr, formatIp, parseIp } from '../../render/ip.js';
 
 export const HTTP_LIMITS = {
   headersTimeout: 3_000,

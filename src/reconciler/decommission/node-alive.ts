@@ -2,7 +2,7 @@
 // under the pin root it was given: a wrong --pin-root must not record a live, announcing node as Decommissioned.
 import { readFileSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { runFile } from './run-file.js';
+import { runFile } from '../host/run-file.js';
 
 /** The lb XDP program's name as the kernel reports it (src/bpf/progs, SEC("xdp") xdp_lb). */
 const GITLB_XDP_PROGS = new Set(['xdp_lb']);

@@ -4,8 +4,8 @@
 // the tree of the bad commit's parent, which is exactly what `git revert` produces for a tip commit.
 // Pushes are compare-and-swap on the tip, so when several nodes try at once exactly one wins; the others
 // see the branch moved and stand down.
-import { ancestry, readCommitInfo, writeCommitObject, type PayloadSigner } from './source/git-objects.js';
-import type { GitRemote } from './source/git-remote.js';
+import { ancestry, readCommitInfo, writeCommitObject, type PayloadSigner } from '../source/git-objects.js';
+import type { GitRemote } from '../source/git-remote.js';
 
 export const REVERT_TRAILER = 'Gitlb-Revert-Of';
 

@@ -5,7 +5,7 @@
 // either the old or the new file, never a torn one, and a power loss never loses an acknowledged write.
 import { open, readFile, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import type { VerificationPolicy } from './verify/verify-range.js';
+import type { VerificationPolicy } from '../verify/verify-range.js';
 
 export interface LocalState {
   node: string;

@@ -4,20 +4,20 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { release } from 'node:os';
 import { dirname, join } from 'node:path';
-import { runFile } from './run-file.js';
-import { sharedSecretProblem } from './secret-file.js';
-import { loadCredentials, redactUrl } from './source/credentials.js';
-import { isUrl, openRemote } from './source/git-remote.js';
-import { readRevisionFiles } from './source/git-objects.js';
-import { parseConfig } from '../render/config/index.js';
-import { makeTempDir, removeTempDir } from './temp-dirs.js';
-import { netnsExecPinProblem } from '../bpf/bpffs.js';
-import type { ConfigModel } from '../render/model.js';
-import { readLocalState } from './local-state.js';
-import { loadTrustFile } from './verify/load.js';
-import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile, peerKeyBlob } from './peer/index.js';
-import { DEFAULT_METRICS_LISTEN } from './metrics/index.js';
-import { parseListen } from './triggers/webhook.js';
+import { runFile } from '../host/run-file.js';
+import { sharedSecretProblem } from '../secrets/secret-file.js';
+import { loadCredentials, redactUrl } from '../source/credentials.js';
+import { isUrl, openRemote } from '../source/git-remote.js';
+import { readRevisionFiles } from '../source/git-objects.js';
+import { parseConfig } from '../../render/config/index.js';
+import { makeTempDir, removeTempDir } from '../temp/temp-dirs.js';
+import { netnsExecPinProblem } from '../../bpf/bpffs.js';
+import type { ConfigModel } from '../../render/model.js';
+import { readLocalState } from '../state/local-state.js';
+import { loadTrustFile } from '../verify/load.js';
+import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile, peerKeyBlob } from '../peer/index.js';
+import { DEFAULT_METRICS_LISTEN } from '../metrics/index.js';
+import { parseListen } from '../triggers/webhook.js';
 import { trustPosture, type PostureFacts } from './posture.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
@@ -116,7 +116,7 @@ async function checkInterface(name: string | undefined): Promise<CheckResult[]> 
  * maps are pinned by name, so they go to a scratch directory beside --pin-root that is removed again.
  */
 async function checkPrograms(pinRoot: string): Promise<CheckResult[]> {
-  const { BpfObject } = await import('../bpf/libbpf.js');
+  const { BpfObject } = await import('../../bpf/libbpf.js');
   const out: CheckResult[] = [];
   for (const [name, role] of [
     ['xdp_lb', 'lb'],
