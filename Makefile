@@ -6,7 +6,7 @@ SHELL := /bin/bash
 # captures the same test reads from their installed paths (test/netns/hostile-foreign.test.ts)
 DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config iproute2 ethtool nftables \
             tcpdump iputils-ping netcat-openbsd curl git haproxy wrk make g++ python3 bird2 prometheus gnupg openssh-client \
-            python3-scapy python3-dpkt python3-libtrace
+            python3-scapy python3-dpkt python3-libtrace systemd
 BPF_SRC  := $(wildcard src/bpf/progs/*.c)
 BPF_HDR  := $(wildcard src/bpf/progs/*.h) $(wildcard src/bpf/include/*.h)
 BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC)) build/bpf/xdp_lb_monitor.o

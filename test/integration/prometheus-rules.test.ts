@@ -3,7 +3,7 @@
 // drops rising, SNAT ports near exhaustion, XDP fell back — each fires when it should and stays quiet when it should; and the
 // dashboard's queries are valid PromQL.
 import test from 'ava';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,12 +20,26 @@ test('promtool: the alert rules are valid and pass their recorded-series tests',
 });
 
 test('promtool: a wrong expectation fails (the rule tests can fail)', (t) => {
-  const broken = execFileSync('sed', ['s/summary: "lb-1 drops 20 packets\\/s (no_real)"/summary: "lb-1 drops 21 packets\\/s (no_real)"/',
-    join(dir, 'gitlb-rules.test.yml')], { encoding: 'utf8' });
-  t.not(broken, '', 'sed produced the altered file');
-  const r = spawnSync('sh', ['-c', 'f=$(mktemp -p . .broken-XXXX.yml) && cat > "$f" && promtool test rules "$f"; rc=$?; rm -f "$f"; exit $rc'],
-    { cwd: dir, input: broken, encoding: 'utf8' });
-  t.not(r.status, 0, 'promtool must report the mismatch');
+  const original = readFileSync(join(dir, 'gitlb-rules.test.yml'), 'utf8');
+  const expected = 'summary: "lb-1 drops 20 packets/s (no_real)"';
+  t.is(original.split(expected).length, 2, 'the expectation to break is in the test file exactly once');
+  const broken = original.replace(expected, 'summary: "lb-1 drops 21 packets/s (no_real)"');
+  t.not(broken, original);
+  // Written beside the rules so the test file's relative rule_files path still resolves.
+  const file = join(dir, `.broken-${process.pid}.yml`);
+  writeFileSync(file, broken);
+  try {
+    const r = spawnSync('promtool', ['test', 'rules', file], { cwd: dir, encoding: 'utf8' });
+    t.is(r.error, undefined, 'promtool ran');
+    t.is(r.status, 1, 'promtool reports a failed test (exit 1), not a missing tool or a bad file');
+    const out = r.stdout + r.stderr;
+    t.regex(out, /FAILED/);
+    // promtool names the mismatch: the expected alert carries the altered summary, the one it got the real one.
+    t.regex(out, /21 packets\/s \(no_real\)/);
+    t.regex(out, /20 packets\/s \(no_real\)/);
+  } finally {
+    rmSync(file, { force: true });
+  }
 });
 
 test('promtool: every query of the Grafana dashboard is valid PromQL', (t) => {

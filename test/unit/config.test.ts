@@ -3,6 +3,7 @@
 import test from 'ava';
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { parseAllDocuments } from 'yaml';
 import { join } from 'node:path';
 import { type ConfigFile, LIMITS, formatDiagnostic, parseConfig } from '../../src/render/config/index.js';
 import { canonicalCidr, canonicalIp, cidrContains, parseCidr, parseIp } from '../../src/render/ip.js';
@@ -51,7 +52,14 @@ for (const name of readdirSync(join(fixtures, 'valid')).sort()) {
     const dir = join(fixtures, 'valid', name);
     const result = parseConfig(await readConfigDir(dir));
     t.deepEqual(result.diagnostics.map(formatDiagnostic), expectedLines(dir));
-    t.truthy(result.model);
+    // Nothing silently dropped: the model holds one entry per Service/Node document the YAML library sees in the
+    // files the reader selected, and the Cluster it names.
+    const docs = (await readConfigDir(dir)).flatMap((f) => parseAllDocuments(new TextDecoder().decode(f.content)).map((d) => d.toJS()))
+      .filter((d): d is { kind: string; metadata: { name: string } } => d !== null && typeof d === 'object');
+    const names = (kind: string) => docs.filter((d) => d.kind === kind).map((d) => d.metadata.name).sort();
+    t.deepEqual(result.model!.services.map((x) => x.metadata.name), names('Service'));
+    t.deepEqual(result.model!.nodes.map((x) => x.metadata.name), names('Node'));
+    t.deepEqual([result.model!.cluster.metadata.name], names('Cluster'));
   });
 }
 
