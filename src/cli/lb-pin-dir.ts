@@ -1,4 +1,4 @@
-// Which local lb node's pinned data plane a command reads (`gitlb top`, `gitlb monitor`): the one named, or the
+// Which local lb node's pinned data plane a command reads (`gitlb top`, `gitlb capture`): the one named, or the
 // only lb node pinned under the pin root.
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';

@@ -172,6 +172,7 @@ static __always_inline void lb_snat_count(__u32 reason)
 
 	if (c)
 		*c += 1;
+	LB_CAP_REASON(LB_CAP_SNAT_BASE + reason);
 }
 
 static __always_inline int lb_snat_drop(__u32 snat_reason)
@@ -562,6 +563,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 			st->new_flows += 1;
 	}
 	lb_traffic_add(&lb_real_stats, real->slot, p->frame_len, new_flow);
+	LB_CAP_REAL(real_id);
 
 	__u32 nh_reason = 0;
 	const struct lb_next_hop *nh = lb_next_hop(ctx, real, real_id, 0, &nh_reason);

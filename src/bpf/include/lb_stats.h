@@ -4,6 +4,7 @@
 #define LB_STATS_H
 
 #include "lb_maps.h"
+#include "lb_capture_hooks.h"
 
 static __always_inline void lb_count(__u32 reason)
 {
@@ -11,6 +12,7 @@ static __always_inline void lb_count(__u32 reason)
 
 	if (c)
 		*c += 1;
+	LB_CAP_REASON(reason);
 }
 
 /* Traffic of a service or a real: per-CPU array slots (dense indexes the loader hands out), so one array

@@ -20,9 +20,7 @@
 #include "lb_snat.h"
 #include "lb_sanity.h"
 #include "lb_source_ranges.h"
-#ifdef LB_MONITOR
-#include "lb_monitor.h"
-#endif
+#include "lb_capture_hooks.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -141,7 +139,7 @@ static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 has
 	return 0;
 }
 
-/* The packet's whole path; xdp_lb (below) is this, or this between two monitor samples. */
+/* The packet's whole path; xdp_lb (below) is this, or this between the capture's entry and exit (lb_capture.h). */
 static __always_inline int lb_process(struct xdp_md *ctx)
 {
 	struct lb_packet p = {};
@@ -151,6 +149,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 
 	/* 1. parse */
 	verdict = lb_parse(ctx, &p, &reason);
+	LB_CAP_PACKET(ctx, &p);
 	if (verdict != LB_PARSE_OK) {
 		/* replies of SNAT flows (and ICMP errors about them) come back to the SNAT address: lb_snat.h */
 		int snat = lb_snat_reverse(ctx, &p, verdict);
@@ -278,6 +277,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	}
 	lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, new_flow);
 	lb_traffic_add(&lb_real_stats, real->slot, p.frame_len, new_flow);
+	LB_CAP_REAL(real_id);
 
 	/* 5. dispatch */
 	const struct lb_next_hop *nh;
@@ -380,16 +380,17 @@ too_big:
 	}
 }
 
-#ifdef LB_MONITOR
-/* xdp_lb_monitor.o: the same program with each frame sampled as it arrived and as it leaves, with the verdict
- * (lb_monitor.h). `gitlb monitor` swaps it into the running link for as long as it watches; xdp_lb.o never
- * carries the samples, so watching costs nothing while nobody watches. */
+#ifdef LB_CAPTURE
+/* xdp_lb_capture.o: the same program, with the frames the capture's filters select handed to `gitlb capture` as
+ * they arrived and as they leave, with the verdict, the real and the counters moved (lb_capture.h). The command
+ * swaps it into the running link for as long as it captures; xdp_lb.o never carries it, so capture costs nothing
+ * while nobody captures. */
 SEC("xdp")
 int xdp_lb(struct xdp_md *ctx)
 {
-	lb_monitor_sample(ctx, LB_MONITOR_ENTRY, -1);
+	lb_cap_enter(ctx);
 	int verdict = lb_process(ctx);
-	lb_monitor_sample(ctx, LB_MONITOR_EXIT, verdict);
+	lb_cap_exit(ctx, verdict);
 	return verdict;
 }
 #else
