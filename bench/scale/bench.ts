@@ -12,7 +12,7 @@
 // BASELINE=<git revision> adds a column for that revision (a detached worktree under build/bench/ with its own BPF
 // objects and dist/, this tree's addon), measured in the same run.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { SCALE, scaleFile, scaleFileOf, scaleFiles } from './config.js';
@@ -22,9 +22,18 @@ interface ChildReport { figures: Figures; peakRssMiB: number; rssMiB: number; he
 
 const here = resolve(import.meta.dirname, '..', '..');
 
+/** The node flags `root`'s bin/gitlb runs with (its `#!/usr/bin/env -S node ...` line), so the measured process is
+ * configured as the daemon is. */
+function gitlbNodeFlags(root: string): string[] {
+  const first = readFileSync(join(root, 'bin', 'gitlb'), 'utf8').split('\n', 1)[0]!;
+  const m = /^#!\/usr\/bin\/env(?: -S)? node((?: --?[a-z][a-z0-9-]*(?:=\S+)?)*)\s*$/.exec(first);
+  if (!m) throw new Error(`${root}/bin/gitlb: unexpected first line ${JSON.stringify(first)}`);
+  return m[1]!.trim().split(/\s+/).filter(Boolean);
+}
+
 /** child.mjs in a fresh node (no tsx: the process holds what the daemon would) over `root`'s dist/. */
 function runChild(mode: 'first' | 'restart', root: string, pin: string, revisions: string): ChildReport {
-  const r = spawnSync(process.execPath, ['--expose-gc', join(here, 'bench/scale/child.mjs'), mode, root, pin, revisions],
+  const r = spawnSync(process.execPath, [...gitlbNodeFlags(root), '--expose-gc', join(here, 'bench/scale/child.mjs'), mode, root, pin, revisions],
     { cwd: here, encoding: 'utf8', maxBuffer: 16 * 2 ** 20, timeout: 600_000 });
   if (r.status !== 0) throw new Error(`${mode} child for ${root} failed (${r.status ?? r.signal}): ${r.stderr.slice(-2000)}`);
   return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as ChildReport;
@@ -52,7 +61,8 @@ async function main(): Promise<void> {
     columns.push({ name: `BASELINE ${rev}`, root: baselineTree(rev) });
   }
   console.log(`scale: ${SCALE.services} services x ${SCALE.reals} reals, table size ${SCALE.tableSize}, one lb node, real maps ` +
-    `(load average ${loadavg().map((x) => x.toFixed(1)).join(' ')} on this shared machine)`);
+    `(load average ${loadavg().map((x) => x.toFixed(1)).join(' ')} on this shared machine); node flags of bin/gitlb: ` +
+    `${gitlbNodeFlags(here).join(' ') || '(none)'}`);
   // the revision and the next commit (one service's weights changed), as files for the children
   const files = scaleFiles();
   const i = 342;

@@ -57,6 +57,10 @@ const peerCases: PeerCase[] = [
     gitlb: ['pass_not_vip'], katran: ['pass'] },
   { name: 'VIP, connection-table hit, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.ACK), action: 3, harness: restoreObj,
     gitlb: ['ct_hit', 'tx'], katran: ['ct_hit', 'tx'] },
+  // the same 5-tuple's SYN again and again: both programs skip the table lookup for a SYN, pick from the ring and
+  // overwrite the flow's entry
+  { name: 'VIP SYN on an existing flow, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.SYN), action: 3, harness: restoreObj,
+    gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
   { name: 'VIP SYN, new flow every packet, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.SYN), action: 3, harness: varyObj,
     gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
 ];
@@ -106,6 +110,9 @@ for (const c of cases) {
     console.log(`${c.name.padEnd(38)} FAILED: ${(e as Error).message}`);
   }
 }
+// Program sizes: the translated (verifier output) and JITed bytes each program asks the instruction cache to hold.
+const size = (p: BpfProgram) => { const i = p.info(); return `${(i.xlatedBytes / 1024).toFixed(1)} KiB translated, ${(i.jitedBytes / 1024).toFixed(1)} KiB JITed`; };
+console.log(`program size: gitlb xdp_lb ${size(lb)}${katran ? `; Katran balancer ${size(katran.prog)}` : ''}`);
 if (!katran) console.log('(no Katran column: set KATRAN_SRC to a checkout of Katran\'s repository to run it beside gitlb)');
 else console.log('Katran: balancer.bpf.c from KATRAN_SRC, its build flags, new-connection rate guard off (MAX_CONN_RATE raised) so both insert every SYN;');
 if (katran) console.log('        maps as KatranLb fills them: per-CPU LRU tables (65536 entries in total, as gitlb\'s table), 100 IPIP reals, one VIP.');

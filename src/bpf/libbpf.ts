@@ -428,8 +428,8 @@ export class BpfProgram {
     return this.#fd;
   }
 
-  /** Kernel id and tag of the loaded program. */
-  info(): { id: number; name: string; tag: string; type: number } {
+  /** Kernel id, tag and sizes (translated and JITed bytes) of the loaded program. */
+  info(): { id: number; name: string; tag: string; type: number; xlatedBytes: number; jitedBytes: number } {
     return named(`program '${this.name}'`, () => native().progInfo(this.fd));
   }
 

@@ -75,6 +75,9 @@ Napi::Object ProgInfoObject(Napi::Env env, int fd) {
   char tag[2 * BPF_TAG_SIZE + 1];
   for (int i = 0; i < BPF_TAG_SIZE; i++) snprintf(tag + 2 * i, 3, "%02x", pi.tag[i]);
   o.Set("tag", tag);
+  // sizes of the verifier's translated program and of the JIT image: what the instruction cache has to hold
+  o.Set("xlatedBytes", pi.xlated_prog_len);
+  o.Set("jitedBytes", pi.jited_prog_len);
   return o;
 }
 
