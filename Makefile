@@ -3,10 +3,11 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 # python3-scapy builds other projects' packets at test time; python3-dpkt and python3-libtrace ship the sample
-# captures the same test reads from their installed paths (test/netns/hostile-foreign.test.ts)
+# captures the same test reads from their installed paths (test/netns/hostile-foreign.test.ts); frr is the lab's
+# other upstream router (gitlb lab up --router frr, docs/lab.md)
 DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config iproute2 ethtool nftables \
             tcpdump iputils-ping netcat-openbsd curl git haproxy wrk make g++ python3 bird2 prometheus gnupg openssh-client \
-            python3-scapy python3-dpkt python3-libtrace systemd
+            python3-scapy python3-dpkt python3-libtrace systemd frr
 BPF_SRC  := $(wildcard src/bpf/progs/*.c)
 BPF_HDR  := $(wildcard src/bpf/progs/*.h) $(wildcard src/bpf/include/*.h)
 BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC)) build/bpf/xdp_lb_capture.o

@@ -34,9 +34,11 @@ const GIT_ENV = {
 
 /**
  * `routing`: 'static' (the default here) keeps static ECMP routes on the router even though the sample config has
- * BGP settings, because these tests steer the router's routes themselves (routeVipsVia); 'bgp' runs BIRD.
+ * BGP settings, because these tests steer the router's routes themselves (routeVipsVia); 'bgp' runs BIRD on the lb
+ * nodes and, on the router, BIRD or FRR (`router`).
  */
-export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'bgp' | 'static'; daemonArgs?: (scratch: string) => string[] } = {}): Promise<E2eLab> {
+export async function startE2eLab(log: (s: string) => void,
+  opts: { routing?: 'bgp' | 'static'; router?: 'bird' | 'frr'; daemonArgs?: (scratch: string) => string[] } = {}): Promise<E2eLab> {
   const scratch = mkdtempSync(join(tmpdir(), `gitlb-e2e-${process.pid}-`));
   const stateDir = join(scratch, 'lab');
   const close = async () => {
@@ -44,7 +46,8 @@ export async function startE2eLab(log: (s: string) => void, opts: { routing?: 'b
     rmSync(scratch, { recursive: true, force: true });
   };
   try {
-    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static', ...(opts.daemonArgs && { daemonArgs: opts.daemonArgs(scratch) }) });
+    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static', ...(opts.router && { router: opts.router }),
+      ...(opts.daemonArgs && { daemonArgs: opts.daemonArgs(scratch) }) });
     const bad = state.daemons.filter((d) => !d.started);
     if (bad.length) throw new Error(`daemons not running: ${bad.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);
     const view = labView(state);

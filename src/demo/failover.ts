@@ -3,12 +3,14 @@
 // survived. Used by the BGP netns tests, bench/failover and the demo, so all three measure the same way.
 import { labNs, type LabState } from '../lab/lab.js';
 import { nsExec, sleep } from '../lab/netns.js';
+import { routerRouteProto } from '../lab/topology.js';
 import { runTraffic, type FlowResult } from './traffic.js';
 
-/** The router's next hops for `vip` as installed by BIRD (sorted), [] when it has no such route. */
+/** The router's next hops for `vip` as installed by its BGP daemon (BIRD or zebra; sorted), [] when it has no such route. */
 export async function routerNextHops(state: LabState, vip: string): Promise<string[]> {
   const v6 = vip.includes(':');
-  const r = await nsExec(labNs(state, 'router'), ['ip', v6 ? '-6' : '-4', 'route', 'show', `${vip}/${v6 ? 128 : 32}`, 'proto', 'bird'], { timeoutMs: 5000 });
+  const proto = routerRouteProto(state.plan.bird);
+  const r = await nsExec(labNs(state, 'router'), ['ip', v6 ? '-6' : '-4', 'route', 'show', `${vip}/${v6 ? 128 : 32}`, 'proto', proto], { timeoutMs: 5000 });
   return [...r.stdout.matchAll(/via (\S+)/g)].map((m) => m[1]!).sort();
 }
 

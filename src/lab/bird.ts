@@ -59,10 +59,15 @@ export function lbBirdPlaceholder(routerId: string): string {
   return `# Replaced by gitlb run (--bird-config) once it has applied a revision.\nrouter id ${routerId};\nprotocol device gitlb_device {\n}\n`;
 }
 
-/** Writes the configuration files of every BIRD in the plan (the lb nodes' placeholders only when absent). */
-export function writeBirdConfigs(stateDir: string, b: PlannedBird): void {
-  mkdirSync(birdDir(stateDir, 'router'), { recursive: true });
-  writeFileSync(join(birdDir(stateDir, 'router'), 'bird.conf'), routerBirdConfig(b));
+/**
+ * Writes the configuration files of every BIRD in the plan (the lb nodes' placeholders only when absent); the
+ * router's only when it runs BIRD (`router: false` when it runs FRR, src/lab/frr.ts).
+ */
+export function writeBirdConfigs(stateDir: string, b: PlannedBird, o: { router: boolean } = { router: true }): void {
+  if (o.router) {
+    mkdirSync(birdDir(stateDir, 'router'), { recursive: true });
+    writeFileSync(join(birdDir(stateDir, 'router'), 'bird.conf'), routerBirdConfig(b));
+  }
   for (const lb of b.lbs) {
     mkdirSync(birdDir(stateDir, lb.node), { recursive: true });
     const generated = birdGenerated(stateDir, lb.node);

@@ -28,7 +28,8 @@ import {
 } from './netns.js';
 import { describeProcess, isAlive, nodeScriptArgv, spawnDetached, stopLabProcess, type LabProcess } from './processes.js';
 import { birdGenerated, birdSocket, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
-import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabPlan, type LabSpec } from './topology.js';
+import { GIT_REPO_NAME, labSpecFromModel, planLab, routerRouteProto, type LabPlan, type LabRouter, type LabSpec } from './topology.js';
+import { frrAvailable, frrSessions, removeFrrTmp, spawnRouterFrr, waitForFrr, writeFrrConfigs } from './frr.js';
 import { LAB_METRICS_PORT, metricsAddress, prometheusAvailable, startPrometheus } from './prometheus.js';
 import { backendHaproxyConfig } from './servers/backend-haproxy.js';
 
@@ -78,6 +79,8 @@ export interface LabUpOptions {
   /** 'static': static ECMP routes even when the config has BGP settings (tests that steer routes themselves).
    * Default: BGP through BIRD when the config has BGP settings (docs/bgp.md), else static. */
   routing?: 'bgp' | 'static';
+  /** With BGP routing: the router's daemon, BIRD (default) or FRR (bgpd + zebra, docs/lab.md). */
+  router?: LabRouter;
   /** Who answers HTTP on the backends: 'node' (default, src/lab/servers/backend.ts) or 'haproxy'
    * (src/lab/servers/backend-haproxy.ts: same replies at a fraction of the CPU; bench/e2e). UDP stays with Node. */
   backendHttp?: 'node' | 'haproxy';
@@ -175,6 +178,8 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
     spec = labSpecFromModel(await loadConfigModel(configDir), opts.clientCount);
   }
   if (opts.routing === 'static' && spec.bgp) spec = { ...spec, bgp: undefined };
+  if (opts.router) spec = { ...spec, router: opts.router };
+  if (spec.router === 'frr' && spec.bgp && !frrAvailable()) throw new Error('lab: --router frr needs FRR (Debian frr; make deps installs it)');
   const plan = planLab(spec); // pure: fails before anything is built
   mkdirSync(join(stateDir, 'logs'), { recursive: true });
 
@@ -369,15 +374,35 @@ async function startBackendServers(state: LabState, http: 'node' | 'haproxy'): P
   );
 }
 
-/** Starts BIRD on the router and on every lb node with BGP settings; resolves when each answers on its socket. */
+/**
+ * Starts BIRD on every lb node with BGP settings and the router's daemon (BIRD, or FRR's zebra and bgpd); resolves
+ * when each answers on its socket.
+ */
 async function startBirds(state: LabState, log: (s: string) => void): Promise<void> {
   const b = state.plan.bird!;
-  writeBirdConfigs(state.stateDir, b);
-  const who = [{ name: 'router', ns: fullNs(state, state.plan.router.ns) }, ...b.lbs.map((l) => ({ name: l.node, ns: fullNs(state, l.ns) }))];
+  const frr = b.router === 'frr';
+  writeBirdConfigs(state.stateDir, b, { router: !frr });
+  const routerNs = fullNs(state, state.plan.router.ns);
+  const who = [...(frr ? [] : [{ name: 'router', ns: routerNs }]), ...b.lbs.map((l) => ({ name: l.node, ns: fullNs(state, l.ns) }))];
   for (const w of who) state.processes.push(spawnBird(state.stateDir, w.name, w.ns));
   writeLabState(state);
+  if (frr) {
+    writeFrrConfigs(state.stateDir, b);
+    try {
+      state.processes.push(...(await spawnRouterFrr(state.stateDir, routerNs)));
+    } finally {
+      writeLabState(state);
+    }
+    await waitForFrr(state.stateDir, 'bgpd');
+  }
   await Promise.all(who.map((w) => waitForBird(state.stateDir, w.name)));
-  log(`BIRD running on ${who.map((w) => w.name).join(', ')}: ${b.sessions.length} BGP sessions to the router (AS ${b.routerAsn})`);
+  log(`${frr ? 'FRR (zebra, bgpd) on the router, ' : ''}BIRD running on ${who.map((w) => w.name).join(', ')}: ${b.sessions.length} BGP sessions to the router (AS ${b.routerAsn})`);
+}
+
+/** The router's BGP sessions (FRR labs): lb address -> state, from bgpd. */
+export async function routerSessions(state: LabState): Promise<Record<string, string>> {
+  if (state.plan.bird?.router !== 'frr') throw new Error('routerSessions: the lab router does not run FRR');
+  return frrSessions(state.stateDir);
 }
 
 /**
@@ -385,6 +410,7 @@ async function startBirds(state: LabState, log: (s: string) => void): Promise<vo
  * Resolves when it answers on its socket.
  */
 export async function restartBird(state: LabState, who: string): Promise<LabProcess> {
+  if (who === 'router' && state.plan.bird?.router === 'frr') throw new Error('restartBird: the lab router runs FRR, not BIRD');
   const ns = who === 'router' ? fullNs(state, state.plan.router.ns) : labNs(state, who);
   const proc = spawnBird(state.stateDir, who, ns);
   state.processes.push(proc);
@@ -526,10 +552,11 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   if (!state) return null;
   let stopped = 0;
   // Daemons first (they use the servers), the anchor last (until then the lab counts as alive).
-  for (const role of ['prometheus', 'daemon', 'bird', 'backend-server', 'git-server', 'anchor']) {
+  for (const role of ['prometheus', 'daemon', 'bird', 'frr', 'backend-server', 'git-server', 'anchor']) {
     const group = state.processes.filter((p) => p.role === role);
     const results = await Promise.all(group.map((p) => stopLabProcess(p)));
     stopped += results.filter((r) => r === 'stopped').length;
+    if (role === 'frr') for (const p of group) removeFrrTmp(p);
   }
   const removed: string[] = [];
   const failed: string[] = [];
@@ -552,7 +579,7 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
   }
   // The state file (and the logs) stay while a namespace it made is left, so `gitlb lab down` can be run again.
   if (failed.length) throw new Error(`lab down: could not remove ${failed.join(', ')}; run 'gitlb lab down' again`);
-  for (const sub of ['git', 'work', 'logs', 'cache', 'bird', 'prometheus']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
+  for (const sub of ['git', 'work', 'logs', 'cache', 'bird', 'frr', 'prometheus']) rmSync(join(state.stateDir, sub), { recursive: true, force: true });
   rmSync(statePath(state.stateDir), { force: true });
   rmSync(join(state.stateDir, 'peer-secret'), { force: true });
   try {
@@ -607,8 +634,8 @@ export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus
       const r = await nsExec(router, ['ip', fam, 'route', 'show', m.dest], { timeoutMs: 5000 });
       ecmp.push(r.stdout.trim().replace(/\s+/g, ' '));
     }
-    // BGP: whatever the router's BIRD installed, one line per VIP route.
-    if (state.plan.bird) ecmp.push(...(await bgpRoutes(router)));
+    // BGP: whatever the router's BIRD (or zebra) installed, one line per VIP route.
+    if (state.plan.bird) ecmp.push(...(await bgpRoutes(router, routerRouteProto(state.plan.bird))));
   }
   const processes = state.processes.map((p) => ({ role: p.role, ...(p.node ? { node: p.node } : {}), ns: p.ns, pid: p.pid, alive: isAlive(p), log: p.log }));
   // Every recorded process is one `up` started to keep running (anchor, servers, BIRD, Prometheus, daemons).
@@ -631,11 +658,11 @@ export async function labStatus(stateDir = DEFAULT_STATE_DIR): Promise<LabStatus
   };
 }
 
-/** The router's routes learnt by BGP (installed by BIRD), one line per destination. */
-export async function bgpRoutes(routerNs: string): Promise<string[]> {
+/** The router's routes learnt by BGP (installed by BIRD, or by zebra: `proto`), one line per destination. */
+export async function bgpRoutes(routerNs: string, proto: 'bird' | 'bgp' = 'bird'): Promise<string[]> {
   const out: string[] = [];
   for (const fam of ['-4', '-6']) {
-    const r = await nsExec(routerNs, ['ip', fam, 'route', 'show', 'proto', 'bird'], { timeoutMs: 5000 });
+    const r = await nsExec(routerNs, ['ip', fam, 'route', 'show', 'proto', proto], { timeoutMs: 5000 });
     // Multipath routes continue on indented `nexthop` lines: join them to their destination.
     out.push(...r.stdout.replace(/\n\s+/g, ' ').split('\n').map((l) => l.trim().replace(/\s+/g, ' ')).filter(Boolean));
   }

@@ -6,7 +6,7 @@ import { closeSync, openSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { nsArgv, pidAlive, sleep } from './netns.js';
 
-export type LabProcessRole = 'anchor' | 'git-server' | 'backend-server' | 'daemon' | 'bird' | 'prometheus';
+export type LabProcessRole = 'anchor' | 'git-server' | 'backend-server' | 'daemon' | 'bird' | 'frr' | 'prometheus';
 
 export interface LabProcess {
   pid: number;

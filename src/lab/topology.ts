@@ -55,6 +55,8 @@ export interface LabSpec {
   clientCount: number;
   /** BGP settings of the config (Cluster.spec.bgp and the lb nodes' Node.spec.bgp); absent: static ECMP. */
   bgp?: LabBgp;
+  /** The router's BGP daemon when the lab routes by BGP (default BIRD). */
+  router?: LabRouter;
 }
 
 export interface LabBgp {
@@ -72,6 +74,15 @@ export interface PlannedBird {
   keepaliveTime: number;
   sessions: { node: string; family: 4 | 6; lbAddress: string; routerAddress: string; lbAsn: number }[];
   lbs: { node: string; ns: string; routerId: string }[];
+  /** Which BGP daemon the lab router runs (the lb nodes always run BIRD): absent means BIRD (docs/lab.md). */
+  router?: LabRouter;
+}
+
+export type LabRouter = 'bird' | 'frr';
+
+/** The kernel route protocol the router's daemon installs the VIP routes with: BIRD's `bird`, zebra's `bgp`. */
+export function routerRouteProto(bird: PlannedBird | null | undefined): 'bird' | 'bgp' {
+  return bird?.router === 'frr' ? 'bgp' : 'bird';
 }
 
 export type NsRole = 'client' | 'router' | 'switch' | 'lb' | 'backend' | 'git';
@@ -325,7 +336,7 @@ export function planLab(spec: LabSpec): LabPlan {
 
   if (spec.bgp) {
     // The lb nodes announce the VIPs they can serve; the router's BIRD merges the paths into ECMP routes.
-    plan.bird = planBird(spec.bgp, lbs, plan.router.segment, routerSegV4);
+    plan.bird = { ...planBird(spec.bgp, lbs, plan.router.segment, routerSegV4), router: spec.router ?? 'bird' };
     return plan;
   }
   // ECMP: each VIP range an lb node may serve, via every lb node that may serve it.

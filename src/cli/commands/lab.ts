@@ -1,4 +1,5 @@
 // `gitlb lab up|down|status|clean`: the network-namespace lab (see docs/lab.md).
+import { Option } from 'commander';
 import { type CliCommand, type Command, defineCommand, intIn } from '../command.js';
 import {
   DEFAULT_CONFIG_DIR,
@@ -19,6 +20,7 @@ interface LabOptions {
   dryRun: boolean;
   stateDir: string;
   json: boolean;
+  router: 'bird' | 'frr';
 }
 
 const log = (line: string) => process.stderr.write(`lab: ${line}\n`);
@@ -43,7 +45,8 @@ export const command: CliCommand = {
       .option('--no-daemons', "do not start 'gitlb run' daemons (each backend then holds its VIPs on lo itself)")
       .option('--vips-on-lo', "put each backend's DSR VIPs on its lo even when daemons run (normally the backend daemon's job)", false)
       .option('--clients <n>', 'number of client addresses (default 5)', intIn(1, 200))
-      .option('--dry-run', 'print the plan as JSON and build nothing', false);
+      .option('--dry-run', 'print the plan as JSON and build nothing', false)
+      .addOption(new Option('--router <daemon>', "the router's BGP daemon when the config has BGP settings: BIRD, or FRR (bgpd + zebra)").choices(['bird', 'frr']).default('bird'));
     sub(cmd, result, 'down', "remove exactly what 'up' made (recorded in the state file): processes, namespaces, files", down);
     sub(cmd, result, 'status', "namespaces, addresses, processes, daemons and the router's ECMP routes", status).option('--json', 'status as JSON', false);
     sub(cmd, result, 'clean', 'remove stale namespaces with the gitlb prefix (their creating process is gone), and a dead lab', clean);
@@ -67,13 +70,14 @@ async function up(o: LabOptions): Promise<number> {
   if (o.dryRun) {
     const { loadConfigModel } = await import('../../lab/load-config.js');
     const model = await loadConfigModel(o.config ?? DEFAULT_CONFIG_DIR);
-    process.stdout.write(JSON.stringify(planLab(labSpecFromModel(model, o.clients)), null, 2) + '\n');
+    process.stdout.write(JSON.stringify(planLab({ ...labSpecFromModel(model, o.clients), router: o.router }), null, 2) + '\n');
     return 0;
   }
   const state = await labUp({
     ...(o.config ? { configDir: o.config } : {}),
     ...(o.clients ? { clientCount: o.clients } : {}),
     daemons: o.daemons,
+    router: o.router,
     ...(o.vipsOnLo ? { vipsOnLo: true } : {}),
     stateDir: o.stateDir,
     log,

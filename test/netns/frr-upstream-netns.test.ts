@@ -1,0 +1,128 @@
+// FRR as the upstream router (issue 24): the lab variant where the router the lb nodes' BIRD peers with is FRR
+// (Debian frr: bgpd + zebra, `maximum-paths`, src/lab/frr.ts), so the announcements gitlb renders are proven against
+// a routing daemon other than the one the lb nodes run. Real daemons (gitlb run --flow-sync on every lb node, BIRD on
+// the lb nodes, FRR on the router), real traffic through the namespaces, one lab for the file:
+// - both lb nodes' sessions are Established at FRR, and zebra installed one multipath kernel route per VIP (both lb
+//   nodes as next hops, proto bgp), IPv4 and IPv6; requests through the VIP are answered;
+// - 40 keep-alive connections to the dsr-l2 VIP: lb-1 drained by commit (FRR drops its path), then undrained (the
+//   path comes back): all 40 survive both, on the backend they started on;
+// - taking the lab down stops zebra and bgpd and removes what they left (their crash-log directories).
+import test from 'ava';
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { labNs, routerSessions } from '../../src/lab/lab.js';
+import { isAlive } from '../../src/lab/processes.js';
+import { nsExec, sleep } from '../../src/lab/netns.js';
+import { routerNextHops, waitForHops } from '../../src/demo/failover.js';
+import { runTraffic } from '../../src/demo/traffic.js';
+import { commitAndPush, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
+
+const LB1 = '198.51.100.11';
+const LB2 = '198.51.100.12';
+const BOTH6 = ['2001:db8:1::11', '2001:db8:1::12'];
+const WEB = '203.0.113.10'; // web: dsr, encap l2
+const VIPS4 = [WEB, '203.0.113.20', '203.0.113.30', '203.0.113.40', '203.0.113.50'];
+const VIP6 = '2001:db8:ff::10';
+const SECRET = 'c/oKnaUUmR4gXaBF/NAYotixhNqp8pwYwXJSE1iXSKk='; // test-only peer secret
+const both = (h: string[], vip: string) => (vip.includes(':') ? h.join() === BOTH6.join() : h.join() === [LB1, LB2].join());
+
+let lab: E2eLab | null = null;
+let labError: Error | null = null;
+const need = () => {
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  return lab;
+};
+
+test.before(async (t) => {
+  t.timeout(240_000);
+  try {
+    lab = await startE2eLab((s) => t.log(s), {
+      routing: 'bgp',
+      router: 'frr',
+      daemonArgs: (scratch) => {
+        const file = join(scratch, 'peer.secret');
+        writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
+        return ['--flow-sync', '--peer-secret-file', file];
+      },
+    });
+    const ms = await waitForHops(lab.state, [...VIPS4, VIP6], both, 60_000, 200);
+    if (ms === null) throw new Error(`FRR did not learn every VIP from both lb nodes within 60 s: ${JSON.stringify(await routerSessions(lab.state))}`);
+  } catch (err) {
+    labError = err as Error;
+  }
+});
+
+test.after.always(async () => {
+  await lab?.close();
+});
+
+test.serial('FRR on the router: four Established sessions, one multipath kernel route per VIP over both lb nodes, traffic answered', async (t) => {
+  const l = need();
+  t.is(l.state.plan.bird?.router, 'frr');
+  t.false(l.state.processes.some((p) => p.role === 'bird' && !p.node), 'no BIRD on the router');
+  t.deepEqual(l.state.processes.filter((p) => p.role === 'frr').map((p) => p.argv[0]!.split('/').pop()).sort(), ['bgpd', 'zebra']);
+  const sessions = await routerSessions(l.state);
+  t.deepEqual(Object.keys(sessions).sort(), [LB1, LB2, ...BOTH6].sort());
+  t.true(Object.values(sessions).every((s) => s === 'Established'), JSON.stringify(sessions));
+  const route = (await nsExec(labNs(l.state, 'router'), ['ip', 'route', 'show', `${WEB}/32`])).stdout;
+  t.log(`router: ${route.replace(/\s+/g, ' ').trim()}`);
+  t.regex(route, /proto bgp/, 'installed by zebra');
+  t.regex(route, new RegExp(`nexthop via ${LB1.replace(/\./g, '\\.')} `));
+  t.regex(route, new RegExp(`nexthop via ${LB2.replace(/\./g, '\\.')} `));
+  for (const vip of VIPS4) t.deepEqual(await routerNextHops(l.state, vip), [LB1, LB2], vip);
+  t.deepEqual(await routerNextHops(l.state, VIP6), BOTH6);
+  const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: WEB, port: 80, count: 20, concurrency: 4, sources: l.view.clientsV4, timeoutMs: 5000 });
+  t.is(r.records.filter((x) => x.backend).length, 20, 'every request through the VIP answered');
+});
+
+test.serial('dsr l2: lb-1 drained and undrained by commit under 40 keep-alive connections: FRR drops and restores its path, 40/40 survive', async (t) => {
+  t.timeout(240_000);
+  const l = need();
+  t.not(await waitForHops(l.state, [WEB], both, 30_000, 200), null, 'both paths before the drain');
+  const stopFile = join(l.scratch, 'frr-traffic.stop');
+  const flows = 40;
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: WEB, port: 80, flows, durationMs: 120_000, intervalMs: 500,
+    sources: l.view.clientsV4, timeoutMs: 5000, stopFile });
+  running.catch(() => undefined);
+  let drained = false;
+  try {
+    await sleep(3000); // established through both lb nodes
+    const rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'Drain lb-1');
+    drained = true;
+    const drainMs = await waitForHops(l.state, [WEB], (h) => h.join() === LB2, 60_000, 100);
+    t.not(drainMs, null, 'FRR dropped lb-1\'s path');
+    await waitApplied(l, rev, ['lb-1']);
+    await sleep(3000); // the connections ECMP moved to lb-2 carry requests there
+    await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1');
+    drained = false;
+    const undrainMs = await waitForHops(l.state, [WEB], both, 60_000, 100);
+    t.not(undrainMs, null, 'FRR installed lb-1\'s path again');
+    t.log(`drain: route to lb-2 only ${drainMs} ms after the push; undrain: both paths again ${undrainMs} ms after the push`);
+    await sleep(3000); // the connections ECMP moved back to lb-1 carry requests there
+  } finally {
+    writeFileSync(stopFile, '');
+    if (drained) await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1').catch(() => undefined);
+  }
+  const res = await running;
+  const survived = res.flows.filter((f) => f.survived);
+  const switched = res.flows.filter((f) => f.backends.length > 1);
+  t.log(`${survived.length}/${flows} connections survived the drain and the undrain; ${switched.length} changed backend`);
+  for (const f of res.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+  t.is(res.flows.length, flows);
+  t.true(res.flows.every((f) => f.requests >= 10), 'every connection carried requests through the drain and the undrain');
+  t.is(switched.length, 0, 'no connection changed backend');
+  t.is(survived.length, flows);
+});
+
+test.serial('lab down stops zebra and bgpd and removes their crash-log directories', async (t) => {
+  const l = need();
+  const frr = l.state.processes.filter((p) => p.role === 'frr');
+  t.is(frr.length, 2);
+  t.true(frr.every((p) => isAlive(p)));
+  await l.close();
+  lab = null;
+  for (const p of frr) {
+    t.false(isAlive(p), `${p.argv[0]} (pid ${p.pid}) stopped`);
+    t.false(existsSync(`/var/tmp/frr/${p.argv[0]!.split('/').pop()}.${p.pid}`));
+  }
+});
