@@ -161,6 +161,11 @@ export class Runner {
     this.child.stdin!.write('snapshot\n');
     return JSON.parse(await this.lines.next((l) => l.includes('"type":"snapshot"'), 5000, 'snapshot'));
   }
+  /** checker.suspect(address): how many checks it moved forward. */
+  async suspect(address: string): Promise<number> {
+    this.child.stdin!.write(`suspect ${address}\n`);
+    return (JSON.parse(await this.lines.next((l) => l.includes('"type":"suspected"'), 5000, 'suspect')) as { pulled: number }).pulled;
+  }
   stop(): Promise<void> {
     this.child.stdin!.end();
     return stopChild(this.child, 2000);

@@ -1,6 +1,7 @@
 // Runs a real HealthChecker inside an lb namespace, as the lb daemon would: `node --import tsx test/health-runner.ts
 // <maxInFlight> [vipInterface]`, model JSON on the first stdin line. Writes JSON lines: {"type":"ready"}, then {"type":"change",...}
-// for every state flip; answers a stdin line `snapshot` with {"type":"snapshot", ...} (and its own reply latency).
+// for every state flip; answers a stdin line `snapshot` with {"type":"snapshot", ...} (and its own reply latency),
+// `suspect <address>` with {"type":"suspected","pulled":n} (checker.suspect, as the passive poll calls it).
 import { createInterface } from 'node:readline';
 import { HealthChecker, HealthService } from '../src/reconciler/health/index.js';
 import { renderDesiredState } from '../src/render/desired.js';
@@ -44,6 +45,11 @@ lines.on('line', (line) => {
   if (line.startsWith('update ')) {
     checker.update(JSON.parse(line.slice(7)) as ConfigModel);
     out({ type: 'updated' });
+    return;
+  }
+  if (line.startsWith('suspect ')) {
+    // passive evidence against a real, as the daemon's passive poll hands it over
+    out({ type: 'suspected', pulled: checker.suspect(line.slice(8)) });
     return;
   }
   if (line === 'snapshot') {

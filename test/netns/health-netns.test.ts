@@ -1,7 +1,7 @@
 // Health checks against real servers: an lb namespace running a real HealthChecker (test/health-runner.ts) and a
 // backend namespace running real TCP/HTTP servers (test/health-backend.ts), joined by a veth pair.
 import test from 'ava';
-import { createNetns, vethPair, addAddrs, cleanupRun, nsName, waitForTcp } from '../../src/lab/netns.js';
+import { createNetns, vethPair, addAddrs, cleanupRun, nsName, nsExec, waitForTcp } from '../../src/lab/netns.js';
 import { Backend, Runner, model, service } from '../health-lab.js';
 
 const LB = nsName('hlb');
@@ -213,6 +213,48 @@ test.serial('update: unchanged checks keep state and rhythm, changed checks star
     t.is(after.stats.targets, 2);
     t.deepEqual(runner.pendingChanges().filter((c) => c.service === 'keep' && c.address === r1), []);
   } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+test.serial('passive evidence: a suspect real that answers stays up; a silent one is down after one probe that gives up on the handshake', async (t) => {
+  // The default timings (a 1 s timeout, fall 3): without the evidence a silent real would take three timed-out probes.
+  const backend = await Backend.start(BE, 'tcp', 8008);
+  const [live, silent] = EXTRA;
+  await waitForTcp(LB, live!, 8008);
+  const hc = { type: 'tcp' as const, port: 8008, intervalMs: 2000, timeoutMs: 1000, rise: 2, fall: 3 };
+  const runner = await Runner.start(LB, model([service('live', hc, [live!]), service('silent', hc, [silent!])]));
+  try {
+    await runner.change('live', live!, 'up', 5000);
+    await runner.change('silent', silent!, 'up', 5000);
+    const checksOf = async (svc: string, a: string) => (await runner.snapshot()).snapshot.services[svc].reals[a].lastCheck.at as string;
+
+    // benign: the evidence moves one probe forward, the real answers it and stays up
+    const before = await checksOf('live', live!);
+    t.is(await runner.suspect(live!), 1);
+    t.is(await runner.suspect(live!), 0, 'at most one probe moved forward per interval');
+    for (let i = 0; i < 50 && (await checksOf('live', live!)) === before; i++) await new Promise((r) => setTimeout(r, 20));
+    const after = (await runner.snapshot()).snapshot.services.live.reals[live!];
+    t.not(after.lastCheck.at, before, 'the suspect real was probed');
+    t.true(after.lastCheck.ok);
+    t.is(after.state, 'up');
+
+    // the silent host: every packet to it is dropped on arrival
+    for (const args of [['add', 'table', 'inet', 'glbhole'], ['add', 'chain', 'inet', 'glbhole', 'in', '{ type filter hook input priority 0; }'],
+      ['add', 'rule', 'inet', 'glbhole', 'in', 'ip', 'daddr', silent!, 'tcp', 'dport', '8008', 'drop']]) {
+      const r = await nsExec(BE, ['nft', ...args]);
+      t.is(r.code, 0, r.stderr);
+    }
+    await runner.suspect(silent!); // 1, or 0 when a regular probe had just begun: then that one is hurried
+    const down = await runner.change('silent', silent!, 'down', 5000);
+    t.is(down.from, 'up');
+    t.is(down.result.detail, 'no answer to connect within 250 ms (suspect)', 'the probe gave up on its handshake, not at the check timeout');
+    const s = (await runner.snapshot()).snapshot;
+    t.is(s.services.live.reals[live!].state, 'up', 'the evidence against one real touched no other');
+    t.deepEqual(runner.pendingChanges().filter((c) => c.service === 'live'), []);
+  } finally {
+    await nsExec(BE, ['nft', 'delete', 'table', 'inet', 'glbhole']);
     await runner.stop();
     await backend.stop();
   }

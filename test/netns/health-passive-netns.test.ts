@@ -21,11 +21,11 @@ test.serial('the same with --no-passive-health: active checks alone (the figure 
   t.is(r.lateFlowsToDead, 0, `no new connection reaches the dead backend after fall x interval + 1 s`);
 });
 
-test.serial('default checks with passive signals: a silent backend (every packet to its port dropped) is out within the check timeout more', async (t) => {
+test.serial('default checks with passive signals: a silent backend (every packet to its port dropped) is out after one probe that gives up on its handshake', async (t) => {
   const r = await partitionScenario({ partitioned: false, checks: 'defaults', death: 'blackhole', log: (m) => t.log(m) });
   t.log(`passive + active (defaults), blackhole: death -> zero new flows ${r.deathToZeroMs} ms, failed flows ${r.failedFlows}; back -> first flow ${r.reviveToFlowMs} ms`);
   t.true(r.failedFlows > 0);
   t.is(r.lateFlowsToDead, 0);
-  t.true(r.deathToZeroMs <= 3500, `silent backend got new connections for ${r.deathToZeroMs} ms (passive ~0.6 s + the 1 s check timeout expected)`);
+  t.true(r.deathToZeroMs <= 3500, `silent backend got new connections for ${r.deathToZeroMs} ms (passive evidence, then one probe with a 250 ms handshake deadline expected; bench/health/run passive measures it)`);
   t.true(Number.isFinite(r.reviveToFlowMs), 'it gets new connections again once it answers');
 });

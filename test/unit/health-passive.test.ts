@@ -2,53 +2,81 @@
 // suspect; one whose SYNs are followed by the handshake's ACK, or that gets no new connections, is not. And a
 // failed check of a suspect real takes it down at once, while a healthy one still needs `fall` failures.
 import test from 'ava';
-import { PASSIVE, PassiveSignals, passiveAddresses } from '../../src/reconciler/health/passive.js';
+import { PASSIVE, PassiveSignals, deficit, passiveAddresses } from '../../src/reconciler/health/passive.js';
 import { initialHealth, stepHealth } from '../../src/reconciler/health/hysteresis.js';
 
 const A = '198.51.100.21';
 const B = '198.51.100.22';
 
-/** Feeds `steps` samples every pollMs; per step each real gets `syns` SYNs and `others` other packets. */
-function run(steps: number, traffic: Record<string, { syns: number; others: number }>, signals = new PassiveSignals()) {
-  const totals = new Map(Object.keys(traffic).map((a) => [a, { packets: 0, newFlows: 0 }]));
-  const verdicts: string[][] = [];
-  for (let i = 0; i < steps; i++) {
+type Step = { syns: number; others: number };
+
+/** Feeds one sample per step, pollMs apart; per step each real gets `syns` SYNs and `others` other packets. */
+function run(steps: ReadonlyArray<Record<string, Step>>, signals = new PassiveSignals()) {
+  const totals = new Map<string, { packets: number; newFlows: number }>();
+  return steps.map((traffic, i) => {
     for (const [a, t] of Object.entries(traffic)) {
-      const c = totals.get(a)!;
+      const c = totals.get(a) ?? { packets: 0, newFlows: 0 };
       c.newFlows += t.syns;
       c.packets += t.syns + t.others;
+      totals.set(a, c);
     }
-    verdicts.push(signals.observe(i * PASSIVE.pollMs, new Map([...totals].map(([a, c]) => [a, { ...c }]))));
-  }
-  return verdicts;
+    return signals.observe(i * PASSIVE.pollMs, new Map([...totals].map(([a, c]) => [a, { ...c }])));
+  });
 }
+const repeat = (n: number, traffic: Record<string, Step>) => Array.from({ length: n }, () => traffic);
 
-test('SYNs with nothing else behind them make a real suspect after one window; answered SYNs never', (t) => {
-  const v = run(10, { [A]: { syns: 1, others: 0 }, [B]: { syns: 1, others: 2 } });
-  const firstSuspect = v.findIndex((s) => s.includes(A));
-  t.is(firstSuspect, PASSIVE.windowMs / PASSIVE.pollMs, 'a whole window of history first');
-  t.true(v.slice(firstSuspect).every((s) => s.includes(A)));
+test('a real dies under traffic: suspect once two SYNs with nothing behind them are older than the settle time', (t) => {
+  // A and B both live (each SYN followed by its ACK and data) for a second, then A dies; B stays live.
+  const v = run([...repeat(10, { [A]: { syns: 1, others: 3 }, [B]: { syns: 1, others: 3 } }), ...repeat(10, { [A]: { syns: 1, others: 0 }, [B]: { syns: 1, others: 3 } })]);
+  const first = v.findIndex((s) => s.includes(A));
+  // dead from sample 10 on; its SYNs of samples 10 and 11 are settled at sample 12 (settleMs later)
+  t.is(first, 12);
+  t.true(v.slice(first).every((s) => s.includes(A)), 'and stays suspect while its SYNs go unanswered');
   t.false(v.some((s) => s.includes(B)), 'a live real answers: the handshake ACK and data follow its SYNs');
 });
 
-test('benign: an idle real, a real with only established traffic, and too few SYNs are not suspect', (t) => {
-  t.deepEqual(run(10, { [A]: { syns: 0, others: 0 } }).flat(), [], 'idle: left to the active checks');
-  t.deepEqual(run(10, { [A]: { syns: 0, others: 5 } }).flat(), [], 'no new connections');
-  // one SYN in the whole window (older than settleMs): under minSyns
-  const signals = new PassiveSignals();
-  signals.observe(0, new Map([[A, { packets: 0, newFlows: 0 }]]));
-  signals.observe(100, new Map([[A, { packets: 1, newFlows: 1 }]]));
-  for (let at = 200; at <= 600; at += 100) t.deepEqual(signals.observe(at, new Map([[A, { packets: 1, newFlows: 1 }]])), []);
+test('packets of connections made before the death (retransmitted requests) delay suspicion, never cause it', (t) => {
+  const live = repeat(5, { [A]: { syns: 2, others: 4 } });
+  // dead: two SYNs per sample, and one retransmission of an old connection's request per sample
+  const v = run([...live, ...repeat(10, { [A]: { syns: 2, others: 1 } })]);
+  const first = v.findIndex((s) => s.includes(A));
+  t.true(first > 6, `suspect at sample ${first}`);
+  t.true(first < 15, 'but suspect in the end: the deficit grows by one SYN per sample');
+  // a live real with heavy established traffic and a few new connections never is
+  t.deepEqual(run(repeat(20, { [A]: { syns: 1, others: 50 } })).flat(), []);
 });
 
-test('a SYN too young to have its answer does not count; a counter reset starts the history again', (t) => {
-  const signals = new PassiveSignals({ windowMs: 500, settleMs: 100, minSyns: 2 });
+test('benign: an idle real, a real with only established traffic, one lone SYN, and answers one sample late are not suspect', (t) => {
+  t.deepEqual(run(repeat(10, { [A]: { syns: 0, others: 0 } })).flat(), [], 'idle: left to the active checks');
+  t.deepEqual(run(repeat(10, { [A]: { syns: 0, others: 5 } })).flat(), [], 'no new connections');
+  t.deepEqual(run([{ [A]: { syns: 0, others: 0 } }, { [A]: { syns: 1, others: 0 } }, ...repeat(8, { [A]: { syns: 0, others: 0 } })]).flat(), [],
+    'one unanswered SYN is under minSyns');
+  // a round trip of up to settleMs: each sample's SYNs are answered in the next sample
+  const late = [{ [A]: { syns: 3, others: 0 } }, ...repeat(10, { [A]: { syns: 3, others: 3 } })];
+  t.deepEqual(run(late).flat(), [], 'ACKs that come within settleMs of their SYNs');
+});
+
+test('SYNs too young to have their answer do not count; a counter reset starts the history again', (t) => {
+  const signals = new PassiveSignals();
   for (let at = 0; at <= 500; at += 100) signals.observe(at, new Map([[A, { packets: 5, newFlows: 5 }]]));
   // two SYNs in the last 100 ms only: not settled yet
   t.deepEqual(signals.observe(600, new Map([[A, { packets: 7, newFlows: 7 }]])), []);
-  // a new data plane: counters back at 0, no verdict until a window of the new counters
+  // a new data plane: counters back at 0; the SYNs before the reset are not compared with the new counters
   t.deepEqual(signals.observe(700, new Map([[A, { packets: 0, newFlows: 0 }]])), []);
   t.deepEqual(signals.observe(800, new Map([[A, { packets: 3, newFlows: 3 }]])), []);
+  t.deepEqual(signals.observe(900, new Map([[A, { packets: 3, newFlows: 3 }]])), [A], 'then judged again on the new counters');
+});
+
+test('deficit: the worst start sample counts, SYNs younger than the settle time do not', (t) => {
+  const h = [
+    { at: 0, packets: 10, newFlows: 5 },   // others 5
+    { at: 100, packets: 14, newFlows: 6 }, // others 8: the last answer
+    { at: 200, packets: 17, newFlows: 9 }, // 3 SYNs, no answer
+    { at: 300, packets: 27, newFlows: 19 }, // 10 SYNs, too young at 300
+  ];
+  t.is(deficit(h, 300, 100), 3);
+  t.is(deficit(h, 300, 250), 0, 'only the SYNs up to the first sample are settled: all answered');
+  t.is(deficit(h.slice(0, 1), 0, 100), 0, 'one sample: nothing to compare');
 });
 
 test('only reals every service of which is TCP and checked are judged', (t) => {

@@ -5,7 +5,7 @@
 import type { ConfigModel } from '../../render/model.js';
 import { localDownSet, resolveHealth, type Observations, type ResolvedHealth, type HealthView } from '../../render/health-quorum.js';
 import { initialHealth, stepHealth, type CheckResult, type HealthState, type RealHealth } from './hysteresis.js';
-import { runProbe, describeProbe } from './probes.js';
+import { runProbe, describeProbe, ConnectDeadline } from './probes.js';
 import { Semaphore } from './semaphore.js';
 import { checkTargets, type CheckTarget } from './targets.js';
 import type { VipProbeRoute } from '../../bpf/vip-probe.js';
@@ -64,10 +64,19 @@ interface Tracked {
   suspectUntil: number;
   /** When suspect() last moved a check forward (ms): at most one such check per interval. */
   pulledAt: number;
+  /** The running probe's handshake deadline, shortened when the real becomes suspect meanwhile. */
+  connect?: ConnectDeadline;
 }
 
 /** How long passive evidence keeps a real suspect: the probe it triggers (and one running) decides within it. */
 export const SUSPECT_MS = 2_000;
+
+/**
+ * The handshake deadline of a probe of a suspect real (capped by the check's timeout): its clients' SYNs already
+ * went unanswered, and a live real's kernel answers a SYN from a neighbouring lb node within milliseconds, so the
+ * probe confirms that in a fraction of the check timeout (a connected probe keeps the whole timeout for its answer).
+ */
+export const SUSPECT_CONNECT_MS = 250;
 
 export class HealthChecker {
   private readonly sem: Semaphore;
@@ -186,8 +195,9 @@ export class HealthChecker {
   /**
    * Passive evidence (passive.ts) that the real at `address` stopped answering: each of its checks that is not
    * down already is moved forward to now (at most once per interval, and the regular rhythm restarts from it, so a
-   * real's checks stay at one per interval on average), and a failure of a check started while suspect takes the
-   * real down at once. Returns how many checks were moved forward.
+   * real's checks stay at one per interval on average), its probe gets SUSPECT_CONNECT_MS for the handshake (a
+   * probe already running too, from now), and a failure of a check started while suspect takes the real down at
+   * once. Returns how many checks were moved forward.
    */
   suspect(address: string, now = Date.now()): number {
     let pulled = 0;
@@ -195,6 +205,7 @@ export class HealthChecker {
     for (const t of this.tracked.values()) {
       if (t.target.address !== address || t.health.state === 'down') continue;
       t.suspectUntil = now + SUSPECT_MS;
+      if (t.running) t.connect?.shorten(suspectConnectMs(t.target));
       if (t.running || now - t.pulledAt < t.target.intervalMs) continue;
       t.pulledAt = now;
       this.schedule(t, 0);
@@ -280,7 +291,9 @@ export class HealthChecker {
     let release: (() => void) | undefined;
     try {
       release = await this.sem.acquire(signal);
-      const result = await this.probe(t.target, signal);
+      t.connect = new ConnectDeadline();
+      if (t.suspectUntil >= Date.now()) t.connect.shorten(suspectConnectMs(t.target));
+      const result = await this.probe(t.target, signal, t.connect);
       if (signal.aborted || this.tracked.get(t.target.key) !== t) return; // removed or stopped meanwhile: discard
       this.checks++;
       this.record(t, result, t.suspectUntil >= begun);
@@ -289,6 +302,7 @@ export class HealthChecker {
     } finally {
       release?.();
       t.running = false;
+      t.connect = undefined;
       // Fixed rate: the next check is due one interval after this one began, not after it ended.
       // (Checks the current controller: after stop() + start() a fresh one replaced the aborted `signal`.)
       if (this.started && this.tracked.get(t.target.key) === t && !t.abort.signal.aborted) {
@@ -298,12 +312,12 @@ export class HealthChecker {
   }
 
   /** via: vip probes wait for their route and use their reserved source port; the others run as they are. */
-  private async probe(t: CheckTarget, signal?: AbortSignal): Promise<CheckResult> {
-    if (!t.probe.via) return runProbe(t.probe, signal);
+  private async probe(t: CheckTarget, signal?: AbortSignal, connect?: ConnectDeadline): Promise<CheckResult> {
+    if (!t.probe.via) return runProbe(t.probe, signal, connect);
     const problem = await this.vipRoutes;
     const sourcePort = this.vipPorts.get(t.key);
     if (problem || sourcePort === undefined) return { ok: false, detail: problem ?? `no source port reserved (at most ${VIP_PROBE_PORTS.count} via: vip checks)`, at: Date.now(), durationMs: 0 };
-    return runProbe({ ...t.probe, sourcePort }, signal);
+    return runProbe({ ...t.probe, sourcePort }, signal, connect);
   }
 
   private record(t: Tracked, result: CheckResult, suspect = false): void {
@@ -321,6 +335,10 @@ export class HealthChecker {
       }
     }
   }
+}
+
+function suspectConnectMs(t: CheckTarget): number {
+  return Math.min(SUSPECT_CONNECT_MS, t.probe.timeoutMs);
 }
 
 /** A check's definition (what is probed, how): a different one starts over. */

@@ -1,14 +1,18 @@
 // Passive failure signals from the data plane (docs/health.md, "Passive signals"). Pure: the caller samples the
 // per-real traffic counters that xdp_lb already keeps (lb_real_stats: packets, and new flows = SYNs that took the
-// ring) and passes them in with the time; no BPF change and nothing on the packet path.
+// ring, a client's SYN retransmissions included) and passes them in with the time; nothing on the packet path.
 //
-// A TCP connection to a live real sends more than its SYN through the lb node within a round trip: the handshake's
-// ACK, then data (in every dispatch mode the client -> real direction passes the lb). A real whose process died
-// answers SYNs with resets, a port closed the same, a silent host not at all (the clients retransmit their SYNs): in
-// each case the lb sees SYNs and nothing else. So a real is *suspect* when, over the last WINDOW_MS, at least
-// MIN_SYNS of its SYNs are older than SETTLE_MS (their answers had time to come) and not one other packet reached
-// it. Suspicion only triggers an immediate active probe (checker.suspect); the probe, hysteresis and consensus
-// decide. A real with no new connections is never suspect: idle reals are left to the active checks.
+// A TCP connection to a live real sends at least one more packet through the lb node within a round trip of its
+// SYN: the handshake's ACK (in every dispatch mode the client -> real direction passes the lb). A real whose process
+// died answers SYNs with resets, a closed port the same, a silent host not at all (the clients retransmit their
+// SYNs, which count as SYNs again): in each case its new SYNs get no packet behind them. So, between an earlier
+// sample `a` and now, every SYN older than SETTLE_MS must be matched by a non-SYN packet that arrived after `a`; the
+// **deficit** is the number of such SYNs minus those packets. A real is *suspect* when some sample of the last
+// HISTORY_MS gives a deficit of at least MIN_SYNS. Packets of connections made before the real died (a client
+// retransmitting its request) only lower the deficit: they can delay suspicion, never cause it. A live real's
+// deficit stays at or below zero whatever its established traffic; spoofed SYNs (a flood) raise it, which costs a
+// probe moved forward and nothing else. Suspicion only triggers an immediate active probe (checker.suspect); the
+// probe, hysteresis and consensus decide. A real with no new connections is never suspect.
 
 export interface RealSample {
   /** Packets the lb node sent to the real (all CPUs, since the counters exist). */
@@ -20,13 +24,15 @@ export interface RealSample {
 export const PASSIVE = {
   /** How often the daemon samples the counters. */
   pollMs: 100,
-  /** The span a verdict looks at. */
-  windowMs: 500,
+  /** How far back a sample may serve as the start of the comparison. */
+  historyMs: 1000,
   /** SYNs younger than this may still be waiting for their answer: they do not count towards suspicion. */
   settleMs: 100,
-  /** Unanswered SYNs (older than settleMs) needed in the window. */
+  /** Unanswered SYNs (older than settleMs, beyond the other packets) that make a real suspect. */
   minSyns: 2,
 } as const;
+
+export type PassiveOptions = { historyMs: number; settleMs: number; minSyns: number };
 
 interface Point extends RealSample {
   at: number;
@@ -35,7 +41,7 @@ interface Point extends RealSample {
 export class PassiveSignals {
   private readonly history = new Map<string, Point[]>();
 
-  constructor(private readonly o: { windowMs: number; settleMs: number; minSyns: number } = PASSIVE) {}
+  constructor(private readonly o: PassiveOptions = PASSIVE) {}
 
   /**
    * Records one sample of every real (by address) taken at `at` (ms) and returns the addresses suspect now. Reals
@@ -50,24 +56,31 @@ export class PassiveSignals {
       const last = h?.[h.length - 1];
       if (!h || (last && (s.packets < last.packets || s.newFlows < last.newFlows))) this.history.set(address, (h = []));
       h.push({ at, packets: s.packets, newFlows: s.newFlows });
-      // keep one point at or before the window's start (the base of the deltas)
-      while (h.length > 2 && h[1]!.at <= at - this.o.windowMs) h.shift();
-      if (this.suspect(h, at)) suspects.push(address);
+      while (h.length > 2 && h[0]!.at < at - this.o.historyMs) h.shift();
+      if (deficit(h, at, this.o.settleMs) >= this.o.minSyns) suspects.push(address);
     }
     return suspects;
   }
+}
 
-  private suspect(h: Point[], at: number): boolean {
-    const base = h[0]!;
-    const now = h[h.length - 1]!;
-    if (at - base.at < this.o.windowMs) return false; // not a whole window of history yet
-    // the newest point at least settleMs old: SYNs up to it had time to be answered
-    let settled = base;
-    for (const p of h) if (p.at <= at - this.o.settleMs) settled = p;
-    const syns = settled.newFlows - base.newFlows;
-    const others = (now.packets - base.packets) - (now.newFlows - base.newFlows);
-    return syns >= this.o.minSyns && others === 0;
+/**
+ * The largest number of SYNs, older than `settleMs`, that arrived after some sample of `h` with fewer non-SYN
+ * packets behind them since that sample: each SYN a live real got has its ACK there. Pure.
+ */
+export function deficit(h: readonly Point[], at: number, settleMs: number): number {
+  const now = h[h.length - 1]!;
+  const othersNow = now.packets - now.newFlows;
+  let settled: Point | undefined; // the newest point whose SYNs had time to be answered
+  for (const p of h) if (p.at <= at - settleMs) settled = p;
+  if (!settled) return 0;
+  let worst = 0;
+  for (const a of h) {
+    if (a.at >= settled.at) break;
+    const syns = settled.newFlows - a.newFlows;
+    const others = othersNow - (a.packets - a.newFlows);
+    worst = Math.max(worst, syns - others);
   }
+  return worst;
 }
 
 /**

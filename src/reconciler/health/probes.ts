@@ -42,14 +42,56 @@ export function describeProbe(p: Probe): string {
   return (p.type === 'tcp' ? `tcp ${host}:${p.port}` : `http GET ${host}:${p.port}${p.path}`) + via;
 }
 
-export function runProbe(p: Probe, signal?: AbortSignal): Promise<CheckResult> {
-  return p.type === 'tcp' ? tcpProbe(p, signal) : httpProbe(p, signal);
+/**
+ * A shorter deadline for the probe's TCP handshake, which may be set before or while the probe runs: passive
+ * evidence that the real answers no SYN (checker.suspect) asks its probe to confirm exactly that, quickly. Once the
+ * connection is up the probe keeps its whole `timeoutMs` (a slow HTTP answer is not what the evidence was about).
+ */
+export class ConnectDeadline {
+  private ms: number | undefined;
+  private listener: ((ms: number) => void) | undefined;
+
+  /** The handshake must complete within `ms` from now (a shorter one already set stays). */
+  shorten(ms: number): void {
+    if (this.listener) this.listener(ms);
+    else this.ms = Math.min(ms, this.ms ?? Infinity);
+  }
+
+  /** probes.ts: called once the socket is opening. */
+  watch(listener: (ms: number) => void): void {
+    this.listener = listener;
+    if (this.ms !== undefined) listener(this.ms);
+  }
+}
+
+export function runProbe(p: Probe, signal?: AbortSignal, connect?: ConnectDeadline): Promise<CheckResult> {
+  return p.type === 'tcp' ? tcpProbe(p, signal, connect) : httpProbe(p, signal, connect);
+}
+
+/** Fails the probe when `socket` is not connected by a deadline `connect` sets (now or later; the earliest holds). */
+function watchConnect(socket: net.Socket, connect: ConnectDeadline | undefined, finish: (ok: boolean, detail: string) => void): void {
+  if (!connect) return;
+  let connected = false;
+  let due = Infinity;
+  let timer: NodeJS.Timeout | undefined;
+  socket.once('connect', () => {
+    connected = true;
+    clearTimeout(timer);
+  });
+  socket.once('close', () => clearTimeout(timer));
+  connect.watch((ms) => {
+    if (connected || Date.now() + ms >= due) return;
+    due = Date.now() + ms;
+    clearTimeout(timer);
+    timer = setTimeout(() => finish(false, `no answer to connect within ${ms} ms (suspect)`), ms);
+  });
 }
 
 /** Succeeds when the TCP handshake completes; closes the connection right away. */
-export function tcpProbe(p: TcpProbe, signal?: AbortSignal): Promise<CheckResult> {
+export function tcpProbe(p: TcpProbe, signal?: AbortSignal, connect?: ConnectDeadline): Promise<CheckResult> {
   return withDeadline(p.timeoutMs, signal, (finish) => {
     const socket = net.connect({ host: p.address, port: p.port, ...local(p) });
+    watchConnect(socket, connect, finish);
     socket.once('connect', () => finish(true, 'connected'));
     socket.once('error', (e: NodeJS.ErrnoException) => finish(false, e.code ?? e.message));
     return () => close(socket, p);
@@ -57,7 +99,7 @@ export function tcpProbe(p: TcpProbe, signal?: AbortSignal): Promise<CheckResult
 }
 
 /** Succeeds when a GET of `path` answers with a status inside `expectStatus` (inclusive). Body is discarded. */
-export function httpProbe(p: HttpProbe, signal?: AbortSignal): Promise<CheckResult> {
+export function httpProbe(p: HttpProbe, signal?: AbortSignal, connect?: ConnectDeadline): Promise<CheckResult> {
   return withDeadline(p.timeoutMs, signal, (finish) => {
     // via: vip asks as a client of the VIP would
     const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
@@ -70,6 +112,7 @@ export function httpProbe(p: HttpProbe, signal?: AbortSignal): Promise<CheckResu
       ...local(p),
       headers: { host: `${host}:${p.port}`, 'user-agent': 'gitlb-health', connection: 'close' },
     });
+    req.once('socket', (socket) => watchConnect(socket, connect, finish));
     req.once('response', (res) => {
       const status = res.statusCode ?? 0;
       res.resume();
