@@ -31,6 +31,10 @@ export interface PartitionResult {
   reviveToFlowMs: number;
   /** Fetch failures the daemon logged during the run (> 0 proves the partition held). */
   fetchFailures: number;
+  /** The daemon logged be-2 suspect (passive signals) after its death. */
+  suspected: boolean;
+  /** The detail of the failed check that took be-2 down (from the daemon's log), if it went down. */
+  downDetail?: string;
 }
 
 /** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs (or with the
@@ -74,9 +78,12 @@ export function startHealthClient(state: LabState): { client: ChildProcess; burs
 export async function partitionScenario(o: { partitioned: boolean; log?: (m: string) => void;
   /** Default check timings instead of HEALTH's fast ones; passive: false runs the daemon with --no-passive-health. */
   checks?: 'fast' | 'defaults'; passive?: boolean;
-  /** How be-2 dies: its server SIGKILLed (the kernel resets), or every TCP packet to port 80 dropped in its
-   * namespace (a silent host: no answer at all; the health check's probes time out). */
-  death?: 'kill' | 'blackhole' }): Promise<PartitionResult> {
+  /** How be-2 dies: its server SIGKILLed (the kernel resets), its port 80 closed (an nftables rule in its namespace
+   * answers every TCP packet to it with a reset, as a closed port does), or every TCP packet to port 80 dropped in
+   * its namespace (a silent host: no answer at all; the health check's probes time out). */
+  death?: 'kill' | 'close' | 'blackhole';
+  /** Gap between new connections of the client (default 5 ms; the issue's operator probe is 20/s: 50). */
+  gapMs?: number }): Promise<PartitionResult> {
   const log = o.log ?? (() => {});
   const health = o.checks === 'defaults' ? DEFAULT_HEALTH : HEALTH;
   const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
@@ -97,10 +104,23 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       { stdio: ['ignore', 'pipe', 'pipe'] });
     const lbOut = new LineTap(lb, 'stderr');
     let fetchFailures = 0;
+    let deathAt = Infinity;
+    let suspected = false;
+    let downDetail: string | undefined;
+    let partial = '';
     lb.stderr!.on('data', (b: Buffer) => {
       const text = b.toString();
       fetchFailures += (text.match(/fetch failed/g) ?? []).length;
       if (process.env.GITLB_TEST_LOG) process.stderr.write(text);
+      const lines = (partial + text).split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) {
+        if (Date.now() < deathAt) continue;
+        const m = logMessage(line);
+        if (m.startsWith(`health: ${BE['be-2']} suspect`)) suspected = true;
+        const flip = ' -> down (';
+        if (m.startsWith(`health: web real ${BE['be-2']} `) && m.includes(flip) && downDetail === undefined) downDetail = m.slice(m.indexOf(flip) + flip.length, -1);
+      }
     });
     const hc = startHealthClient(state);
     client = hc.client;
@@ -129,9 +149,9 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       log('partitioned: fetches are failing');
     }
 
-    // New connections every 5 ms for 3 s (longer than fall x interval + 2 s with slower checks); be-2's server is
-    // killed 400 ms in.
-    const running = burst(Math.max(600, Math.ceil((health.fall * health.intervalMs + 2000) / 5)), 5);
+    // New connections every gapMs for fall x interval + 2 s, at least 3 s; be-2 dies 400 ms in.
+    const gap = o.gapMs ?? 5;
+    const running = burst(Math.ceil(Math.max(3000, health.fall * health.intervalMs + 2000) / gap), gap);
     await new Promise((r) => setTimeout(r, 400));
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
     const be2 = labNs(state, 'be-2');
@@ -139,12 +159,16 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       const r = await nsExec(be2, ['nft', ...args]);
       if (r.code !== 0) throw new Error(`nft ${args.join(' ')}: ${r.stderr}`);
     };
-    const killedAt = Date.now();
-    if (o.death === 'blackhole') {
+    if (o.death === 'blackhole' || o.death === 'close') {
+      // the table and chain first: only the rule below changes anything
       await nft('add', 'table', 'inet', 'gitlbhole');
       await nft('add', 'chain', 'inet', 'gitlbhole', 'in', '{ type filter hook input priority 0; }');
-      await nft('add', 'rule', 'inet', 'gitlbhole', 'in', 'tcp', 'dport', '80', 'drop');
-    } else process.kill(server.pid, 'SIGKILL');
+    }
+    const killedAt = Date.now();
+    deathAt = killedAt;
+    if (o.death === 'blackhole') await nft('add', 'rule', 'inet', 'gitlbhole', 'in', 'tcp', 'dport', '80', 'drop');
+    else if (o.death === 'close') await nft('add', 'rule', 'inet', 'gitlbhole', 'in', 'tcp', 'dport', '80', 'reject', 'with', 'tcp', 'reset');
+    else process.kill(server.pid, 'SIGKILL');
     const flows = await running;
     const failed = flows.filter((f) => f.start >= killedAt && f.result.startsWith('error'));
     const lastHit = Math.max(killedAt, ...flows.filter((f) => f.start >= killedAt && (f.result === 'be-2' || f.result.startsWith('error'))).map((f) => f.start));
@@ -153,13 +177,13 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     const late = flows.filter((f) => f.start > killedAt + bound && (f.result === 'be-2' || f.result.startsWith('error')));
 
     // be-2 comes back: new connections reach it again after `rise` good checks.
-    if (o.death === 'blackhole') await nft('delete', 'table', 'inet', 'gitlbhole');
+    if (o.death === 'blackhole' || o.death === 'close') await nft('delete', 'table', 'inet', 'gitlbhole');
     else {
       revived = nsSpawn(be2, server.argv, { stdio: 'ignore' });
       await waitForPort(be2, 80);
     }
     const revivedAt = Date.now();
-    const again = await burst(Math.max(500, Math.ceil((health.rise * health.intervalMs + 2000) / 5)), 5);
+    const again = await burst(Math.ceil(Math.max(2500, health.rise * health.intervalMs + 2000) / gap), gap);
     const firstBack = again.find((f) => f.result === 'be-2');
     return {
       partitioned: o.partitioned,
@@ -168,6 +192,8 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       lateFlowsToDead: late.length,
       reviveToFlowMs: firstBack ? firstBack.start - revivedAt : Infinity,
       fetchFailures,
+      suspected,
+      ...(downDetail !== undefined && { downDetail }),
     };
   } finally {
     if (revived) await stopChild(revived, 1000);
