@@ -13,7 +13,8 @@ export const XDP = {
   real6: '2001:db8:2::11',
   /** on the lab's second link (a known neighbour), so a translated SNAT reply has a next hop */
   snatClient: '192.0.2.140',
-  vips: { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', snat: '203.0.113.13', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11' },
+  vips: { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', snat: '203.0.113.13', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11',
+    ipoptv6: '2001:db8:f::12' },
   mtu: 1500,
 } as const;
 
@@ -35,6 +36,7 @@ export const XDP_STATE = {
         sourceRanges: ['192.0.2.0/24'], affinityTimeoutS: 10800 },
       { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP },
       { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'], affinityTimeoutS: 10800 },
+      { id: 8, vip: V.ipoptv6, forwarding: 'dsr-ipopt', ring: ring(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
     ],
   }),
   snatAddress: LAB.lbA.v4,

@@ -165,7 +165,10 @@ export function ipView(f: Buffer, l3: number): IpView | null {
   }
   if (v === 6 && f.length >= l3 + 40) {
     const ipLen = 40 + f.readUInt16BE(l3 + 4);
-    const view: IpView = { family: 6, l3, ipLen, hdrLen: 40, proto: f[l3 + 6]!, src: f.subarray(l3 + 8, l3 + 24), dst: f.subarray(l3 + 24, l3 + 40),
+    // a destination-options header right after the fixed header (the ipopt form of IPv6) is part of the header here:
+    // the pseudo-header of the L4 checksum names the protocol after it
+    const ext = f[l3 + 6] === 60 && f.length >= l3 + 48 ? (f[l3 + 41]! + 1) * 8 : 0;
+    const view: IpView = { family: 6, l3, ipLen, hdrLen: 40 + ext, proto: ext ? f[l3 + 40]! : f[l3 + 6]!, src: f.subarray(l3 + 8, l3 + 24), dst: f.subarray(l3 + 24, l3 + 40),
       headerOk: true, lengthOk: ipLen === f.length - l3, l4Ok: null, udpZero: false };
     view.udpZero = udpZero(f, view);
     view.l4Ok = l4Ok(f, view);

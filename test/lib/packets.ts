@@ -318,6 +318,11 @@ export function checksumProblems(ip: Buffer): string[] {
   } else {
     proto = ip[6]!;
     l4 = ip.subarray(40, 40 + ip.readUInt16BE(4));
+    if (proto === 60 && l4.length >= 8) {
+      // a destination-options header (the ipopt form of IPv6): the pseudo-header names the protocol after it
+      proto = l4[0]!;
+      l4 = l4.subarray((l4[1]! + 1) * 8);
+    }
     const fmt = (b: Buffer) => Array.from({ length: 8 }, (_, i) => b.readUInt16BE(i * 2).toString(16)).join(':');
     src = fmt(ip.subarray(8, 24));
     dst = fmt(ip.subarray(24, 40));

@@ -1,6 +1,6 @@
 // Hostile packets against the LB's XDP program (xdp_lb) through BPF_PROG_TEST_RUN in a lab namespace: first the
 // named defects (each test failed before its fix), then the suite (test/lib/hostile-xdp-harness.ts): every
-// truncation, named header mutations and 10,000 seeded bit flips over every frame kind the XDP tests know (20), each
+// truncation, named header mutations and 10,000 seeded bit flips over every frame kind of baseKinds(), each
 // output checked and every packet accounted for by one counter. docs/datapath.md, "Hostile packets".
 import test from 'ava';
 import {
@@ -70,6 +70,27 @@ cases.push({ name: 'frame from a group source MAC is not load-balanced', input: 
     action: 'tx', counter: 'tx', noCounter: 'icmp_sent', output: frame({ dst: LAB.neighbours[REAL4]!, src: LAB.lbA.mac }, big) });
 }
 
+{
+  // option headers of every length. IPv6: a destination-options header (hdr ext len 0..31) before TCP to the ipopt
+  // v6 VIP is not a packet the LB balances (TCP/UDP must follow the fixed header): passed untouched, never given a
+  // second header. IPv4: options of every length (IHL 6..15) before the ipopt insert; the option fits up to IHL 13.
+  for (let hdrlen = 0; hdrlen < 32; hdrlen++) {
+    const seg = tcpSegment(CLIENT6, V.ipoptv6, { sport: 40100 + hdrlen, dport: 80 });
+    const ext = Buffer.alloc((hdrlen + 1) * 8, 0);
+    ext[0] = IPPROTO.TCP;
+    ext[1] = hdrlen;
+    ext[2] = 1; // PadN over the rest
+    ext[3] = ext.length - 4;
+    const ip = Buffer.concat([ipv6Header({ src: CLIENT6, dst: V.ipoptv6, nextHeader: 60 }, ext.length + seg.length), ext, seg]);
+    cases.push({ name: `IPv6 destination options of ${ext.length} bytes before TCP to an ipopt v6 VIP pass untouched`, input: inFrame(ip), action: 'pass', counter: 'pass_not_vip', noCounter: 'tx' });
+  }
+  for (let words = 1; words <= 10; words++) {
+    const input = inFrame(ipPacket({ src: CLIENT4, dst: V.ipopt, v4: { options: Buffer.alloc(words * 4, 1) }, l4: { tcp: { sport: 40200 + words, dport: 80 } } }));
+    if (words <= 8) cases.push({ name: `ipopt v4 SYN with ${words * 4} bytes of options gets the DSR option`, input, action: 'tx', counter: 'tx' });
+    else cases.push({ name: `ipopt v4 SYN with ${words * 4} bytes of options has no room`, input, action: 'drop', counter: 'drop_ipopt_no_room', noCounter: 'tx' });
+  }
+}
+
 // SNAT defects need the SNAT port of a flow: the SYN runs first, its output names the port
 // the SNAT client is on the lab's second link (a known neighbour), so a translated reply has a next hop
 const SNAT_CLIENT = XDP.snatClient;
@@ -109,6 +130,9 @@ function baseKinds(): Record<string, string> {
     'ipopt v4 SYN': inFrame(tcp(CLIENT4, V.ipopt, 42009, 80)),
     'ipopt v4 UDP': inFrame(udp(CLIENT4, V.ipopt, 42010, 53)),
     'ipopt v4 UDP no checksum': inFrame(ipPacket({ src: CLIENT4, dst: V.ipopt, l4: { udp: { sport: 42011, dport: 53, payload: Buffer.from('q'), checksum: 0 } } })),
+    'ipopt v6 SYN': inFrame(tcp(CLIENT6, V.ipoptv6, 42018, 80)),
+    'ipopt v6 UDP': inFrame(udp(CLIENT6, V.ipoptv6, 42019, 53)),
+    'ipopt v6 UDP too big': inFrame(udp(CLIENT6, V.ipoptv6, 42020, 53, Buffer.alloc(1430, 0x61))),
     'snat v4 SYN': inFrame(tcp(CLIENT4, V.snat, 42012, 80)),
     'ICMP echo to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } })),
     'ICMPv6 echo to a VIP': inFrame((() => {

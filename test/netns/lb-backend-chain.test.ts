@@ -1,6 +1,6 @@
 // The LB's XDP program and the backend's TC programs agree on the wire format: frames produced by xdp_lb
 // (BPF_PROG_TEST_RUN in its lab namespace, test/lib/xdp-lab.ts) are fed to backend_ingress, and the backend must
-// recover exactly the client's packet (ipip) or the flow's VIP:port (ipopt), then answer as the VIP.
+// recover exactly the client's packet (ipip) or the flow's VIP:port (ipopt, IPv4 and IPv6), then answer as the VIP.
 import test from 'ava';
 import { BpfObject, TcAction } from '../../src/bpf/libbpf.js';
 import {
@@ -20,6 +20,7 @@ const REAL6 = '2001:db8:2::11';
 const IPIP4 = '203.0.113.11';
 const IPIP6 = '2001:db8:f::11';
 const OPT4 = '203.0.113.12';
+const OPT6 = '2001:db8:f::12';
 const ring7 = (id: number) => Array.from({ length: 7 }, () => id);
 
 const state = makeState({
@@ -28,6 +29,7 @@ const state = makeState({
     { id: 2, vip: IPIP4, forwarding: 'dsr-ipip', ring: ring7(1) },
     { id: 3, vip: OPT4, forwarding: 'dsr-ipopt', ring: ring7(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
     { id: 7, vip: IPIP6, forwarding: 'dsr-ipip', ring: ring7(3) },
+    { id: 8, vip: OPT6, forwarding: 'dsr-ipopt', ring: ring7(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
   ],
   addresses: ['198.51.100.1', '2001:db8:2::1'],
 });
@@ -40,11 +42,16 @@ const syn6 = (dst: string, sport: number, dport: number) =>
 const udp4 = (dst: string, sport: number, dport: number) =>
   ipPacket({ src: CLIENT4, dst, l4: { udp: { sport, dport, payload: Buffer.from('query') } } });
 
+const udp6 = (dst: string, sport: number, dport: number) =>
+  ipPacket({ src: CLIENT6, dst, l4: { udp: { sport, dport, payload: Buffer.from('query') } } });
+
 const CASES = {
   ipip4: syn4(IPIP4, 50000, 80),
   ipip6: syn6(IPIP6, 50001, 80),
   opt4tcp: syn4(OPT4, 50002, 80),
   opt4udp: udp4(OPT4, 50003, 53),
+  opt6tcp: syn6(OPT6, 50004, 80),
+  opt6udp: udp6(OPT6, 50005, 53),
 };
 
 let lbOut: Record<keyof typeof CASES, Buffer>;
@@ -89,23 +96,26 @@ for (const n of ['ipip4', 'ipip6'] as const) {
   });
 }
 
-for (const [n, proto, sport, vipPort, targetPort] of [['opt4tcp', 'TCP', 50002, 80, 8080], ['opt4udp', 'UDP', 50003, 53, 53]] as const) {
+for (const [n, proto, sport, vipPort, targetPort] of [['opt4tcp', 'TCP', 50002, 80, 8080], ['opt4udp', 'UDP', 50003, 53, 53],
+  ['opt6tcp', 'TCP', 50004, 80, 8080], ['opt6udp', 'UDP', 50005, 53, 53]] as const) {
+  const v6 = n.startsWith('opt6');
+  const [client, real, vip] = v6 ? [CLIENT6, REAL6, OPT6] : [CLIENT4, REAL4, OPT4];
   test(`${n}: the backend reads the LB's option, strips it, and answers as VIP:${vipPort}`, (t) => {
     const r = backend.program('backend_ingress').testRun({ data: lbOut[n] });
     t.is(r.retval, TcAction.ok);
     const p = parse(r.data);
-    t.is(p.headerLen, 20, 'option stripped');
+    t.is(p.headerLen, v6 ? 40 : 20, 'option stripped');
     t.true(p.ipChecksumOk && p.lengthOk && p.l4ChecksumOk === true);
-    t.is(p.dst, REAL4);
+    t.is(p.dst, real);
     t.is(p.dport, targetPort);
-    const key = encodeConnKey({ family: 4, protocol: proto, client: CLIENT4, clientPort: sport, local: REAL4, localPort: targetPort });
+    const key = encodeConnKey({ family: v6 ? 6 : 4, protocol: proto, client, clientPort: sport, local: real, localPort: targetPort });
     const v = backend.map('be_conns').lookup(key);
     t.truthy(v, 'flow recorded');
     const c = decodeConnEntry(key, v!);
-    t.is(c.vip, OPT4);
+    t.is(c.vip, vip);
     t.is(c.vipPort, vipPort);
     const l4 = proto === 'TCP' ? { proto, sport: targetPort, dport: sport, tcpFlags: 0x12 } : { proto, sport: targetPort, dport: sport, payload: Buffer.from('answer') };
-    const reply = backend.program('backend_egress').testRun({ data: beFrame(REAL4, CLIENT4, l4) });
-    t.deepEqual(reply.data, beFrame(OPT4, CLIENT4, { ...l4, sport: vipPort }));
+    const reply = backend.program('backend_egress').testRun({ data: beFrame(real, client, l4) });
+    t.deepEqual(reply.data, beFrame(vip, client, { ...l4, sport: vipPort }));
   });
 }

@@ -1,5 +1,5 @@
-// Real traffic through the XDP load balancer, one lab of network namespaces for all three DSR modes (IPv4;
-// l2 and ipip over IPv6 too):
+// Real traffic through the XDP load balancer, one lab of network namespaces for all three DSR modes (IPv4 and
+// IPv6):
 // client, LB and two backends on one bridge; the client reaches the VIPs through the LB (its route), the
 // backends answer the client directly. l2: VIP on the backends' lo; ipip: decapsulated by the backend TC
 // program (src/bpf/progs/tc_backend.c); ipopt: backend TC program records the option and rewrites replies.
@@ -17,9 +17,9 @@ const NS = lab.ns;
 const children = lab.children;
 const PIN = { lb: `/sys/fs/bpf/${NS.lb}`, b1: `/sys/fs/bpf/${NS.b1}`, b2: `/sys/fs/bpf/${NS.b2}` };
 const SEED = 0x5eed;
-const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11' };
+const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11', ipoptv6: '2001:db8:f::12' };
 type Mode = keyof typeof VIP;
-const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5 };
+const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5, ipoptv6: 6 };
 const RING = [1, 2, 2, 1, 2, 1, 1];
 const RING6 = RING.map((r) => r + 2);
 const REAL_NAME: Record<number, string> = { 1: 'b1', 2: 'b2', 3: 'b1', 4: 'b2' };
@@ -31,6 +31,7 @@ const STATE = makeState({
     { id: 3, vip: VIP.ipopt, forwarding: 'dsr-ipopt', ring: RING, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
     { id: 4, vip: VIP.l2v6, forwarding: 'dsr-l2', ring: RING6 },
     { id: 5, vip: VIP.ipipv6, forwarding: 'dsr-ipip', ring: RING6 },
+    { id: 6, vip: VIP.ipoptv6, forwarding: 'dsr-ipopt', ring: RING6, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
   ],
 });
 
@@ -102,7 +103,7 @@ const captureOnLb = () => {
   return { ready, stop: async () => { c.kill('SIGINT'); await new Promise((r) => c.once('exit', r)); return lines; } };
 };
 
-for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6'] as const) {
+for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6', 'ipoptv6'] as const) {
   test.serial(`dsr-${mode}: a real TCP client gets answers through the VIP from the predicted backend, replies bypass the LB`, async (t) => {
     const before = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
     const cap = captureOnLb();
@@ -110,7 +111,7 @@ for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6'] as const) {
     const got: string[] = [];
     const want: string[] = [];
     // three client ports the hash sends to b1 and three it sends to b2
-    const base = { l2: 41000, ipip: 42000, ipopt: 43000, l2v6: 44000, ipipv6: 45000 }[mode];
+    const base = { l2: 41000, ipip: 42000, ipopt: 43000, l2v6: 44000, ipipv6: 45000, ipoptv6: 47000 }[mode];
     const ports: number[] = [];
     for (const name of ['b1', 'b2']) {
       for (let p = base, n = 0; n < 3; p++) if (expectedBackend(VIP[mode], p) === name && !ports.includes(p)) { ports.push(p); n++; }

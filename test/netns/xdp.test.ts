@@ -5,8 +5,9 @@
 import test from 'ava';
 import {
   IPPROTO, TCP_FLAGS, dsrOption, encapsulate, frame, hex, icmpv4, icmpv6, ipPacket, ipv4Header, ipv6FragmentHeader,
-  ipv6Header, mac, tcpSegment, checksumProblems, type IpPacketSpec, type EthSpec,
+  ipv6Header, mac, tcpSegment, udpDatagram, ethernet, checksumProblems, type IpPacketSpec, type EthSpec,
 } from '../lib/packets.js';
+import { dsrExt6 } from '../lib/packets-backend.js';
 import { LAB, runHarness, setupLab, teardownLab } from '../lib/xdp-lab.js';
 import { makeState, type SvcSpec } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
@@ -33,7 +34,8 @@ const SERVICES: SvcSpec[] = [
   { id: 5, vip: '203.0.113.14', forwarding: 'dsr-l2', ring: ring7(0) },
   { id: 6, vip: '2001:db8:f::10', forwarding: 'dsr-l2', ring: ring7(3, 4) },
   { id: 7, vip: '2001:db8:f::11', forwarding: 'dsr-ipip', ring: ring7(3), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
-  { id: 8, vip: '2001:db8:f::12', forwarding: 'dsr-ipopt', ring: ring7(3) },
+  { id: 8, vip: '2001:db8:f::12', forwarding: 'dsr-ipopt', ring: ring7(3),
+    ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
   { id: 9, vip: '203.0.113.15', forwarding: 'dsr-ipip', ring: ring7(3) },
   { id: 10, vip: '203.0.113.16', forwarding: 'dsr-l2', ring: ring7(5) },
   { id: 11, vip: '203.0.113.17', forwarding: 'dsr-l2', ring: ring7(6) },
@@ -42,6 +44,7 @@ const SERVICES: SvcSpec[] = [
   { id: 14, vip: '203.0.113.19', forwarding: 'dsr-l2', ring: ring7(1, 2), hashSourcePort: false },
   { id: 15, vip: '203.0.113.20', forwarding: 'dsr-l2', ring: ring7(9) },
   { id: 16, vip: '203.0.113.21', forwarding: 'dsr-ipip', ring: ring7(5) },
+  { id: 17, vip: '203.0.113.22', forwarding: 'dsr-ipopt', ring: ring7(3) },
 ];
 const withRing = (id: number, ring: number[]) => SERVICES.map((s) => (s.id === id ? { ...s, ring } : s));
 const STATES: Record<string, DesiredState> = {
@@ -248,8 +251,41 @@ const add = (c: Case) => cases.push(c);
   add({ name: 'ipopt SYN with 32 bytes of options fills the header to 60 bytes', input: inFrame(edge), action: 'tx', output: frame({ dst: REAL_MAC[R]!, src: LAB.lbA.mac }, edgeOut) });
   const bigU = udp(CLIENT4, VIP, 45006, 53, big(1500 - 28 - 4), { v4: { df: true } });
   add({ name: 'ipopt UDP over MTU-8 gets ICMP frag-needed (mtu 1492)', input: inFrame(bigU), action: 'tx', output: fragNeeded(bigU, 1492), counter: 'icmp_sent' });
-  const v6 = tcp(CLIENT6, '2001:db8:f::12', 45007, 80);
-  add({ name: 'ipopt with an IPv6 VIP is unsupported: dropped and counted', input: inFrame(v6), action: 'drop', counter: 'drop_unsupported' });
+  const mixed = tcp(CLIENT4, '203.0.113.22', 45007, 80);
+  add({ name: 'ipopt with an IPv4 VIP and an IPv6 real is unsupported: dropped and counted', input: inFrame(mixed), action: 'drop', counter: 'drop_unsupported' });
+}
+
+// ---- dsr-ipopt over IPv6: the VIP:port in a destination-options header right after the fixed header
+{
+  const VIP = '2001:db8:f::12';
+  const R = REALS[3]!;
+  /** what the real gets: client -> real, next header 60, the 24-byte header naming VIP:port, then the segment */
+  const opt6 = (seg: Buffer, port: number, extra: Partial<IpPacketSpec['v6']> = {}) => frame({ dst: REAL_MAC[R]!, src: LAB.lbA.mac },
+    Buffer.concat([ipv6Header({ src: CLIENT6, dst: R, nextHeader: 60, ...extra }, 24 + seg.length),
+      dsrExt6(port === 53 ? IPPROTO.UDP : IPPROTO.TCP, VIP, port), seg]));
+  const p = tcp(CLIENT6, VIP, 45100, 80, TCP_FLAGS.SYN, { v6: { trafficClass: 0xb8, flowLabel: 0x54321, hopLimit: 33 } });
+  add({ name: 'ipopt v6 SYN: dst -> real, port -> targetPort, destination options (0x1b, VIP, port) inserted', input: inFrame(p), action: 'tx',
+    output: opt6(tcpSegment(CLIENT6, R, { sport: 45100, dport: 8080, flags: TCP_FLAGS.SYN, seq: 1000, ack: 0 }), 80, { trafficClass: 0xb8, flowLabel: 0x54321, hopLimit: 33 }), counter: 'tx' });
+  const a = tcp(CLIENT6, VIP, 45100, 80, TCP_FLAGS.ACK);
+  add({ name: 'ipopt v6 ACK: rewritten without the header', keepCt: true, input: inFrame(a), action: 'tx',
+    output: frame({ dst: REAL_MAC[R]!, src: LAB.lbA.mac }, ipPacket({ src: CLIENT6, dst: R, l4: { tcp: { sport: 45100, dport: 8080, flags: TCP_FLAGS.ACK, seq: 1000, ack: 2000 } } })), counter: 'ct_hit' });
+  const u = udp(CLIENT6, VIP, 45101, 53);
+  const uout = opt6(udpDatagram(CLIENT6, R, { sport: 45101, dport: 53, payload: Buffer.from('query') }), 53);
+  add({ name: 'ipopt v6 UDP: every datagram carries the header', input: inFrame(u), action: 'tx', output: uout });
+  add({ name: 'ipopt v6 UDP: the second datagram of the flow too', keepCt: true, input: inFrame(u), action: 'tx', output: uout, counter: 'ct_hit' });
+  const v = tcp(CLIENT6, VIP, 45102, 80);
+  add({ name: 'ipopt v6 SYN with a VLAN tag keeps the tag', input: inFrame(v, { ...ETH_IN, vlan: 11 }), action: 'tx',
+    output: Buffer.concat([ethernet({ dst: REAL_MAC[R]!, src: LAB.lbA.mac, vlan: 11 }, 0x86dd),
+      opt6(tcpSegment(CLIENT6, R, { sport: 45102, dport: 8080, flags: TCP_FLAGS.SYN, seq: 1000, ack: 0 }), 80).subarray(14)]) });
+  // MTU: 1500 - 24 leaves 1476 for the client's packet
+  const fits = udp(CLIENT6, VIP, 45103, 53, big(1476 - 48));
+  add({ name: 'ipopt v6 UDP of exactly MTU-24 gets the header', input: inFrame(fits), action: 'tx',
+    output: opt6(udpDatagram(CLIENT6, R, { sport: 45103, dport: 53, payload: big(1476 - 48) }), 53) });
+  const over = udp(CLIENT6, VIP, 45104, 53, big(1477 - 48));
+  add({ name: 'ipopt v6 UDP over MTU-24 gets ICMPv6 packet-too-big (mtu 1476)', input: inFrame(over), action: 'tx', output: tooBig(over, 1476, VIP, CLIENT6), counter: 'icmp_sent' });
+  const bigAck = tcp(CLIENT6, VIP, 45100, 80, TCP_FLAGS.ACK, { l4: { tcp: { sport: 45100, dport: 80, flags: TCP_FLAGS.ACK, payload: big(1500 - 60) } } });
+  add({ name: 'ipopt v6 full-size ACK needs no header and is forwarded', input: inFrame(bigAck), action: 'tx',
+    output: frame({ dst: REAL_MAC[R]!, src: LAB.lbA.mac }, ipPacket({ src: CLIENT6, dst: R, l4: { tcp: { sport: 45100, dport: 8080, flags: TCP_FLAGS.ACK, payload: big(1500 - 60) } } })) });
 }
 
 // ---- snat, non-VIP traffic

@@ -15,6 +15,7 @@
 #include "lb_parsing.h"
 #include "lb_hashing.h"
 #include "lb_encap.h"
+#include "lb_ipopt6.h"
 #include "lb_icmp.h"
 #include "lb_affinity.h"
 #include "lb_snat.h"
@@ -335,26 +336,30 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	}
 
 	if (mode == LB_MODE_DSR_IPOPT) {
-		if (p.family != 4 || real->family != 4)
+		/* the option names the VIP to a real of the VIP's family (IPv4 option, IPv6 destination options) */
+		if (p.family != real->family)
 			return lb_drop(LB_CNT_DROP_UNSUPPORTED);
 		int insert = p.proto == IPPROTO_UDP ||
 			     (p.tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
 
 		if (insert) {
-			if (p.ihl_bytes + LB_DSR_OPT_LEN > LB_IPV4_MAX_HDR_LEN)
-				return lb_drop(LB_CNT_DROP_IPOPT_NO_ROOM);
-			/* the insert recomputes the header checksum: never over a header that arrived corrupted */
-			if (!lb_ipv4_csum_ok(ctx, p.l3_off, p.ihl_bytes))
-				return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
-			if (p.l3_len + LB_DSR_OPT_LEN > cfg->mtu)
+			if (p.family == 4) {
+				if (p.ihl_bytes + LB_DSR_OPT_LEN > LB_IPV4_MAX_HDR_LEN)
+					return lb_drop(LB_CNT_DROP_IPOPT_NO_ROOM);
+				/* the insert recomputes the header checksum: never over a header that arrived corrupted */
+				if (!lb_ipv4_csum_ok(ctx, p.l3_off, p.ihl_bytes))
+					return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
+			}
+			if (p.l3_len + (p.family == 4 ? LB_DSR_OPT_LEN : LB_DSR_EXT6_LEN) > cfg->mtu)
 				goto too_big;
 		}
 		nh = lb_next_hop(ctx, real, real_id, 0, &reason);
 		if (!nh)
 			return lb_drop(reason);
-		if (lb_ipopt(ctx, &p, real, p.dport, target_port, insert))
+		if (p.family == 4 ? lb_ipopt(ctx, &p, real, p.dport, target_port, insert)
+				  : lb_ipopt6(ctx, &p, real, target_port, insert))
 			return lb_drop(LB_CNT_DROP_ADJUST);
-		rc = lb_send(ctx, nh, p.l3_off, bpf_htons(LB_ETH_P_IP), &reason);
+		rc = lb_send(ctx, nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6), &reason);
 		if (rc < 0)
 			return lb_drop(LB_CNT_DROP_ADJUST);
 		lb_count(reason);
@@ -365,7 +370,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 too_big:
 	/* answer the client with the MTU its packets must fit in after our encapsulation */
 	{
-		__u32 overhead = mode == LB_MODE_DSR_IPOPT ? LB_DSR_OPT_LEN
+		__u32 overhead = mode == LB_MODE_DSR_IPOPT ? (p.family == 4 ? LB_DSR_OPT_LEN : LB_DSR_EXT6_LEN)
 				 : real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
 		__u32 mtu = cfg->mtu - overhead;
 

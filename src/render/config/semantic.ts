@@ -394,9 +394,6 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
       for (const n of servingLbs.filter((x) => !x.hasAddresses))
         emit('warning', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: lb node '${n.name}' may serve ${canon} but has no spec.addresses; backends decapsulate IP-in-IP only from lb node addresses, so its tunnels will be refused`);
     }
-    if (encap === 'ipopt' && vip.family === 6) {
-      emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: ipopt is IPv4 only, but the VIP ${canon} is IPv6 (use l2 or ipip)`);
-    }
     if ((mode === 'snat' || mode === 'hybrid') && servingLbs.length > 0) {
       const withSnat = servingLbs.filter((n) => n.snat?.family === vip.family);
       if (withSnat.length === 0) {
