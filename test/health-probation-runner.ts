@@ -5,7 +5,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { openLbDataPlane } from '../src/bpf/dataplane/index.js';
 import { HttpRemote } from '../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../src/reconciler/reconcile.js';
+import { Reconciler } from '../src/reconciler/loops/reconciler.js';
 import { HealthService } from '../src/reconciler/health/service.js';
 import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml } from './reconcile-helpers.js';
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { startDaemon, type Daemon } from '../../src/reconciler/daemon.js';
 import { githubSignature } from '../../src/reconciler/triggers/webhook.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
 import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml } from '../../test/reconcile-helpers.js';
 import { readConfigDir } from '../../src/reconciler/source/read-dir.js';

@@ -8,7 +8,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { loadCredentials } from './source/credentials.js';
 import { isUrl, openRemote, type GitRemote } from './source/git-remote.js';
-import { Reconciler, type Outcome, type ReconcilerOptions } from './reconcile.js';
+import { Reconciler, type Outcome, type ReconcilerOptions } from './loops/reconciler.js';
 import { StatusWriter } from './status/status-writer.js';
 import { readOwnLocalState } from './state/local-state.js';
 import { startWebhook, parseListen, type WebhookServer } from './triggers/webhook.js';
@@ -133,7 +133,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
   const healthRunner = new HealthLoop({ rerender: (why, services) => reconciler.refreshHealth(why, services), log });
 
   // What the pinned data plane serves is known from the local cache before the first fetch: health and the
-  // health re-render never wait for the Git server (Reconciler.adoptAtStart).
+  // health re-render never wait for the Git server (state/adoption.ts).
   await reconciler.adoptAtStart();
 
   const schedules: Schedule[] = [];

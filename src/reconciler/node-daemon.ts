@@ -29,7 +29,7 @@ import { openRemote } from './source/git-remote.js';
 import { readRevisionFiles } from './source/git-objects.js';
 import { reconcilePinnedXdp } from './host/xdp-pin.js';
 import { BgpAnnouncer } from './bgp/announcer.js';
-import type { Logger, Outcome } from './reconcile.js';
+import type { Logger, Outcome } from './loops/reconciler.js';
 import type { GitRemote } from './source/git-remote.js';
 import type { HealthChange } from './health/checker.js';
 

@@ -12,7 +12,7 @@ import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { EMPTY_LIVE, LB_MAP_CAPACITY, planOps } from '../../src/render/ops.js';
 import { LocalRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/reconcile.js';
+import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/loops/reconciler.js';
 import { getCondition } from '../../src/reconciler/status/conditions.js';
 import { startDaemon } from '../../src/reconciler/daemon.js';
 import { HealthService } from '../../src/reconciler/health/service.js';

@@ -10,7 +10,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MemoryDataPlane } from '../../src/bpf/dataplane/memory.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/reconcile.js';
+import { Reconciler, type ReconcilerOptions } from '../../src/reconciler/loops/reconciler.js';
 import { startDaemon } from '../../src/reconciler/daemon.js';
 import { getCondition } from '../../src/reconciler/status/conditions.js';
 import { serialiseStatus } from '../../src/reconciler/status/status-doc.js';

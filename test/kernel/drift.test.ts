@@ -10,7 +10,7 @@ import { decodeVipKey, encodeU32 } from '../../src/bpf/dataplane/codec.js';
 import { BPF_F_INNER_MAP, readRing } from '../../src/bpf/dataplane/rings.js';
 import { BpfMap, MapType, type BpfError } from '../../src/bpf/libbpf.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { git, servedRepo, commitFiles, tempDir, clusterYaml, lbNodeYaml, serviceYaml, type ServedRepo } from '../reconcile-helpers.js';
 
 const PIN_BASE = `/sys/fs/bpf/gitlb-test-${process.pid}-drift`;

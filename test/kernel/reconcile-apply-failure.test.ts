@@ -11,7 +11,7 @@ import { LB_CAPACITY, openLbDataPlane, type DataPlane } from '../../src/bpf/data
 import { encodeVipKey, encodeVipValue } from '../../src/bpf/dataplane/codec.js';
 import { BpfMap } from '../../src/bpf/libbpf.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { git, servedRepo, commitFiles, tempDir, configFiles, serviceYaml } from '../reconcile-helpers.js';
 
 const PIN = `/sys/fs/bpf/gitlb-test-${process.pid}-applyfail`;

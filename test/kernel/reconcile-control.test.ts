@@ -13,7 +13,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { StatusWriter } from '../../src/reconciler/status/status-writer.js';
 import { parseStatus } from '../../src/reconciler/status/status-doc.js';
 import { CONDITION_REASONS, getCondition } from '../../src/reconciler/status/conditions.js';

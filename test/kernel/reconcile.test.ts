@@ -12,7 +12,7 @@ import { BpfMap } from '../../src/bpf/libbpf.js';
 import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { StatusWriter } from '../../src/reconciler/status/status-writer.js';
 import { parseStatus } from '../../src/reconciler/status/status-doc.js';
 import { startDaemon } from '../../src/reconciler/daemon.js';

@@ -11,7 +11,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { HttpRemote } from '../../src/reconciler/source/git-remote.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { StatusWriter } from '../../src/reconciler/status/status-writer.js';
 import { parseStatus, type NodeStatus } from '../../src/reconciler/status/status-doc.js';
 import type { Trust } from '../../src/reconciler/verify/trust.js';

@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { Reconciler } from '../../src/reconciler/reconcile.js';
+import { Reconciler } from '../../src/reconciler/loops/reconciler.js';
 import { LocalRemote } from '../../src/reconciler/source/git-remote.js';
 import { createLogger } from '../../src/reconciler/log/logger.js';
 import { serialiseStatus } from '../../src/reconciler/status/status-doc.js';

@@ -14,8 +14,7 @@ import { takeNodeDown } from '../../reconciler/decommission/node-down.js';
 import { withStatusBranch } from '../../reconciler/status/open-status-remote.js';
 import { readAllStatuses } from '../../reconciler/status/status-report.js';
 import { StatusWriter } from '../../reconciler/status/status-writer.js';
-import { emptyCounters, type NodeStatus } from '../../reconciler/status/status-doc.js';
-import { setCondition } from '../../reconciler/status/conditions.js';
+import { downStatus } from '../../reconciler/status/conditions.js';
 
 interface DownOptions {
   node: string;
@@ -71,28 +70,6 @@ async function withdrawBgp(o: DownOptions, cacheDir: string, cmd: Command): Prom
     return `BGP: not told: ${from} gives ${o.node} no BGP settings`;
   }
   return `BGP: withdrew ${vips.length} VIP(s) (${vips.join(' ') || 'none'}): wrote ${configFile}, BIRD reloaded (${o.birdSocket})`;
-}
-
-/** The node's status after `gitlb down`: nothing served, Ready=False/Decommissioned, the previous fields kept. */
-function downStatus(prev: NodeStatus | undefined, node: string, branch: string, what: string, now: string): NodeStatus {
-  const conditions = setCondition(prev?.conditions ?? [], { type: 'Ready', status: 'False', reason: 'Decommissioned', message: what }, now);
-  return {
-    apiVersion: 'gitlb/v1',
-    kind: 'NodeStatus',
-    node,
-    role: prev?.role ?? 'lb',
-    branch: prev?.branch ?? branch,
-    appliedRevision: null,
-    appliedAt: null,
-    lastAttempt: prev?.appliedRevision ? { revision: prev.appliedRevision, result: 'decommissioned', reason: what, at: now } : null,
-    lastFailure: prev?.lastFailure ?? null,
-    warnings: [`data plane removed by gitlb down at ${now}`],
-    services: [],
-    conditions,
-    counters: prev?.counters ?? emptyCounters(),
-    startedAt: prev?.startedAt ?? now,
-    updatedAt: now,
-  };
 }
 
 export const command = defineCommand<DownOptions>({

@@ -9,7 +9,7 @@ import { decideAnnouncements, announcementText, type AnnounceFacts, type VipAnno
 import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
 import type { ConfigModel } from '../../render/model.js';
 import type { DesiredState } from '../../render/state.js';
-import type { Logger } from '../reconcile.js';
+import type { Logger } from '../loops/reconciler.js';
 
 export interface BgpAnnouncerOptions {
   node: string;

@@ -33,11 +33,11 @@ export interface HealthServiceOptions {
   log?: { warn(msg: string): void };
 }
 
-/** Same shape as reconcile.ts's PostApplyGate (declared structurally so health does not import the reconciler). */
+/** Same shape as state/node-state.ts's PostApplyGate (declared structurally so health does not import the reconciler). */
 export type HealthPostApplyGate = (ctx: { revision: string; before: DesiredState | null; beforeModel?: ConfigModel | null; after: DesiredState; model: ConfigModel })
   => Promise<{ pass: boolean; reason: string }>;
 
-/** Same shape as reconcile.ts's PreApplyGate: pass=false fails the revision at `health` before anything is applied. */
+/** Same shape as state/node-state.ts's PreApplyGate: pass=false fails the revision at `health` before anything is applied. */
 export type HealthPreApplyGate = (ctx: { revision: string; beforeModel: ConfigModel | null; model: ConfigModel })
   => Promise<{ pass: boolean; reason: string; health?: HealthView }>;
 

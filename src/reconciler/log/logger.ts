@@ -1,6 +1,6 @@
 // The daemon's logger (pino): JSON lines with time, level, node, the revision the node serves, and the fields a
 // call site adds (stage, reason, service, real, counts); or one readable line per event when stderr is a
-// terminal (--log-format text). It implements reconcile.ts's Logger, so call sites stay `log.info(message)`.
+// terminal (--log-format text). It implements the reconciler's Logger (state/node-state.ts), so call sites stay `log.info(message)`.
 import { pino, type Logger as Pino } from 'pino';
 import { textDestination } from './text-format.js';
 

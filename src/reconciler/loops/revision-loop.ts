@@ -1,11 +1,11 @@
-// The revision loop: event-driven (webhook, poll, ref watch, retry timer), serial. Each pass is one
-// Reconciler.reconcile (fetch -> verify -> validate -> render -> converge -> status), so a burst of triggers costs
+// The revision loop: event-driven (webhook, poll, ref watch, retry timer), serial. Each pass is one revision pass
+// (./revision-pass.ts: fetch -> verify -> validate -> render -> converge -> status), so a burst of triggers costs
 // at most one extra pass; a pushed automatic revert is picked up at once, a transient failure comes back on the
 // reconciler's backoff, and the node's own verification state is written after every pass that moved it. Drift
-// checks run on the same runner (never overlapping a pass: a check against a revision about to be replaced is
-// wasted) and keep an idle node's status fresh. The health loop (./health-loop.ts) never waits for this one.
-// docs/reconciler.md, "Loops".
-import type { Outcome, Reconciler } from '../reconcile.js';
+// checks (drift/drift-check.ts) run on the same runner (never overlapping a pass: a check against a revision about
+// to be replaced is wasted) and keep an idle node's status fresh. The health loop (./health-loop.ts) never waits
+// for this one. docs/reconciler.md, "Architecture".
+import type { Outcome, Reconciler } from './reconciler.js';
 import { writeLocalState } from '../state/local-state.js';
 import { SerialRunner } from '../triggers/serial-runner.js';
 

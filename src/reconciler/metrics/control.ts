@@ -5,7 +5,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { NodeStatus } from '../status/status-doc.js';
 import type { DesiredState } from '../../render/state.js';
-import type { Outcome } from '../reconcile.js';
+import type { Outcome } from '../loops/reconciler.js';
 
 export type ReconcileOutcome = Outcome;
 

@@ -15,7 +15,7 @@ export interface LocalState {
   /**
    * That revision's `Cluster.spec.verification` (null: the config has none). The policy in force follows from it
    * (policyFor). Absent in files written before it was recorded: the applied config is read from the Git cache
-   * (when the cache cannot give it, the policy is enforce: reconcile.ts, fail closed).
+   * (when the cache cannot give it, the policy is enforce: loops/revision-pass.ts, fail closed).
    */
   verification?: VerificationPolicy | null;
 }
