@@ -64,6 +64,8 @@ export interface NativeAddon {
   objectMapNames(path: string): string[];
   /** The ids of the maps a loaded program uses. */
   progMapIds(progFd: number): number[];
+  /** Sends one link-layer frame (Ethernet header first) out of the interface (AF_PACKET). */
+  sendFrame(ifindex: number, frame: Buffer): void;
   attachTcxIngress: number;
   attachTcxEgress: number;
   attachXdp: number;

@@ -15,6 +15,7 @@ import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
 import type { PeerSyncReport } from './flows/flow-sync.js';
+import type { SnatTakeover } from './flows/snat-takeover.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
@@ -195,6 +196,26 @@ async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ 
   });
 }
 
+/** Serving a lost lb node's SNAT address with the translations it synced here (flows/snat-takeover.ts). */
+async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): Promise<SnatTakeover> {
+  const { SnatTakeover } = await import('./flows/snat-takeover.js');
+  const lbNodes = () => (d.reconciler.appliedConfig?.nodes ?? []).filter((n) => n.spec.role === 'lb');
+  const t = new SnatTakeover({
+    node: o.node,
+    peers: () => lbNodes().filter((n) => n.metadata.name !== o.node && n.spec.addresses.length > 0).map((n) => ({
+      node: n.metadata.name,
+      ...(n.spec.snatAddress && { snatAddress: n.spec.snatAddress }),
+      probe: { host: n.spec.addresses[0]!, port: o.peer?.port ?? 0 },
+    })),
+    ownSnatAddress: () => lbNodes().find((n) => n.metadata.name === o.node)?.spec.snatAddress,
+    interface: () => o.interface ?? d.reconciler.desired?.interface,
+    object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
+    log,
+  });
+  t.start();
+  return t;
+}
+
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
   : Promise<{ stop(): void; report(): Record<string, PeerSyncReport> }> {
@@ -258,6 +279,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     peerReport: () => peers?.report() ?? null }) : null;
   // Declared before the daemon exists; the announcer reads the applied state only once started.
   let daemon: Daemon | undefined;
+  // With flow sync: the SNAT addresses of lost lb nodes this node took over (announced by BGP too).
+  let takeover: SnatTakeover | null = null;
   // Peer trust (who may speak, with which key) comes only from the applied or adopted config, which passed
   // verification; never from the branch head read above, which nothing verified (one unsigned commit would name
   // an attacker's key). Until something is applied every peer message is refused as unknown-sender.
@@ -292,6 +315,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
             const d = health?.decide();
             return d ? [...d.failOpen, ...d.failClosed] : [];
           },
+          snatTakeover: () => Object.keys(takeover?.report().serving ?? {}),
           log,
         })
       : null;
@@ -363,7 +387,12 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     // SNAT translations are plain hash entries (never silently evicted): expired ones are swept here.
     tasks.push(await startSnatSweep(() => d.reconciler.dataPlane, log));
   }
-  if (flowSync) tasks.push(flowSync);
+  if (flowSync) {
+    tasks.push(flowSync);
+    takeover = await startSnatTakeover(o, d, log);
+    const t = takeover;
+    tasks.push({ stop: () => void t.stop() });
+  }
   if (health && o.passiveHealth !== false) {
     // Unanswered new connections seen in the reals' counters move their checks forward (health/passive.ts).
     const checker = health.checker;

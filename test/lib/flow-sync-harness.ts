@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flows/flow-sync.js';
+import { serveSnatAddress, servedSnatAddresses, unserveSnatAddress } from '../../src/bpf/dataplane/flow-state.js';
 import { startPeerChannel, secretAuth, type PeerChannel } from '../../src/reconciler/peer/index.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
@@ -33,6 +34,8 @@ export type FlowSyncStep =
   | { op: 'sendForged'; body: unknown; secret: string }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
   | { op: 'restartA' }
+  /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
+  | { op: 'serve' | 'unserve'; node: 'a' | 'b'; address: string }
   | { op: 'report'; node: 'a' | 'b' }
   | { op: 'count'; node: 'a' | 'b' };
 
@@ -97,6 +100,10 @@ async function main(): Promise<void> {
           chA = await open('lb-a');
           sync.a = syncOf('a', chA);
           out.push({});
+        } else if (step.op === 'serve' || step.op === 'unserve') {
+          const obj = dp[step.node].object()!;
+          const ok = step.op === 'serve' ? serveSnatAddress(obj, step.address) : (unserveSnatAddress(obj, step.address), true);
+          out.push({ ok, served: servedSnatAddresses(obj), gate: Buffer.from(obj.map('lb_snat_owners').lookup(Buffer.alloc(4))!).readUInt32LE(20) });
         } else if (step.op === 'report') out.push({ report: sync[step.node].report() });
         else if (step.op === 'count') {
           const obj = dp[step.node].object()!;

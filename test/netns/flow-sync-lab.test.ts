@@ -143,3 +143,46 @@ test.serial('loss of lb-1 (its link down, its route gone) after the table change
     await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
   }
 });
+
+test.serial('snat: loss of lb-1 (its link down, its route gone) under 40 keep-alive connections: lb-2 takes lb-1\'s SNAT address over and every connection survives', async (t) => {
+  t.timeout(180_000);
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  const l = lab;
+  const flows = 40;
+  const lb1 = labNs(l.state, 'lb1');
+  const lb2 = labNs(l.state, 'lb2');
+  const holds = async (ns: string, a: string) => (await nsExec(ns, ['ip', '-o', 'addr', 'show', 'dev', 'eth0'])).stdout.includes(` ${a}/32 `);
+  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.40', port: 53, flows, durationMs: 20_000, intervalMs: 250,
+    sources: l.view.clientsV4, timeoutMs: 5000 });
+  let tookOver = false;
+  try {
+    await sleep(3000);
+    t.false(await holds(lb2, '198.51.100.111'), 'lb-2 holds only its own SNAT address while lb-1 lives');
+    const down = await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'down']);
+    t.is(down.code, 0, down.stderr);
+    await routeVipsVia(l, ['lb-2']);
+    for (let i = 0; i < 40 && !tookOver; i++) {
+      await sleep(250);
+      tookOver = await holds(lb2, '198.51.100.111');
+    }
+    const r = await running;
+    const survived = r.flows.filter((f) => f.survived);
+    const switched = r.flows.filter((f) => f.backends.length > 1);
+    t.log(`snat, loss of lb-1: ${survived.length}/${flows} connections survived; ${switched.length} changed backend; lb-2 took .111 over: ${tookOver}`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.true(tookOver, 'lb-2 took lb-1\'s SNAT address over');
+    t.true(r.flows.every((f) => f.requests >= 3), 'every connection was carrying requests');
+    t.is(switched.length, 0, 'no connection changed backend');
+    t.is(survived.length, flows);
+  } finally {
+    await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'up']).catch(() => undefined);
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+  // lb-1 back: lb-2 gives the address back
+  let released = false;
+  for (let i = 0; i < 60 && !released; i++) {
+    await sleep(250);
+    released = !(await holds(lb2, '198.51.100.111'));
+  }
+  t.true(released, 'lb-2 gave lb-1\'s SNAT address back once lb-1 answered again');
+});

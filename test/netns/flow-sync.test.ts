@@ -130,6 +130,15 @@ add('b snat ack of a\'s translation', { op: 'run', node: 'b', data: tcp(VIP_SNAT
 add('b reply to a\'s address', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
 add('b reply to its own address on a\'s port', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT_B, realPort: 8080 });
 add('a reply to its address', { op: 'snatReply', node: 'a', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
+// ---- lb-a lost: lb-b takes its SNAT address over and translates the replies with lb-a's translations only
+add('b own snat syn', { op: 'run', node: 'b', data: tcp(VIP_SNAT, 5102, SYN) });
+add('b serves a\'s address', { op: 'serve', node: 'b', address: SNAT });
+add('b reply to a\'s address (served)', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
+add('b reply to a\'s address on b\'s own port', { op: 'snatReply', node: 'b', ofStep: at['b own snat syn']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
+add('b reply to its own address (serving)', { op: 'snatReply', node: 'b', ofStep: at['b own snat syn']!, real: REALS[1], realMac: MAC1, snat: SNAT_B, realPort: 8080 });
+add('b reply to an address it does not serve', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: LB_C_SNAT, realPort: 8080 });
+add('b unserves a\'s address', { op: 'unserve', node: 'b', address: SNAT });
+add('b reply to a\'s address (no longer served)', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
 // ---- a peer speaking for another node (F3): only the sender's own SNAT address is accepted
 add('translation of a third node\'s address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7200, LB_C_SNAT, 33000)] } });
 add('translation of the receiver\'s own address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7201, SNAT_B, 30000)] } });
@@ -238,6 +247,35 @@ test('own SNAT addresses: lb-b sends lb-a\'s moved SNAT flow from lb-a\'s addres
   const atA = await r('a reply to its address');
   t.is(atA.retval, TX);
   t.is(atA.counters.snat_reply, 1);
+});
+
+const dstAddr = (hex: string) => [0, 1, 2, 3].map((i) => parseInt(hex.slice(60 + 2 * i, 62 + 2 * i), 16)).join('.');
+const dstPort = (hex: string) => parseInt(hex.slice(72, 76), 16);
+
+test('lb-a lost: lb-b serving lb-a\'s SNAT address translates the real\'s replies to it with lb-a\'s translations, and only while it serves it', async (t) => {
+  const serve = await r('b serves a\'s address');
+  t.deepEqual({ ok: serve.ok, served: serve.served, gate: serve.gate }, { ok: true, served: [SNAT], gate: 1 });
+  const served = await r('b reply to a\'s address (served)');
+  t.is(served.retval, TX, 'translated back to the client');
+  t.is(served.counters.snat_reply, 1);
+  t.is(dstAddr(served.data), CLIENT);
+  t.is(srcAddr(served.data), VIP_SNAT);
+  t.is(dstPort(served.data), 5101, 'the client\'s port of lb-a\'s translation');
+  // attacker's view: lb-b's own translation is never answered at lb-a's address, another address is not served
+  const ownPort = await r('b reply to a\'s address on b\'s own port');
+  t.is(ownPort.retval, 2);
+  t.is(ownPort.counters.snat_pass_local, 1);
+  t.is((await r('b reply to an address it does not serve')).retval, 2);
+  t.is((await r('b reply to an address it does not serve')).counters.snat_reply ?? 0, 0);
+  // benign: serving another node's address changes nothing for lb-b's own translations
+  const own = await r('b reply to its own address (serving)');
+  t.is(own.retval, TX);
+  t.is(dstPort(own.data), 5102);
+  const unserve = await r('b unserves a\'s address');
+  t.deepEqual({ served: unserve.served, gate: unserve.gate }, { served: [], gate: 0 });
+  const after = await r('b reply to a\'s address (no longer served)');
+  t.is(after.retval, 2, 'passed again: the owner answers its address');
+  t.is(after.counters.snat_reply ?? 0, 0);
 });
 
 test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {

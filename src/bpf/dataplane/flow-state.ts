@@ -278,6 +278,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
 /**
  * lb_snat_owners: the slot of each other lb node's SNAT address whose translations this node carries. An address keeps
  * its slot for as long as the map lives (a translation names its owner by slot), so slots are given out, never moved.
+ * Slot 0 names no address (owner 0 is this node): its `served` field counts the lb_snat_served entries.
  */
 class SnatOwners {
   private readonly slots = new Map<string, number>();
@@ -300,7 +301,7 @@ class SnatOwners {
     if (known) return known;
     if (!this.free) return null;
     const slot = this.free;
-    const b = Buffer.alloc(24);
+    const b = Buffer.alloc(OWNER_BYTES);
     if (familyOf(address) === 6) addr16(address).copy(b, 0);
     else addr16(address).copy(b, 16, 0, 4);
     this.map.update(encodeU32(slot), b);
@@ -308,10 +309,54 @@ class SnatOwners {
     this.free = 0;
     for (let i = slot + 1; i < this.map.maxEntries && !this.free; i++) {
       const v = this.map.lookup(encodeU32(i));
-      if (!v || Buffer.from(v).equals(Buffer.alloc(24))) this.free = i;
+      if (!v || Buffer.from(v).equals(Buffer.alloc(OWNER_BYTES))) this.free = i;
     }
     return slot;
   }
+}
+
+const OWNER_BYTES = 24;
+
+function servedKey(address: string): Buffer {
+  const k = Buffer.alloc(20);
+  addr16(address).copy(k, 0);
+  k[16] = familyOf(address);
+  return k;
+}
+
+/** Writes the gate of lb_snat_served (lb_snat_owners[0].served): the number of addresses served. */
+function writeServedGate(obj: BpfObject): void {
+  const n = obj.map(SNAT_MAPS.served).keys().length;
+  const b = Buffer.alloc(OWNER_BYTES);
+  b.writeUInt32LE(n, 20);
+  obj.map(SNAT_MAPS.owners).update(encodeU32(0), b);
+}
+
+/**
+ * Serves a lost lb node's SNAT address (src/reconciler/flows/snat-takeover.ts): replies to it are translated here with the
+ * translations that node synced (its owner slot; one is given when it has none yet). Idempotent. False when every
+ * owner slot is taken.
+ */
+export function serveSnatAddress(obj: BpfObject, address: string): boolean {
+  const a = canonicalAddress(address);
+  if (!a) throw new Error(`serveSnatAddress: '${address}' is not an address in canonical form`);
+  const slot = new SnatOwners(obj.map(SNAT_MAPS.owners)).slotOf(a);
+  if (!slot) return false;
+  obj.map(SNAT_MAPS.served).update(servedKey(a), encodeU32(slot));
+  writeServedGate(obj);
+  return true;
+}
+
+/** Stops serving an address (its owner is back): replies to it are no longer translated here. Idempotent. */
+export function unserveSnatAddress(obj: BpfObject, address: string): void {
+  obj.map(SNAT_MAPS.served).delete(servedKey(address));
+  writeServedGate(obj);
+}
+
+/** The other nodes' SNAT addresses this node serves now. */
+export function servedSnatAddresses(obj: BpfObject): string[] {
+  const m = obj.map(SNAT_MAPS.served);
+  return m.keys().map((k) => addrText(Buffer.from(k).subarray(0, 16), k[16] === 6 ? 6 : 4)).sort();
 }
 
 /** Both families' address text is accepted only in canonical form (what addrText writes), so keys compare. */

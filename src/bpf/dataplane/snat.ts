@@ -18,7 +18,8 @@ export const DEFAULT_SNAT_TIMEOUTS = {
 };
 export type SnatTimeouts = typeof DEFAULT_SNAT_TIMEOUTS;
 
-export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'lb_snat_rev', stats: 'lb_snat_stats', owners: 'lb_snat_owners' } as const;
+export const SNAT_MAPS = { config: 'lb_snat_config', fwd: 'lb_snat_fwd', rev: 'lb_snat_rev', stats: 'lb_snat_stats', owners: 'lb_snat_owners',
+  served: 'lb_snat_served' } as const;
 
 /** lb_snat_stats indexes, in enum lb_snat_counter order (lb_snat.h). */
 export const SNAT_COUNTER_NAMES = [
@@ -33,7 +34,8 @@ export const SNAT_LAYOUTS: Record<string, { size: number; members: Record<string
   lb_snat_rev_key: { size: 24, members: { real: 0, real_port: 16, snat_port: 18, proto: 20, family: 21, pad: 22 } },
   lb_snat_rev: { size: 64, members: { client: 0, vip: 16, client_port: 32, vip_port: 34, real_id: 36, state: 40,
     owner: 41, pad: 42, created_ns: 48, last_seen_ns: 56 } },
-  lb_snat_owner: { size: 24, members: { addr6: 0, addr4: 16, pad: 20 } },
+  lb_snat_owner: { size: 24, members: { addr6: 0, addr4: 16, served: 20 } },
+  lb_snat_served_key: { size: 20, members: { addr: 0, family: 16, pad: 17 } },
 };
 
 function fail(message: string, code = 'EINVAL'): never {

@@ -100,12 +100,21 @@ struct lb_snat_rev {
 };
 
 /* lb_snat_owners[n]: the SNAT addresses of the other lb nodes whose translations this node carries (written by
- * src/bpf/dataplane/flow-state.ts; slot 0 unused: owner 0 is this node) */
+ * src/bpf/dataplane/flow-state.ts; owner 0 is this node, so slot 0 names no address: its `served` is the number of
+ * lb_snat_served entries, the gate that spares every other packet the hash lookup while no address is served) */
 #define LB_SNAT_MAX_OWNERS 256
 struct lb_snat_owner {
 	__u8 addr6[16];
 	__be32 addr4;
-	__u32 pad;
+	__u32 served;
+};
+
+/* lb_snat_served[address]: another lb node's SNAT address this node has taken over (that node was lost;
+ * src/reconciler/flows/snat-takeover.ts): replies to it are translated here with that owner's translations. */
+struct lb_snat_served_key {
+	__u8 addr[16];
+	__u8 family;
+	__u8 pad[3];
 };
 
 /* per-reason SNAT counters (lb_snat_stats); names in src/bpf/dataplane/snat.ts SNAT_COUNTER_NAMES */
@@ -157,6 +166,14 @@ struct {
 	__type(value, struct lb_snat_owner);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_snat_owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, LB_SNAT_MAX_OWNERS);
+	__type(key, struct lb_snat_served_key);
+	__type(value, __u32); /* owner slot */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} lb_snat_served SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -578,9 +595,9 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	return lb_snat_send(ctx, nh, p);
 }
 
-/* A reply from a real to snatAddress:port. */
+/* A reply from a real to snatAddress:port (owner 0), or to a lost node's address this node serves (owner n). */
 static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p,
-					 const struct lb_snat_config *cfg)
+					 const struct lb_snat_config *cfg, __u32 owner)
 {
 	struct lb_snat_rev_key rk = { .real_port = p->sport, .snat_port = p->dport, .proto = p->proto,
 				      .family = p->family };
@@ -589,7 +606,7 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
 	/* another lb node's translation holds this (real, port): its replies go to that node's address, not ours */
-	if (!rv || rv->owner)
+	if (!rv || rv->owner != owner)
 		return lb_snat_pass_local();
 	__u64 now = bpf_ktime_get_ns();
 
@@ -625,7 +642,7 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
  * outer source, when it is the real itself, the VIP), and the quote becomes client:cport -> VIP:vport, with
  * the quoted IPv4 and L4 checksums, the ICMP checksum and the outer IPv4 checksum updated incrementally. */
 static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
-					const struct lb_snat_config *cfg)
+					const struct lb_snat_config *cfg, const __u32 *snat_addr, __u32 owner)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -682,9 +699,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 
 	/* the quoted packet: src = snat address:snat port, dst = real:real port */
 	__u32 isrc[4] = {}, idst[4] = {};
-	__u32 snat_addr[4] = {};
 
-	lb_snat_addr_of(cfg, p->family, snat_addr);
 	if (p->family == 4) {
 		struct iphdr *in4 = (void *)(icmp + 8);
 
@@ -708,7 +723,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 	__builtin_memcpy(rk.real, idst, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
 
-	if (!rv || rv->owner)
+	if (!rv || rv->owner != owner)
 		return lb_snat_pass_local();
 	if (lb_snat_expired(rv, inner_proto, cfg, bpf_ktime_get_ns())) {
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
@@ -835,6 +850,23 @@ static __always_inline int lb_snat_is_fragment(struct xdp_md *ctx, const struct 
 	return (iph->frag_off & bpf_htons(LB_IP_MF | LB_IP_OFFSET)) != 0;
 }
 
+/* The owner slot of a lost node's SNAT address this node serves (lb_snat_served), 0 when `p->dst` is none. One
+ * array read while no address is served, the hash lookup only while one is. */
+static __always_inline __u32 lb_snat_served_owner(const struct lb_packet *p)
+{
+	__u32 zero = 0;
+	struct lb_snat_owner *gate = bpf_map_lookup_elem(&lb_snat_owners, &zero);
+
+	if (!gate || !gate->served)
+		return 0;
+	struct lb_snat_served_key k = { .family = p->family };
+
+	__builtin_memcpy(k.addr, p->dst, 16);
+	__u32 *slot = bpf_map_lookup_elem(&lb_snat_served, &k);
+
+	return slot && *slot > 0 && *slot < LB_SNAT_MAX_OWNERS ? *slot : 0;
+}
+
 /* Early hook (xdp_lb.c, right after parsing): packets to a configured SNAT address are replies of NATed
  * flows, ICMP errors about them, or the node's own traffic (passed). Returns an XDP action, or -1 when
  * the packet is not addressed to a SNAT address (the LB path continues). */
@@ -842,13 +874,20 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 {
 	__u32 zero = 0;
 	__u32 snat_addr[4] = {};
+	__u32 owner = 0;
 
 	if (p->family != 4 && p->family != 6)
 		return -1;
 	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
 
-	if (!cfg || !lb_snat_addr_of(cfg, p->family, snat_addr) || !lb_snat_addr_eq(p->dst, snat_addr, p->family))
+	if (!cfg)
 		return -1;
+	if (!lb_snat_addr_of(cfg, p->family, snat_addr) || !lb_snat_addr_eq(p->dst, snat_addr, p->family)) {
+		owner = lb_snat_served_owner(p);
+		if (!owner)
+			return -1;
+		__builtin_memcpy(snat_addr, p->dst, 16);
+	}
 	/* nothing from a martian source or through a group MAC is translated (lb_sanity.h) */
 	__u32 bad = lb_hostile_reason(ctx, p);
 
@@ -863,7 +902,7 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 
 	if (verdict != LB_PARSE_OK && !icmp)
 		return lb_snat_pass_local();
-	return icmp ? lb_snat_icmp(ctx, p, cfg) : lb_snat_reply(ctx, p, cfg);
+	return icmp ? lb_snat_icmp(ctx, p, cfg, snat_addr, owner) : lb_snat_reply(ctx, p, cfg, owner);
 }
 
 #endif

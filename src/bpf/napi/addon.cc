@@ -14,6 +14,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
   InitMaps(env, exports);
   InitProgs(env, exports);
   InitPerf(env, exports);
+  InitRaw(env, exports);
   return exports;
 }
 

@@ -38,6 +38,7 @@ std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what
 void InitObject(Napi::Env env, Napi::Object exports);
 void InitMaps(Napi::Env env, Napi::Object exports);
 void InitProgs(Napi::Env env, Napi::Object exports);
+void InitRaw(Napi::Env env, Napi::Object exports);
 void InitPerf(Napi::Env env, Napi::Object exports);
 
 }  // namespace gitlb

@@ -23,6 +23,8 @@ export interface BgpAnnouncerOptions {
   servicesDown?: () => readonly string[];
   /** Is the XDP program attached to `iface`? Default: asks `ip link`. */
   xdpAttached?: (iface: string) => Promise<boolean>;
+  /** SNAT addresses of lost lb nodes this node serves (src/reconciler/flows/snat-takeover.ts): announced as host routes too. */
+  snatTakeover?: () => string[];
   /** Interface override (gitlb run --interface); default the Node document's. */
   interface?: string;
   intervalMs?: number;
@@ -119,7 +121,11 @@ export class BgpAnnouncer {
       this.xdpCheckedAt = Date.now();
     }
     const vips = this.announcements();
-    const text = this.lastBgp ? renderBirdConfig(bgpNode(model, this.o.node) ? model : this.lastBgp.model, this.o.node, vips) : null;
+    // a stopping node takes nothing over any more: its routes go with its VIPs
+    const using = bgpNode(model, this.o.node) ? model : this.lastBgp?.model;
+    const peerSnat = new Set((using?.nodes ?? []).filter((n) => n.spec.role === 'lb' && n.metadata.name !== this.o.node).map((n) => n.spec.snatAddress));
+    const snatTakeover = this.stopping ? [] : (this.o.snatTakeover?.() ?? []).filter((a) => peerSnat.has(a));
+    const text = using ? renderBirdConfig(using, this.o.node, vips, { snatTakeover }) : null;
     if (text === null || text === this.written) return;
     if (this.error && !this.stopping && Date.now() - this.failedAt < 2000) return; // BIRD down: retry every 2 s
     let onDisk: string | null = null;

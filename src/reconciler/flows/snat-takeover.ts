@@ -1,0 +1,269 @@
+// SNAT on the loss of an lb node (issue 24; docs/datapath.md "SNAT addresses across nodes"). Each lb node has its own
+// SNAT address, and the reals answer a translation at the address of the node that made it. With connection-state
+// sync every lb node holds the other nodes' translations (lb_snat_rev, owner n), so when a node is lost one survivor
+// takes its SNAT address over:
+// - it serves the address in XDP (lb_snat_served: replies to it are translated with that owner's translations),
+// - holds it on its interface (the kernel answers ARP / neighbour solicitations for it),
+// - announces the move on the link (gratuitous ARP / unsolicited NA, 3 times, one per round) and, with BGP, as a
+//   /32 or /128 route (src/render/bgp/bird.ts), for reals that reach the SNAT addresses through routers.
+// "Lost" is the node's kernel not answering, not its daemon: a TCP connection to the peer's channel port either
+// connects or is refused (RST) while the node lives, so a killed daemon, whose pinned data plane keeps translating,
+// is never taken over. A probe that times out (500 ms) or finds no route 3 times in a row (500 ms apart) marks the peer lost; 2
+// answers mark it back. The survivor that takes over is the first, by name, of the lb nodes this node sees alive
+// (itself included); a node whose own link is down takes nothing over. When the owner is back the taker drops the
+// address from its interface at once and keeps translating replies to it for a few seconds (some still arrive
+// until the owner's announcement reaches every real), and the owner announces its own address again whenever it
+// sees a peer come back (it may have been the one cut off).
+import { connect } from 'node:net';
+import { readFileSync } from 'node:fs';
+import type { BpfObject } from '../../bpf/libbpf.js';
+import { announceAddress } from '../../bpf/address-announce.js';
+import { serveSnatAddress, servedSnatAddresses, unserveSnatAddress } from '../../bpf/dataplane/flow-state.js';
+import { runFile } from '../host/run-file.js';
+
+export interface TakeoverPeer {
+  node: string;
+  /** The peer's own SNAT address (Node.spec.snatAddress), if it has one. */
+  snatAddress?: string;
+  /** Where its peer channel listens: probed to tell a living kernel from a lost node. */
+  probe: { host: string; port: number };
+}
+
+export interface SnatTakeoverOptions {
+  node: string;
+  /** The other lb nodes of the applied config. */
+  peers: () => TakeoverPeer[];
+  /** This node's own SNAT address (announced again when a peer comes back). */
+  ownSnatAddress: () => string | undefined;
+  /** This node's interface. */
+  interface: () => string | undefined;
+  object: () => BpfObject | null;
+  log?: { info(m: string): void; warn(m: string): void };
+  /** true: the peer's kernel answered (connected or refused); false: timeout, no route. */
+  probe?: (target: { host: string; port: number }, timeoutMs: number) => Promise<boolean>;
+  /** Adds / removes the address on the interface; add resolves false when it was there already (not ours). */
+  addAddress?: (iface: string, address: string) => Promise<boolean>;
+  removeAddress?: (iface: string, address: string) => Promise<void>;
+  announce?: (iface: string, address: string) => void;
+  linkUp?: (iface: string) => boolean;
+  /** The data plane's served addresses (default: lb_snat_served of object(), src/bpf/dataplane/flow-state.ts). */
+  served?: (obj: BpfObject) => ServedAddresses;
+  now?: () => number;
+  intervalMs?: number;
+  lostAfter?: number;
+  backAfter?: number;
+  /** How long replies to a returned owner's address are still translated here. */
+  releaseGraceMs?: number;
+}
+
+export interface ServedAddresses {
+  serve(address: string): boolean;
+  unserve(address: string): void;
+  list(): string[];
+}
+
+const servedIn = (obj: BpfObject): ServedAddresses => ({
+  serve: (a) => serveSnatAddress(obj, a),
+  unserve: (a) => unserveSnatAddress(obj, a),
+  list: () => servedSnatAddresses(obj),
+});
+
+export interface TakeoverReport {
+  /** Peers this node sees lost. */
+  lost: string[];
+  /** SNAT addresses this node serves for lost peers: address -> owner node. */
+  serving: Record<string, string>;
+}
+
+/** A TCP connection attempt: connected or refused means a living kernel at `host`. */
+export function tcpProbe(target: { host: string; port: number }, timeoutMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect({ host: target.host, port: target.port });
+    const done = (alive: boolean) => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(alive);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    s.once('connect', () => done(true));
+    s.once('error', (e: NodeJS.ErrnoException) => done(e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET'));
+  });
+}
+
+const hostPrefix = (a: string) => `${a}/${a.includes(':') ? 128 : 32}`;
+
+async function ipAddr(verb: 'add' | 'del', iface: string, address: string): Promise<{ code: number; stderr: string }> {
+  const extra = verb === 'add' && address.includes(':') ? ['nodad'] : [];
+  return runFile('ip', ['addr', verb, hostPrefix(address), 'dev', iface, ...extra], 5000);
+}
+
+export async function addInterfaceAddress(iface: string, address: string): Promise<boolean> {
+  const r = await ipAddr('add', iface, address);
+  if (r.code === 0) return true;
+  if (/exists/i.test(r.stderr)) return false;
+  throw new Error(`ip addr add ${hostPrefix(address)} dev ${iface}: ${r.stderr.trim()}`);
+}
+
+export async function removeInterfaceAddress(iface: string, address: string): Promise<void> {
+  const r = await ipAddr('del', iface, address);
+  if (r.code !== 0 && !/Cannot assign|not found/i.test(r.stderr)) throw new Error(`ip addr del ${hostPrefix(address)} dev ${iface}: ${r.stderr.trim()}`);
+}
+
+function operUp(iface: string): boolean {
+  try {
+    return readFileSync(`/sys/class/net/${iface}/operstate`, 'utf8').trim() !== 'down';
+  } catch {
+    return false;
+  }
+}
+
+interface Served { owner: string; added: boolean; announce: number; releaseAt?: number }
+
+export class SnatTakeover {
+  private readonly misses = new Map<string, number>();
+  private readonly answers = new Map<string, number>();
+  private readonly lost = new Set<string>();
+  private readonly served = new Map<string, Served>();
+  private ownAnnounce = 3; // announced at start: a restarted node may have been taken over
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private adopted = false;
+  private wasCutOff = false;
+  private readonly intervalMs: number;
+
+  constructor(private readonly o: SnatTakeoverOptions) {
+    this.intervalMs = o.intervalMs ?? 500;
+  }
+
+  start(): void {
+    const loop = () => {
+      if (this.stopped) return;
+      const began = Date.now();
+      this.running = this.tick().catch((e: unknown) => this.o.log?.warn(`snat takeover: ${(e as Error).message}`))
+        .finally(() => {
+          this.running = null;
+          // one round per interval: a probe that waited for its timeout does not stretch the detection
+          if (!this.stopped) this.timer = setTimeout(loop, Math.max(50, this.intervalMs - (Date.now() - began)));
+        });
+    };
+    this.timer = setTimeout(loop, 0);
+  }
+
+  /** Stops probing. What is served stays (the data plane outlives the daemon; a restart adopts it). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+
+  report(): TakeoverReport {
+    const serving: Record<string, string> = {};
+    for (const [a, s] of this.served) if (s.releaseAt === undefined) serving[a] = s.owner;
+    return { lost: [...this.lost].sort(), serving };
+  }
+
+  /** One round: probe every peer, then take over or give back what changed. Serialised by start(). */
+  async tick(): Promise<void> {
+    const obj = this.o.object();
+    const iface = this.o.interface();
+    if (!obj || !iface) return;
+    const dp = (this.o.served ?? servedIn)(obj);
+    const now = (this.o.now ?? Date.now)();
+    const peers = this.o.peers().filter((p) => p.node !== this.o.node);
+    if (!this.adopted) {
+      // a restarted daemon: what the data plane serves is this node's (its owners are found below)
+      this.adopted = true;
+      for (const a of dp.list()) {
+        const owner = peers.find((p) => p.snatAddress === a)?.node ?? '?';
+        this.served.set(a, { owner, added: true, announce: 0 });
+      }
+    }
+    // Cut off itself, a node can judge no peer: it forgets what it saw, takes nothing over, and announces its own
+    // address again once its link is back (a peer may have taken it over meanwhile).
+    const linkUp = (this.o.linkUp ?? operUp)(iface);
+    if (!linkUp) {
+      this.misses.clear();
+      this.answers.clear();
+      this.lost.clear();
+      this.wasCutOff = true;
+    } else {
+      if (this.wasCutOff) {
+        this.wasCutOff = false;
+        this.ownAnnounce = 3;
+      }
+      const probe = this.o.probe ?? tcpProbe;
+      const results = await Promise.all(peers.map(async (p) => [p.node, await probe(p.probe, this.intervalMs)] as const));
+      for (const [node, alive] of results) {
+        if (alive) {
+          this.misses.set(node, 0);
+          const n = (this.answers.get(node) ?? 0) + 1;
+          this.answers.set(node, n);
+          if (this.lost.has(node) && n >= (this.o.backAfter ?? 2)) {
+            this.lost.delete(node);
+            this.ownAnnounce = 3; // it may have taken this node's address over while this node was the one cut off
+            this.o.log?.info(`snat takeover: ${node} answers again`);
+          }
+        } else {
+          this.answers.set(node, 0);
+          const n = (this.misses.get(node) ?? 0) + 1;
+          this.misses.set(node, n);
+          if (!this.lost.has(node) && n >= (this.o.lostAfter ?? 3)) {
+            this.lost.add(node);
+            this.o.log?.info(`snat takeover: ${node} lost (its kernel did not answer ${n} probes)`);
+          }
+        }
+      }
+    }
+    for (const node of [...this.lost]) if (!peers.some((p) => p.node === node)) this.lost.delete(node);
+    const own = this.o.ownSnatAddress();
+
+    // What this node should serve: the addresses of lost peers whose first living node (by name) is this one.
+    const living = [this.o.node, ...peers.filter((p) => !this.lost.has(p.node)).map((p) => p.node)].sort();
+    const want = new Map<string, string>();
+    if (linkUp && living[0] === this.o.node) {
+      for (const p of peers) if (this.lost.has(p.node) && p.snatAddress && p.snatAddress !== own) want.set(p.snatAddress, p.node);
+    }
+    for (const [address, owner] of want) {
+      const s = this.served.get(address);
+      if (s && s.releaseAt === undefined) continue;
+      if (s) { // taken back within the grace: serve on
+        s.releaseAt = undefined;
+        s.added = (await (this.o.addAddress ?? addInterfaceAddress)(iface, address)) || s.added;
+        s.announce = 3;
+        continue;
+      }
+      // translate first, then draw the replies here
+      if (!dp.serve(address)) { this.o.log?.warn(`snat takeover: no owner slot free for ${address}`); continue; }
+      const added = await (this.o.addAddress ?? addInterfaceAddress)(iface, address);
+      this.served.set(address, { owner, added, announce: 3 });
+      this.o.log?.info(`snat takeover: serving ${owner}'s SNAT address ${address} (${owner} lost)`);
+    }
+    for (const [address, s] of this.served) {
+      if (want.has(address)) continue;
+      if (s.releaseAt === undefined) {
+        // stop drawing replies here at once; keep translating what still arrives for a while
+        s.releaseAt = now + (this.o.releaseGraceMs ?? 5000);
+        s.announce = 0;
+        if (s.added) await (this.o.removeAddress ?? removeInterfaceAddress)(iface, address);
+        this.o.log?.info(`snat takeover: giving ${s.owner}'s SNAT address ${address} back`);
+      } else if (now >= s.releaseAt) {
+        dp.unserve(address);
+        this.served.delete(address);
+      }
+    }
+    // announcements: each 3 times, one per round
+    const announce = this.o.announce ?? announceAddress;
+    const send = (address: string) => {
+      try {
+        announce(iface, address);
+      } catch (e) {
+        this.o.log?.warn(`snat takeover: announcing ${address} on ${iface}: ${(e as Error).message}`);
+      }
+    };
+    if (linkUp) {
+      for (const [address, s] of this.served) if (s.releaseAt === undefined && s.announce > 0) { s.announce--; send(address); }
+      if (own && this.ownAnnounce > 0) { this.ownAnnounce--; send(own); }
+    }
+  }
+}

@@ -1,0 +1,181 @@
+// The takeover of a lost lb node's SNAT address (src/reconciler/flows/snat-takeover.ts): who takes it, when, and when it is
+// given back; the frames that announce it (src/bpf/address-announce.ts); its BGP route (src/render/bgp/bird.ts).
+// The end-to-end proof (a node's link down, 40 SNAT connections surviving) is test/netns/flow-sync-lab.test.ts.
+import test from 'ava';
+import { SnatTakeover, type SnatTakeoverOptions, type TakeoverPeer } from '../../src/reconciler/flows/snat-takeover.js';
+import { gratuitousArp, unsolicitedNa } from '../../src/bpf/address-announce.js';
+import { renderBirdConfig } from '../../src/render/bgp/bird.js';
+import { PEERS as BGP_PEERS, file, goodFiles, lbNode, parse } from '../helpers/bgp-model.js';
+import type { BpfObject } from '../../src/bpf/libbpf.js';
+
+const PEERS: TakeoverPeer[] = [
+  { node: 'lb-2', snatAddress: '198.51.100.112', probe: { host: '198.51.100.12', port: 7946 } },
+  { node: 'lb-3', snatAddress: '198.51.100.113', probe: { host: '198.51.100.13', port: 7946 } },
+];
+
+/** A takeover of `self` whose world is scripted: which peers answer, what the interface holds, what was announced. */
+function world(self: string, peers: TakeoverPeer[], own?: string) {
+  const answers = new Map<string, boolean>(peers.map((p) => [p.probe.host, true]));
+  const served = new Set<string>();
+  const onIface = new Set<string>();
+  const announced: string[] = [];
+  let now = 0;
+  let linkUp = true;
+  const o: SnatTakeoverOptions = {
+    node: self,
+    peers: () => peers,
+    ownSnatAddress: () => own,
+    interface: () => 'eth0',
+    object: () => ({}) as BpfObject,
+    probe: async (target) => answers.get(target.host) ?? false,
+    addAddress: async (_i, a) => { const had = onIface.has(a); onIface.add(a); return !had; },
+    removeAddress: async (_i, a) => { onIface.delete(a); },
+    announce: (_i, a) => { announced.push(a); },
+    linkUp: () => linkUp,
+    served: () => ({ serve: (a) => (served.add(a), true), unserve: (a) => { served.delete(a); }, list: () => [...served] }),
+    now: () => now,
+  };
+  const t = new SnatTakeover(o);
+  return {
+    t, served, onIface, announced,
+    answer: (host: string, yes: boolean) => answers.set(host, yes),
+    link: (up: boolean) => { linkUp = up; },
+    ticks: async (n: number) => { for (let i = 0; i < n; i++) { now += 500; await t.tick(); } },
+  };
+}
+
+test('a peer whose kernel does not answer 3 probes in a row is lost: the first living node by name serves, holds and announces its SNAT address', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  await w.ticks(1);
+  t.deepEqual(w.announced, ['198.51.100.111'], 'a starting node announces its own address (it may have been taken over)');
+  w.answer('198.51.100.12', false);
+  await w.ticks(2);
+  t.deepEqual(w.t.report(), { lost: [], serving: {} }, 'two misses are not a loss');
+  await w.ticks(1);
+  t.deepEqual(w.t.report(), { lost: ['lb-2'], serving: { '198.51.100.112': 'lb-2' } });
+  t.deepEqual([...w.served], ['198.51.100.112']);
+  t.deepEqual([...w.onIface], ['198.51.100.112']);
+  await w.ticks(3);
+  t.is(w.announced.filter((a) => a === '198.51.100.112').length, 3, 'announced 3 times, once a round');
+});
+
+test('only one survivor takes over: lb-3 leaves lb-2\'s address to lb-1 while lb-1 lives, and takes it when lb-1 is lost too', async (t) => {
+  const w = world('lb-3', [{ node: 'lb-1', snatAddress: '198.51.100.111', probe: { host: '198.51.100.11', port: 7946 } }, PEERS[0]!], '198.51.100.113');
+  w.answer('198.51.100.12', false);
+  await w.ticks(4);
+  t.deepEqual(w.t.report(), { lost: ['lb-2'], serving: {} });
+  t.deepEqual([...w.onIface], []);
+  w.answer('198.51.100.11', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { '198.51.100.111': 'lb-1', '198.51.100.112': 'lb-2' });
+});
+
+test('a killed daemon is not a lost node: a refused probe (the kernel answered) takes nothing over (benign)', async (t) => {
+  // the default probe: a TCP connection refused by a living kernel counts as an answer
+  const { tcpProbe } = await import('../../src/reconciler/flows/snat-takeover.js');
+  const { createServer } = await import('node:net');
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  t.true(await tcpProbe({ host: '127.0.0.1', port }, 500), 'connection refused: alive');
+});
+
+test('a node whose own link is down takes nothing over; its peers coming back make it announce its own address again', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  await w.ticks(3);
+  w.announced.length = 0;
+  w.link(false);
+  w.answer('198.51.100.12', false);
+  w.answer('198.51.100.13', false);
+  await w.ticks(5);
+  t.deepEqual(w.t.report(), { lost: [], serving: {} }, 'cut off: it judges no peer and serves nothing');
+  w.link(true);
+  w.answer('198.51.100.12', true);
+  w.answer('198.51.100.13', true);
+  await w.ticks(5);
+  t.deepEqual(w.t.report(), { lost: [], serving: {} }, 'its link back: its peers answer, nothing was taken over');
+  t.deepEqual(w.announced, ['198.51.100.111', '198.51.100.111', '198.51.100.111'], 'its own address taken back: announced 3 times');
+});
+
+test('the owner back: the address leaves the interface at once, replies to it are still translated for the grace, then not', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  t.deepEqual([...w.served], ['198.51.100.112']);
+  w.answer('198.51.100.12', true);
+  await w.ticks(2);
+  t.deepEqual(w.t.report(), { lost: [], serving: {} });
+  t.deepEqual([...w.onIface], [], 'no longer drawing replies');
+  t.deepEqual([...w.served], ['198.51.100.112'], 'still translating what arrives');
+  await w.ticks(10);
+  t.deepEqual([...w.served], []);
+});
+
+test('an address already on the interface before the takeover is not removed when it is given back', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  w.onIface.add('198.51.100.112');
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  w.answer('198.51.100.12', true);
+  await w.ticks(14);
+  t.deepEqual([...w.onIface], ['198.51.100.112']);
+  t.deepEqual([...w.served], []);
+});
+
+test('a restarted daemon adopts what its data plane serves and gives it back when the owner answers', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  w.served.add('198.51.100.112');
+  w.onIface.add('198.51.100.112');
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+  w.answer('198.51.100.12', true);
+  await w.ticks(14);
+  t.deepEqual([...w.onIface], []);
+  t.deepEqual([...w.served], []);
+});
+
+/** RFC 1071 sum over the pseudo header and the ICMPv6 message: 0xffff when the checksum is right. */
+function icmp6Sum(frame: Buffer): number {
+  const ip = frame.subarray(14, 54);
+  const icmp = frame.subarray(54);
+  const pseudo = Buffer.concat([ip.subarray(8, 40), Buffer.from([0, 0, 0, icmp.length, 0, 0, 0, 58])]);
+  let sum = 0;
+  for (const b of [pseudo, icmp]) for (let i = 0; i < b.length; i += 2) sum += b.readUInt16BE(i);
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return sum;
+}
+
+test('announcement frames: a gratuitous ARP request (sender = target = the address) and an unsolicited NA with override', (t) => {
+  const mac = Buffer.from('02aabbccddee', 'hex');
+  const arp = gratuitousArp('198.51.100.111', mac);
+  t.is(arp.length, 60);
+  t.is(arp.subarray(0, 14).toString('hex'), 'ffffffffffff02aabbccddee0806');
+  t.is(arp.subarray(14, 42).toString('hex'), '000108000604' + '0001' + '02aabbccddee' + 'c633646f' + '000000000000' + 'c633646f');
+  const na = unsolicitedNa('2001:db8:1::111', mac);
+  t.is(na.subarray(0, 14).toString('hex'), '33330000000102aabbccddee86dd');
+  t.is(na[20], 58);
+  t.is(na[21], 255);
+  t.is(na[54], 136);
+  t.is(na.readUInt32BE(58), 0x20000000, 'override, not solicited, not a router');
+  t.is(na.subarray(62, 78).toString('hex'), '20010db8000100000000000000000111');
+  t.is(na.subarray(78, 86).toString('hex'), '020102aabbccddee');
+  t.is(icmp6Sum(na), 0xffff);
+});
+
+test('BIRD: a taken-over SNAT address is a host route beside the VIPs; without takeover the file is unchanged; an address of no peer is refused', (t) => {
+  const { model, lines } = parse([...goodFiles(`${BGP_PEERS}  snatAddress: 198.51.100.111\n`),
+    file('nodes/lb-2.yaml', lbNode('lb-2', '  snatAddress: 198.51.100.112\n'))]);
+  if (!model) throw new Error(lines.join('\n'));
+  const plain = renderBirdConfig(model, 'lb-1', []);
+  t.is(renderBirdConfig(model, 'lb-1', [], { snatTakeover: [] }), plain);
+  const peerSnat = model.nodes.find((n) => n.metadata.name === 'lb-2')!.spec.snatAddress;
+  t.truthy(peerSnat, 'the model gives lb-2 a SNAT address');
+  const taken = renderBirdConfig(model, 'lb-1', [], { snatTakeover: [peerSnat!] })!;
+  t.true(taken.includes(`  route ${peerSnat}/32 blackhole;`));
+  t.true(taken.includes(`# SNAT addresses of lost lb nodes, taken over: ${peerSnat}`));
+  const own = model.nodes.find((n) => n.metadata.name === 'lb-1')!.spec.snatAddress!;
+  t.throws(() => renderBirdConfig(model, 'lb-1', [], { snatTakeover: [own] }), { message: /not another lb node's snatAddress/ });
+  t.throws(() => renderBirdConfig(model, 'lb-1', [], { snatTakeover: ['203.0.113.99'] }), { message: /not another lb node's snatAddress/ });
+});
