@@ -41,7 +41,7 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
     const target = v.targetPort !== v.port ? ` -> :${v.targetPort}` : '';
     const host = v.family === 6 ? `[${v.vip}]` : v.vip;
     out.push(`  ${host}:${v.port}/${v.protocol}${target}  ${name.get(v.serviceId)}  ${v.forwarding}${v.hashSourcePort ? '' : '  (no source port in hash)'}` +
-      (v.affinityTimeoutS ? `  (client affinity ${v.affinityTimeoutS} s)` : ''));
+      (v.affinityTimeoutS ? `  (client affinity ${v.affinityTimeoutS} s)` : '') + (v.quic ? '  (QUIC connection IDs)' : ''));
   }
   out.push('');
   out.push(`services (${s.services.length}):`);
@@ -50,6 +50,10 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
     out.push(`  ${svc.name}  id ${svc.id}  ${mode}  M=${svc.tableSize}  digest ${svc.digest}  ${healthCheckText(svc.healthCheck)}` +
       (svc.sessionAffinity ? `  affinity clientIP ${svc.sessionAffinity.timeoutS} s` : ''));
     if (svc.sourceRanges) out.push(`    source ranges (only these clients): ${svc.sourceRanges.join(' ')}`);
+    if (svc.quic) {
+      const ids = svc.quic.servers.map((q) => `${q.serverId}->${q.realId}`).join(' ');
+      out.push(`    QUIC server ids (healthy reals): ${ids || 'none'}`);
+    }
     for (const r of svc.reals) {
       const share = ((r.entries / svc.tableSize) * 100).toFixed(2);
       const flags = [r.state, r.healthy ? 'healthy' : 'UNHEALTHY'].join(' ');

@@ -1,7 +1,7 @@
 // From a validated config revision and a node name, the node's complete desired data-plane state
 // (src/render/state.ts, documented in docs/render.md). Pure: same model, node and health => same state, byte for byte.
 import type { ConfigModel, NodeDoc, Protocol, ServiceDoc } from './model.js';
-import type { DesiredReal, DesiredService, DesiredState, DesiredVip, Forwarding } from './state.js';
+import type { DesiredQuicServer, DesiredReal, DesiredService, DesiredServiceReal, DesiredState, DesiredVip, Forwarding } from './state.js';
 import { assignStableIds } from './ids.js';
 import { cidrTextContains, compareIps, ipFamily } from './ip.js';
 import { decodeBase64Strict } from './maglev.js';
@@ -49,6 +49,22 @@ function compareVips(a: DesiredVip, b: DesiredVip): number {
   return compareIps(a.vip, b.vip) || a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0);
 }
 
+/**
+ * The QUIC server ids a service routes by: those of its reals that are listed (not disabled) and healthy, drained
+ * ones included (a drained real keeps its established connections, and a QUIC connection is established by its
+ * connection ID, not its client address), sorted by server id.
+ */
+export function quicServers(spec: ServiceDoc['spec'], reals: readonly DesiredServiceReal[]): DesiredQuicServer[] {
+  const ids = new Map<string, number>();
+  for (const r of spec.reals) if (r.serverId !== undefined) ids.set(r.address, r.serverId);
+  const out: DesiredQuicServer[] = [];
+  for (const r of reals) {
+    const serverId = ids.get(r.address);
+    if (serverId !== undefined && r.healthy) out.push({ serverId, realId: r.realId });
+  }
+  return out.sort((a, b) => a.serverId - b.serverId);
+}
+
 /** One service of a desired state: its Maglev table under `health` and what the data plane needs of its spec. */
 function renderService(cluster: ConfigModel['cluster']['spec'], svc: ServiceDoc, id: number, realIds: ReadonlyMap<string, number>,
   health: HealthView | undefined): DesiredService {
@@ -66,6 +82,7 @@ function renderService(cluster: ConfigModel['cluster']['spec'], svc: ServiceDoc,
     healthCheck: spec.healthCheck,
     ...(spec.sourceRanges && { sourceRanges: [...spec.sourceRanges] }),
     ...(spec.sessionAffinity && { sessionAffinity: { timeoutS: spec.sessionAffinity.clientIP.timeout } }),
+    ...(spec.quic && spec.dispatch.mode === 'dsr' && { quic: { servers: quicServers(spec, table.reals) } }),
   };
 }
 
@@ -119,6 +136,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         hashSourcePort: spec.hash.sourcePort,
         ...(spec.sourceRanges && { sourceRanges: true as const }),
         ...(spec.sessionAffinity && { affinityTimeoutS: spec.sessionAffinity.clientIP.timeout }),
+        ...(spec.quic && forwarding !== 'snat' && p.protocol === 'UDP' && { quic: true as const }),
       });
       // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP. It owns
       // it for ipopt too: lb nodes may still (or already) send l2 or ipip while an encap change rolls out.

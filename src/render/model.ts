@@ -103,6 +103,8 @@ export interface RealSpec {
   address: string; // canonical text form (IPv6 compressed, lower case)
   weight: number;
   state: RealState;
+  /** QUIC server id the real puts into its connection IDs (u32 >= 1, unique within the service). Absent: none. */
+  serverId?: number;
 }
 
 export interface ServiceSpec {
@@ -118,6 +120,8 @@ export interface ServiceSpec {
   sourceRanges?: string[];
   /** Session affinity by client address (docs/config.md): timeout in seconds, 1..86400. Absent: none. */
   sessionAffinity?: { clientIP: { timeout: number } };
+  /** QUIC connection-ID routing on the service's UDP listeners (docs/config.md). Absent: off. */
+  quic?: { connectionIdRouting: true };
 }
 
 export interface Document<K extends string, S> {

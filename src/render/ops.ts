@@ -74,6 +74,9 @@ export interface LiveVipMarker { address: string; family: 4 | 6 }
 /** An lb_source_ranges entry: clients in `prefix` (canonical CIDR) may reach service `serviceId`. */
 export interface SourceRange { serviceId: number; prefix: string }
 
+/** An lb_quic_servers entry: QUIC server id `serverId` of service `serviceId` names real `realId`. */
+export interface QuicServer { serviceId: number; serverId: number; realId: number }
+
 /** What a node's maps hold, decoded. An lb node fills the lb fields, a backend node `backendVips`. */
 export interface LiveState {
   settings: LbSettings | null;
@@ -84,12 +87,14 @@ export interface LiveState {
   markers: LiveVipMarker[];
   /** lb_source_ranges, sorted by sourceRangeOrder. */
   sourceRanges: SourceRange[];
+  /** lb_quic_servers, sorted by compareQuicServers. */
+  quicServers: QuicServer[];
   backendVips: BackendVip[];
   backendTunnels: BackendTunnelAddr[];
 }
 
 export const EMPTY_LIVE: LiveState = {
-  settings: null, snat: null, reals: [], services: [], vips: [], markers: [], sourceRanges: [], backendVips: [], backendTunnels: [],
+  settings: null, snat: null, reals: [], services: [], vips: [], markers: [], sourceRanges: [], quicServers: [], backendVips: [], backendTunnels: [],
 };
 
 export type Op =
@@ -109,6 +114,9 @@ export type Op =
   /** Lets clients in `prefix` reach the service (its listeners check only once their flag is set). */
   | { op: 'source-range.put'; range: SourceRange }
   | { op: 'source-range.delete'; range: SourceRange }
+  /** Sends the packets whose connection ID carries the server id to the real (created or replaced in one update). */
+  | { op: 'quic-server.put'; entry: QuicServer; before: QuicServer | null }
+  | { op: 'quic-server.delete'; entry: QuicServer }
   | { op: 'backend-vip.put'; entry: BackendVip; before: BackendVip | null }
   | { op: 'backend-vip.delete'; entry: BackendVip }
   | { op: 'backend-tunnel.put'; entry: BackendTunnelAddr; before: BackendTunnelAddr | null }
@@ -148,6 +156,14 @@ export const compareSourceRanges = (a: SourceRange, b: SourceRange): number => a
 export function desiredSourceRanges(d: Pick<DesiredState, 'services'>): SourceRange[] {
   return d.services.flatMap((s) => (s.sourceRanges ?? []).map((prefix) => ({ serviceId: s.id, prefix })));
 }
+export const quicServerId = (e: Pick<QuicServer, 'serviceId' | 'serverId'>): string => `${e.serviceId}|${e.serverId}`;
+/** The order of LiveState.quicServers: service id, then server id. */
+export const compareQuicServers = (a: QuicServer, b: QuicServer): number => a.serviceId - b.serviceId || a.serverId - b.serverId;
+
+/** The lb_quic_servers entries a node needs: the server ids of every service with QUIC connection-ID routing. */
+export function desiredQuicServers(d: Pick<DesiredState, 'services'>): QuicServer[] {
+  return d.services.flatMap((s) => (s.quic?.servers ?? []).map((q) => ({ serviceId: s.id, serverId: q.serverId, realId: q.realId })));
+}
 export const vipId = (v: Pick<DesiredVip, 'vip' | 'port' | 'protocol'>): string => `${v.vip}|${v.port}|${v.protocol}`;
 export const backendVipId = (e: Pick<BackendVip, 'address' | 'family' | 'port' | 'protocol'>): string =>
   `${e.family}|${e.address}|${e.port}|${e.protocol ?? '*'}`;
@@ -185,7 +201,7 @@ function sameVip(a: DesiredVip, b: DesiredVip): boolean {
   return a.vip === b.vip && a.family === b.family && a.port === b.port && a.protocol === b.protocol &&
     a.targetPort === b.targetPort && a.serviceId === b.serviceId && a.forwarding === b.forwarding &&
     a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges &&
-    (a.affinityTimeoutS ?? 0) === (b.affinityTimeoutS ?? 0);
+    (a.affinityTimeoutS ?? 0) === (b.affinityTimeoutS ?? 0) && !!a.quic === !!b.quic;
 }
 
 function sameSnat(a: SnatSettings, b: SnatSettings): boolean {
@@ -247,10 +263,10 @@ function planBackend(live: LiveState, desired: DesiredState): Op[] {
 }
 
 /** The room planLb plans within: the fixed sizes of an lb node's maps (src/bpf/include/lb_consts.h). */
-export interface LbCapacity { services: number; vipEntries: number; reals: number; sourceRanges?: number }
+export interface LbCapacity { services: number; vipEntries: number; reals: number; sourceRanges?: number; quicServers?: number }
 export const LB_MAP_CAPACITY: LbCapacity = {
   services: DATAPLANE_LIMITS.lbServices, vipEntries: DATAPLANE_LIMITS.lbVipEntries, reals: DATAPLANE_LIMITS.lbReals,
-  sourceRanges: DATAPLANE_LIMITS.lbSourceRangeEntries,
+  sourceRanges: DATAPLANE_LIMITS.lbSourceRangeEntries, quicServers: DATAPLANE_LIMITS.lbQuicServers,
 };
 
 /** A transition the maps cannot hold at any moment of any safe order: thrown by planOps, before anything is written. */
@@ -325,6 +341,9 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   // source ranges: the new prefixes now, before any listener that checks them is written (puts), the old ones at the
   // very end, after every listener that checked them is gone or checks no more (lateRangeDeletes)
   const lateRangeDeletes = planSourceRanges(live, desired, cap, ops);
+  // QUIC server ids: the ones that go, and the ones whose real goes, now (before any real can be deleted), the new and
+  // changed ones at the very end (after every real they name is in)
+  const quicPuts = planQuicServers(live, desired, cap, ops);
 
   // 2. listeners, then markers, whose keys the revision removes (listeners first: a listener keeps its marker)
   const liveVips = new Map(live.vips.map((v) => [vipId(v), v]));
@@ -465,7 +484,35 @@ function planLb(live: LiveState, desired: DesiredState, cap: LbCapacity): Op[] {
   freeReals();
   for (const r of desired.reals) if (!have.has(r.id)) { ops.push({ op: 'real.put', real: r, before: null }); have.set(r.id, r); }
   for (const range of lateRangeDeletes) ops.push({ op: 'source-range.delete', range });
+  ops.push(...quicPuts);
   return ops;
+}
+
+/**
+ * lb_quic_servers: appends to `ops` the deletes of the entries the revision drops and of the entries whose live real
+ * the revision removes (so no entry ever names a real lb_reals no longer holds; the program would fall back to the
+ * table on such an entry anyway, since it checks the real's slot), and returns the puts of the new and changed
+ * entries, which go after every real is in. A changed entry (same server id, another real) is one update: a packet
+ * finds the old real or the new one, never none. Deletes first, so the map holds at most the bigger revision.
+ */
+function planQuicServers(live: LiveState, desired: DesiredState, cap: LbCapacity, ops: Op[]): Op[] {
+  const want = desiredQuicServers(desired);
+  const max = cap.quicServers ?? DATAPLANE_LIMITS.lbQuicServers;
+  if (want.length > max) throw new PlanCapacityError(`lb_quic_servers: the revision needs ${want.length} QUIC server ids, the map holds ${max}`);
+  const wantById = new Map(want.map((e) => [quicServerId(e), e]));
+  const wantReals = new Set(desired.reals.map((r) => r.id));
+  const have = new Map<string, QuicServer>();
+  for (const e of live.quicServers) {
+    const w = wantById.get(quicServerId(e));
+    if (!w || (w.realId !== e.realId && !wantReals.has(e.realId))) ops.push({ op: 'quic-server.delete', entry: e });
+    else have.set(quicServerId(e), e);
+  }
+  const puts: Op[] = [];
+  for (const e of want) {
+    const cur = have.get(quicServerId(e)) ?? null;
+    if (!cur || cur.realId !== e.realId) puts.push({ op: 'quic-server.put', entry: e, before: cur });
+  }
+  return puts;
 }
 
 /**
@@ -502,7 +549,7 @@ function planSourceRanges(live: LiveState, desired: DesiredState, cap: LbCapacit
 const vipText = (v: DesiredVip) => `${v.vip.includes(':') ? `[${v.vip}]` : v.vip}:${v.port}/${v.protocol}`;
 const vipValueText = (v: DesiredVip) =>
   `service ${v.serviceId}, ${v.forwarding}, target ${v.targetPort}${v.hashSourcePort ? ', sport-hash' : ''}${v.sourceRanges ? ', source ranges' : ''}` +
-  (v.affinityTimeoutS ? `, affinity ${v.affinityTimeoutS} s` : '');
+  (v.affinityTimeoutS ? `, affinity ${v.affinityTimeoutS} s` : '') + (v.quic ? ', quic' : '');
 const settingsText = (s: LbSettings) =>
   `seed ${s.hashSeed}, mtu ${s.mtu}, src4 [${s.src4.join(' ')}]${s.src6 ? `, src6 ${s.src6}` : ''}${s.newFlowRate ? `, new flows ${s.newFlowRate}/s/CPU` : ''}`;
 const snatText = (s: SnatSettings) =>
@@ -511,6 +558,7 @@ const beText = (e: BackendVip) => `${e.kind} ${e.address}${e.port ? `:${e.port}/
   (e.previousTargetPort ? `, still trusting ${e.previousTargetPort}` : '');
 
 const rangeText = (r: SourceRange) => `service ${r.serviceId}, ${r.prefix}`;
+const quicKeyText = (e: QuicServer) => `service ${e.serviceId}, server id ${e.serverId}`;
 const tunnelText = (e: BackendTunnelAddr) => `${e.address}${e.lbSource ? ' lb-source' : ''}${e.local ? ' local' : ''}`;
 
 /** One line per op, naming the map it writes (docs/datapath.md, docs/backend.md). */
@@ -531,6 +579,8 @@ export function describeOp(o: Op): string {
     case 'real.delete': return `delete lb_reals[${o.real.id}] (${o.real.address})`;
     case 'source-range.put': return `lb_source_ranges[${rangeText(o.range)}] = allow`;
     case 'source-range.delete': return `delete lb_source_ranges[${rangeText(o.range)}]`;
+    case 'quic-server.put': return `lb_quic_servers[${quicKeyText(o.entry)}] = real ${o.entry.realId}${o.before ? ` (was real ${o.before.realId})` : ''}`;
+    case 'quic-server.delete': return `delete lb_quic_servers[${quicKeyText(o.entry)}] (real ${o.entry.realId})`;
     case 'backend-vip.put': return `be_vips[${beText(o.entry)}]${o.before ? ` (was ${beText(o.before)})` : ''}`;
     case 'backend-vip.delete': return `delete be_vips[${beText(o.entry)}]`;
     case 'backend-tunnel.put': return `be_tunnel_addrs[${tunnelText(o.entry)}]${o.before ? ` (was ${tunnelText(o.before)})` : ''}`;
@@ -567,6 +617,7 @@ export function liveOf(desired: DesiredState): LiveState {
     vips: desired.vips.map((v) => ({ ...v })),
     markers: desiredMarkers(desired),
     sourceRanges: desiredSourceRanges(desired),
+    quicServers: desiredQuicServers(desired),
     backendVips: [],
     backendTunnels: [],
   };
@@ -584,6 +635,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
   const be = new Map(live.backendVips.map((e) => [backendVipId(e), e]));
   const tunnels = new Map(live.backendTunnels.map((e) => [backendTunnelId(e), e]));
   const ranges = new Map(live.sourceRanges.map((r) => [sourceRangeId(r), r]));
+  const quic = new Map(live.quicServers.map((e) => [quicServerId(e), e]));
   const filled = new Map<number, LiveService>();
   let { settings, snat } = live;
   for (const o of ops) {
@@ -606,6 +658,8 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
       case 'real.delete': reals.delete(o.real.id); break;
       case 'source-range.put': ranges.set(sourceRangeId(o.range), o.range); break;
       case 'source-range.delete': ranges.delete(sourceRangeId(o.range)); break;
+      case 'quic-server.put': quic.set(quicServerId(o.entry), o.entry); break;
+      case 'quic-server.delete': quic.delete(quicServerId(o.entry)); break;
       case 'backend-vip.put': be.set(backendVipId(o.entry), o.entry); break;
       case 'backend-vip.delete': be.delete(backendVipId(o.entry)); break;
       case 'backend-tunnel.put': tunnels.set(backendTunnelId(o.entry), o.entry); break;
@@ -620,6 +674,7 @@ export function applyOps(live: LiveState, ops: Op[]): LiveState {
     vips: [...vips.values()],
     markers: [...markers.values()],
     sourceRanges: [...ranges.values()].sort(compareSourceRanges),
+    quicServers: [...quic.values()].sort(compareQuicServers),
     backendVips: [...be.values()],
     backendTunnels: [...tunnels.values()],
   };

@@ -29,6 +29,15 @@ export interface DesiredVip {
   /** The service's session affinity timeout in seconds (Service spec.sessionAffinity.clientIP.timeout), the same
    * in each of its listeners (lb_vip_value.affinity_s). Absent: no session affinity. */
   affinityTimeoutS?: number;
+  /** Present (true) on the UDP listeners of a service with QUIC connection-ID routing (lb_vip_value flag
+   * LB_VIP_F_QUIC): the data plane reads the server id in each packet's connection ID first. Absent: it never looks. */
+  quic?: true;
+}
+
+/** A QUIC server id of a service and the real that owns it (Service spec.reals[].serverId). */
+export interface DesiredQuicServer {
+  serverId: number;
+  realId: number;
 }
 
 /** A service's reals as the data plane sees them, with the table share each got. */
@@ -56,6 +65,9 @@ export interface DesiredService {
   /** Session affinity (Service spec.sessionAffinity): a client's new connections keep the real of its last one for
    * `timeoutS` seconds after it, while the table names that real. Absent: none. */
   sessionAffinity?: { timeoutS: number };
+  /** QUIC connection-ID routing (Service spec.quic.connectionIdRouting): the server ids of the service's healthy reals
+   * (active or drain; an unhealthy real's id is left out, so its packets go by the table), sorted by serverId. */
+  quic?: { servers: DesiredQuicServer[] };
 }
 
 export interface DesiredState {

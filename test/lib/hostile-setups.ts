@@ -16,6 +16,9 @@ export const XDP = {
   vips: { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', snat: '203.0.113.13', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11',
     ipoptv6: '2001:db8:f::12' },
   mtu: 1500,
+  /** QUIC server ids (connection-ID routing on the UDP listeners of the l2/ipip services): v4 id -> real 1, v6 -> real 3 */
+  quicId4: 1000,
+  quicId6: 7,
 } as const;
 
 const V = XDP.vips;
@@ -27,15 +30,17 @@ export const XDP_STATE = {
     reals: { 1: XDP.real4, 3: XDP.real6 }, hashSeed: XDP.seed, addresses: [LAB.lbA.v4, LAB.lbA.v6],
     services: [
       // session affinity on one service of each kind (l2, ipopt, snat, ipip v6): every corpus meets its path too
-      { id: 1, vip: V.l2, forwarding: 'dsr-l2', ring: ring(1), ports: TCP_UDP, affinityTimeoutS: 10800 },
+      // QUIC connection-ID routing on the l2 and ipip services of both families, so the QUIC frame kinds and every
+      // UDP corpus meet its parser
+      { id: 1, vip: V.l2, forwarding: 'dsr-l2', ring: ring(1), ports: TCP_UDP, affinityTimeoutS: 10800, quic: { 1000: 1 } },
       // source ranges on one v4, one v6 and the snat service (the clients are inside; a flipped source bit is not)
-      { id: 2, vip: V.ipip, forwarding: 'dsr-ipip', ring: ring(1), ports: TCP_UDP, sourceRanges: ['192.0.2.0/24'] },
+      { id: 2, vip: V.ipip, forwarding: 'dsr-ipip', ring: ring(1), ports: TCP_UDP, sourceRanges: ['192.0.2.0/24'], quic: { 1000: 1 } },
       { id: 3, vip: V.ipopt, forwarding: 'dsr-ipopt', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }],
         affinityTimeoutS: 1 },
       { id: 4, vip: V.snat, forwarding: 'snat', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }],
         sourceRanges: ['192.0.2.0/24'], affinityTimeoutS: 10800 },
-      { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP },
-      { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'], affinityTimeoutS: 10800 },
+      { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP, quic: { 7: 3 } },
+      { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'], affinityTimeoutS: 10800, quic: { 7: 3 } },
       { id: 8, vip: V.ipoptv6, forwarding: 'dsr-ipopt', ring: ring(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
     ],
   }),

@@ -15,6 +15,8 @@ export interface SvcSpec {
   sourceRanges?: string[];
   /** Session affinity timeout in seconds (absent: none). */
   affinityTimeoutS?: number;
+  /** QUIC connection-ID routing: server id -> real id (absent: off). Its UDP listeners get the flag. */
+  quic?: Record<number, number>;
 }
 
 export function makeState(opts: {
@@ -31,6 +33,8 @@ export function makeState(opts: {
     const ring = Uint32Array.from(s.ring);
     const counts = new Map<number, number>();
     for (const r of ring) if (r) counts.set(r, (counts.get(r) ?? 0) + 1);
+    // a real with a QUIC server id but no ring entries (drained) is still a real of the service
+    for (const id of Object.values(s.quic ?? {})) if (!counts.has(id)) counts.set(id, 0);
     return {
       id: s.id, name: `svc-${s.id}`, mode: (s.forwarding === 'snat' ? 'snat' : 'dsr') as 'snat' | 'dsr',
       encap: s.forwarding.startsWith('dsr-') ? (s.forwarding.slice(4) as 'l2' | 'ipip' | 'ipopt') : undefined,
@@ -40,6 +44,8 @@ export function makeState(opts: {
       healthCheck: { type: 'none' as const, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 },
       ...(s.sourceRanges?.length ? { sourceRanges: [...s.sourceRanges].sort(compareCidrs) } : {}),
       ...(s.affinityTimeoutS !== undefined && { sessionAffinity: { timeoutS: s.affinityTimeoutS } }),
+      ...(s.quic && { quic: { servers: Object.entries(s.quic).map(([serverId, realId]) => ({ serverId: Number(serverId), realId }))
+        .sort((a, b) => a.serverId - b.serverId) } }),
     };
   }).sort((a, b) => a.id - b.id);
   const vips = opts.services.flatMap((s) => (s.ports ?? [{ port: 80, protocol: 'TCP' as const }]).map((p) => ({
@@ -47,6 +53,7 @@ export function makeState(opts: {
     serviceId: s.id, forwarding: s.forwarding, hashSourcePort: s.hashSourcePort ?? true,
     ...(s.sourceRanges?.length ? { sourceRanges: true as const } : {}),
     ...(s.affinityTimeoutS !== undefined && { affinityTimeoutS: s.affinityTimeoutS }),
+    ...(s.quic && p.protocol === 'UDP' && s.forwarding !== 'snat' && { quic: true as const }),
   }))).sort(compareVips);
   return {
     node: 'lb-test', role: 'lb', interface: 'lbA', mtu: opts.mtu ?? 1500, hashSeed: opts.hashSeed ?? 0x12345678,

@@ -10,6 +10,7 @@ import { LAB, runHarness, runHarnessScript, setupLab, teardownLab } from '../lib
 import { ETH_IN, ETH_REAL, XDP, XDP_STATE } from '../lib/hostile-setups.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import type { BatchSummary, HostileInput } from '../lib/hostile-xdp-harness.js';
+import { QUIC_V1, cidWithServerId, quicLong, quicShort } from '../lib/quic.js';
 
 const TAG = 'hxdp';
 const { client4: CLIENT4, client6: CLIENT6, real4: REAL4, vips: V } = XDP;
@@ -145,6 +146,9 @@ function baseKinds(): Record<string, string> {
     'IPv4 first fragment to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { mf: true, id: 3 }, l4: { tcp: { sport: 42016, dport: 80 } } })),
     'IPv6 fragment to a VIP': inFrame(Buffer.concat([ipv6Header({ src: CLIENT6, dst: V.l2v6, nextHeader: IPPROTO.FRAGMENT }, 8 + 20),
       ipv6FragmentHeader(IPPROTO.TCP, 0, true, 1), tcpSegment(CLIENT6, V.l2v6, { sport: 42017, dport: 80 })])),
+    // QUIC with a server id the service routes by: every truncation and bit flip of the header goes through the parser
+    'l2 v4 QUIC short header': inFrame(udp(CLIENT4, V.l2, 42021, 53, quicShort(cidWithServerId(1, XDP.quicId4)))),
+    'ipip v6 QUIC Handshake': inFrame(udp(CLIENT6, V.ipipv6, 42022, 53, quicLong({ type: 0x20, version: QUIC_V1, dcid: cidWithServerId(1, XDP.quicId6) }))),
     'ARP': Buffer.concat([Buffer.alloc(6, 0xff), Buffer.from(LAB.clientMac.replace(/:/g, ''), 'hex'), Buffer.from([0x08, 0x06]), Buffer.alloc(28, 1)]),
   };
   const out = Object.fromEntries(Object.entries(k).map(([n, f]) => [n, f.toString('hex')]));

@@ -10,6 +10,7 @@ export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'd
 export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat' };
 export const VIP_F_HASH_SRC_PORT = 1;
 export const VIP_F_SOURCE_RANGES = 2; // LB_VIP_F_SOURCE_RANGES: check lb_source_ranges
+export const VIP_F_QUIC = 4; // LB_VIP_F_QUIC: route by the QUIC connection ID's server id (lb_quic.h)
 export const PROTO_NUMBER: Record<Protocol, number> = { TCP: 6, UDP: 17 };
 export const PROTO_NAME: Record<number, Protocol> = { 6: 'TCP', 17: 'UDP' };
 export const MAX_SRC4 = DATAPLANE_LIMITS.lbSrc4; // LB_MAX_SRC4 (lb_consts.h)
@@ -38,12 +39,19 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
   lb_affinity_key: { size: 24, members: { client: 0, service_id: 16, family: 20 } },
   lb_affinity_value: { size: 16, members: { last_ns: 0, real_id: 8, real_slot: 12 } },
+  lb_quic_server_key: { size: 8, members: { service_id: 0, server_id: 4 } },
+  lb_quic_server: { size: 8, members: { real_id: 0, real_slot: 4 } },
 };
 
 /** Session affinity (lb_affinity.h): the LRU table of remembered clients and its counters, in enum
  * lb_affinity_counter order. */
 export const AFFINITY_MAPS = { table: 'lb_affinity', stats: 'lb_affinity_stats' } as const;
 export const AFFINITY_COUNTER_NAMES = ['affinity_hit', 'affinity_miss', 'affinity_expired', 'affinity_real_gone'] as const;
+
+/** QUIC connection-ID routing (lb_quic.h): server id -> real per service, and its counters in enum lb_quic_counter
+ * order. */
+export const QUIC_MAPS = { servers: 'lb_quic_servers', stats: 'lb_quic_stats' } as const;
+export const QUIC_COUNTER_NAMES = ['quic_routed', 'quic_initial', 'quic_no_id', 'quic_unknown_id', 'quic_malformed'] as const;
 
 // ------------------------------------------------------------------ addresses
 
@@ -239,4 +247,24 @@ export function encodeAffinityValue(v: AffinityValue): Buffer {
 
 export function decodeAffinityValue(b: Buffer): AffinityValue {
   return { lastNs: b.readBigUInt64LE(0), realId: b.readUInt32LE(8), realSlot: b.readUInt32LE(12) };
+}
+
+/** lb_quic_server_key: a server id of a service. */
+export function encodeQuicServerKey(serviceId: number, serverId: number): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeUInt32LE(serviceId, 0);
+  b.writeUInt32LE(serverId, 4);
+  return b;
+}
+
+/** lb_quic_server: the real (its id, and its slot on this node). */
+export function encodeQuicServer(realId: number, realSlot: number): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeUInt32LE(realId, 0);
+  b.writeUInt32LE(realSlot, 4);
+  return b;
+}
+
+export function decodeQuicServer(key: Buffer, value: Buffer): { serviceId: number; serverId: number; realId: number; realSlot: number } {
+  return { serviceId: key.readUInt32LE(0), serverId: key.readUInt32LE(4), realId: value.readUInt32LE(0), realSlot: value.readUInt32LE(4) };
 }

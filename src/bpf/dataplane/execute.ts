@@ -3,7 +3,7 @@
 // "Plan and execute".
 import { BpfMap } from '../libbpf.js';
 import { ringRealIds } from '../../render/ops.js';
-import { SOURCE_RANGE_ALLOW, encodeSourceRangeKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, isMarkerKey, realSlotOf } from './codec.js';
+import { SOURCE_RANGE_ALLOW, encodeSourceRangeKey, encodeQuicServer, encodeQuicServerKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, isMarkerKey, realSlotOf } from './codec.js';
 import { RingCache, createRing, ringDigest, ringIdentities, slotRing, type RingInfo } from './rings.js';
 import { encodeSnatConfig, snatSettingsToConfig, validateSnatPorts } from './snat.js';
 import { PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type ExecuteOptions, type Op } from './types.js';
@@ -290,6 +290,17 @@ export function executeOps(m: LbMaps, ringCache: RingCache, ops: Op[], report: A
           log.onUndo(() => m.sourceRanges.update(key, SOURCE_RANGE_ALLOW));
           break;
         }
+        case 'quic-server.put': {
+          // one update creates or replaces the entry: a packet finds the old real or the new one, never none. The
+          // real has its slot by now (the plan puts these after every real.put)
+          const slot = liveSlotOf(m, o.entry.realId);
+          if (slot === null) einval(`quic-server.put of service ${o.entry.serviceId} server id ${o.entry.serverId}: real ${o.entry.realId} has no slot on this node`);
+          put(m.quicServers, encodeQuicServerKey(o.entry.serviceId, o.entry.serverId), encodeQuicServer(o.entry.realId, slot));
+          break;
+        }
+        case 'quic-server.delete':
+          del(m.quicServers, encodeQuicServerKey(o.entry.serviceId, o.entry.serverId));
+          break;
         case 'table.resize':
           break; // done before the other ops
         default:

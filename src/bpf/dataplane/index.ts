@@ -13,7 +13,7 @@ import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
 import { EMPTY_LIVE } from '../../render/ops.js';
-import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
+import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, QUIC_COUNTER_NAMES, QUIC_MAPS, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
 import { RingCache } from './rings.js';
 import { snatCounters } from './snat.js';
 import { addRingMembership, openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
@@ -284,7 +284,8 @@ class LbDataPlane implements DataPlane {
       const t = trafficAt(m.realStats, realSlotOf(v));
       if (t) out[`real:${k.readUInt32LE(0)}`] = t;
     }
-    Object.assign(out, snatCounters(this.obj), perCpuCounters(this.obj.map(AFFINITY_MAPS.stats), AFFINITY_COUNTER_NAMES));
+    Object.assign(out, snatCounters(this.obj), perCpuCounters(this.obj.map(AFFINITY_MAPS.stats), AFFINITY_COUNTER_NAMES),
+      perCpuCounters(this.obj.map(QUIC_MAPS.stats), QUIC_COUNTER_NAMES));
     return out;
   }
 

@@ -5,18 +5,18 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import type { DesiredReal, DesiredVip } from '../../render/state.js';
-import { EMPTY_LIVE, compareSourceRanges, ringRealIds, type SourceRange, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
-import { MODE_NAME, PROTO_NAME, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES, decodeSourceRangeKey, decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeU32 } from './codec.js';
+import { EMPTY_LIVE, compareQuicServers, compareSourceRanges, ringRealIds, type QuicServer, type SourceRange, type LbSettings, type LiveService, type LiveVipMarker, type SnatSettings } from '../../render/ops.js';
+import { MODE_NAME, PROTO_NAME, QUIC_MAPS, VIP_F_HASH_SRC_PORT, VIP_F_QUIC, VIP_F_SOURCE_RANGES, decodeQuicServer, decodeSourceRangeKey, decodeConfig, decodeReal, decodeVipKey, decodeVipValue, encodeU32 } from './codec.js';
 import { RingCache, checkRingMaps, idRing, readRing, ringDigest, ringIdentities, ringsHoldSlots } from './rings.js';
 import { SNAT_MAPS, decodeSnatConfig, snatConfigToSettings } from './snat.js';
 import { RING_ROTATION_CHECKS, type LiveState, type ReadLiveOptions } from './types.js';
 import { einval } from './validate.js';
 import { SOURCE_RANGES_PIN, compareVips, type LbMaps } from './maps.js';
 
-/** realSlots: absent only when reading the pins of a version whose rings still hold real ids; sourceRanges only
- * when reading the pins of a version without source ranges (nothing checks any). */
-export type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap; sourceRanges?: BpfMap };
-const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots' | 'sourceRanges'>, string> = {
+/** realSlots: absent only when reading the pins of a version whose rings still hold real ids; sourceRanges and
+ * quicServers only when reading the pins of a version without them (nothing reads any). */
+export type LiveMaps = Pick<LbMaps, 'vips' | 'rings' | 'reals' | 'config' | 'snatConfig'> & { realSlots?: BpfMap; sourceRanges?: BpfMap; quicServers?: BpfMap };
+const LIVE_MAP_PINS: Record<Exclude<keyof LiveMaps, 'realSlots' | 'sourceRanges' | 'quicServers'>, string> = {
   vips: 'lb_vips', rings: 'lb_rings', reals: 'lb_reals', config: 'lb_config', snatConfig: SNAT_MAPS.config,
 };
 
@@ -34,6 +34,7 @@ export class LiveMemo {
   reals?: RawRead<DesiredReal[]>;
   vips?: RawRead<{ vips: DesiredVip[]; markers: LiveVipMarker[] }>;
   sourceRanges?: RawRead<SourceRange[]>;
+  quicServers?: RawRead<QuicServer[]>;
   services?: LiveService[];
   live?: LiveState;
 }
@@ -82,7 +83,7 @@ function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; mar
     vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
       targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
       hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }),
-      ...(val.affinityS ? { affinityTimeoutS: val.affinityS } : {}) });
+      ...(val.affinityS ? { affinityTimeoutS: val.affinityS } : {}), ...((val.flags & VIP_F_QUIC) !== 0 && { quic: true as const }) });
   }
   vips.sort(compareVips);
   return { vips, markers };
@@ -100,10 +101,11 @@ export function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions,
   const reals = (memo.reals = readMap(m.reals, memo.reals, decodeReals));
   const vips = (memo.vips = readMap(m.vips, memo.vips, decodeVips));
   const ranges = (memo.sourceRanges = readSourceRanges(m.sourceRanges, memo.sourceRanges));
+  const quic = (memo.quicServers = m.quicServers ? readMap(m.quicServers, memo.quicServers, decodeQuicServers) : NO_QUIC_SERVERS);
   const services = readServices(m, cache, opts, memo);
   const prev = memo.live;
   if (prev && prev.settings === config.value && prev.snat === snat.value && prev.reals === reals.value &&
-    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.sourceRanges === ranges.value &&
+    prev.vips === vips.value.vips && prev.markers === vips.value.markers && prev.sourceRanges === ranges.value && prev.quicServers === quic.value &&
     prev.services === services) return prev;
   const live: LiveState = {
     settings: config.value,
@@ -113,11 +115,22 @@ export function readLbLive(m: LiveMaps, cache: RingCache, opts: ReadLiveOptions,
     vips: vips.value.vips,
     markers: vips.value.markers,
     sourceRanges: ranges.value,
+    quicServers: quic.value,
     backendVips: [],
     backendTunnels: [],
   };
   if (!opts.tables) memo.live = Object.freeze(live);
   return live;
+}
+
+const NO_QUIC_SERVERS: RawRead<QuicServer[]> = { raw: Buffer.alloc(0), value: frozen([]) };
+
+/** lb_quic_servers as (service, server id, real id); the slot each value also holds is this node's, not the plan's. */
+function decodeQuicServers(entries: Array<[Buffer, Buffer]>): QuicServer[] {
+  return entries.map(([k, v]) => {
+    const { serviceId, serverId, realId } = decodeQuicServer(k, v);
+    return { serviceId, serverId, realId };
+  }).sort(compareQuicServers);
 }
 
 /** lb_source_ranges by its keys alone (every value says "allowed"), in batches where the kernel reads an LPM trie
@@ -209,6 +222,10 @@ export function readPinnedLbLive(pinRoot: string, opts: ReadLiveOptions = {}): L
     if (ringsHoldSlots(maps.rings)) {
       maps.realSlots = BpfMap.open(join(pinRoot, 'lb_real_slots'), 'lb_real_slots');
       opened.push(maps.realSlots);
+    }
+    if (existsSync(join(pinRoot, QUIC_MAPS.servers))) {
+      maps.quicServers = BpfMap.open(join(pinRoot, QUIC_MAPS.servers), QUIC_MAPS.servers);
+      opened.push(maps.quicServers);
     }
     if (existsSync(join(pinRoot, SOURCE_RANGES_PIN))) {
       maps.sourceRanges = BpfMap.open(join(pinRoot, SOURCE_RANGES_PIN), SOURCE_RANGES_PIN);

@@ -4,7 +4,7 @@
 import { BpfMap, BpfObject } from '../libbpf.js';
 import type { DesiredVip } from '../../render/state.js';
 import type { LiveVipMarker } from '../../render/ops.js';
-import { LAYOUTS, VIP_VALUE_SIZE, addr16, MODE, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES, decodeVipValue, encodeU32, encodeVipKey, isMarkerKey, realSlotOf, encodeVipValue } from './codec.js';
+import { LAYOUTS, VIP_VALUE_SIZE, addr16, MODE, PROTO_NUMBER, VIP_F_HASH_SRC_PORT, VIP_F_SOURCE_RANGES, VIP_F_QUIC, QUIC_MAPS, decodeVipValue, encodeU32, encodeVipKey, isMarkerKey, realSlotOf, encodeVipValue } from './codec.js';
 import { checkRingMaps } from './rings.js';
 import { SNAT_MAPS, checkSnatLayouts } from './snat.js';
 import { einval } from './validate.js';
@@ -23,7 +23,8 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
 export const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
 export const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
-  mode: MODE[v.forwarding], flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0), statsSlot,
+  mode: MODE[v.forwarding], statsSlot,
+  flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0) | (v.quic ? VIP_F_QUIC : 0),
   affinityS: v.affinityTimeoutS ?? 0 });
 
 /** Service id -> its stats slot, as the listeners in lb_vips carry it. */
@@ -41,7 +42,7 @@ export const MARKER_VALUE = Buffer.alloc(VIP_VALUE_SIZE);
 export const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
 export const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
-export type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats' | 'sourceRanges', BpfMap>;
+export type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats' | 'sourceRanges' | 'quicServers', BpfMap>;
 
 /** The maps of a loaded xdp_lb, once its struct layouts are checked against the codecs (BTF). */
 export function checkedMaps(obj: BpfObject): LbMaps {
@@ -60,7 +61,7 @@ export function checkedMaps(obj: BpfObject): LbMaps {
     conntrack: obj.map('lb_conntrack'),
     config: obj.map('lb_config'), snatConfig: obj.map(SNAT_MAPS.config), counters: obj.map('lb_counters'),
     serviceStats: obj.map('lb_service_stats'), realStats: obj.map('lb_real_stats'),
-    sourceRanges: obj.map(SOURCE_RANGES_PIN),
+    sourceRanges: obj.map(SOURCE_RANGES_PIN), quicServers: obj.map(QUIC_MAPS.servers),
   };
 }
 

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import { perCpuCounters, trafficAt, type Traffic } from '../counters.js';
 import { u32 } from '../codec.js';
-import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
+import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, QUIC_COUNTER_NAMES, QUIC_MAPS, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
 
@@ -36,6 +36,8 @@ export interface LbStats {
   snat: { counters: Record<string, number>; addresses: SnatAddressStats[]; max: number };
   /** Session affinity (lb_affinity): counters by name (affinity_hit, ...), remembered clients and capacity. */
   affinity: { counters: Record<string, number>; entries: number; max: number };
+  /** QUIC connection-ID routing (lb_quic_stats): counters by name (quic_routed, ...). */
+  quic: { counters: Record<string, number> };
 }
 
 /** Opens the map pinned as `dir`/`name`, runs `fn` on it and closes it; undefined when nothing is pinned there. */
@@ -103,7 +105,8 @@ export function readLbStats(dir: string): LbStats | null {
     counters: withMap(dir, AFFINITY_MAPS.stats, (m) => perCpuCounters(m, AFFINITY_COUNTER_NAMES)) ?? {},
     ...(withMap(dir, AFFINITY_MAPS.table, (m) => ({ entries: countEntries(m), max: m.maxEntries })) ?? { entries: 0, max: 0 }),
   };
-  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir), affinity };
+  const quic = { counters: withMap(dir, QUIC_MAPS.stats, (m) => perCpuCounters(m, QUIC_COUNTER_NAMES)) ?? {} };
+  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir), affinity, quic };
 }
 
 function readSnat(dir: string): LbStats['snat'] {

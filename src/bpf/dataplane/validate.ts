@@ -63,6 +63,7 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
   if (!Number.isInteger(d.conntrackMaxEntries) || d.conntrackMaxEntries < 1) einval(`conntrackMaxEntries: ${d.conntrackMaxEntries}`);
   validateSourceRanges(d);
   validateAffinity(d);
+  validateQuic(d);
   const src4 = (d.addresses ?? []).filter((a) => familyOf(a) === 4).length;
   if (src4 > MAX_SRC4) einval(`addresses: ${src4} IPv4 addresses, lb_config holds ${MAX_SRC4} dsr-ipip outer sources (lb_consts.h)`);
 }
@@ -106,6 +107,35 @@ function validateAffinity(d: DesiredState): void {
     const want = services.get(v.serviceId)?.sessionAffinity?.timeoutS;
     if (v.affinityTimeoutS !== want)
       einval(`vips[${v.vip}:${v.port}/${v.protocol}].affinityTimeoutS: ${v.affinityTimeoutS ?? 'absent'}, but service ${v.serviceId} has ${want ?? 'no session affinity'}`);
+  }
+}
+
+/**
+ * QUIC connection-ID routing: server ids are u32 >= 1, each once per service, naming a real the service lists; no more
+ * than lb_quic_servers holds; and the listener flag exactly on the service's UDP listeners that are not snat (the
+ * flag without entries would only cost lookups, entries without the flag would route nothing).
+ */
+function validateQuic(d: DesiredState): void {
+  const services = new Map(d.services.map((s) => [s.id, s]));
+  let total = 0;
+  for (const s of d.services) {
+    if (!s.quic) continue;
+    const reals = new Set(s.reals.map((r) => r.realId));
+    const seen = new Set<number>();
+    for (const [i, q] of s.quic.servers.entries()) {
+      const where = `services[${s.name}].quic.servers[${i}]`;
+      if (!Number.isInteger(q.serverId) || q.serverId < 1 || q.serverId > 0xffffffff) einval(`${where}.serverId: ${q.serverId} is not a u32 >= 1`);
+      if (seen.has(q.serverId)) einval(`${where}.serverId: ${q.serverId} is listed twice`);
+      seen.add(q.serverId);
+      if (!reals.has(q.realId)) einval(`${where}.realId: real ${q.realId} is not a real of the service`);
+    }
+    total += s.quic.servers.length;
+  }
+  if (total > DATAPLANE_LIMITS.lbQuicServers) einval(`services: ${total} QUIC server ids exceed the ${DATAPLANE_LIMITS.lbQuicServers} lb_quic_servers holds`);
+  for (const v of d.vips) {
+    const want = !!services.get(v.serviceId)?.quic && v.protocol === 'UDP' && v.forwarding !== 'snat';
+    if (!!v.quic !== want)
+      einval(`vips[${v.vip}:${v.port}/${v.protocol}].quic: ${v.quic ? 'set' : 'absent'}, but it ${want ? 'is' : 'is not'} a dsr UDP listener of a service with QUIC connection-ID routing`);
   }
 }
 

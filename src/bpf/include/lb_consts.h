@@ -16,6 +16,7 @@
 /* lb_vip_value.flags */
 #define LB_VIP_F_HASH_SRC_PORT (1 << 0)
 #define LB_VIP_F_SOURCE_RANGES (1 << 1) /* the service has sourceRanges: check lb_source_ranges (lb_source_ranges.h) */
+#define LB_VIP_F_QUIC (1 << 2) /* UDP listener of a service with QUIC connection-ID routing (lb_quic.h) */
 
 /* Ethernet / IP numbers not always in uapi headers */
 #define LB_ETH_P_IP 0x0800

@@ -21,6 +21,7 @@
 #include "lb_snat.h"
 #include "lb_sanity.h"
 #include "lb_source_ranges.h"
+#include "lb_quic.h"
 #include "lb_capture_hooks.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -196,6 +197,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	__be16 target_port = vip->target_port;
 	int use_sport = vip->flags & LB_VIP_F_HASH_SRC_PORT;
 	__u32 affinity_s = vip->affinity_s;
+	int quic = vip->flags & LB_VIP_F_QUIC;
 
 	if (mode == LB_MODE_SNAT) {
 		lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
@@ -212,7 +214,11 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	int have_hash = 0;
 
 	lb_flow_key_of(&p, &fk);
-	if (!new_flow) {
+	/* QUIC listeners: the server id in the connection ID names the real, whatever the client's address and port
+	 * and whatever the ring says; without a usable one the connection table and the ring decide (lb_quic.h) */
+	if (quic)
+		real = lb_quic_route(ctx, &p, service_id, &real_id);
+	if (!real && !new_flow) {
 		struct lb_flow_value *fv = bpf_map_lookup_elem(&lb_conntrack, &fk);
 
 		if (fv && fv->service_id == service_id) {
@@ -223,6 +229,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 			if (rs && rs->real_id && rs->real_id == fv->real_id) {
 				real_id = rs->real_id;
 				real = &rs->real;
+				lb_count(LB_CNT_CT_HIT);
 			}
 		}
 	}
@@ -232,7 +239,6 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	if (!cfg)
 		return lb_drop(LB_CNT_DROP_NO_SERVICE);
 	if (real) {
-		lb_count(LB_CNT_CT_HIT);
 		new_flow = 0;
 	} else {
 		lb_count(LB_CNT_CT_MISS);

@@ -136,6 +136,9 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   kernelCounter(reg, 'gitlb_affinity_total', 'Session affinity lookups of new flows, by outcome (hit, miss, expired, real_gone)',
     ['outcome'], () => Object.entries(lb()?.affinity.counters ?? {})
       .map(([n, v]): [Labels, number] => [{ outcome: n.replace(/^affinity_/, '') }, v]));
+  kernelCounter(reg, 'gitlb_quic_packets_total', 'Packets of QUIC connection-ID routing listeners, by outcome (routed, initial, no_id, unknown_id, malformed)',
+    ['outcome'], () => Object.entries(lb()?.quic.counters ?? {})
+      .map(([n, v]): [Labels, number] => [{ outcome: n.replace(/^quic_/, '') }, v]));
   kernelGauge(reg, 'gitlb_affinity_entries', 'Clients remembered by session affinity (lb_affinity entries)', [], one((s) => s.affinity.entries));
   kernelGauge(reg, 'gitlb_affinity_max_entries', 'Session affinity table capacity', [], one((s) => s.affinity.max));
   kernelCounter(reg, 'gitlb_backend_events_total', 'Backend-node decapsulation and reply-rewrite counters (tc programs)',

@@ -125,10 +125,11 @@ export function buildService(l: Located<RawService>): ServiceDoc {
       hash: { sourcePort: s.hash.sourcePort },
       ...(s.sessionAffinity !== undefined && { sessionAffinity: { clientIP: { timeout: s.sessionAffinity.clientIP.timeout } } }),
       healthCheck,
-      reals: s.reals.map((r) => ({ address: ip(r.address), weight: r.weight, state: r.state })),
+      reals: s.reals.map((r) => ({ address: ip(r.address), weight: r.weight, state: r.state, ...(r.serverId !== undefined && { serverId: r.serverId }) })),
       ...(s.maglev?.tableSize !== undefined ? { maglev: { tableSize: s.maglev.tableSize } } : {}),
       // canonical and sorted, so file order and spelling never change the rendered state; empty = absent
       ...(s.sourceRanges?.length ? { sourceRanges: s.sourceRanges.map(cidr).sort(compareCidrs) } : {}),
+      ...(s.quic?.connectionIdRouting ? { quic: { connectionIdRouting: true as const } } : {}),
     },
     source: source(l),
   };

@@ -1,5 +1,5 @@
 // What one lb node's data plane can never hold: its maps have fixed sizes (src/bpf/include/lb_consts.h), so a
-// revision that gives one lb node more services, listeners, reals or source ranges than they hold is refused here, at validate,
+// revision that gives one lb node more services, listeners, reals, source ranges or QUIC server ids than they hold is refused here, at validate,
 // naming the node, rather than failing at apply on that node. Rings have no shared capacity (one map per
 // service), so the table sizes are not limited here beyond the schema. Each revision is checked alone: the plan
 // engine (src/render/ops.ts) orders a transition so that it needs room for the bigger of the two revisions, not
@@ -30,11 +30,22 @@ export function checkLbCapacity(emit: Emit, nodes: Located<RawNode>[], services:
     const ranges = served.reduce((n, s) => n + (s.data.spec.sourceRanges?.length ?? 0), 0);
     if (ranges > DATAPLANE_LIMITS.lbSourceRanges)
       over.push(`${ranges} sourceRanges entries (at most ${DATAPLANE_LIMITS.lbSourceRanges} per lb node)`);
+    const quic = served.reduce((n, s) => n + quicServerIds(s.data), 0);
+    if (quic > DATAPLANE_LIMITS.lbQuicServers)
+      over.push(`${quic} QUIC server ids (lb_quic_servers holds ${DATAPLANE_LIMITS.lbQuicServers})`);
     if (over.length)
       emit('error', doc, ['spec', 'allowedVips'],
         `lb node '${data.metadata.name}' would serve ${over.join(', ')}: more than its data plane can ever hold; ` +
         'narrow spec.allowedVips or spread the services over more lb nodes');
   }
+}
+
+/** The lb_quic_servers entries a service can take: its enabled reals with a server id, when it routes by them. */
+function quicServerIds(data: RawService): number {
+  if (!data.spec.quic?.connectionIdRouting) return 0;
+  let n = 0;
+  for (const r of data.spec.reals) if (r.serverId !== undefined && r.state !== 'disabled') n++;
+  return n;
 }
 
 /**

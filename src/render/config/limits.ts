@@ -67,4 +67,8 @@ export const DATAPLANE_LIMITS = {
   lbSourceRanges: 16384,
   /** Entries of lb_source_ranges (LB_MAX_SOURCE_RANGES): twice lbSourceRanges. */
   lbSourceRangeEntries: 32768,
+  /** QUIC server ids (spec.reals[].serverId of services with spec.quic.connectionIdRouting) over every service one lb
+   * node serves: lb_quic_servers (LB_MAX_QUIC_SERVERS). The plan deletes before it adds there, so a transition needs
+   * room for the bigger revision only (docs/datapath.md "QUIC connection IDs"). */
+  lbQuicServers: 65536,
 } as const;

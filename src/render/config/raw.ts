@@ -49,9 +49,10 @@ export type RawService = RawDocument<
     sessionAffinity?: { clientIP: { timeout: number } };
     healthCheck: { type: HealthCheckType; port?: number; path?: string; interval: string; timeout: string; rise: number; fall: number;
       failMode?: HealthFailMode; expectStatus?: { min: number; max: number }; via?: 'vip' | 'real' };
-    reals: { address: string; weight: number; state: RealState }[];
+    reals: { address: string; weight: number; state: RealState; serverId?: number }[];
     maglev?: { tableSize?: number };
     sourceRanges?: string[];
+    quic?: { connectionIdRouting: boolean };
   }
 >;
 

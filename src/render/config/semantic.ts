@@ -310,6 +310,35 @@ function checkSourceRanges(emit: Emit, doc: YamlDocument, ranges: string[], vip:
   });
 }
 
+/**
+ * QUIC connection-ID routing: it routes the DSR listeners' UDP packets, so a service that translates its UDP (snat,
+ * hybrid) cannot have it; a server id names one real of the service, so it is listed once. Server ids without the
+ * routing, or the routing without a UDP port or a server id, do nothing: warnings.
+ */
+function checkQuic(emit: Emit, doc: YamlDocument, spec: RawService['spec']): void {
+  const routing = spec.quic?.connectionIdRouting === true;
+  const seen = new Map<number, number>();
+  spec.reals.forEach((r, i) => {
+    if (r.serverId === undefined) return;
+    const path: PathSegment[] = ['spec', 'reals', i, 'serverId'];
+    const first = seen.get(r.serverId);
+    if (first !== undefined) emit('error', doc, path, `${label(path)}: server id ${r.serverId} is already spec.reals[${first}].serverId (a server id names one real of the service)`);
+    else seen.set(r.serverId, i);
+  });
+  const path: PathSegment[] = ['spec', 'quic', 'connectionIdRouting'];
+  if (!routing) {
+    const i = spec.reals.findIndex((r) => r.serverId !== undefined);
+    if (i >= 0) emit('warning', doc, ['spec', 'reals', i, 'serverId'], `spec.reals[${i}].serverId: has no effect without spec.quic.connectionIdRouting: true`);
+    return;
+  }
+  if (spec.dispatch.mode !== 'dsr') {
+    emit('error', doc, path, `${label(path)}: needs dispatch mode dsr (mode ${spec.dispatch.mode} translates UDP per client address and port, which a migrated QUIC connection changes)`);
+    return;
+  }
+  if (!spec.ports.some((p) => p.protocol === 'UDP')) emit('warning', doc, path, `${label(path)}: the service has no UDP port, so no packet is routed by connection ID`);
+  else if (seen.size === 0) emit('warning', doc, path, `${label(path)}: no real has a spec.reals[].serverId, so no packet is routed by connection ID`);
+}
+
 interface ServiceContext {
   cluster: Located<RawCluster> | null;
   lbNodes: LbNode[];
@@ -443,6 +472,7 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
   }
 
   if (spec.sourceRanges?.length) checkSourceRanges(emit, doc, spec.sourceRanges, vip);
+  checkQuic(emit, doc, spec);
 
   // Maglev table.
   const override = spec.maglev?.tableSize;
