@@ -10,6 +10,9 @@ import { stateFromJson } from './xdp-harness.js';
 import { IPPROTO, frame, icmpv4, ipPacket, ipv4Header } from './packets.js';
 import { bitFlips, l3Offset, mutations, outputProblems, tally, truncations } from './hostile.js';
 import { applyTo } from './converge.js';
+import { CaptureProgram } from '../../src/bpf/capture/index.js';
+import { NO_FILTER } from '../../src/bpf/capture/filter.js';
+import { CAPTURE_SNAPLEN } from '../../src/bpf/capture/record.js';
 
 export interface HostileInput {
   pinRoot: string;
@@ -27,6 +30,9 @@ export interface HostileInput {
   snatPort?: number;
   /** frames run as they are, one batch each: [name, hex] */
   corpora?: Array<{ batch: string; frames: Array<[string, string]> }>;
+  /** run xdp_lb_capture.o (gitlb capture's build, over the same maps, capturing every frame) instead of xdp_lb.o, and
+   * check each frame's record against the run: one record, the verdict returned, the frame as received and as it left */
+  capture?: boolean;
 }
 
 export interface BatchSummary {
@@ -73,9 +79,25 @@ async function main(): Promise<void> {
   const out: BatchSummary[] = [];
   try {
     await applyTo(dp, stateFromJson(input.state));
-    const prog = dp.object()!.program('xdp_lb');
+    const capture = input.capture ? await CaptureProgram.loadOver(dp.object()!.program('xdp_lb').fd, { ...NO_FILTER, rate: 0 }) : null;
+    const prog = capture ? capture.program : dp.object()!.program('xdp_lb');
     const ifindex = ifindexOf(input.ifname);
-    const run = (f: Buffer) => prog.testRun({ data: f, ctxIn: ctxFor(f.length, ifindex) });
+    /** With the capture build: what is wrong with the records of one run (none: []). */
+    let captureProblems: string[] = [];
+    const run = (f: Buffer) => {
+      const r = prog.testRun({ data: f, ctxIn: ctxFor(f.length, ifindex) });
+      if (capture) {
+        const { records, lost } = capture.read(0);
+        captureProblems = [];
+        if (records.length !== 1 || lost) captureProblems.push(`capture: ${records.length} records, ${lost} lost for one run`);
+        for (const c of records) {
+          if (c.action !== (ACTIONS[r.retval] ?? String(r.retval)).toUpperCase()) captureProblems.push(`capture: verdict ${c.action}, the run returned ${r.retval}`);
+          if (!c.entry?.equals(f.subarray(0, CAPTURE_SNAPLEN)) || c.entryLength !== f.length) captureProblems.push('capture: the frame as received differs from the input');
+          if (!c.exit.equals(r.data.subarray(0, CAPTURE_SNAPLEN)) || c.exitLength !== r.data.length) captureProblems.push('capture: the frame as it left differs from the output');
+        }
+      }
+      return r;
+    };
     // a SNAT flow, so replies and ICMP errors to the SNAT address meet a translation
     const syn = run(Buffer.from(input.snatSyn, 'hex'));
     if (syn.retval !== 3) throw new Error(`SNAT SYN not transmitted (action ${syn.retval})`);
@@ -100,6 +122,7 @@ async function main(): Promise<void> {
         const action = ACTIONS[r.retval] ?? `invalid ${r.retval}`;
         tally(s.actions, action);
         const problem = (p: string) => { if (s.problems.length < 20) s.problems.push(`${n}: ${p} (in ${frame.toString('hex')} out ${r.data.toString('hex')})`); };
+        for (const p of captureProblems) problem(p);
         if (!ACTIONS[r.retval]) problem(`action ${r.retval}`);
         else if (action === 'pass' && !r.data.equals(frame) && (toSnat(frame) || !r.data.equals(trimmed(frame))))
           problem(toSnat(frame) ? 'passed frame to the SNAT address was changed' : 'passed frame was changed');
@@ -125,6 +148,11 @@ async function main(): Promise<void> {
       if (input.flips) await batch(`${input.flips} bit flips`, entries.flatMap(([k, f], i) => bitFlips(f, input.seed + i, per).map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame }))));
     }
     for (const c of input.corpora ?? []) await batch(c.batch, c.frames.map(([name, hex]) => ({ name, frame: Buffer.from(hex, 'hex') })));
+    if (capture) {
+      const s = capture.stats();
+      if (s.seen !== s.captured || s.output_failed) out.push({ batch: 'capture', runs: 0, actions: {}, counters: {}, problems: [`capture counted ${JSON.stringify(s)}`] });
+      capture.close();
+    }
   } finally {
     dp.close();
   }

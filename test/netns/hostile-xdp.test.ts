@@ -1,7 +1,8 @@
 // Hostile packets against the LB's XDP program (xdp_lb) through BPF_PROG_TEST_RUN in a lab namespace: first the
 // named defects (each test failed before its fix), then the suite (test/lib/hostile-xdp-harness.ts): every
 // truncation, named header mutations and 10,000 seeded bit flips over every frame kind of baseKinds(), each
-// output checked and every packet accounted for by one counter. docs/datapath.md, "Hostile packets".
+// output checked and every packet accounted for by one counter; the suite again through gitlb capture's build
+// (xdp_lb_capture.o), every frame captured and its record checked against the run. docs/datapath.md, "Hostile packets".
 import test from 'ava';
 import {
   IPPROTO, TCP_FLAGS, encapsulate, frame, hex, icmpv4, icmpv6, ipPacket, ipv4Header, ipv6FragmentHeader, ipv6Header, tcpSegment, type EthSpec,
@@ -116,6 +117,7 @@ function snatCases(port: number): Case[] {
 interface Result { retval: number; data: string; counters: Record<string, number>; error?: string }
 let results: Promise<Map<string, { c: Case; r: Result }>>;
 let suite: Promise<BatchSummary[]>;
+let captureSuite: Promise<BatchSummary[]>;
 
 function baseKinds(): Record<string, string> {
   const k: Record<string, Buffer> = {
@@ -177,6 +179,13 @@ test.before(() => {
     flips: 10_000, seed: 0x3000,
   } satisfies HostileInput, 300_000)) as Promise<BatchSummary[]>;
   suite.catch(() => undefined);
+  // the same frames (same seed) through gitlb capture's build, capturing every one
+  captureSuite = suite.then(() => runHarnessScript(new URL('../lib/hostile-xdp-harness.ts', import.meta.url).pathname, ns, {
+    pinRoot, state: stateToJson(STATE), ifname: 'lbA', mtu: 1500, kinds: baseKinds(), snatSyn: inFrame(udp(SNAT_CLIENT, V.snat, 43000, 53)).toString('hex'),
+    snat: { address: LAB.lbA.v4, mac: LAB.lbA.mac, real: REAL4, realMac: LAB.neighbours[REAL4]! },
+    flips: 10_000, seed: 0x3000, capture: true,
+  } satisfies HostileInput, 300_000)) as Promise<BatchSummary[]>;
+  captureSuite.catch(() => undefined);
 });
 test.after.always(() => teardownLab(TAG));
 
@@ -198,6 +207,16 @@ test('hostile suite: xdp_lb keeps every invariant over truncations, mutations an
   for (const b of batches) {
     console.log(`xdp_lb ${b.batch}: ${b.runs} runs ${JSON.stringify(b.actions)} counters ${JSON.stringify(b.counters)}`);
     t.deepEqual(b.problems, [], b.batch);
+  }
+  t.true(batches.some((b) => b.batch.includes('bit flips') && b.runs >= 10_000));
+});
+
+test('hostile suite through xdp_lb_capture.o (gitlb capture, every frame captured): the same invariants, never XDP_ABORTED, each record the run', async (t) => {
+  const batches = await captureSuite;
+  for (const b of batches) {
+    console.log(`xdp_lb_capture ${b.batch}: ${b.runs} runs ${JSON.stringify(b.actions)}`);
+    t.deepEqual(b.problems, [], b.batch);
+    t.deepEqual(Object.keys(b.actions).filter((a) => !['drop', 'pass', 'tx', 'redirect'].includes(a)), [], `${b.batch}: only valid verdicts`);
   }
   t.true(batches.some((b) => b.batch.includes('bit flips') && b.runs >= 10_000));
 });

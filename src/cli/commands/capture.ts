@@ -161,6 +161,8 @@ pcap instead (no verdicts).`,
           detached = true;
           break;
         }
+        // the poll blocks this thread: let the signal handlers run between polls
+        await new Promise((resolve) => setImmediate(resolve));
       }
     } finally {
       process.off('SIGINT', onSignal);
