@@ -70,8 +70,9 @@ export class Converger {
   private last: { live: LiveState; sizes: Readonly<Record<string, number>>; desired: DesiredState; ops: Op[] } | null = null;
 
   /**
-   * The ops that take `source` to `desired`, from its live state now; nothing is written. Throws (code EINVAL) when
-   * the data plane cannot hold `desired`, or PlanCapacityError (ENOSPC) when no order of ops fits its maps.
+   * The ops that take `source` to `desired`, from its live state now; nothing is written. Throws DataPlaneRefused
+   * (src/errors.ts) when the data plane cannot hold `desired`, or CapacityExceeded (PlanCapacityError) when no order
+   * of ops fits its maps.
    */
   async diff(source: LiveSource, desired: DesiredState, opts: ReadLiveOptions = {}): Promise<Diff> {
     const live = await source.readLive(opts);

@@ -8,6 +8,7 @@
 import type { DesiredReal, DesiredState, DesiredVip } from './state.js';
 import { compareCidrs, compareIps, ipFamily } from './ip.js';
 import { DATAPLANE_LIMITS } from './config/limits.js';
+import { GitlbError } from '../errors.js';
 
 /** lb_config: the flow-hash seed, the MTU, the outer sources of dsr-ipip and the new-flow rate guard (absent: off). */
 export interface LbSettings { hashSeed: number; mtu: number; src4: string[]; src6?: string; newFlowRate?: number }
@@ -270,10 +271,9 @@ export const LB_MAP_CAPACITY: LbCapacity = {
 };
 
 /** A transition the maps cannot hold at any moment of any safe order: thrown by planOps, before anything is written. */
-export class PlanCapacityError extends Error {
-  readonly code = 'ENOSPC';
+export class PlanCapacityError extends GitlbError {
   constructor(message: string) {
-    super(message);
+    super('CapacityExceeded', message, { errno: 'ENOSPC' });
     this.name = 'PlanCapacityError';
   }
 }

@@ -20,6 +20,9 @@ import { git, servedRepo, commitFiles, tempDir, configFiles, clusterYaml, lbNode
 import { planOf } from '../lib/converge.js';
 import { HealthLoop } from '../../src/reconciler/loops/health-loop.js';
 import type { HealthChange } from '../../src/reconciler/health/checker.js';
+import { GitlbError, type ErrorCode } from '../../src/errors.js';
+import type { Op } from '../../src/render/ops.js';
+import type { ApplyReport, ExecuteOptions } from '../../src/bpf/dataplane/types.js';
 
 const REALS = ['198.51.100.10', '198.51.100.11', '198.51.100.12'];
 const T0 = Date.parse('2026-11-29T10:00:00Z');
@@ -195,6 +198,51 @@ test('EINVAL from the data plane (the node cannot represent the revision) is not
   clock.now += 3_600_000;
   await r.reconcile('poll');
   t.is(dp.failures, 1, 'not tried again');
+});
+
+/** A memory data plane whose next executes throw a GitlbError of `code` with `message` (then work again). */
+class TypedFaultPlane extends MemoryDataPlane {
+  fault: { code: ErrorCode; message: string } | null = null;
+  override async execute(ops: Op[], opts?: ExecuteOptions): Promise<ApplyReport> {
+    if (this.fault && ops.length) throw new GitlbError(this.fault.code, this.fault.message);
+    return super.execute(ops, opts);
+  }
+}
+
+test('retry, stall and revert follow the failure\'s code, never its message text', async (t) => {
+  const { work } = await repoWith(configFiles(['lb-1'], REALS, { policy: 'auto' }));
+  const dp = new TypedFaultPlane();
+  const { r, clock } = reconciler(work, dp);
+  t.is((await r.reconcile('start')).kind, 'applied');
+
+  // A transient code whose text reads like a permanent one: retried with backoff, not stalled, not reverted.
+  const next = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(0, 2)) }, 'one real fewer');
+  dp.fault = { code: 'ApplyFailed', message: 'EINVAL ENOSPC: capacity exceeded, the node cannot represent this revision' };
+  const o = await r.reconcile('poll');
+  t.like(o, { kind: 'failed', stage: 'apply', code: 'ApplyFailed', reason: dp.fault.message });
+  t.falsy(o.kind === 'failed' && o.rollback, 'a node-local failure is never reverted');
+  t.is(r.nextRetryAt!.getTime() - clock.now, 1000);
+  t.like(cond(r, 'Reconciling'), { status: 'True', reason: 'ApplyFailed' });
+  t.is(cond(r, 'Stalled')?.status, 'False');
+  t.is(await git(work, 'rev-parse', 'main'), next);
+
+  // A capacity code whose text reads like a transient one: stalled until a new commit, not retried, not reverted.
+  dp.fault = { code: 'CapacityExceeded', message: 'timed out, try again' };
+  clock.now = r.nextRetryAt!.getTime();
+  const c = await r.reconcile('retry');
+  t.like(c, { kind: 'failed', stage: 'apply', code: 'CapacityExceeded', reason: 'timed out, try again' });
+  t.falsy(c.kind === 'failed' && c.rollback);
+  t.is(r.nextRetryAt, null);
+  t.like(cond(r, 'Stalled'), { status: 'True', reason: 'ApplyFailed' });
+  t.is(await git(work, 'rev-parse', 'main'), next, 'no revert of a revision the node cannot fit');
+
+  // Benign: the same revision applies once a new commit arrives and the data plane takes it.
+  dp.fault = null;
+  clock.now += 3_600_000;
+  t.is((await r.reconcile('poll')).kind, 'failed', 'a stalled head is not tried again by itself');
+  const fine = await commitFiles(work, { 'services/web.yaml': serviceYaml('web', '203.0.113.10', REALS.slice(1)) }, 'another real fewer');
+  t.like(await r.reconcile('poll'), { kind: 'applied', revision: fine });
+  t.like(cond(r, 'Stalled'), { status: 'False', reason: 'Succeeded' });
 });
 
 test('a transition no order of ops fits the maps fails at plan, before any write, and is not retried (ENOSPC)', async (t) => {

@@ -90,7 +90,7 @@ test('a desired state the data plane cannot hold is refused before anything is w
   // a ring that names a real the state does not hold (only the rings a plan writes are checked)
   const bad: DesiredState = { ...good, services: good.services.map((s, i) => (i === 0 ? { ...s, ring: s.ring.map(() => 999) } : s)) };
   const err = await t.throwsAsync(converge(dp, bad));
-  t.is((err as { code?: string }).code, 'EINVAL');
+  t.like(err, { code: 'DataPlaneRefused', errno: 'EINVAL' });
   t.regex(err!.message, /^services\[\w+\]\.ring\[0\]: real id 999 is not in reals$/);
   t.deepEqual(await dp.readLive({ tables: true }), before);
   t.is(dp.executed.length, 1);

@@ -23,7 +23,7 @@ test('metrics server: /healthz follows readiness, /metrics is Prometheus text, t
     t.is((await fetch(`${server.url}/healthz`)).status, 200);
 
     metrics.setRole('lb');
-    metrics.control.observeReconcile({ kind: 'failed', revision: 'b'.repeat(40), stage: 'validate', reason: 'x.yaml:1:1: bad' });
+    metrics.control.observeReconcile({ kind: 'failed', revision: 'b'.repeat(40), stage: 'validate', reason: 'x.yaml:1:1: bad', code: 'ConfigInvalid' });
     metrics.control.observeCommitApplied(1000, 1_060_000); // committed at 1000 s, applied 60 s later (ms)
     const res = await fetch(`${server.url}/metrics`);
     t.is(res.status, 200);

@@ -14,6 +14,7 @@
 import { renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, MapType, onCpu, onlineCpus, waitForPrograms, type BpfError, type BpfObject } from '../libbpf.js';
+import { GitlbError } from '../../errors.js';
 import type { DesiredState } from '../../render/state.js';
 import type { Op } from '../../render/ops.js';
 import { SNAT_MAPS, snatMapSizes } from './snat.js';
@@ -66,8 +67,9 @@ export function removeStaleNextPins(pinRoot: string): void {
   for (const name of RESIZABLE_TABLES) rmSync(join(pinRoot, name + NEXT_PIN_SUFFIX), { force: true });
 }
 
-function refuse(message: string, code = 'ENOSPC'): never {
-  throw Object.assign(new Error(message), { code });
+/** A table size the kernel or the live entries refuse: CapacityExceeded (errno ENOSPC), nothing changed. */
+function refuse(message: string): never {
+  throw new GitlbError('CapacityExceeded', message, { errno: 'ENOSPC' });
 }
 
 /** Packed entries as read by one batched walk. */
@@ -253,7 +255,7 @@ export interface ResizeResult {
 /**
  * Resizes the tables of `ctx.resizes` (see the top of this file). Until the swap, any failure leaves everything as
  * it was (new maps freed, their pins removed) and is thrown; a refusal of the kernel to allocate a table, or SNAT
- * translations that would not fit, is an ENOSPC error naming the table and both sizes.
+ * translations that would not fit, is a CapacityExceeded error (errno ENOSPC) naming the table and both sizes.
  */
 export async function resizeTables(ctx: ResizeContext): Promise<ResizeResult> {
   const made: Array<{ name: string; old: BpfMap; neu: BpfMap; base: Snapshot; pin: string }> = [];

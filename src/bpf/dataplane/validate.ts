@@ -1,7 +1,9 @@
 // Whether a data plane can hold a desired state, checked once per plan before anything is written
 // (src/reconciler/converge.ts): the lb data plane's own limits (map capacities of lb_consts.h, ring sizes, ids, the
 // outer sources lb_config holds), and for every data plane the role and interface it was opened for. Errors name
-// the field and carry code EINVAL: the revision cannot be applied on this node, retrying it cannot help.
+// the field and carry code DataPlaneRefused (errno EINVAL): the revision cannot be applied on this node, retrying it
+// cannot help (src/errors.ts).
+import { GitlbError } from '../../errors.js';
 import type { DesiredState } from '../../render/state.js';
 import { DATAPLANE_LIMITS } from '../../render/config/limits.js';
 import { canonicalCidr, parseCidr } from '../../render/ip.js';
@@ -11,9 +13,9 @@ import { MAX_RING_ENTRIES } from './rings.js';
 import type { DataPlaneTarget } from './types.js';
 import { U32Table } from './u32-table.js';
 
-/** A desired state (or map content) the lb data plane cannot hold: code EINVAL, never retried. */
+/** A desired state (or map content) the lb data plane cannot hold: code DataPlaneRefused (errno EINVAL), never retried. */
 export function einval(message: string): never {
-  throw Object.assign(new Error(message), { code: 'EINVAL' });
+  throw new GitlbError('DataPlaneRefused', message, { errno: 'EINVAL' });
 }
 
 /** Map capacities of lb_maps.h (LB_MAX_REALS, LB_MAX_SERVICES, LB_MAX_VIPS: listeners + address markers). */

@@ -11,6 +11,7 @@ import { createLogger, LOG_LEVELS, type LogFormat, type LogLevel } from '../../r
 import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsServer } from '../../reconciler/metrics/index.js';
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
 import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.js';
+import { errorCode } from '../../errors.js';
 
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
@@ -163,8 +164,9 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         log.info(`metrics on ${metricsServer.url}/metrics`, { stage: 'metrics' });
       } catch (err) {
         if (values.metrics !== undefined || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') {
+          // a bad --metrics value names the option already; a failing bind (EADDRNOTAVAIL...) gets it in front
           const msg = (err as Error).message;
-          throw new UsageError(msg.startsWith('--metrics') ? msg : `--metrics ${metricsListen}: ${msg}`);
+          throw new UsageError(errorCode(err) === 'InvalidOption' ? msg : `--metrics ${metricsListen}: ${msg}`);
         }
         log.warn(`metrics: default address ${metricsListen} is in use; running without metrics (pass --metrics ADDR:PORT)`, { stage: 'metrics' });
       }

@@ -19,6 +19,7 @@ import { DEFAULT_PEER_PORT, loadPeerKeyFile, loadPeerSecretFile, peerKeyBlob } f
 import { DEFAULT_METRICS_LISTEN } from '../metrics/index.js';
 import { parseListen } from '../triggers/webhook.js';
 import { trustPosture, type PostureFacts } from './posture.js';
+import { errorCode } from '../../errors.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
@@ -173,9 +174,10 @@ async function gitChecks(o: DoctorOptions): Promise<{ out: CheckResult[]; model:
     } else out.push(ok('config', `head ${head.slice(0, 12)} validates (${model.nodes.length} nodes, ${model.services.length} services)`));
     return { out, model: model ?? null };
   } catch (err) {
-    // Remote errors already begin with the (redacted) URL: print it once.
+    // A failure of the remote (FetchFailed, PushFailed) already begins with the (redacted) URL: print it once.
     const msg = (err as Error).message.split('\n')[0]!;
-    return { out: [fail('git', msg.startsWith(`${shown}: `) ? msg : `${shown}: ${msg}`)], model: null };
+    const code = errorCode(err);
+    return { out: [fail('git', code === 'FetchFailed' || code === 'PushFailed' ? msg : `${shown}: ${msg}`)], model: null };
   } finally {
     if (cache) await removeTempDir(cache);
   }

@@ -23,27 +23,28 @@ import type { DesiredState } from '../../render/state.js';
 import type { ApplyReport, LiveState } from '../../bpf/dataplane/index.js';
 import { readRevisionFiles } from '../source/git-objects.js';
 import { isStopped } from '../source/deadline.js';
+import {
+  GitlbError, asRevisionError, errorText, fromDataPlane, reactionTo, revisionError, type ErrorCode, type RevisionError,
+} from '../../errors.js';
 import { describeOp, type Op } from '../../render/ops.js';
 import type { RevertOutcome } from '../revert/rollback.js';
 import { autoRevert, shouldAutoRevert } from '../revert/auto-revert.js';
 import { FetchBackoff, humanMs } from '../source/fetch-backoff.js';
-import type { ConditionReason, RevisionFailure } from '../status/conditions.js';
+import type { RevisionFailure } from '../status/conditions.js';
 import { checkRevision, policyFor } from '../verify/revision-check.js';
 import type { AttemptResult, FailureStage, AppliedCommit } from '../status/status-doc.js';
 import { adoptPinned } from '../state/adoption.js';
 import { decommission, recommission } from '../decommission/decommission.js';
-import { errorText, type NodeState } from '../state/node-state.js';
+import type { NodeState } from '../state/node-state.js';
 
 export type Outcome =
   | { kind: 'unchanged'; revision: string; report?: ApplyReport }
   | { kind: 'applied'; revision: string; report: ApplyReport; plan: Op[]; warnings: string[]; timings: Record<string, number>;
       /** Epoch ms this node first fetched the revision as the branch head (gitlb_commit_to_applied_seconds). */
       seenAt: number }
-  | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; rollback?: RevertOutcome }
+  | { kind: 'failed'; revision: string | null; stage: FailureStage; reason: string; code: ErrorCode; rollback?: RevertOutcome }
   | { kind: 'waiting'; revision: string | null; retryAt: Date; reason: string }
   | { kind: 'decommissioned'; revision: string };
-
-const RETRYABLE: ReadonlySet<FailureStage> = new Set(['fetch', 'apply', 'readback']);
 
 /** A plan this long is announced before it runs (its progress follows every couple of seconds). */
 const LARGE_PLAN_OPS = 1000;
@@ -89,11 +90,11 @@ export class RevisionPass {
     try {
       head = await this.s.o.remote.fetch(this.s.o.branch, { depth: 1 });
       this.timings.fetch = Math.round(performance.now() - t);
-      if (!head) throw new Error(`branch '${this.s.o.branch}' not found in ${this.s.o.remote.description}`);
+      if (!head) throw new GitlbError('BranchNotFound', `branch '${this.s.o.branch}' not found in ${this.s.o.remote.description}`);
     } catch (err) {
       // Aborted because the daemon is stopping: not a Git failure, nothing to record or publish.
-      if (isStopped(err)) return { kind: 'failed', revision: null, stage: 'fetch', reason: 'stopping' };
-      return this.fetchFailed(errorText(err));
+      if (isStopped(err)) return { kind: 'failed', revision: null, stage: 'fetch', reason: 'stopping', code: 'Stopped' };
+      return this.fetchFailed(asRevisionError(err, 'FetchFailed'));
     }
     const outage = this.fetchBackoff.recovered(this.s.clock().getTime());
     if (outage) {
@@ -122,7 +123,7 @@ export class RevisionPass {
     for (const rev of [...this.failed.keys()]) if (rev !== head) this.failed.delete(rev);
     const prior = this.failed.get(head);
     if (prior) {
-      if (!prior.retryable) return { kind: 'failed', revision: head, stage: prior.stage, reason: prior.reason };
+      if (!prior.retryable) return { kind: 'failed', revision: head, stage: prior.stage, reason: prior.reason, code: prior.code };
       if (this.s.clock().getTime() < prior.retryAt)
         return { kind: 'waiting', revision: head, retryAt: new Date(prior.retryAt), reason: prior.reason };
     }
@@ -134,7 +135,8 @@ export class RevisionPass {
    * (source/fetch-backoff.ts), while the node keeps serving its last good revision. Logged once per backoff step and
    * published only when the reason changes, so a long partition costs neither a log line nor a status push per poll.
    */
-  private fetchFailed(reason: string): Outcome {
+  private fetchFailed(failure: RevisionError): Outcome {
+    const reason = failure.message;
     this.s.counters.failures++;
     const now = this.s.clock().getTime();
     const changed = this.fetchBackoff.state?.reason !== reason;
@@ -145,7 +147,7 @@ export class RevisionPass {
         { stage: 'fetch', reason, attempts: state.attempts, step: state.step, retryMs: retryInMs });
     this.s.conditions.fetchFailed(reason, state.attempts, retry);
     if (changed) this.s.publish('fetch failed');
-    return { kind: 'failed', revision: null, stage: 'fetch', reason };
+    return { kind: 'failed', revision: null, stage: 'fetch', reason, code: failure.code };
   }
 
   private async reconcileRevision(head: string, trigger: string): Promise<Outcome> {
@@ -183,10 +185,10 @@ export class RevisionPass {
       appliedCommit = check.commit;
       warnings.push(...check.warnings);
       if (check.rewound) this.s.counters.forcePushes++;
-      if (check.refused) return this.fail(head, 'verify', check.reason, null, false, check.refusal ?? undefined);
+      if (check.refused) return this.fail(head, 'verify', revisionError(check.refusal ?? 'VerificationFailed', check.reason), null);
     } catch (err) {
       // Reading history failed (network, deepening): transient, retried like a fetch.
-      return this.fail(head, 'fetch', `verification could not read history: ${errorText(err)}`, null);
+      return this.fail(head, 'fetch', revisionError('HistoryUnreadable', `verification could not read history: ${errorText(err)}`, { cause: err }), null);
     }
     mark('verify');
     // Validate.
@@ -198,11 +200,14 @@ export class RevisionPass {
       if (!parsed.model || errors.length) {
         const shown = errors.slice(0, 5).map(formatDiagnostic);
         if (errors.length > 5) shown.push(`(${errors.length - 5} more errors)`);
-        return this.fail(head, 'validate', shown.join('; ') || 'configuration rejected', null);
+        const first = errors[0];
+        return this.fail(head, 'validate', revisionError('ConfigInvalid', shown.join('; ') || 'configuration rejected',
+          first ? { at: { file: first.file, line: first.line, col: first.col } } : {}), null);
       }
       model = parsed.model;
     } catch (err) {
-      return this.fail(head, 'validate', errorText(err), null);
+      // a config the reader refuses is the revision's fault; an object the cache lacks (GitObjectMissing) is not
+      return this.fail(head, 'validate', asRevisionError(err, 'ConfigInvalid'), null);
     }
 
     mark('validate');
@@ -219,7 +224,7 @@ export class RevisionPass {
       } catch (err) {
         pre = { pass: false, reason: `pre-apply probe error: ${errorText(err)}` };
       }
-      if (!pre.pass) return this.fail(head, 'health', pre.reason, model);
+      if (!pre.pass) return this.fail(head, 'health', revisionError('HealthGateFailed', pre.reason), model);
       if (pre.health) healthView = pre.health;
       mark('probe');
     }
@@ -229,13 +234,13 @@ export class RevisionPass {
     try {
       desired = renderDesiredState(model, node, healthView);
     } catch (err) {
-      return this.fail(head, 'render', errorText(err), model);
+      return this.fail(head, 'render', asRevisionError(err, 'RenderFailed'), model);
     }
 
     mark('render');
     // Plan against the live maps, apply, read back: one locked section (the health path waits for it, and a
     // health re-render from now on renders this candidate). The data plane restores itself if apply fails.
-    type Applied = { ok: true; plan: Op[]; report: ApplyReport; after: { live: LiveState } } | { ok: false; stage: FailureStage; reason: string; permanent?: boolean };
+    type Applied = { ok: true; plan: Op[]; report: ApplyReport; after: { live: LiveState } } | { ok: false; stage: FailureStage; failure: RevisionError };
     const applied: Applied = await this.s.dpLock.run(async (): Promise<Applied> => {
       let done;
       try {
@@ -252,20 +257,20 @@ export class RevisionPass {
         });
         this.s.countReport(done.report);
       } catch (err) {
-        // EINVAL: the data plane cannot represent this revision on this node (e.g. the Node's interface is not
-        // the one the data plane was opened on); ENOSPC: the plan found no order of ops that fits the node's maps
-        // (PlanCapacityError, nothing written). Retrying the same revision would fail the same way.
-        const code = (err as { code?: string }).code;
-        return { ok: false, stage: 'apply', reason: errorText(err), permanent: code === 'EINVAL' || code === 'ENOSPC' };
+        // DataPlaneRefused: the data plane cannot represent this revision on this node (e.g. the Node's interface is
+        // not the one the data plane was opened on); CapacityExceeded: the plan found no order of ops that fits the
+        // node's maps (nothing written). Retrying the same revision would fail the same way; any other failure of
+        // the kernel (ApplyFailed) was undone and is retried (src/errors.ts).
+        return { ok: false, stage: 'apply', failure: fromDataPlane(err) };
       }
       // Read back (converge did, with the same planner): the kernel must now hold exactly what was rendered.
       if (done.left.length) {
         await this.restoreLastGoodLocked();
-        return { ok: false, stage: 'readback', reason: `live maps differ after apply: ${done.left.slice(0, 5).map(describeOp).join('; ')}` };
+        return { ok: false, stage: 'readback', failure: revisionError('ReadbackMismatch', `live maps differ after apply: ${done.left.slice(0, 5).map(describeOp).join('; ')}`) };
       }
       return { ok: true, plan: done.ops, report: done.report, after: { live: done.live } };
     });
-    if (!applied.ok) return this.fail(head, applied.stage, applied.reason, model, applied.permanent);
+    if (!applied.ok) return this.fail(head, applied.stage, applied.failure, model);
     const { plan, report } = applied;
     let after = applied.after;
 
@@ -279,7 +284,7 @@ export class RevisionPass {
       }
       if (!gate.pass) {
         await this.s.dpLock.run(() => this.restoreLastGoodLocked());
-        return this.fail(head, 'health', gate.reason, model);
+        return this.fail(head, 'health', revisionError('HealthGateFailed', gate.reason), model);
       }
       // Health may have changed while the gate waited: the kernel holds the latest render of this revision.
       await this.s.dpLock.run(async () => {
@@ -351,11 +356,13 @@ export class RevisionPass {
     return { kind: 'decommissioned', revision: head };
   }
 
-  private async fail(head: string, stage: FailureStage, reason: string, model: ConfigModel | null, permanent = false, condition?: ConditionReason): Promise<Outcome> {
+  /** Records a failed revision; retry, stall and revert follow the failure's code (src/errors.ts), not its text. */
+  private async fail(head: string, stage: FailureStage, failure: RevisionError, model: ConfigModel | null): Promise<Outcome> {
+    const { code, message: reason } = failure;
     this.s.counters.failures++;
     const prior = this.failed.get(head);
     const attempts = (prior?.attempts ?? 0) + 1;
-    const retryable = RETRYABLE.has(stage) && !permanent;
+    const retryable = reactionTo(code).retry;
     const delay = Math.min(this.s.retry.maxMs, this.s.retry.baseMs * 2 ** (attempts - 1));
     this.failed.set(head, {
       stage,
@@ -363,7 +370,7 @@ export class RevisionPass {
       retryable,
       attempts,
       retryAt: retryable ? this.s.clock().getTime() + delay : Infinity,
-      ...(condition && { condition }),
+      code,
     });
     this.s.lastAttempt = this.s.lastFailure = this.s.attempt(head, 'failed', stage, reason);
     this.s.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`,
@@ -374,8 +381,8 @@ export class RevisionPass {
 
     // Only a revision whose own content is bad is reverted, and only by lb nodes (revert/auto-revert.ts).
     let rollback: RevertOutcome | undefined;
-    if (shouldAutoRevert(this.s, stage, model)) rollback = await autoRevert(this.s, head, stage, reason);
+    if (shouldAutoRevert(this.s, code, model)) rollback = await autoRevert(this.s, head, stage, reason);
     this.s.publish(`failed at ${stage}`);
-    return rollback ? { kind: 'failed', revision: head, stage, reason, rollback } : { kind: 'failed', revision: head, stage, reason };
+    return rollback ? { kind: 'failed', revision: head, stage, reason, code, rollback } : { kind: 'failed', revision: head, stage, reason, code };
   }
 }

@@ -1,5 +1,7 @@
 // Why the peer channel refused a message, as one closed set: the `reason` label of
-// gitlb_peer_messages_rejected_total and the `reason` of a PeerError.
+// gitlb_peer_messages_rejected_total and the `reason` of a PeerError (whose code, src/errors.ts, says whether asking
+// again can help).
+import { GitlbError } from '../../errors.js';
 
 /** A message (request in, or answer back) that failed authentication or a bound. */
 export const REJECT_REASONS = [
@@ -21,9 +23,14 @@ export type RejectReason = (typeof REJECT_REASONS)[number];
 /** Failures of request(): a rejected answer, or no usable answer at all. */
 export type PeerErrorReason = RejectReason | 'unknown-peer' | 'unreachable' | 'timeout' | 'refused';
 
-export class PeerError extends Error {
+/** No answer at all (asking again may help) is PeerUnreachable; an answer or a peer refused is PeerRejected. */
+export function peerErrorCode(reason: PeerErrorReason): 'PeerUnreachable' | 'PeerRejected' {
+  return reason === 'unreachable' || reason === 'timeout' ? 'PeerUnreachable' : 'PeerRejected';
+}
+
+export class PeerError extends GitlbError {
   constructor(readonly peer: string, readonly kind: string, readonly reason: PeerErrorReason, detail: string) {
-    super(`peer ${peer}: ${kind}: ${detail}`);
+    super(peerErrorCode(reason), `peer ${peer}: ${kind}: ${detail}`);
     this.name = 'PeerError';
   }
 }

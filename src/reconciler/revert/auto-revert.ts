@@ -7,18 +7,20 @@ import { readCommitInfo } from '../source/git-objects.js';
 import type { FailureStage } from '../status/status-doc.js';
 import { errorText, type NodeState } from '../state/node-state.js';
 import { isRevertMessage, pushAutoRevert, type RevertOutcome } from './rollback.js';
+import { reactionTo, type ErrorCode } from '../../errors.js';
 
-/** Stages at which the revision's own content is at fault: the only ones an automatic revert may answer. */
-const CONTENT_BAD: ReadonlySet<FailureStage> = new Set(['validate', 'render', 'health']);
 
 /** The policy in force: the last good config's, or the failing revision's when nothing was applied yet. */
 function rollbackPolicy(s: NodeState, failingModel: ConfigModel | null): 'auto' | 'manual' {
   return (s.appliedModel ?? failingModel)?.cluster.spec.rollback.policy ?? 'manual';
 }
 
-/** Whether this node answers a revision that failed at `stage` with an automatic revert. */
-export function shouldAutoRevert(s: NodeState, stage: FailureStage, model: ConfigModel | null): boolean {
-  return CONTENT_BAD.has(stage) && s.role(model) === 'lb' && rollbackPolicy(s, model) === 'auto';
+/**
+ * Whether this node answers a revision that failed with `code` with an automatic revert: only when the code says the
+ * revision's own content is at fault (class input: ConfigInvalid, RenderFailed, HealthGateFailed; src/errors.ts).
+ */
+export function shouldAutoRevert(s: NodeState, code: ErrorCode, model: ConfigModel | null): boolean {
+  return reactionTo(code).revert && s.role(model) === 'lb' && rollbackPolicy(s, model) === 'auto';
 }
 
 /** Pushes a revert of `head` (the branch tip) unless it is itself a revert; counted and logged either way. */

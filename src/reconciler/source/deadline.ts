@@ -3,19 +3,26 @@
 // AbortSignal that is aborted at the deadline (its HTTP requests are destroyed), and the caller gets the
 // timeout error at the deadline even if the operation ignores the signal.
 
+import { GitlbError, errorCode } from '../../errors.js';
+
 export const DEFAULT_GIT_TIMEOUT_MS = 10_000;
 
-export class DeadlineError extends Error {
-  readonly code = 'ETIMEDOUT';
+/** The deadline passed: GitTimeout, retried like any failed fetch (src/errors.ts). */
+export class DeadlineError extends GitlbError {
+  constructor(message: string) {
+    super('GitTimeout', message);
+  }
 }
 
 /** The operation was cut short because the process is stopping (`stop` signal of withDeadline), not a Git failure. */
-export class StoppedError extends Error {
-  readonly code = 'ESTOPPED';
+export class StoppedError extends GitlbError {
+  constructor(message: string) {
+    super('Stopped', message);
+  }
 }
 
 export function isStopped(err: unknown): boolean {
-  return (err as { code?: string } | null)?.code === 'ESTOPPED';
+  return errorCode(err) === 'Stopped';
 }
 
 /**

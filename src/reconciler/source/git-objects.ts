@@ -7,6 +7,7 @@ import git, { type TreeEntry } from 'isomorphic-git';
 import type { GitRemote } from './git-remote.js';
 import { type ConfigFile, isConfigPath } from '../../render/config/index.js';
 import { LIMITS } from '../../render/config/limits.js';
+import { GitlbError } from '../../errors.js';
 
 export type RevisionFile = ConfigFile;
 
@@ -55,7 +56,23 @@ async function readBlobCached(gitdir: string, oid: string, cache: object): Promi
   return blob;
 }
 
+/** An object the cache lacks (isomorphic-git's NotFoundError) as GitObjectMissing, same message; others as they are. */
+function missingObject(err: unknown): unknown {
+  return (err as { code?: string } | null)?.code === 'NotFoundError'
+    ? new GitlbError('GitObjectMissing', (err as Error).message, { cause: err })
+    : err;
+}
+
+/** The config files of revision `oid` (below `configPath`). Throws GitObjectMissing when the cache lacks an object. */
 export async function readRevisionFiles(gitdir: string, oid: string, configPath = ''): Promise<RevisionFile[]> {
+  try {
+    return await readRevision(gitdir, oid, configPath);
+  } catch (err) {
+    throw missingObject(err);
+  }
+}
+
+async function readRevision(gitdir: string, oid: string, configPath: string): Promise<RevisionFile[]> {
   const out: RevisionFile[] = [];
   const cache = {};
   let totalBytes = 0;
@@ -90,7 +107,8 @@ async function subtree(gitdir: string, root: string, path: string, commit: strin
   let tree = root;
   for (const part of path ? path.split('/') : []) {
     const entry = (await git.readTree({ fs, gitdir, oid: tree, cache })).tree.find((e) => e.path === part);
-    if (!entry || entry.type !== 'tree') throw new Error(`config path '${path}' is not a directory in revision ${commit.slice(0, 12)}`);
+    if (!entry || entry.type !== 'tree')
+      throw new GitlbError('ConfigInvalid', `config path '${path}' is not a directory in revision ${commit.slice(0, 12)}`, { field: '--path' });
     tree = entry.oid;
   }
   return tree;

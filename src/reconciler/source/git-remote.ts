@@ -12,6 +12,7 @@ import type { Duplex } from 'node:stream';
 import { Agent as HttpsAgent } from 'node:https';
 import { type GitCredentials, redactUrl, redactText } from './credentials.js';
 import { DEFAULT_GIT_TIMEOUT_MS, withDeadline } from './deadline.js';
+import { GitlbError, errorCode, type ErrorCode } from '../../errors.js';
 
 export interface GitRemote {
   /** Git directory holding the objects this process reads and writes. */
@@ -65,7 +66,7 @@ export class LocalRemote implements GitRemote {
   constructor(repoPath: string) {
     this.gitdir = fs.existsSync(join(repoPath, '.git')) ? join(repoPath, '.git') : repoPath;
     this.description = repoPath;
-    if (!fs.existsSync(join(this.gitdir, 'HEAD'))) throw new Error(`${repoPath}: not a git repository`);
+    if (!fs.existsSync(join(this.gitdir, 'HEAD'))) throw new GitlbError('FetchFailed', `${repoPath}: not a git repository`);
   }
 
   async fetch(branch: string): Promise<string | null> {
@@ -146,13 +147,13 @@ export class HttpRemote implements GitRemote {
   }
 
   /** Rethrows isomorphic-git errors with any credential removed from the message, naming the remote once (a
-   * deadline's message already does: `fetch of main from URL timed out after N ms`). */
-  private clean(err: unknown): Error {
+   * deadline's or a stop's message already does: `fetch of main from URL timed out after N ms`). They keep their
+   * code (GitTimeout, Stopped: src/errors.ts); any other failure of the remote is `fallback`, its message prefixed. */
+  private clean(err: unknown, fallback: ErrorCode): GitlbError {
     const e = err instanceof Error ? err : new Error(String(err));
     const text = redactText(e.message, this.credentials);
-    const out = new Error(text.includes(this.description) ? text : `${this.description}: ${text}`);
-    (out as { code?: string }).code = (e as { code?: string }).code; // ESTOPPED stays recognisable (isStopped)
-    return out;
+    const code = errorCode(err);
+    return code === 'GitTimeout' || code === 'Stopped' ? new GitlbError(code, text) : new GitlbError(fallback, `${this.description}: ${text}`);
   }
 
   /** One branch, no tags, within the deadline; `relative`: `depth` more commits below what is already here. */
@@ -178,13 +179,11 @@ export class HttpRemote implements GitRemote {
       const r = await this.fetchBranch(`fetch of ${branch}`, branch, opts.depth ?? SHALLOW_DEPTH);
       return r.fetchHead;
     } catch (err) {
-      const code = (err as { code?: string }).code;
-      // A branch the server does not have (e.g. the status branch before the first write).
-      if (code === 'NotFoundError' || code === 'EmptyServerResponseError') {
-        if (/could not find|not found|does not exist/i.test((err as Error).message) || code === 'EmptyServerResponseError')
-          return null;
-      }
-      throw this.clean(err);
+      // A branch the server does not have (e.g. the status branch before the first write): isomorphic-git names
+      // the ref it could not resolve among the advertised ones; an empty repository answers nothing at all.
+      const e = err as { code?: string; data?: { what?: unknown } };
+      if ((e.code === 'NotFoundError' && e.data?.what === branch) || e.code === 'EmptyServerResponseError') return null;
+      throw this.clean(err, 'FetchFailed');
     }
   }
 
@@ -193,7 +192,7 @@ export class HttpRemote implements GitRemote {
     try {
       await this.fetchBranch(`deepening ${branch}`, branch, extra, true);
     } catch (err) {
-      throw this.clean(err);
+      throw this.clean(err, 'FetchFailed');
     }
   }
 
@@ -221,7 +220,7 @@ export class HttpRemote implements GitRemote {
       // A push that lost a race can also end in a report-status isomorphic-git cannot parse (the ref
       // failed to lock on the server). Treat it as "not pushed"; the caller re-fetches and decides.
       if (err instanceof TypeError) return false;
-      throw this.clean(err);
+      throw this.clean(err, 'PushFailed');
     } finally {
       void expectedOld; // the advertised value plays the role of expectedOld over HTTP
     }

@@ -7,6 +7,7 @@ import { parseConfig } from '../../render/config/index.js';
 import { renderDesiredState } from '../../render/desired.js';
 import { readRevisionFiles } from '../source/git-objects.js';
 import { errorText, type NodeState } from './node-state.js';
+import { errorCode } from '../../errors.js';
 
 /** Adopts `revision` as what the pinned data plane serves; returns why it cannot, or null. */
 export async function adoptPinned(s: NodeState, revision: string): Promise<string | null> {
@@ -15,7 +16,7 @@ export async function adoptPinned(s: NodeState, revision: string): Promise<strin
   try {
     files = await readRevisionFiles(remote.gitdir, revision, configPath);
   } catch (err) {
-    return (err as { code?: string }).code === 'NotFoundError'
+    return errorCode(err) === 'GitObjectMissing'
       ? `revision ${revision.slice(0, 12)} is not in the Git cache (${remote.gitdir})`
       : `reading ${revision.slice(0, 12)} from the Git cache (${remote.gitdir}) failed: ${errorText(err)}`;
   }

@@ -27,6 +27,7 @@ import {
   type StatusCounters,
   type StatusBgp,
 } from '../status/status-doc.js';
+import { errorText } from '../../errors.js';
 
 export const DEFAULT_STATUS_BRANCH = 'gitlb-status';
 
@@ -109,9 +110,7 @@ export interface ReconcilerOptions {
 
 const quietLog: Logger = { info: () => {}, warn: () => {} };
 
-export function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
+export { errorText };
 
 export class NodeState {
   readonly counters: StatusCounters = emptyCounters();

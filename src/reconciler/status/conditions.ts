@@ -8,6 +8,7 @@
 //   Degraded     True while the node serves but not as configured (reals down, drift just repaired).
 // A condition's lastTransitionTime moves only when its status changes.
 import { emptyCounters, type FailureStage, type NodeStatus } from './status-doc.js';
+import { conditionOf, type RevisionErrorCode } from '../../errors.js';
 
 export type ConditionType = 'Ready' | 'Reconciling' | 'Stalled' | 'Degraded';
 export type ConditionStatus = 'True' | 'False' | 'Unknown';
@@ -63,18 +64,6 @@ export function getCondition(list: readonly Condition[] | undefined, type: Condi
   return list?.find((c) => c.type === type);
 }
 
-/** The condition reason of a revision that failed at `stage` (unless the failure names its own, e.g. NonFastForward). */
-export const STAGE_REASON: Record<FailureStage, ConditionReason> = {
-  fetch: 'FetchFailed',
-  verify: 'VerificationFailed',
-  validate: 'ValidationFailed',
-  render: 'RenderFailed',
-  apply: 'ApplyFailed',
-  readback: 'ReadbackMismatch',
-  health: 'HealthGateFailed',
-  status: 'ApplyFailed',
-};
-
 /** A revision that failed: why, and whether (and when) it is tried again. */
 export interface RevisionFailure {
   stage: FailureStage;
@@ -82,8 +71,8 @@ export interface RevisionFailure {
   retryable: boolean;
   attempts: number;
   retryAt: number; // epoch ms; Infinity when not retryable
-  /** The condition reason when it is not the stage's own (NonFastForward at verify). */
-  condition?: ConditionReason;
+  /** Its code (src/errors.ts): it decided `retryable`, and names the condition reason. */
+  code: RevisionErrorCode;
 }
 
 /** What Degraded is judged from: the services as last read back, a drift repair, a decommission. */
@@ -122,7 +111,7 @@ export class NodeConditions {
 
   /** Ready/Reconciling/Stalled for a head that failed (also re-stated when a fetch recovers onto it). */
   revisionFailed(head: string, f: RevisionFailure): void {
-    const reason = f.condition ?? STAGE_REASON[f.stage];
+    const reason = conditionOf(f.code);
     this.set('Ready', 'False', reason, `${head.slice(0, 12)} failed at ${f.stage}: ${f.reason}`);
     if (f.retryable) {
       const inS = Math.max(0, Math.round((f.retryAt - this.clock().getTime()) / 1000));

@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createLimitedServer, listenHttp, type ConnectionStats } from '../http/http-limits.js';
 import { createHmac, timingSafeEqual, createHash } from 'node:crypto';
 import { RateLimitedWarnings } from '../log/rate-limited.js';
+import { GitlbError } from '../../errors.js';
 
 export interface WebhookOptions {
   host: string;
@@ -153,8 +154,8 @@ export async function startWebhook(o: WebhookOptions): Promise<WebhookServer> {
 /** Parses `ADDR:PORT` (`[v6]:PORT` for IPv6). */
 export function parseListen(spec: string, flag = '--webhook'): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(spec);
-  if (!m) throw new Error(`${flag}: expected ADDR:PORT, got '${spec}'`);
+  if (!m) throw new GitlbError('InvalidOption', `${flag}: expected ADDR:PORT, got '${spec}'`, { field: flag });
   const port = Number(m[3]);
-  if (port > 65535) throw new Error(`${flag}: port ${port} out of range`);
+  if (port > 65535) throw new GitlbError('InvalidOption', `${flag}: port ${port} out of range`, { field: flag });
   return { host: (m[1] ?? m[2])!, port };
 }
