@@ -7,6 +7,8 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flows/flow-sync.js';
 import { serveSnatAddress, servedSnatAddresses, unserveSnatAddress } from '../../src/bpf/dataplane/flow-state.js';
 import { startPeerChannel, secretAuth, type PeerChannel } from '../../src/reconciler/peer/index.js';
+import { newNonce, PEER_PATH_PREFIX, seal } from '../../src/reconciler/peer/frame.js';
+import { request as httpRequest } from 'node:http';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
 import { applyTo } from './converge.js';
@@ -32,10 +34,17 @@ export type FlowSyncStep =
   | { op: 'send'; body: unknown }
   /** the same from a channel that claims to be lb-a with another secret */
   | { op: 'sendForged'; body: unknown; secret: string }
+  /** one genuine lb-a message, sealed once, posted `times` times byte for byte on fresh connections (2: a recorded
+   * message replayed): each answer's HTTP status and text, or the connection's error (a refused oversize body) */
+  | { op: 'sendRaw'; body: unknown; times: number }
+  /** lb-b's sync clock moves on (its entry budget refills by the time, never by how slow the machine is) */
+  | { op: 'advance'; ms: number }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
   | { op: 'restartA' }
   /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
   | { op: 'serve' | 'unserve'; node: 'a' | 'b'; address: string }
+  /** what lb-b's channel refused and counted, by reason */
+  | { op: 'rejections' }
   | { op: 'report'; node: 'a' | 'b' }
   | { op: 'count'; node: 'a' | 'b' };
 
@@ -57,9 +66,13 @@ async function main(): Promise<void> {
     url[node] = ch.url;
     return ch;
   };
-  const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512 };
+  // Deadlines far beyond any step: on a loaded machine a slow answer must not turn into a refusal (the tests count).
+  const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512, timeoutMs: 60_000 };
+  // lb-b's sync runs on a clock only the steps move ('advance'), so what its entry budget grants depends on the steps
+  // alone, never on how long the machine took between them (the flood test was flaky under load).
+  let clockB = Date.now();
   const syncOf = (node: 'a' | 'b', ch: PeerChannel) => new FlowSync({ node: `lb-${node}`, channel: ch, peers: () => Object.keys(url).filter((n) => n !== `lb-${node}`),
-    object: () => dp[node].object(), desired: () => applied[node], log, limits,
+    object: () => dp[node].object(), desired: () => applied[node], log, limits, ...(node === 'b' && { now: () => clockB }),
     snatAddressOf: (peer) => (peer === 'lb-c' ? LB_C_SNAT : applied[peer === 'lb-a' ? 'a' : 'b']?.snatAddress) });
   let chA = await open('lb-a');
   const chB = await open('lb-b');
@@ -86,11 +99,23 @@ async function main(): Promise<void> {
           await sync[step.node].tick();
           out.push({ report: sync[step.node].report() });
         } else if (step.op === 'send') {
-          out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, step.body) });
+          out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, step.body, { timeoutMs: 60_000 }) });
+        } else if (step.op === 'sendRaw') {
+          const body = Buffer.from(JSON.stringify(step.body));
+          const headers = seal(auth, { direction: 'request', kind: FLOW_SYNC_KIND, from: 'lb-a', to: 'lb-b', time: Date.now(), nonce: newNonce() }, body);
+          const answers: { status?: number; body?: string; error?: string }[] = [];
+          for (let i = 0; i < step.times; i++)
+            answers.push(await rawPost(url['lb-b']!, FLOW_SYNC_KIND, headers, body).catch((e: Error) => ({ error: e.message })));
+          out.push({ answers });
+        } else if (step.op === 'advance') {
+          clockB += step.ms;
+          out.push({});
+        } else if (step.op === 'rejections') {
+          out.push({ rejections: chB.rejections().counts });
         } else if (step.op === 'sendForged') {
           const forged = await startPeerChannel({ node: 'lb-a', host: '127.0.0.1', port: 0, auth: secretAuth(step.secret), peers: peersOf('lb-a'), log });
           try {
-            out.push({ answer: await forged.request('lb-b', FLOW_SYNC_KIND, step.body) });
+            out.push({ answer: await forged.request('lb-b', FLOW_SYNC_KIND, step.body, { timeoutMs: 60_000 }) });
           } finally {
             await forged.close();
           }
@@ -119,6 +144,22 @@ async function main(): Promise<void> {
     dp.b.close();
   }
   process.stdout.write(JSON.stringify(out));
+}
+
+/** A raw POST of a recorded message to a peer channel: its HTTP status and answer text. */
+function rawPost(base: string, kind: string, headers: Record<string, string>, body: Buffer): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    // agent false: a connection of its own each time, never one the peer closed after a refusal
+    const req = httpRequest(`${base}${PEER_PATH_PREFIX}${kind}`, { method: 'POST', agent: false,
+      headers: { ...headers, 'content-type': 'application/json', 'content-length': String(body.length) } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8', 0, 200) }));
+    });
+    req.on('error', reject);
+    req.setTimeout(60_000, () => req.destroy(new Error('no answer within 60 s')));
+    req.end(body);
+  });
 }
 
 export function runFlowSyncHarness(ns: string, input: FlowSyncInput, timeoutMs = 120_000): Promise<any[]> {
