@@ -112,6 +112,11 @@ const portsText = (s: ServiceDoc) =>
     .join(',');
 
 const rangesText = (s: ServiceDoc) => s.spec.sourceRanges?.join(',') ?? 'any client';
+/** The QUIC server ids of a service's reals, by address. */
+const serverIds = (s: ServiceDoc): Map<string, number> =>
+  new Map(s.spec.reals.filter((r) => r.serverId !== undefined).map((r) => [r.address, r.serverId!]));
+const serverIdsText = (s: ServiceDoc) =>
+  [...serverIds(s)].map(([a, id]) => `${a}=${id}`).sort().join(',') || 'none';
 
 /** Whether every client `base` lets in is in one of `head`'s prefixes (absent: every client). */
 function rangesCover(head: string[] | undefined, base: string[] | undefined): boolean {
@@ -139,6 +144,8 @@ function serviceFields(base: ServiceDoc, head: ServiceDoc, baseModel: ConfigMode
     ['hash.sourcePort', b.hash.sourcePort, h.hash.sourcePort],
     ['sourceRanges', rangesText(base), rangesText(head)],
     ['sessionAffinity.clientIP.timeout', b.sessionAffinity?.clientIP.timeout, h.sessionAffinity?.clientIP.timeout],
+    ['quic.connectionIdRouting', b.quic?.connectionIdRouting ?? false, h.quic?.connectionIdRouting ?? false],
+    ['reals[].serverId', serverIdsText(base), serverIdsText(head)],
     ...leafPairs('healthCheck', b.healthCheck, h.healthCheck),
     ['maglev.tableSize', serviceTableSize(baseModel.cluster.spec, base), serviceTableSize(headModel.cluster.spec, head)],
     ['maglev identity port', idPort(base), idPort(head)],
@@ -277,6 +284,16 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
   if (!rangesCover(head.spec.sourceRanges, base.spec.sourceRanges)) {
     out.push(`sourceRanges ${rangesText(base)} -> ${rangesText(head)}: clients outside the new ranges are dropped from ` +
       `the moment each lb node applies, their open connections included.`);
+  }
+  // QUIC connections are routed by the server id their connection IDs carry (docs/datapath.md "QUIC connection IDs")
+  if (base.spec.quic?.connectionIdRouting) {
+    const was = serverIds(base);
+    const now = head.spec.quic?.connectionIdRouting ? serverIds(head) : new Map<string, number>();
+    const lost = [...was].filter(([a, id]) => now.get(a) !== id && head.spec.reals.some((r) => r.address === a && r.state !== 'disabled'));
+    if (lost.length > 0)
+      out.push(`QUIC server ids ${lost.map(([a, id]) => `${a}=${id}`).join(', ')} no longer route: packets of open QUIC ` +
+        `connections whose connection IDs carry them go by the connection table and the Maglev table from each lb node's ` +
+        `apply, so a connection that migrates or whose 5-tuple the table moves reaches another real.`);
   }
   if (encapFlips.length > 0) {
     const socketMoves = encapFlips.filter((c) => (c.from === 'dsr-ipopt') !== (c.to === 'dsr-ipopt'));

@@ -8,6 +8,8 @@ import { formatDiagnostic, parseConfig, type ConfigFile } from '../../src/render
 import { renderDesiredState } from '../../src/render/desired.js';
 import { applyOps, describeOp, liveOf, planOps, type Op } from '../../src/render/ops.js';
 import { validateDesired } from '../../src/bpf/dataplane/validate.js';
+import { planChanges } from '../../src/render/plan.js';
+import { formatPlanText } from '../../src/render/plan-format.js';
 import type { DesiredState } from '../../src/render/state.js';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);
@@ -160,4 +162,29 @@ test('the data plane refuses QUIC state it cannot hold, naming the field', (t) =
   t.regex(bad((x) => { delete x.vips.find((v) => v.protocol === 'UDP')!.quic; }), /\.quic: absent, but it is a dsr UDP listener/);
   t.regex(bad((x) => { x.vips.find((v) => v.protocol === 'TCP')!.quic = true; }), /\.quic: set, but it is not/);
   t.truthy(s.quic);
+});
+
+test('gitlb plan names server id and routing changes, and warns when an id of a staying real stops routing', (t) => {
+  const m = (reals: Real[], quic?: string) => parse(svc(reals, quic === undefined ? {} : { quic })).model!;
+  const base = m([{ address: A, serverId: 1 }, { address: B, serverId: 2 }]);
+  const changed = planChanges(base, m([{ address: A, serverId: 1 }, { address: B, serverId: 3 }]));
+  t.true(changed.changed);
+  t.deepEqual(changed.services[0]!.fields, [{ field: 'reals[].serverId', before: `${A}=1,${B}=2`, after: `${A}=1,${B}=3` }]);
+  t.is(changed.services[0]!.movedEntries, 0, 'server ids move no table entry');
+  t.regex(changed.services[0]!.warnings.join('\n'), new RegExp(`QUIC server ids ${B.replace(/\./g, '\\.')}=2 no longer route`));
+  t.regex(formatPlanText(changed), /reals\[\]\.serverId: /);
+  const off = planChanges(base, m([{ address: A, serverId: 1 }, { address: B, serverId: 2 }], ''));
+  t.deepEqual(off.services[0]!.fields.map((f) => f.field), ['quic.connectionIdRouting']);
+  t.is(off.services[0]!.warnings.length, 1, 'turning routing off warns');
+  // benign: turning it on, adding an id, removing a real with its id warn of nothing
+  for (const [b, h] of [
+    [m([{ address: A, serverId: 1 }], ''), m([{ address: A, serverId: 1 }])],
+    [m([{ address: A, serverId: 1 }, { address: B }]), m([{ address: A, serverId: 1 }, { address: B, serverId: 2 }])],
+    [base, m([{ address: A, serverId: 1 }])],
+  ] as const) {
+    const p = planChanges(b, h);
+    t.true(p.changed);
+    t.deepEqual(p.services[0]!.warnings, []);
+  }
+  t.false(planChanges(base, m([{ address: A, serverId: 1 }, { address: B, serverId: 2 }])).changed);
 });

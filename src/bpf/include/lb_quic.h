@@ -121,6 +121,7 @@ static __attribute__((noinline)) __u64 lb_quic_find(struct xdp_md *ctx, __u32 l4
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 why = LB_QUIC_CNT_MALFORMED;
+	__u64 found = 0;
 	const __u8 *cid;
 	__u8 *q;
 
@@ -180,11 +181,11 @@ static __attribute__((noinline)) __u64 lb_quic_find(struct xdp_md *ctx, __u32 l4
 
 	if (!rs || !real_id || rs->real_id != real_id)
 		goto out;
-	lb_quic_count(LB_QUIC_CNT_ROUTED);
-	return ((__u64)real_id << 32) | (slot + 1);
+	why = LB_QUIC_CNT_ROUTED;
+	found = ((__u64)real_id << 32) | (slot + 1);
 out:
 	lb_quic_count(why);
-	return 0;
+	return found;
 }
 
 /* lb_quic_find for the packet: the real its connection ID names (and *real_id), or 0. */
