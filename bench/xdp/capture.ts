@@ -1,0 +1,106 @@
+// Runs inside the bench namespace (bench.ts with XDP_BENCH_MEASURE=capture.ts): what `gitlb capture` support costs.
+// Capture is off by swapping: the daemon runs xdp_lb.o, whose instructions carry no capture code, and the capture
+// build (xdp_lb_capture.o) runs only while someone captures. Measured alternately in one run, on the same harness,
+// packets and maps, each net of the harness floor (an empty XDP program):
+//   normal          xdp_lb.o, the program the daemon runs (capture off)
+//   normal again    xdp_lb.o loaded a second time over the same maps: what "no difference" looks like here (noise)
+//   capture, no VIP match   xdp_lb_capture.o capturing --vip of another VIP: what a capture costs the frames it
+//                   does not select (the address filters decide right after parsing; nothing is copied)
+//   capture, no exit match  xdp_lb_capture.o capturing --reason drop_no_real: the address filters pass, the frame as
+//                   received is copied, the exit filter refuses it (the dearest frame that is still not captured)
+// BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1; every iteration checked to take the measured path.
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { CaptureProgram, NO_FILTER } from '../../src/bpf/capture/index.js';
+import { parseAddressMatch } from '../../src/bpf/capture/filter.js';
+import { makeState } from '../../test/lib/lb-state.js';
+import { LAB } from '../../test/lib/xdp-lab.js';
+import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
+import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
+import { applyTo } from '../../test/lib/converge.js';
+
+const pinRoot = process.argv[2]!;
+const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
+const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
+
+const ring = benchRing();
+const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
+const state = makeState({
+  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: 65536,
+  services: [
+    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: new Uint32Array(65537).fill(1) },
+    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
+  ],
+});
+const dp = await openLbDataPlane({ pinRoot });
+await applyTo(dp, state);
+const normal = dp.object()!.program('xdp_lb');
+// the same object loaded again over every pinned map (same sizes as pinned)
+const mapMaxEntries: Record<string, number> = {};
+for (const name of readdirSync(pinRoot)) {
+  try {
+    const m = BpfMap.open(join(pinRoot, name));
+    mapMaxEntries[name] = m.maxEntries;
+    m.close();
+  } catch {
+    /* a link or program pin, not a map */
+  }
+}
+const again = await BpfObject.load('xdp_lb', { pinRoot, reusePinnedMaps: true, mapMaxEntries });
+const noVip = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, vips: [parseAddressMatch('203.0.113.99', '--vip', true)] });
+const noExit = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, counters: ['drop_no_real'] });
+const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
+const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
+const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
+const ctxFor = xdpContextFor(LAB.lbA.name);
+const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
+const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
+const counter = async (name: string) => (await dp.counters())[name] as number;
+
+const cases = [
+  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
+  { name: 'dsr-ipip connection-table hit', data: pkt('203.0.113.11', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
+  { name: 'dsr-ipip SYN, new flow every packet', data: pkt('203.0.113.11', TCP_FLAGS.SYN), harness: varyObj, counters: ['ct_miss', 'tx'] },
+];
+for (const c of cases) normal.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
+
+const programs: Array<[string, BpfProgram]> = [['normal', normal], ['again', again.program('xdp_lb')], ['noVip', noVip.program], ['noExit', noExit.program]];
+console.log(`gitlb capture support on the XDP hot path: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, CPU 1, ns/packet net of the floor`);
+console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'normal'.padStart(7)} ${'again'.padStart(6)} ${'ratio'.padStart(6)} ${'capture:no-vip'.padStart(15)} ${'ratio'.padStart(6)} ${'capture:no-exit'.padStart(16)} ${'ratio'.padStart(6)}`);
+const harnessProg = (o: BpfObject) => o.programs()[0]!;
+let failed = false;
+for (const c of cases) {
+  try {
+    const runs: Record<string, number[]> = { floor: [], normal: [], again: [], noVip: [], noExit: [] };
+    const ctx = ctxFor(c.data.length);
+    for (let r = 0; r < RUNS; r++) {
+      for (const [key, prog] of [['floor', empty.program('xdp_empty')] as [string, BpfProgram], ...programs]) {
+        loadHarness(c.harness, c.data, prog);
+        runs[key]!.push(await runChecked(harnessProg(c.harness), c.data, ctx, key === 'floor' ? 2 : 3, REPEAT, counter, key === 'floor' ? [] : c.counters));
+      }
+    }
+    const f = median(runs.floor!);
+    const net = (k: string) => median(runs[k]!) - f;
+    const [n, a, v, x] = [net('normal'), net('again'), net('noVip'), net('noExit')];
+    const ratio = (y: number) => (y / n).toFixed(3);
+    console.log(`${c.name.padEnd(38)} ${String(f).padStart(6)} ${String(n).padStart(7)} ${String(a).padStart(6)} ${ratio(a).padStart(6)} ${String(v).padStart(15)} ${ratio(v).padStart(6)} ${String(x).padStart(16)} ${ratio(x).padStart(6)}`);
+    console.log(`${''.padEnd(38)} runs: ${Object.entries(runs).map(([k, xs]) => `${k} ${xs.join(' ')}`).join(' | ')}`);
+  } catch (e) {
+    failed = true;
+    console.log(`${c.name.padEnd(38)} FAILED: ${(e as Error).message}`);
+  }
+}
+// nothing was captured: the filters matched no measured frame
+for (const [name, cap] of [['no-vip', noVip], ['no-exit', noExit]] as const) {
+  const s = cap.stats();
+  console.log(`capture:${name}: ${s.seen} frames seen, ${s.matched} matched, ${s.captured} captured`);
+  if (s.matched) failed = true;
+}
+noVip.close();
+noExit.close();
+again.close();
+dp.close();
+process.exitCode = failed ? 1 : 0;
