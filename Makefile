@@ -50,6 +50,9 @@ $(ADDON): $(ADDON_SRC)
 
 ts:
 	node_modules/.bin/tsc -p tsconfig.json
+	@# tsc never deletes: drop outputs whose source was removed or moved (the CLI loads every file of
+	@# dist/cli/commands/, so a stale one breaks it)
+	@cd dist && find . -name '*.js' | while read -r f; do [ -e "../src/$${f%.js}.ts" ] || rm -f "$$f" "$$f.map"; done
 
 # bin/gitlb (which tests run as a user would) runs tsc's output in dist/, so the tests need the whole build.
 test: build

@@ -12,7 +12,7 @@ import { startDaemon, type Daemon } from './daemon.js';
 import { lastAppliedModel } from './state/served-model.js';
 import { startSchedule } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
-import { healthPeers, type HealthPeers } from './health/peer-wiring.js';
+import { healthPeers, PEER_SILENT_MS, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
 import type { PeerSyncReport } from './flows/flow-sync.js';
 import type { SnatTakeover } from './flows/snat-takeover.js';
@@ -412,11 +412,23 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
       onChange: () => d.refreshHealth('peer observations changed'),
     });
     peerFeed = feed;
+    // Peers silent for PEER_SILENT_MS are named in this node's status, so `gitlb status` reports a killed lb daemon
+    // within seconds instead of when its own file goes stale; the status is written when that set changes.
+    let silentNames = '';
     tasks.push(
       everyExclusive(o.peerPoll, 'health: peer feed', async () => {
         const model = d.reconciler.appliedConfig;
-        // Only consensus mode votes with peers; in local mode reading their status would be wasted load.
-        if (model && agreementMode(model).mode === 'consensus') await feed.refresh();
+        if (!model) return;
+        // Only consensus mode votes with peers; in local mode the same authenticated read only tells who answers.
+        if (agreementMode(model).mode === 'consensus') await feed.refresh();
+        else if (peers?.readObservations) await peers.readObservations();
+        const silent = peers?.silent() ?? [];
+        const names = silent.map((p) => p.peer).join(', ');
+        if (names === silentNames) return;
+        const heardAgain = silentNames.split(', ').filter((n) => n && !silent.some((p) => p.peer === n));
+        silentNames = names;
+        if (names) log.warn(`peers silent on the peer channel: ${names} (no valid answer for ${PEER_SILENT_MS / 1000} s or more)`, { stage: 'health', silent: names });
+        d.refreshHealth(names ? `peer channel: ${names} silent` : `peer channel: ${heardAgain.join(', ')} heard again`);
       }, log),
     );
   }

@@ -18,7 +18,7 @@ import {
 } from '../e2e-lab.js';
 import { runTraffic, tally, type FlowRecord } from '../../src/demo/traffic.js';
 import { readLocalApplied, readNodeStatus } from '../../src/demo/status-watch.js';
-import { nsExec, run, sleep } from '../../src/lab/netns.js';
+import { exec, nsExec, run, sleep } from '../../src/lab/netns.js';
 import { labNs } from '../../src/lab/lab.js';
 import { LAB_METRICS_PORT, metricsAddress } from '../../src/lab/prometheus.js';
 
@@ -496,4 +496,32 @@ test.serial('consensus (issue 23): forged peer status files marking a real down 
     const back = await pushFiles(l, { 'cluster.yaml': clusterBefore, ...Object.fromEntries(ghosts.map((n) => [`nodes/${n}.yaml`, null])) }, 'local health again');
     await waitApplied(l, back, ['lb-1', 'lb-2']);
   }
+});
+
+// Last in this file: it kills a daemon. A `kill -9` writes no Stopped status; the other lb node stops hearing it on
+// the peer channel and says so in its own status, so `gitlb status` names the killed node long before its file
+// goes stale (docs/health.md, "A killed lb daemon is named by its peers").
+test.serial('a killed lb daemon is named by gitlb status through its peer, well before its own file goes stale', async (t) => {
+  t.timeout(120_000);
+  const l = need();
+  const status = () => exec([process.execPath, join(import.meta.dirname, '..', '..', 'bin', 'gitlb'), 'status', '--repo', l.state.git!.bare]);
+  const before = await status();
+  t.log(`before the kill: exit ${before.code}; ${before.stderr.trim().slice(0, 300)}`);
+  t.notRegex(before.stdout, /silent on the peer channel/, 'nobody is silent while both daemons run');
+  const daemon = l.state.processes.find((p) => p.role === 'daemon' && p.node === 'lb-2')!;
+  t.truthy(daemon, 'lb-2 runs a daemon');
+  process.kill(daemon.pid, 'SIGKILL');
+  const killedAt = Date.now();
+  let out = '';
+  let code: number | null = null;
+  for (const end = Date.now() + 90_000; Date.now() < end; await sleep(2000)) {
+    const r = await status();
+    out = r.stdout + r.stderr;
+    code = r.code;
+    if (/lb-2: silent on the peer channel to lb-1 since .*has not written its status since/.test(out)) break;
+  }
+  t.log(`named ${Math.round((Date.now() - killedAt) / 1000)} s after the kill`);
+  t.regex(out, /lb-2: silent on the peer channel to lb-1 since .*: its daemon stopped or was killed, or the node is cut off/);
+  t.is(code, 1, 'a problem: exit 1');
+  t.notRegex(out, /lb-2: stale/, 'its own file is not stale yet: only the peer can tell');
 });

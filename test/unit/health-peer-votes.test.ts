@@ -14,7 +14,7 @@ import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
 import { HealthService } from '../../src/reconciler/health/service.js';
 import { PeerObservationFeed } from '../../src/reconciler/health/peer-feed.js';
-import { healthPeers } from '../../src/reconciler/health/peer-wiring.js';
+import { healthPeers, PEER_SILENT_MS } from '../../src/reconciler/health/peer-wiring.js';
 import { lbPeers, serveObservations } from '../../src/reconciler/health/peer-exchange.js';
 import { secretAuth, startPeerChannel, type PeerChannel, type RejectReason } from '../../src/reconciler/peer/index.js';
 import type { ConfigModel } from '../../src/render/model.js';
@@ -158,4 +158,37 @@ test.serial('without a peer secret no peer votes are read in consensus mode, and
   // Local mode needs no peers: no warning.
   const local = await lb1(t, model('local'), false);
   t.is(local.health.status()!.peers!.warning, undefined);
+});
+
+test.serial('liveness: a peer that stops answering is reported silent after PEER_SILENT_MS, an impostor is never heard, one that answers again is not silent', async (t) => {
+  const m = model('local');
+  let clock = Date.now();
+  const channel = await startPeerChannel({ node: 'lb-1', host: '127.0.0.1', port: PORT, auth: secretAuth(SECRET), peers: () => lbPeers(m, 'lb-1', PORT) });
+  t.teardown(() => channel.close());
+  const peers = healthPeers({ node: 'lb-1', channel, health: () => null, model: () => m, log: { warn: () => {} }, now: () => clock });
+  const answer = () => vote(false, new Date(clock).toISOString());
+  let two = await peer(t, m, 'lb-2', SECRET, answer);
+  await impostor(t, 'lb-3');
+  const start = clock;
+  await peers.readObservations!();
+  t.deepEqual(peers.silent(), [], 'nobody is silent right after the first round');
+  t.is(peers.report().silent, undefined);
+
+  // lb-2's daemon stops; lb-3 is an impostor all along (bad MAC): neither answers with a valid vote.
+  await two.close();
+  clock += PEER_SILENT_MS - 1;
+  await peers.readObservations!();
+  t.deepEqual(peers.silent(), [], 'not yet: one slow round does not name a node');
+  clock += 1;
+  await peers.readObservations!();
+  const silent = peers.silent();
+  t.deepEqual(silent.map((p) => [p.peer, p.since, p.heard]), [['lb-2', new Date(start).toISOString(), true], ['lb-3', new Date(start).toISOString(), false]]);
+  t.regex(silent[0]!.lastError ?? '', /lb-2/);
+  t.regex(silent[1]!.lastError ?? '', /bad-mac|MAC/i);
+  t.deepEqual(peers.report().silent, silent, 'the status report carries the same list');
+
+  // lb-2 is back: heard again, not silent; lb-3 stays silent.
+  two = await peer(t, m, 'lb-2', SECRET, answer);
+  await peers.readObservations!();
+  t.deepEqual(peers.silent().map((p) => p.peer), ['lb-3']);
 });

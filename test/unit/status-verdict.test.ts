@@ -129,3 +129,28 @@ test('benign: ordinary status text (names, reasons, UTF-8) prints as written', (
   t.true(text.includes('Dienst „web“ – 198.51.100.11: connection refused'), text);
   t.false(text.includes('\\'), 'nothing escaped');
 });
+
+/** `s` with health.peers.silent naming `peer` silent since `sinceAgoMs`. */
+const sayingSilent = (s: NodeStatus, peer: string, sinceAgoMs: number): NodeStatus => {
+  const health = (s as unknown as { health: Record<string, unknown> }).health;
+  return { ...s, health: { ...health, peers: { authentication: 'shared-secret', rejected: {},
+    silent: [{ peer, since: iso(sinceAgoMs), heard: true, lastError: `${peer} health.observations: connect ECONNREFUSED` }] } } } as unknown as NodeStatus;
+};
+
+test('a killed lb daemon is named within seconds by the peer that no longer hears it, not after its file goes stale', (t) => {
+  // lb-b's daemon was killed 40 s ago (its last status write 60 s ago); lb-a has not heard it for 30 s and said so.
+  const v = assess([sayingSilent(lb('lb-a', { writtenAgoMs: 20_000 }), 'lb-b', 30_000), lb('lb-b', { writtenAgoMs: 60_000 })]);
+  t.false(v.ok);
+  t.deepEqual(v.problems, [`lb-b: silent on the peer channel to lb-a since ${iso(30_000)} (30s ago), and has not written its status since: its daemon stopped or was killed, or the node is cut off`]);
+  t.false(v.nodes.find((n) => n.node === 'lb-b')!.stale, 'well inside --stale-after: only the peer can tell');
+});
+
+test('benign: a peer that still writes its status is named as a broken channel; a stale reporter and an old claim of a node that wrote since do not accuse', (t) => {
+  const broken = assess([sayingSilent(lb('lb-a', { writtenAgoMs: 5_000 }), 'lb-b', 30_000), lb('lb-b', { writtenAgoMs: 10_000 })]);
+  t.deepEqual(broken.problems, [`lb-b: lb-a has not heard it on the peer channel since ${iso(30_000)} (30s ago), though it still writes its status: the channel between them is broken (addresses, firewall, keys)`]);
+  // lb-a's own file is older than --stale-after: its claims are not evidence (lb-a itself is reported stale).
+  const staleReporter = assess([sayingSilent(lb('lb-a', { writtenAgoMs: 1_000_000 }), 'lb-b', 1_100_000), lb('lb-b', { writtenAgoMs: 2_000_000 })]);
+  t.false(staleReporter.problems.some((p) => p.includes('peer channel')), staleReporter.problems.join('\n'));
+  const quiet = assess([lb('lb-a'), lb('lb-b')]);
+  t.true(quiet.ok, quiet.problems.join('\n'));
+});

@@ -53,6 +53,9 @@ export function voteFromAnswer(peer: string, answer: unknown, now: number, skewM
 export class PeerVoteReader {
   private readonly last = new Map<string, NodeObservations>();
   private readonly lastError = new Map<string, string>();
+  /** Per peer: when it last answered with a vote that counts, and when it was first asked (liveness, silentPeers). */
+  private readonly heard = new Map<string, number>();
+  private readonly firstAsked = new Map<string, number>();
 
   constructor(private readonly o: {
     channel: PeerChannel;
@@ -65,7 +68,9 @@ export class PeerVoteReader {
 
   async read(peers: string[]): Promise<NodeObservations[]> {
     const names = new Set(peers);
-    for (const n of [...this.last.keys()]) if (!names.has(n)) this.last.delete(n);
+    for (const m of [this.last, this.heard, this.firstAsked, this.lastError] as Map<string, unknown>[]) for (const n of [...m.keys()]) if (!names.has(n)) m.delete(n);
+    const asked = (this.o.now ?? Date.now)();
+    for (const peer of peers) if (!this.firstAsked.has(peer)) this.firstAsked.set(peer, asked);
     await Promise.all(peers.map(async (peer) => {
       try {
         const answer = await this.o.channel.request(peer, HEALTH_KIND, {}, { timeoutMs: this.o.timeoutMs, maxAnswerBytes: MAX_ANSWER_BYTES });
@@ -75,6 +80,7 @@ export class PeerVoteReader {
           throw new PeerError(peer, HEALTH_KIND, vote.reject, vote.detail);
         }
         this.last.set(peer, vote.obs);
+        this.heard.set(peer, (this.o.now ?? Date.now)());
         this.lastError.delete(peer);
       } catch (err) {
         const msg = (err as Error).message;
@@ -85,4 +91,31 @@ export class PeerVoteReader {
     }));
     return [...this.last.values()];
   }
+
+  /**
+   * Peers that have not answered with a valid vote for `afterMs` or more (counted from their last good answer, or
+   * from the first time they were asked): a stopped or killed daemon, a node cut off, or one that fails
+   * authentication. Sorted by name.
+   */
+  silentPeers(afterMs: number): SilentPeer[] {
+    const now = (this.o.now ?? Date.now)();
+    const out: SilentPeer[] = [];
+    for (const [peer, asked] of this.firstAsked) {
+      const heard = this.heard.get(peer);
+      const since = heard ?? asked;
+      if (now - since < afterMs) continue;
+      const error = this.lastError.get(peer);
+      out.push({ peer, since: new Date(since).toISOString(), heard: heard !== undefined, ...(error && { lastError: error }) });
+    }
+    return out.sort((a, b) => (a.peer < b.peer ? -1 : a.peer > b.peer ? 1 : 0));
+  }
+}
+
+/** A peer lb node this node has not heard from (status: health.peers.silent; `gitlb status` names it). */
+export interface SilentPeer {
+  peer: string;
+  /** Its last valid answer, or (never heard) when this node first asked it. */
+  since: string;
+  heard: boolean;
+  lastError?: string;
 }

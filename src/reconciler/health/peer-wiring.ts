@@ -7,7 +7,13 @@ import type { ConfigModel } from '../../render/model.js';
 import type { NodeObservations } from '../../render/health-quorum.js';
 import type { PeerChannel, PeerChannelMetrics, RejectReason } from '../peer/index.js';
 import { agreementMode } from './agreement.js';
-import { lbPeers, PeerVoteReader, serveObservations } from './peer-exchange.js';
+import { lbPeers, PeerVoteReader, serveObservations, type SilentPeer } from './peer-exchange.js';
+
+/**
+ * A peer that has not answered for this long is reported silent (status health.peers.silent, `gitlb status`): five
+ * rounds of the default 2 s peer poll, so one lost answer or a slow moment does not name a node.
+ */
+export const PEER_SILENT_MS = 10_000;
 
 /** status/<node>.yaml health.peers: how votes are authenticated and what was refused (docs/health.md). */
 export interface HealthPeerReport {
@@ -17,6 +23,8 @@ export interface HealthPeerReport {
   lastRejected?: { reason: RejectReason; direction: 'in' | 'out'; peer: string; at: string };
   /** Something the operator must fix: consensus without authentication, or refused messages in the last 10 min. */
   warning?: string;
+  /** Peer lb nodes that have not answered for PEER_SILENT_MS (their daemon stopped or was killed, or they are cut off). */
+  silent?: SilentPeer[];
 }
 
 export interface HealthPeers {
@@ -24,6 +32,8 @@ export interface HealthPeers {
   readObservations?: () => Promise<NodeObservations[]>;
   /** The feed found no way to read authenticated votes in consensus mode. */
   unauthenticated(): void;
+  /** Peer lb nodes not heard for PEER_SILENT_MS (read on every poll, in any health mode, while there is a channel). */
+  silent(): SilentPeer[];
   report(): HealthPeerReport;
 }
 
@@ -64,7 +74,9 @@ export function healthPeers(o: {
       warnedUnauthenticated = true;
       o.log.warn('health: consensus mode without peer authentication (no --peer-secret-file or --peer-key): peer votes are not read; deciding on this node\'s own observations only');
     },
+    silent: () => reader?.silentPeers(PEER_SILENT_MS) ?? [],
     report() {
+      const silent = reader?.silentPeers(PEER_SILENT_MS) ?? [];
       const model = o.model();
       const consensus = model !== null && agreementMode(model).mode === 'consensus';
       const fromChannel = channel?.rejections() ?? { counts: {}, last: null };
@@ -78,7 +90,8 @@ export function healthPeers(o: {
       const warning = consensus && !channel
         ? 'consensus mode without peer authentication: no peer votes, deciding on local observations only; give --peer-secret-file or --peer-key'
         : recent ? `${total} peer messages refused since start (latest: ${last!.reason} ${last!.direction === 'in' ? 'from' : 'answer of'} ${last!.peer} at ${last!.at})` : undefined;
-      return { authentication: o.authentication ?? (channel ? 'shared-secret' : 'none'), rejected, ...(last && { lastRejected: last }), ...(warning && { warning }) };
+      return { authentication: o.authentication ?? (channel ? 'shared-secret' : 'none'), rejected, ...(last && { lastRejected: last }), ...(warning && { warning }),
+        ...(silent.length && { silent }) };
     },
   };
 }

@@ -158,6 +158,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     if (stale && !stopped) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
     if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's at the same revision (${s.appliedRevision?.slice(0, 12) ?? 'none'})`);
     if (lagging?.problem) problems.push(`${s.node}: ${lagging.text}`);
+    if (isLb && !down && !stopped) problems.push(...silenceProblems(s, updated, lbs, now, input.staleAfterMs));
     if (degraded && !input.ignoreDegraded) problems.push(`${s.node}: degraded: ${degraded}`);
     const bgp = bgpOfStatus(s);
     const xdp = readStatusXdp(s.xdp);
@@ -336,6 +337,37 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   // line built from them is escaped on its own (escape.ts) before the lines are joined, so a field cannot end its
   // line and fake another ('verdict: OK'), move the cursor or read differently (bidi overrides).
   return [...out, ...details.map((d) => escapeControl(d) + '\n'), formatBgpSection(v.nodes), escapeControl(summary) + '\n', verdict + '\n'].join('');
+}
+
+/** health.peers.silent of a node's status: the peer lb nodes it has not heard from, and since when (bounded). */
+function silentPeersOf(s: NodeStatus): { peer: string; since: number }[] {
+  const list = (s as { health?: { peers?: { silent?: unknown } } } | null)?.health?.peers?.silent;
+  if (!Array.isArray(list)) return [];
+  return list.slice(0, 64).flatMap((x: { peer?: unknown; since?: unknown } | null) => {
+    const since = time(x?.since);
+    return typeof x?.peer === 'string' && since !== null ? [{ peer: x.peer, since }] : [];
+  });
+}
+
+/**
+ * Other lb nodes (with a fresh status file) that report `s` silent on the peer channel. When `s` has not written its
+ * status since, its daemon is gone or the node is cut off: named within seconds (health/peer-wiring.ts,
+ * PEER_SILENT_MS, plus one status write), not when its own file goes stale. When `s` still writes, only the
+ * channel between them is broken.
+ */
+function silenceProblems(s: NodeStatus, updated: number | null, lbs: NodeStatus[], now: number, staleAfterMs: number): string[] {
+  const out: string[] = [];
+  for (const o of lbs) {
+    const theirs = time(o.updatedAt);
+    if (o.node === s.node || theirs === null || now - theirs > staleAfterMs) continue;
+    const claim = silentPeersOf(o).find((p) => p.peer === s.node);
+    if (!claim) continue;
+    const since = `${new Date(claim.since).toISOString()} (${formatAge(Math.max(0, now - claim.since))} ago)`;
+    out.push(updated === null || updated <= claim.since
+      ? `${s.node}: silent on the peer channel to ${o.node} since ${since}, and has not written its status since: its daemon stopped or was killed, or the node is cut off`
+      : `${s.node}: ${o.node} has not heard it on the peer channel since ${since}, though it still writes its status: the channel between them is broken (addresses, firewall, keys)`);
+  }
+  return out;
 }
 
 /** The peer channel's warning in a node's status (health.peers.warning), if any. */
