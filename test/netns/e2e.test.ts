@@ -507,7 +507,7 @@ test.serial('a killed lb daemon is named by gitlb status through its peer, well 
   const status = () => exec([process.execPath, join(import.meta.dirname, '..', '..', 'bin', 'gitlb'), 'status', '--repo', l.state.git!.bare]);
   const before = await status();
   t.log(`before the kill: exit ${before.code}; ${before.stderr.trim().slice(0, 300)}`);
-  t.notRegex(before.stdout, /silent on the peer channel/, 'nobody is silent while both daemons run');
+  t.notRegex(before.stdout, /lb-[12]: silent on the peer channel/, 'neither lb node is silent while both daemons run');
   const daemon = l.state.processes.find((p) => p.role === 'daemon' && p.node === 'lb-2')!;
   t.truthy(daemon, 'lb-2 runs a daemon');
   process.kill(daemon.pid, 'SIGKILL');

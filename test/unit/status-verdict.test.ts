@@ -153,4 +153,7 @@ test('benign: a peer that still writes its status is named as a broken channel; 
   t.false(staleReporter.problems.some((p) => p.includes('peer channel')), staleReporter.problems.join('\n'));
   const quiet = assess([lb('lb-a'), lb('lb-b')]);
   t.true(quiet.ok, quiet.problems.join('\n'));
+  // A node the config no longer names is not a peer any more: an old claim about it accuses nobody.
+  const dropped = assess([sayingSilent(lb('lb-a'), 'lb-z', 30_000), lb('lb-b'), lb('lb-z', { writtenAgoMs: 60_000 })]);
+  t.false(dropped.problems.some((p) => p.includes('peer channel')), dropped.problems.join('\n'));
 });

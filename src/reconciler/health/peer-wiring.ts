@@ -67,6 +67,11 @@ export function healthPeers(o: {
       } });
   }
   let warnedUnauthenticated = false;
+  // Only lb nodes of the applied config: a node the config dropped is no longer a peer, silent or not.
+  const silentNow = () => {
+    const current = new Set(lbPeers(o.model(), o.node, 0).map((p) => p.node));
+    return (reader?.silentPeers(PEER_SILENT_MS) ?? []).filter((p) => current.has(p.peer));
+  };
   return {
     ...(reader && channel && { readObservations: () => reader.read(lbPeers(o.model(), o.node, 0).map((p) => p.node)) }),
     unauthenticated() {
@@ -74,9 +79,9 @@ export function healthPeers(o: {
       warnedUnauthenticated = true;
       o.log.warn('health: consensus mode without peer authentication (no --peer-secret-file or --peer-key): peer votes are not read; deciding on this node\'s own observations only');
     },
-    silent: () => reader?.silentPeers(PEER_SILENT_MS) ?? [],
+    silent: () => silentNow(),
     report() {
-      const silent = reader?.silentPeers(PEER_SILENT_MS) ?? [];
+      const silent = silentNow();
       const model = o.model();
       const consensus = model !== null && agreementMode(model).mode === 'consensus';
       const fromChannel = channel?.rejections() ?? { counts: {}, last: null };

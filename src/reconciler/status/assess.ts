@@ -158,7 +158,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     if (stale && !stopped) problems.push(`${s.node}: stale: ${ageMs === null ? 'no update time' : `last update ${formatAge(ageMs)} ago`} (threshold ${formatAge(input.staleAfterMs)})`);
     if (digestVerdict === 'differ') problems.push(`${s.node}: table digests differ from another lb node's at the same revision (${s.appliedRevision?.slice(0, 12) ?? 'none'})`);
     if (lagging?.problem) problems.push(`${s.node}: ${lagging.text}`);
-    if (isLb && !down && !stopped) problems.push(...silenceProblems(s, updated, lbs, now, input.staleAfterMs));
+    if (isLb && named && !down && !stopped) problems.push(...silenceProblems(s, updated, lbs, now, input.staleAfterMs));
     if (degraded && !input.ignoreDegraded) problems.push(`${s.node}: degraded: ${degraded}`);
     const bgp = bgpOfStatus(s);
     const xdp = readStatusXdp(s.xdp);
