@@ -1,5 +1,6 @@
 // From a validated config revision and a node name, the node's complete desired data-plane state
 // (src/render/state.ts, documented in docs/render.md). Pure: same model, node and health => same state, byte for byte.
+import { GitlbError } from '../errors.js';
 import type { ConfigModel, NodeDoc, Protocol, ServiceDoc } from './model.js';
 import type { DesiredQuicServer, DesiredReal, DesiredService, DesiredServiceReal, DesiredState, DesiredVip, Forwarding } from './state.js';
 import { assignStableIds } from './ids.js';
@@ -108,7 +109,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
   const node = model.nodes.find((n) => n.metadata.name === nodeName);
   if (!node) {
     const known = model.nodes.map((n) => n.metadata.name).join(', ') || 'none';
-    throw new Error(`node '${nodeName}' is not defined in the config (known nodes: ${known})`);
+    throw new GitlbError('RenderFailed', `node '${nodeName}' is not defined in the config (known nodes: ${known})`, { field: 'node' });
   }
   const cluster = model.cluster.spec;
   const { serviceIds, realIds } = modelIds(model);

@@ -8,6 +8,7 @@
 // N*M permutation entries we keep, per backend, the position of its next candidate slot and step it by `skip`.
 // All working state is in typed arrays sized N or M; nothing is allocated per table entry.
 import { murmur3x64_128, u64Mod } from './murmur3.js';
+import { GitlbError } from '../errors.js';
 
 export interface MaglevBackend {
   /** Identity string hashed for the permutation and used for ordering (see maglevBackendId). Unique per table. */
@@ -47,10 +48,10 @@ export function maglevSeedFromBase64(seed: string): number {
 /** Decodes standard base64 (with padding) and insists on 12 bytes, as Cilium does. */
 export function decodeBase64Strict(text: string, field: string): Uint8Array {
   if (!/^[A-Za-z0-9+/]*={0,2}$/.test(text) || text.length % 4 !== 0) {
-    throw new Error(`${field}: '${text}' is not standard base64`);
+    throw new GitlbError('ConfigInvalid', `${field}: '${text}' is not standard base64`, { field });
   }
   const bytes = Buffer.from(text, 'base64');
-  if (bytes.length !== 12) throw new Error(`${field}: decodes to ${bytes.length} bytes, expected 12`);
+  if (bytes.length !== 12) throw new GitlbError('ConfigInvalid', `${field}: decodes to ${bytes.length} bytes, expected 12`, { field });
   return new Uint8Array(bytes);
 }
 
@@ -119,24 +120,24 @@ function compareIds(a: MaglevBackend, b: MaglevBackend): number {
 /** Validates the inputs and returns all backends sorted by identity (a copy; duplicates are found as neighbours). */
 function checkedSorted(backends: readonly MaglevBackend[], tableSize: number, seed: number): MaglevBackend[] {
   if (!isPrime(tableSize) || tableSize > MAX_TABLE_SIZE) {
-    throw new Error(`maglev: table size ${tableSize} must be a prime below ${MAX_TABLE_SIZE + 1}`);
+    throw new GitlbError('RenderFailed', `maglev: table size ${tableSize} must be a prime below ${MAX_TABLE_SIZE + 1}`);
   }
-  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new Error(`maglev: seed ${seed} is not a u32`);
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new GitlbError('RenderFailed', `maglev: seed ${seed} is not a u32`);
   const sorted = backends.slice().sort(compareIds);
   let weightSum = 0;
   for (let k = 0; k < sorted.length; k++) {
     const b = sorted[k]!;
     weightSum += b.weight;
-    if (k > 0 && sorted[k - 1]!.id === b.id) throw new Error(`maglev: duplicate backend identity '${b.id}'`);
+    if (k > 0 && sorted[k - 1]!.id === b.id) throw new GitlbError('RenderFailed', `maglev: duplicate backend identity '${b.id}'`);
     if (!Number.isInteger(b.weight) || b.weight < 0 || b.weight > 0xffffffff) {
-      throw new Error(`maglev: backend '${b.id}' has invalid weight ${b.weight}`);
+      throw new GitlbError('RenderFailed', `maglev: backend '${b.id}' has invalid weight ${b.weight}`);
     }
     if (!Number.isInteger(b.realId) || b.realId < 1 || b.realId > 0xffffffff) {
-      throw new Error(`maglev: backend '${b.id}' has invalid realId ${b.realId} (must be a u32 >= 1)`);
+      throw new GitlbError('RenderFailed', `maglev: backend '${b.id}' has invalid realId ${b.realId} (must be a u32 >= 1)`);
     }
   }
   if (weightSum * tableSize >= 2 ** 52) {
-    throw new Error(`maglev: total weight ${weightSum} is too large for table size ${tableSize} (weight sum x M must be < 2^52)`);
+    throw new GitlbError('RenderFailed', `maglev: total weight ${weightSum} is too large for table size ${tableSize} (weight sum x M must be < 2^52)`);
   }
   return sorted;
 }

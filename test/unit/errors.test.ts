@@ -14,6 +14,9 @@ import { PlanCapacityError } from '../../src/render/ops.js';
 import { einval } from '../../src/bpf/dataplane/validate.js';
 import { DeadlineError, isStopped, withDeadline } from '../../src/reconciler/source/deadline.js';
 import { PeerError, REJECT_REASONS } from '../../src/reconciler/peer/errors.js';
+import { parseListen } from '../../src/reconciler/triggers/webhook.js';
+import { readSecretFile } from '../../src/reconciler/secrets/secret-file.js';
+import { buildMaglevTable, maglevSeedFromBase64, MAX_TABLE_SIZE } from '../../src/render/maglev.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const CODES = Object.keys(ERROR_CODES) as ErrorCode[];
@@ -103,6 +106,19 @@ test('peer channel: no answer is PeerUnreachable (retry), a refusal is PeerRejec
     t.like(e, { code: 'PeerRejected', reason }, reason);
     t.is(e.class, 'verification');
   }
+});
+
+test('option, config and render errors carry their code and field; their messages are what they were', (t) => {
+  t.like(t.throws(() => parseListen('nowhere', '--metrics')), { code: 'InvalidOption', field: '--metrics', message: "--metrics: expected ADDR:PORT, got 'nowhere'" });
+  t.like(t.throws(() => parseListen('127.0.0.1:70000', '--webhook')), { code: 'InvalidOption', field: '--webhook', message: '--webhook: port 70000 out of range' });
+  t.deepEqual(parseListen('[2001:db8::1]:9464', '--metrics'), { host: '2001:db8::1', port: 9464 }, 'benign: a good address parses');
+  const dir = fileURLToPath(new URL('.', import.meta.url));
+  t.like(t.throws(() => readSecretFile(dir, '--peer-secret-file', () => {})),
+    { code: 'InvalidOption', field: '--peer-secret-file', message: `--peer-secret-file ${dir}: cannot read: is a directory, not a file` });
+  t.like(t.throws(() => readSecretFile(join(dir, 'no-such-file'), '--peer-secret-file', () => {})),
+    { code: 'InvalidOption', message: `--peer-secret-file ${join(dir, 'no-such-file')}: cannot read: no such file` });
+  t.like(t.throws(() => maglevSeedFromBase64('not base64!')), { code: 'ConfigInvalid', field: 'maglev.seed' });
+  t.like(t.throws(() => buildMaglevTable([], 16, 1)), { code: 'RenderFailed', message: `maglev: table size 16 must be a prime below ${MAX_TABLE_SIZE + 1}` });
 });
 
 /** Every .ts file under src/. */

@@ -3,6 +3,7 @@
 // and is never reverted: every other node applies the same revision. A later revision naming the node again
 // reopens the data plane (recommission) and applies normally. `gitlb down` (./node-down.ts) is the manual way.
 // docs/reconciler.md, "Decommission".
+import { GitlbError } from '../../errors.js';
 import type { ConfigModel } from '../../render/model.js';
 import { errorText, type NodeState } from '../state/node-state.js';
 
@@ -39,7 +40,7 @@ export async function decommission(s: NodeState, head: string, model: ConfigMode
 /** A later revision names this node again: reopen the data plane so the apply that follows rebuilds it. */
 export async function recommission(s: NodeState): Promise<void> {
   s.log.info(`node '${s.o.node}' is named again: rebuilding its data plane`);
-  if (!s.o.reopenDataPlane) throw new Error('cannot rebuild the data plane after a decommission in this process; restart gitlb run');
+  if (!s.o.reopenDataPlane) throw new GitlbError('DataPlaneRefused', 'cannot rebuild the data plane after a decommission in this process; restart gitlb run');
   s.dp = await s.o.reopenDataPlane();
   s.decommissioned = null;
   s.decommissionedRole = null;

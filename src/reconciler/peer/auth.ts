@@ -15,6 +15,7 @@ import { createHmac, hkdfSync, sign as edSign, timingSafeEqual, verify as edVeri
 import { readSecretFile, type Warn } from '../secrets/secret-file.js';
 import { parseOpenSshPrivateKey } from '../verify/signing-key.js';
 import { parseSshPublicKeyText, type SshPublicKey } from '../verify/ssh-key.js';
+import { GitlbError } from '../../errors.js';
 
 export const MIN_SECRET_BITS = 256;
 export const MIN_DISTINCT_CHARS = 16;
@@ -66,7 +67,7 @@ export interface PeerAuth {
 /** The MAC key is derived (HKDF) from the secret, so the secret itself never keys anything else by accident. */
 export function secretAuth(secret: string): PeerAuth {
   const problem = peerSecretProblem(secret);
-  if (problem) throw new Error(`peer secret ${problem}`);
+  if (problem) throw new GitlbError('InvalidOption', `peer secret ${problem}`);
   const key = Buffer.from(hkdfSync('sha256', Buffer.from(secret, 'utf8'), 'gitlb', 'gitlb peer channel v1', 32));
   const mac = (data: string) => createHmac('sha256', key).update(data, 'utf8').digest('hex');
   return {
@@ -94,9 +95,9 @@ export function loadPeerKeyFile(file: string, option = '--peer-key', warn?: Warn
   try {
     parsed = parseOpenSshPrivateKey(text);
   } catch (err) {
-    throw new Error(`${option} ${file}: ${(err as Error).message}`);
+    throw new GitlbError('InvalidOption', `${option} ${file}: ${(err as Error).message}`);
   }
-  if (parsed.publicKey.type !== 'ssh-ed25519') throw new Error(`${option} ${file}: a ${parsed.publicKey.type} key; the peer channel takes ed25519 keys only (ssh-keygen -t ed25519)`);
+  if (parsed.publicKey.type !== 'ssh-ed25519') throw new GitlbError('InvalidOption', `${option} ${file}: a ${parsed.publicKey.type} key; the peer channel takes ed25519 keys only (ssh-keygen -t ed25519)`);
   return { ...parsed, publicLine: `ssh-ed25519 ${parsed.publicKey.blob.toString('base64')}` };
 }
 
@@ -140,6 +141,6 @@ export function nodeKeyAuth(key: PeerKey, publicKeyOf: (node: string) => string 
 export function loadPeerSecretFile(file: string, option = '--peer-secret-file', warn?: Warn): PeerAuth {
   const secret = readSecretFile(file, option, warn).trim();
   const problem = peerSecretProblem(secret);
-  if (problem) throw new Error(`${option} ${file}: the peer secret ${problem}; ${GENERATE_HINT}`);
+  if (problem) throw new GitlbError('InvalidOption', `${option} ${file}: the peer secret ${problem}; ${GENERATE_HINT}`);
   return secretAuth(secret);
 }

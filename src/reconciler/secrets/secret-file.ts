@@ -2,6 +2,7 @@
 // only (a FIFO or /dev/zero would hang or fill memory), and a warning when group or others can read or write it.
 // Errors and warnings name the option and the file, never the content.
 import { readFileSync, statSync } from 'node:fs';
+import { GitlbError } from '../../errors.js';
 
 export const MAX_SECRET_FILE_BYTES = 64 * 1024;
 
@@ -30,13 +31,13 @@ export function readSecretFile(file: string, option: string, warn: Warn = warnOn
   try {
     const st = statSync(file);
     if (st.isDirectory()) throw Object.assign(new Error(), { code: 'EISDIR' });
-    if (!st.isFile()) throw new Error(`${option} ${file}: not a regular file`);
-    if (st.size > MAX_SECRET_FILE_BYTES) throw new Error(`${option} ${file}: larger than ${MAX_SECRET_FILE_BYTES} bytes`);
+    if (!st.isFile()) throw new GitlbError('InvalidOption', `${option} ${file}: not a regular file`, { field: option });
+    if (st.size > MAX_SECRET_FILE_BYTES) throw new GitlbError('InvalidOption', `${option} ${file}: larger than ${MAX_SECRET_FILE_BYTES} bytes`, { field: option });
     if (st.mode & 0o077) warn(`${option} ${file} holds a secret but its mode is ${(st.mode & 0o777).toString(8).padStart(4, '0')}; chmod 600 it`);
     return readFileSync(file, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === undefined) throw err;
-    throw new Error(`${option} ${file}: cannot read: ${READ_ERRORS[code] ?? code}`);
+    if (code === undefined || err instanceof GitlbError) throw err; // ours (above), not the file system's
+    throw new GitlbError('InvalidOption', `${option} ${file}: cannot read: ${READ_ERRORS[code] ?? code}`, { field: option });
   }
 }

@@ -1,6 +1,7 @@
 // Git credentials for HTTP remotes: from the environment or a file, handed to isomorphic-git's onAuth.
 // Secrets never reach a log line: every URL printed goes through redactUrl().
 import { readSecretFile, type Warn } from '../secrets/secret-file.js';
+import { GitlbError } from '../../errors.js';
 
 export interface GitCredentials {
   username: string;
@@ -25,15 +26,15 @@ export function loadCredentials(opts: { file?: string; env?: NodeJS.ProcessEnv; 
     else {
       for (const line of lines) {
         const eq = line.indexOf('=');
-        if (eq < 0) throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: expected key=value lines (username=, token=)`);
+        if (eq < 0) throw new GitlbError('InvalidOption', `${CREDENTIALS_OPTION} ${opts.file}: expected key=value lines (username=, token=)`, { field: CREDENTIALS_OPTION });
         const key = line.slice(0, eq).trim();
         const value = line.slice(eq + 1).trim();
         if (key === 'username') username = value;
         else if (key === 'token' || key === 'password') password = value;
-        else throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: unknown key '${key}' (expected username, token)`);
+        else throw new GitlbError('InvalidOption', `${CREDENTIALS_OPTION} ${opts.file}: unknown key '${key}' (expected username, token)`, { field: CREDENTIALS_OPTION });
       }
     }
-    if (!password) throw new Error(`${CREDENTIALS_OPTION} ${opts.file}: no token (expected a token, or a token= line)`);
+    if (!password) throw new GitlbError('InvalidOption', `${CREDENTIALS_OPTION} ${opts.file}: no token (expected a token, or a token= line)`, { field: CREDENTIALS_OPTION });
   }
   if (env[TOKEN_ENV]) password = env[TOKEN_ENV];
   if (env[USERNAME_ENV]) username = env[USERNAME_ENV];
@@ -49,7 +50,7 @@ const CREDENTIALS_OPTION = '--credentials-file';
 function readCredentialsFile(file: string, warn?: Warn): string[] {
   const text = readSecretFile(file, CREDENTIALS_OPTION, warn);
   const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
-  if (lines.length === 0) throw new Error(`${CREDENTIALS_OPTION} ${file}: the file is empty (expected a token, or username= and token= lines)`);
+  if (lines.length === 0) throw new GitlbError('InvalidOption', `${CREDENTIALS_OPTION} ${file}: the file is empty (expected a token, or username= and token= lines)`, { field: CREDENTIALS_OPTION });
   return lines;
 }
 

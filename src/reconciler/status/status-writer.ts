@@ -2,6 +2,7 @@
 // commit with the node as author, push. A push that lost a race (non-fast-forward) is rebuilt on the
 // new tip and retried after a jittered backoff, a bounded number of times. Each node only ever
 // touches its own file, so rebuilding never needs a merge.
+import { GitlbError } from '../../errors.js';
 import { readCommitInfo, readFileAt, treeWithFile, writeCommitObject, type PayloadSigner } from '../source/git-objects.js';
 import type { GitRemote } from '../source/git-remote.js';
 import { parseStatus, serialiseStatus, statusCommitMessage, statusPath, type NodeStatus } from './status-doc.js';
@@ -122,6 +123,6 @@ export class StatusWriter {
       const cap = Math.min(this.backoff.max, this.backoff.base * 2 ** Math.min(attempt, 10));
       await sleep(Math.floor(this.random() * cap));
     }
-    throw new Error(`status push for ${node} to ${branch} failed: ${lastError}`);
+    throw new GitlbError('PushFailed', `status push for ${node} to ${branch} failed: ${lastError}`);
   }
 }

@@ -3,6 +3,7 @@
 // field ("*/30 * * * * *"). Every tick is delayed by a random jitter so a fleet does not hit the Git
 // server in the same second.
 import { CronJob, validateCronExpression } from 'cron';
+import { GitlbError } from '../../errors.js';
 
 export interface Schedule {
   stop(): void;
@@ -24,14 +25,14 @@ export function intervalMs(spec: string): number | null {
   const m = /^(\d+(?:\.\d+)?)(s|m|h)?$/.exec(spec.trim());
   if (!m) return null;
   const ms = Number(m[1]) * UNITS[m[2] ?? '']!;
-  if (!(ms >= 100)) throw new Error(`schedule '${spec}': interval must be at least 100 ms`);
+  if (!(ms >= 100)) throw new GitlbError('InvalidOption', `schedule '${spec}': interval must be at least 100 ms`);
   return ms;
 }
 
 export function validateSchedule(spec: string): void {
   if (intervalMs(spec) !== null) return;
   const v = validateCronExpression(spec);
-  if (!v.valid) throw new Error(`schedule '${spec}': not a number of seconds nor a cron expression (${v.error?.message ?? 'invalid'})`);
+  if (!v.valid) throw new GitlbError('InvalidOption', `schedule '${spec}': not a number of seconds nor a cron expression (${v.error?.message ?? 'invalid'})`);
 }
 
 export function startSchedule(o: ScheduleOptions): Schedule {

@@ -6,6 +6,7 @@ import * as openpgp from 'openpgp';
 import { WireReader, SignatureFormatError } from './ssh-wire.js';
 import { EC_CURVES, parseSshPublicKey, type SshPublicKey } from './ssh-key.js';
 import { signSshMessage } from './sshsig.js';
+import { GitlbError } from '../../errors.js';
 
 export interface CommitSigner {
   format: 'ssh' | 'openpgp';
@@ -80,7 +81,7 @@ export async function loadSigningKey(text: string, file: string): Promise<Commit
     try {
       parsed = parseOpenSshPrivateKey(text);
     } catch (err) {
-      throw new Error(`${file}: ${(err as Error).message}`);
+      throw new GitlbError('InvalidOption', `${file}: ${(err as Error).message}`, { field: '--signing-key' });
     }
     const { privateKey, publicKey } = parsed;
     return {
@@ -94,9 +95,9 @@ export async function loadSigningKey(text: string, file: string): Promise<Commit
     try {
       key = await openpgp.readPrivateKey({ armoredKey: text });
     } catch (err) {
-      throw new Error(`${file}: ${(err as Error).message}`);
+      throw new GitlbError('InvalidOption', `${file}: ${(err as Error).message}`, { field: '--signing-key' });
     }
-    if (!key.isDecrypted()) throw new Error(`${file}: the OpenPGP signing key is passphrase-protected; give the daemon an unprotected key readable only by it`);
+    if (!key.isDecrypted()) throw new GitlbError('InvalidOption', `${file}: the OpenPGP signing key is passphrase-protected; give the daemon an unprotected key readable only by it`, { field: '--signing-key' });
     return {
       format: 'openpgp',
       describe: `OpenPGP ${key.getFingerprint().toUpperCase()}`,
@@ -104,5 +105,5 @@ export async function loadSigningKey(text: string, file: string): Promise<Commit
         (await openpgp.sign({ message: await openpgp.createMessage({ binary: payload }), signingKeys: key, detached: true, format: 'armored' })) as string,
     };
   }
-  throw new Error(`${file}: neither an OpenSSH private key nor an armored OpenPGP private key`);
+  throw new GitlbError('InvalidOption', `${file}: neither an OpenSSH private key nor an armored OpenPGP private key`, { field: '--signing-key' });
 }

@@ -1,6 +1,7 @@
 // The config stage: YAML files of one revision -> validated ConfigModel, or every problem found.
 // Pure (no I/O, no clock): the same files give the same result and the same messages everywhere.
 // Validation is all-or-nothing: any error and the model is null, so nothing of a bad revision is applied.
+import { GitlbError } from '../../errors.js';
 import type { ConfigModel } from '../model.js';
 import { buildModel } from './build-model.js';
 import { decodeUtf8 } from './decode.js';
@@ -34,8 +35,8 @@ export interface ParseResult {
  */
 export function normalizeConfigPath(path: string): string {
   const parts = path.split('/').filter((p) => p !== '' && p !== '.');
-  if (path.startsWith('/')) throw new Error(`'${path}' must be relative to the repository root`);
-  if (parts.some((p) => p === '..')) throw new Error(`'${path}' must stay inside the repository (no '..')`);
+  if (path.startsWith('/')) throw new GitlbError('InvalidOption', `'${path}' must be relative to the repository root`, { field: '--path' });
+  if (parts.some((p) => p === '..')) throw new GitlbError('InvalidOption', `'${path}' must stay inside the repository (no '..')`, { field: '--path' });
   return parts.join('/');
 }
 
