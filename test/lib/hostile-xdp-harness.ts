@@ -94,6 +94,9 @@ async function main(): Promise<void> {
           if (c.action !== (ACTIONS[r.retval] ?? String(r.retval)).toUpperCase()) captureProblems.push(`capture: verdict ${c.action}, the run returned ${r.retval}`);
           if (!c.entry?.equals(f.subarray(0, CAPTURE_SNAPLEN)) || c.entryLength !== f.length) captureProblems.push('capture: the frame as received differs from the input');
           if (!c.exit.equals(r.data.subarray(0, CAPTURE_SNAPLEN)) || c.exitLength !== r.data.length) captureProblems.push('capture: the frame as it left differs from the output');
+          // a translated SNAT reply names the real it came from, a forwarded frame the real it went to
+          if ((c.counters.includes('snat_reply') || c.counters.includes('ct_hit') || c.counters.includes('snat_new')) && (c.action === 'TX' || c.action === 'REDIRECT') && !c.realId)
+            captureProblems.push(`capture: ${c.action} [${c.counters.join(' ')}] without the real`);
         }
       }
       return r;

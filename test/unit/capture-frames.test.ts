@@ -70,6 +70,8 @@ test('the verdict as words: the real a frame went to, the reason it was dropped 
   t.is(verdictText({ action: 'DROP', realId: 0, counters: ['ct_miss', 'drop_no_real'] }, name), 'DROP drop_no_real [ct_miss drop_no_real]');
   t.is(verdictText({ action: 'PASS', realId: 0, counters: ['snat_pass_local'] }, name), 'PASS snat_pass_local [snat_pass_local]');
   t.is(verdictText({ action: 'TX', realId: 0, counters: ['icmp_sent'] }, name), 'TX [icmp_sent]');
+  t.is(verdictText({ action: 'REDIRECT', realId: 7, counters: ['redirect', 'snat_reply'] }, name), 'REDIRECT to the client, from real 198.51.100.11 (id 7) [redirect snat_reply]');
+  t.is(verdictText({ action: 'PASS', realId: 7, counters: ['snat_pass_expired'] }, name), 'PASS snat_pass_expired [snat_pass_expired]');
 });
 
 test('filters: addresses, prefixes, ports and protocols parse or are refused naming the option', (t) => {

@@ -81,8 +81,12 @@ export function decodeRecord(data: Buffer, cpu: number): CaptureRecord | null {
  * counters the frame moved in brackets. `realName` gives a real id's address (undefined: unknown). */
 export function verdictText(r: Pick<CaptureRecord, 'action' | 'realId' | 'counters'>, realName: (id: number) => string | undefined): string {
   const counters = r.counters.length ? ` [${r.counters.join(' ')}]` : '';
-  if ((r.action === 'TX' || r.action === 'REDIRECT') && r.realId)
-    return `${r.action} to real ${realName(r.realId) ?? '?'} (id ${r.realId})${counters}`;
+  const real = () => `real ${realName(r.realId) ?? '?'} (id ${r.realId})`;
+  const sent = r.action === 'TX' || r.action === 'REDIRECT';
+  // a SNAT reply (or an ICMP error about a SNAT flow) goes back to the client; the real is where it came from
+  if (sent && r.realId && (r.counters.includes('snat_reply') || r.counters.includes('snat_icmp')))
+    return `${r.action} to the client, from ${real()}${counters}`;
+  if (sent && r.realId) return `${r.action} to ${real()}${counters}`;
   const why = r.counters.filter((c) => /^(snat_)?(drop|pass)_/.test(c));
   return `${r.action}${why.length ? ` ${why.join(' ')}` : ''}${counters}`;
 }

@@ -617,6 +617,7 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
 		return XDP_PASS;
 	}
 	lb_snat_touch(rv, p, now);
+	LB_CAP_REAL(rv->real_id); /* gitlb capture: a reply from this real */
 	__u32 client[4], vip[4];
 	__be16 cport = rv->client_port, vport = rv->vip_port;
 
@@ -729,6 +730,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
 	}
+	LB_CAP_REAL(rv->real_id); /* gitlb capture: an error about a flow of this real */
 	__u32 client[4], vip[4], osrc[4], odst[4];
 	__be16 cport = rv->client_port, vport = rv->vip_port;
 
