@@ -6,7 +6,8 @@
 // `diff` is its read-only half (read live, plan, validate): `gitlb plan --live` and the drift check use it. The data
 // plane adapters (src/bpf/dataplane/index.ts, memory.ts, src/bpf/backend/index.ts) only read and execute; every
 // loop of the reconciler (revision, health, drift, restore) reaches the kernel through here. docs/reconciler.md.
-import { planOps, type Op } from '../render/ops.js';
+import type { Op } from '../render/ops.js';
+import { planOps } from '../render/ops-plan.js';
 import type { DesiredState } from '../render/state.js';
 import { planResizes } from '../bpf/dataplane/resize.js';
 import { validateFor } from '../bpf/dataplane/validate.js';
@@ -40,7 +41,7 @@ export interface ConvergeOptions {
 
 /**
  * The one planner: the table resizes a data plane of `sizes` needs for `desired` (they run before every other op:
- * resize.ts), then the map ops (src/render/ops.ts). Pure.
+ * resize.ts), then the map ops (src/render/ops-plan.ts). Pure.
  */
 export function planDataPlane(live: LiveState, sizes: Readonly<Record<string, number>>, desired: DesiredState,
   capacity?: LiveSource['capacity']): Op[] {

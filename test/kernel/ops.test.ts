@@ -1,9 +1,11 @@
-// The one plan engine (src/render/ops.ts), pure: order, make-before-break after every single op, map occupancy
+// The one plan engine (src/render/ops-plan.ts), pure: order, make-before-break after every single op, map occupancy
 // within capacity after every single op (removals first, waves when old and new together do not fit), minimal
 // ops, idempotence (live == desired -> no ops), backend entries, and the text `gitlb plan --live` prints.
 import test from 'ava';
-import { applyOps, describeOp, liveOf, planOps, ringRealIds, EMPTY_LIVE, LB_MAP_CAPACITY, PlanCapacityError,
-  type LbCapacity, type LiveState, type Op } from '../../src/render/ops.js';
+import { ringRealIds, EMPTY_LIVE, type LiveState, type Op } from '../../src/render/ops.js';
+import { planOps, LB_MAP_CAPACITY, PlanCapacityError, type LbCapacity } from '../../src/render/ops-plan.js';
+import { describeOp } from '../../src/render/ops-text.js';
+import { applyOps, liveOf } from '../../src/render/ops-apply.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { makeState, type SvcSpec } from '../lib/lb-state.js';
 

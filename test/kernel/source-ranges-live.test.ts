@@ -11,7 +11,8 @@ import { SOURCE_RANGE_ALLOW, encodeSourceRangeKey } from '../../src/bpf/dataplan
 import { readConfigDir } from '../../src/reconciler/source/read-dir.js';
 import { parseConfig } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
-import { describeOp, desiredSourceRanges } from '../../src/render/ops.js';
+import { desiredSourceRanges } from '../../src/render/ops.js';
+import { describeOp } from '../../src/render/ops-text.js';
 import { runPlan } from '../../src/cli/commands/plan.js';
 import { tempDir } from '../helpers/cli-repo.js';
 import { applyTo, planOf } from '../lib/converge.js';

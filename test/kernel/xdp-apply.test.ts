@@ -9,7 +9,8 @@ import { BpfMap, MapType, type BpfError } from '../../src/bpf/libbpf.js';
 import { BPF_F_INNER_MAP } from '../../src/bpf/dataplane/rings.js';
 import { RING_ROTATION_CHECKS, openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { buildMaglevTable } from '../../src/render/maglev.js';
-import { describeOp, type Op } from '../../src/render/ops.js';
+import type { Op } from '../../src/render/ops.js';
+import { describeOp } from '../../src/render/ops-text.js';
 import { makeState } from '../lib/lb-state.js';
 import { applyTo, planOf } from '../lib/converge.js';
 

@@ -2,7 +2,8 @@
 // (src/reconciler/converge.ts), the planner's only runtime caller. These two name what the old adapter methods did.
 import { converge, diff } from '../../src/reconciler/converge.js';
 import type { ApplyReport, DataPlane, LiveSource } from '../../src/bpf/dataplane/types.js';
-import { describeOp, type Op } from '../../src/render/ops.js';
+import type { Op } from '../../src/render/ops.js';
+import { describeOp } from '../../src/render/ops-text.js';
 import type { DesiredState } from '../../src/render/state.js';
 
 /** The ops converge would execute to take `source` to `desired` (validated; nothing written). */

@@ -12,7 +12,7 @@ import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane
 import { BpfMap, MapType, onCpu, onlineCpus, possibleCpus, type BpfError } from '../../src/bpf/libbpf.js';
 import { mergeSinceCopy } from '../../src/bpf/dataplane/resize.js';
 import { encodeU32 } from '../../src/bpf/dataplane/codec.js';
-import { describeOp } from '../../src/render/ops.js';
+import { describeOp } from '../../src/render/ops-text.js';
 import { makeState } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';

@@ -10,7 +10,7 @@ import {
   isRevisionErrorCode, reactionTo, type ErrorCode,
 } from '../../src/errors.js';
 import { CONDITION_REASONS } from '../../src/reconciler/status/conditions.js';
-import { PlanCapacityError } from '../../src/render/ops.js';
+import { PlanCapacityError } from '../../src/render/ops-plan.js';
 import { einval } from '../../src/bpf/dataplane/validate.js';
 import { DeadlineError, isStopped, withDeadline } from '../../src/reconciler/source/deadline.js';
 import { PeerError, REJECT_REASONS } from '../../src/reconciler/peer/errors.js';

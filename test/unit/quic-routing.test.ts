@@ -6,7 +6,10 @@
 import test from 'ava';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
-import { applyOps, describeOp, liveOf, planOps, type Op } from '../../src/render/ops.js';
+import type { Op } from '../../src/render/ops.js';
+import { planOps } from '../../src/render/ops-plan.js';
+import { describeOp } from '../../src/render/ops-text.js';
+import { applyOps, liveOf } from '../../src/render/ops-apply.js';
 import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 import { planChanges } from '../../src/render/plan.js';
 import { formatPlanText } from '../../src/render/plan-format.js';

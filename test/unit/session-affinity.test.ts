@@ -4,7 +4,9 @@
 import test from 'ava';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../src/render/config/index.js';
 import { renderDesiredState } from '../../src/render/desired.js';
-import { describeOp, liveOf, planOps } from '../../src/render/ops.js';
+import { planOps } from '../../src/render/ops-plan.js';
+import { describeOp } from '../../src/render/ops-text.js';
+import { liveOf } from '../../src/render/ops-apply.js';
 import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 
 const enc = (s: string): Uint8Array => new TextEncoder().encode(s);

@@ -6,9 +6,10 @@ import test from 'ava';
 import { type ConfigFile, LIMITS, formatDiagnostic, parseConfig } from '../../src/render/config/index.js';
 import { DATAPLANE_LIMITS } from '../../src/render/config/limits.js';
 import { desiredStateToJson, renderDesiredState } from '../../src/render/desired.js';
-import {
-  EMPTY_LIVE, PlanCapacityError, applyOps, describeOp, desiredSourceRanges, liveOf, planOps, type Op,
-} from '../../src/render/ops.js';
+import { EMPTY_LIVE, desiredSourceRanges, type Op } from '../../src/render/ops.js';
+import { PlanCapacityError, planOps } from '../../src/render/ops-plan.js';
+import { describeOp } from '../../src/render/ops-text.js';
+import { applyOps, liveOf } from '../../src/render/ops-apply.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { planChanges } from '../../src/render/plan.js';
 import { formatPlanText } from '../../src/render/plan-format.js';

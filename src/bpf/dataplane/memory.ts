@@ -4,7 +4,9 @@
 // planner's tests. Like the kernel executors, execute() is all or nothing: a failing op leaves the previous
 // state intact and the error is thrown with its errno in `code`. A fault hook fails a chosen op so tests can
 // reach the apply-failure, undo and retry paths the kernel only shows under pressure (E2BIG, ENOMEM, ...).
-import { applyOps, EMPTY_LIVE, LB_MAP_CAPACITY, type LbCapacity, type LiveState, type Op, type OpKind } from '../../render/ops.js';
+import { EMPTY_LIVE, type LiveState, type Op, type OpKind } from '../../render/ops.js';
+import { LB_MAP_CAPACITY, type LbCapacity } from '../../render/ops-plan.js';
+import { applyOps } from '../../render/ops-apply.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type ReadLiveOptions } from './types.js';
 
 /** Fails the `nth` op (1-based; counting only ops of `kind` when given) of each of the next `times` executes. */

@@ -3,7 +3,8 @@
 // LiveState and its table sizes) and executes ops with undo; it does not plan. Planning is converge's job
 // (src/reconciler/converge.ts: the one place where desired meets live, the planner's only runtime caller).
 import type { DesiredState } from '../../render/state.js';
-import type { LbCapacity, LiveState, Op } from '../../render/ops.js';
+import type { LiveState, Op } from '../../render/ops.js';
+import type { LbCapacity } from '../../render/ops-plan.js';
 import type { BpfMap } from '../libbpf.js';
 import type { XdpForwarding } from '../xdp-forwarding.js';
 

@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { formatDiagnostic, parseConfig, type ConfigFile } from '../../render/config/index.js';
 import { renderDesiredState } from '../../render/desired.js';
-import { describeOp, opToJson } from '../../render/ops.js';
+import { describeOp, opToJson } from '../../render/ops-text.js';
 import { planChanges, invalidHeadPlan, type Plan } from '../../render/plan.js';
 import { formatPlanMarkdown, formatPlanText, planToJson } from '../../render/plan-format.js';
 

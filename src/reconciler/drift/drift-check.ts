@@ -3,7 +3,7 @@
 // status (Degraded=True/DriftRepaired until the next clean check). Runs on the revision loop's runner, under the
 // data-plane lock. docs/reconciler.md, "Drift".
 import type { ApplyReport } from '../../bpf/dataplane/index.js';
-import { describeOp } from '../../render/ops.js';
+import { describeOp } from '../../render/ops-text.js';
 import type { NodeState } from '../state/node-state.js';
 
 export interface DriftResult {

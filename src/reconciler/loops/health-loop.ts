@@ -6,7 +6,7 @@
 // sections and nothing else. docs/reconciler.md, "Health path".
 import type { ApplyReport } from '../../bpf/dataplane/index.js';
 import { renderDesiredState, rerenderServices } from '../../render/desired.js';
-import { describeOp } from '../../render/ops.js';
+import { describeOp } from '../../render/ops-text.js';
 import type { HealthChange } from '../health/checker.js';
 import type { NodeState } from '../state/node-state.js';
 import { SerialRunner } from '../triggers/serial-runner.js';

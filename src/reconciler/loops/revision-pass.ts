@@ -26,7 +26,8 @@ import { isStopped } from '../source/deadline.js';
 import {
   GitlbError, asRevisionError, errorText, fromDataPlane, reactionTo, revisionError, type ErrorCode, type RevisionError,
 } from '../../errors.js';
-import { describeOp, type Op } from '../../render/ops.js';
+import type { Op } from '../../render/ops.js';
+import { describeOp } from '../../render/ops-text.js';
 import type { RevertOutcome } from '../revert/rollback.js';
 import { autoRevert, shouldAutoRevert } from '../revert/auto-revert.js';
 import { FetchBackoff, humanMs } from '../source/fetch-backoff.js';

@@ -2,7 +2,7 @@
 // revision that gives one lb node more services, listeners, reals, source ranges or QUIC server ids than they hold is refused here, at validate,
 // naming the node, rather than failing at apply on that node. Rings have no shared capacity (one map per
 // service), so the table sizes are not limited here beyond the schema. Each revision is checked alone: the plan
-// engine (src/render/ops.ts) orders a transition so that it needs room for the bigger of the two revisions, not
+// engine (src/render/ops-plan.ts) orders a transition so that it needs room for the bigger of the two revisions, not
 // for both (removals first, waves when old and new together exceed a map), and refuses before any write the few
 // transitions no order fits (docs/render.md "The plan engine"). The 8 IPv4 dsr-ipip sources of lb_config are
 // checked with the node's addresses (semantic.ts).
