@@ -35,6 +35,9 @@ export interface PartitionResult {
   suspected: boolean;
   /** The detail of the failed check that took be-2 down (from the daemon's log), if it went down. */
   downDetail?: string;
+  /** Death -> the daemon's first `suspect` line for be-2 / its `-> down` line (the lines' own times), if any. */
+  suspectMs?: number;
+  downMs?: number;
 }
 
 /** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs (or with the
@@ -107,7 +110,17 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     let deathAt = Infinity;
     let suspected = false;
     let downDetail: string | undefined;
+    let suspectAt: number | undefined;
+    let downAt: number | undefined;
     let partial = '';
+    const timeOf = (line: string) => {
+      try {
+        const t = (JSON.parse(line) as { time?: unknown }).time;
+        return typeof t === 'number' ? t : typeof t === 'string' ? Date.parse(t) : Date.now();
+      } catch {
+        return Date.now();
+      }
+    };
     lb.stderr!.on('data', (b: Buffer) => {
       const text = b.toString();
       fetchFailures += (text.match(/fetch failed/g) ?? []).length;
@@ -117,9 +130,15 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       for (const line of lines) {
         if (Date.now() < deathAt) continue;
         const m = logMessage(line);
-        if (m.startsWith(`health: ${BE['be-2']} suspect`)) suspected = true;
+        if (m.startsWith(`health: ${BE['be-2']} suspect`) && !suspected) {
+          suspected = true;
+          suspectAt = timeOf(line);
+        }
         const flip = ' -> down (';
-        if (m.startsWith(`health: web real ${BE['be-2']} `) && m.includes(flip) && downDetail === undefined) downDetail = m.slice(m.indexOf(flip) + flip.length, -1);
+        if (m.startsWith(`health: web real ${BE['be-2']} `) && m.includes(flip) && downDetail === undefined) {
+          downDetail = m.slice(m.indexOf(flip) + flip.length, -1);
+          downAt = timeOf(line);
+        }
       }
     });
     const hc = startHealthClient(state);
@@ -194,6 +213,8 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       fetchFailures,
       suspected,
       ...(downDetail !== undefined && { downDetail }),
+      ...(suspectAt !== undefined && { suspectMs: suspectAt - killedAt }),
+      ...(downAt !== undefined && { downMs: downAt - killedAt }),
     };
   } finally {
     if (revived) await stopChild(revived, 1000);

@@ -1,7 +1,8 @@
 // /metrics of real `gitlb run` daemons in a lab (client, router, lb-1, two backends; Git over HTTP), while traffic
 // flows: per-service and per-real packet counters equal exactly what the client sent, in DSR and in SNAT mode;
 // a health flip shows on the first scrape after the daemon logged it; and every metric the Grafana dashboard and
-// the Prometheus alert rules name exists on a live /metrics.
+// the Prometheus alert rules name exists on a live /metrics; docs/metrics.md's tables match a live /metrics (names,
+// types, drop/pass/backend label values), and `gitlb top --drops` matches them.
 import test from 'ava';
 import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +13,7 @@ import { nsExec, run } from '../../src/lab/netns.js';
 import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { parsePromText, sumOf, type Sample } from '../../src/reconciler/metrics/prom-text.js';
 import { queryPrometheus } from '../../src/lab/prometheus.js';
+import { exposedTypes, readDocMetrics } from '../lib/metrics-doc.js';
 
 const here = fileURLToPath(new URL('..', import.meta.url));
 const root = join(here, '..');
@@ -132,6 +134,42 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
     const live = new Set([...(await samplesOf(state, 'lb-1')), ...(await samplesOf(state, 'be-1'))].map((s) => s.name));
     const missing = deployedMetricNames().filter((n) => !live.has(n));
     t.deepEqual(missing, [], 'metrics named in deploy/ but absent from /metrics');
+
+    // docs/metrics.md against a live /metrics (lb and backend): every exported gitlb_* metric is documented with
+    // its type, every documented one is exported (BGP's only with BGP settings: none here), and the label values
+    // of drops, passes and backend events are exactly the documented ones
+    const documented = readDocMetrics(join(root, 'docs', 'metrics.md'));
+    const docOf = (name: string) => documented.find((d) => d.name === name)!;
+    const rawLb = (await scrape(state, 'lb-1')).text;
+    const rawBe = (await scrape(state, 'be-1')).text;
+    const exposed = new Map([...exposedTypes(rawBe), ...exposedTypes(rawLb)]);
+    t.deepEqual([...exposed.keys()].filter((n) => n.startsWith('gitlb_') && !documented.some((d) => d.name === n)).sort(), [],
+      'exported but not in docs/metrics.md');
+    t.deepEqual(documented.filter((d) => !d.section.startsWith('BGP') && !exposed.has(d.name)).map((d) => d.name), [],
+      'in docs/metrics.md but not exported');
+    t.deepEqual(documented.filter((d) => exposed.has(d.name) && exposed.get(d.name) !== d.type).map((d) => `${d.name}: ${d.type} vs ${exposed.get(d.name)}`), [],
+      'documented type = exported type');
+    const labelValues = (text: string, name: string, label: string) =>
+      [...new Set(parsePromText(text).filter((x) => x.name === name).map((x) => x.labels[label]!))].sort();
+    t.deepEqual(labelValues(rawLb, 'gitlb_drops_total', 'reason'), [...docOf('gitlb_drops_total').values].sort());
+    for (const r of ['martian', 'l2_not_unicast', 'bad_ip_csum']) t.true(labelValues(rawLb, 'gitlb_drops_total', 'reason').includes(r), r);
+    t.deepEqual(labelValues(rawLb, 'gitlb_passes_total', 'reason'), [...docOf('gitlb_passes_total').values].sort());
+    t.deepEqual(labelValues(rawBe, 'gitlb_backend_events_total', 'event'), [...docOf('gitlb_backend_events_total').values].sort());
+
+    // gitlb top --drops --all: a row per documented drop reason, each total between two scrapes around it
+    const dropsBefore = await samplesOf(state, 'lb-1');
+    const drops = await nsExec(labNs(state, 'lb-1'), [process.execPath, '--import', 'tsx', join(root, 'src', 'cli', 'main.ts'), 'top', '--once', '--drops', '--all',
+      '--interval', '0.3', '--pin-root', state.pinRoots[0]!, '--node', 'lb-1'], { timeoutMs: 60_000, cwd: root });
+    t.is(drops.code, 0, drops.stderr);
+    const dropsAfter = await samplesOf(state, 'lb-1');
+    const rows = drops.stdout.split('\n').slice(drops.stdout.split('\n').findIndex((l) => l.startsWith('REASON')) + 1).filter(Boolean).map((l) => l.trim().split(/\s+/));
+    t.deepEqual(rows.map((r) => r[0]).sort(), [...docOf('gitlb_drops_total').values].sort(), drops.stdout);
+    for (const [reason, , , total] of rows) {
+      const parsed = Number(total);
+      if (!Number.isFinite(parsed)) continue; // 1.2k and the like: shown rounded
+      t.true(parsed >= sumOf(dropsBefore, 'gitlb_drops_total', { reason: reason! }) && parsed <= sumOf(dropsAfter, 'gitlb_drops_total', { reason: reason! }),
+        `${reason}: top ${total}, /metrics ${sumOf(dropsBefore, 'gitlb_drops_total', { reason: reason! })}..${sumOf(dropsAfter, 'gitlb_drops_total', { reason: reason! })}`);
+    }
 
     // health flip: be-2's servers stop; the first scrape after the daemon logs the flip shows it
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;

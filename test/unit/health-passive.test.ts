@@ -37,13 +37,27 @@ test('a real dies under traffic: suspect once two SYNs with nothing behind them 
 
 test('packets of connections made before the death (retransmitted requests) delay suspicion, never cause it', (t) => {
   const live = repeat(5, { [A]: { syns: 2, others: 4 } });
-  // dead: two SYNs per sample, and one retransmission of an old connection's request per sample
-  const v = run([...live, ...repeat(10, { [A]: { syns: 2, others: 1 } })]);
-  const first = v.findIndex((s) => s.includes(A));
-  t.true(first > 6, `suspect at sample ${first}`);
-  t.true(first < 15, 'but suspect in the end: the deficit grows by one SYN per sample');
+  const dead = (retransmits: number[]) => Array.from({ length: 10 }, (_, i) => ({ [A]: { syns: 2, others: retransmits.includes(i) ? 3 : 0 } }));
+  const at = (v: string[][]) => v.findIndex((s) => s.includes(A));
+  const clean = at(run([...live, ...dead([])]));
+  t.is(clean, 6, 'dead at sample 5: its two SYNs settled a sample later');
+  // three old connections retransmit their requests 100-200 ms and 500-600 ms after the death (RTO back-off)
+  const late = at(run([...live, ...dead([1, 5])]));
+  t.true(late > clean, `suspect at sample ${late}, not ${clean}`);
+  t.true(late < 15, 'but suspect in the end: the deficit grows by two SYNs per sample');
   // a live real with heavy established traffic and a few new connections never is
   t.deepEqual(run(repeat(20, { [A]: { syns: 1, others: 50 } })).flat(), []);
+});
+
+test('benign: a live real whose clients are far away (their ACKs come 300 ms after the SYNs) is not suspect', (t) => {
+  // 2 SYNs per sample; each connection's ACK, request and FIN (4 packets) arrive 3 samples later
+  const steps = Array.from({ length: 30 }, (_, i) => ({ [A]: { syns: 2, others: i >= 3 ? 8 : 0 } }));
+  const v = run(steps);
+  t.deepEqual(v.slice(5).flat(), [], 'its SYNs look unanswered for 300 ms, but its clients\' packets keep coming');
+  // the same real dies at sample 20: suspect once its clients' packets have stopped
+  const dies = steps.map((s, i) => (i >= 20 ? { [A]: { syns: 2, others: 0 } } : s));
+  const first = run(dies).findIndex((s, i) => i >= 5 && s.includes(A));
+  t.true(first >= 20 && first <= 23, `suspect at sample ${first}`);
 });
 
 test('benign: an idle real, a real with only established traffic, one lone SYN, and answers one sample late are not suspect', (t) => {

@@ -3,7 +3,8 @@
 import test from 'ava';
 import type { LbStats } from '../../src/bpf/dataplane/pinned-stats.js';
 import { COUNTER_NAMES } from '../../src/bpf/dataplane/codec.js';
-import { daemonViewOf, formatTop } from '../../src/reconciler/top/view.js';
+import { daemonViewOf, dropRates, formatDrops, formatTop } from '../../src/reconciler/top/view.js';
+import { dropsByReason } from '../../src/reconciler/metrics/drop-reasons.js';
 import { parsePromText } from '../../src/reconciler/metrics/prom-text.js';
 
 function stats(svc: number, real1: number, real2: number, dropNoReal = 0): LbStats {
@@ -46,4 +47,36 @@ test('top: without a daemon, services by id; a counter that went back counts fro
   t.regex(out, /not reachable/);
   t.regex(out, /^id:7\s+203\.0\.113\.10:80\/TCP\s+dsr-l2\s+300\s/m);
   t.regex(out, /^198\.51\.100\.21\s+-\s+-\s+-\s+1\.5k\s/m);
+});
+
+test('top --drops: one row per reason, busiest first, with its share of the interval and its total; reasons as the metric names them', (t) => {
+  const prev = stats(0, 0, 0, 10);
+  const cur = stats(0, 0, 0, 30);
+  cur.counters.drop_martian = 80; // 80 in 2 s: 40/s
+  cur.counters.drop_bad_ip_csum = 5; // dropped before the first reading too: 0/s now
+  prev.counters.drop_bad_ip_csum = 5;
+  cur.snat.counters = { snat_drop_ports_exhausted: 4 };
+  const input = { prev, cur, seconds: 2, daemon: null, node: 'lb-1', at: new Date(0) };
+  const out = formatDrops(input);
+  const rows = out.split('\n').slice(3).filter(Boolean).map((l) => l.trim().split(/\s+/));
+  t.deepEqual(rows, [
+    ['martian', '40', '76.9%', '80'],
+    ['no_real', '10', '19.2%', '30'],
+    ['snat_ports_exhausted', '2', '3.8%', '4'],
+    ['bad_ip_csum', '0', '0.0%', '5'],
+  ]);
+  t.regex(out, /drops by reason over 2\.0 s: 52\/s in all/);
+  // --all: every reason the data plane counts, the same names as gitlb_drops_total's reason label
+  const all = formatDrops({ ...input, all: true }).split('\n').slice(3).filter(Boolean).map((l) => l.trim().split(/\s+/)[0]);
+  t.deepEqual([...all].sort(), [...dropsByReason(cur).keys()].sort());
+  for (const r of ['martian', 'l2_not_unicast', 'bad_ip_csum', 'source_range', 'snat_table_full']) t.true(all.includes(r), r);
+  // the summary line of the default view names them alike
+  t.regex(formatTop(input), /drops: martian 40\/s \(80\), no_real 10\/s \(30\), snat_ports_exhausted 2\/s \(4\), bad_ip_csum 0\/s \(5\)/);
+});
+
+test('top --drops: nothing dropped says so; a counter that went back (a new data plane) counts from zero', (t) => {
+  const quiet = formatDrops({ prev: stats(0, 0, 0), cur: stats(0, 0, 0), seconds: 1, daemon: null, node: 'lb-1', at: new Date(0) });
+  t.regex(quiet, /no packet dropped since the data plane started/);
+  const reset = dropRates(stats(0, 0, 0, 500), stats(0, 0, 0, 7), 1);
+  t.deepEqual(reset[0], { reason: 'no_real', perSecond: 7, total: 7 });
 });

@@ -5,7 +5,7 @@ import { readLbStats, type LbStats } from '../../bpf/dataplane/pinned-stats.js';
 import { lbPinDir } from '../lb-pin-dir.js';
 import { parsePromText } from '../../reconciler/metrics/prom-text.js';
 import { DEFAULT_METRICS_LISTEN } from '../../reconciler/metrics/index.js';
-import { daemonViewOf, formatTop, type DaemonView } from '../../reconciler/top/view.js';
+import { daemonViewOf, formatDrops, formatTop, type DaemonView } from '../../reconciler/top/view.js';
 
 interface TopOptions {
   node?: string;
@@ -13,6 +13,8 @@ interface TopOptions {
   interval: number;
   once: boolean;
   metrics: string;
+  drops: boolean;
+  all: boolean;
 }
 
 function seconds(text: string): number {
@@ -49,8 +51,11 @@ the node's running daemon (its /metrics); without it the view still works, namin
     .option('--pin-root <dir>', 'bpffs root the daemon pins under', '/sys/fs/bpf/gitlb')
     .option('--interval <seconds>', 'seconds between readings (rates are over this window)', seconds, 1)
     .option('--once', 'print one view (two readings --interval apart) and exit, for scripts', false)
-    .option('--metrics <url|off>', "the daemon's metrics endpoint, for names, health and table shares", `http://${DEFAULT_METRICS_LISTEN}`),
+    .option('--metrics <url|off>', "the daemon's metrics endpoint, for names, health and table shares", `http://${DEFAULT_METRICS_LISTEN}`)
+    .option('--drops', 'the per-drop-reason view: each reason\'s drops/s, share and total (reasons as gitlb_drops_total names them)', false)
+    .option('--all', 'with --drops: also the reasons that never dropped a packet', false),
   async run(o) {
+    if (o.all && !o.drops) throw new UsageError('--all goes with --drops (the per-drop-reason view)');
     const { node, dir } = lbPinDir(o);
     const read = (): LbStats => {
       const s = readLbStats(dir);
@@ -65,9 +70,12 @@ the node's running daemon (its /metrics); without it the view still works, namin
     try {
       for (;;) {
         await sleep(o.interval * 1000);
-        const [cur, daemon] = [read(), await daemonView(o.metrics)];
+        const cur = read();
+        // the drops view needs no names from the daemon
+        const daemon = o.drops ? null : await daemonView(o.metrics);
         const now = performance.now();
-        const view = formatTop({ prev, cur, seconds: (now - prevAt) / 1000, daemon, node, at: new Date() });
+        const input = { prev, cur, seconds: (now - prevAt) / 1000, daemon, node, at: new Date() };
+        const view = o.drops ? formatDrops({ ...input, all: o.all }) : formatTop(input);
         if (o.once) {
           process.stdout.write(view);
           return 0;

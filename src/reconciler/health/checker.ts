@@ -197,7 +197,7 @@ export class HealthChecker {
    * down already is moved forward to now (at most once per interval, and the regular rhythm restarts from it, so a
    * real's checks stay at one per interval on average), its probe gets SUSPECT_CONNECT_MS for the handshake (a
    * probe already running too, from now), and a failure of a check started while suspect takes the real down at
-   * once. Returns how many checks were moved forward.
+   * once. Returns how many checks were moved forward or hurried (a running probe given the handshake deadline).
    */
   suspect(address: string, now = Date.now()): number {
     let pulled = 0;
@@ -205,8 +205,14 @@ export class HealthChecker {
     for (const t of this.tracked.values()) {
       if (t.target.address !== address || t.health.state === 'down') continue;
       t.suspectUntil = now + SUSPECT_MS;
-      if (t.running) t.connect?.shorten(suspectConnectMs(t.target));
-      if (t.running || now - t.pulledAt < t.target.intervalMs) continue;
+      if (t.running) {
+        if (t.connect && !t.connect.shortened) {
+          t.connect.shorten(suspectConnectMs(t.target));
+          pulled++;
+        }
+        continue;
+      }
+      if (now - t.pulledAt < t.target.intervalMs) continue;
       t.pulledAt = now;
       this.schedule(t, 0);
       pulled++;

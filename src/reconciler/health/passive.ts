@@ -8,10 +8,13 @@
 // SYNs, which count as SYNs again): in each case its new SYNs get no packet behind them. So, between an earlier
 // sample `a` and now, every SYN older than SETTLE_MS must be matched by a non-SYN packet that arrived after `a`; the
 // **deficit** is the number of such SYNs minus those packets. A real is *suspect* when some sample of the last
-// HISTORY_MS gives a deficit of at least MIN_SYNS. Packets of connections made before the real died (a client
+// HISTORY_MS gives a deficit of at least MIN_SYNS **and** its other packets have all but stopped: over the last
+// RECENT_MS at most a quarter as many as its SYNs. Packets of connections made before the real died (a client
 // retransmitting its request) only lower the deficit: they can delay suspicion, never cause it. A live real's
-// deficit stays at or below zero whatever its established traffic; spoofed SYNs (a flood) raise it, which costs a
-// probe moved forward and nothing else. Suspicion only triggers an immediate active probe (checker.suspect); the
+// deficit stays at or below zero whatever its established traffic while its clients' round trips are under
+// SETTLE_MS; clients farther away leave a deficit (their ACKs come later), but their ACKs and data keep arriving,
+// which the second condition sees. Spoofed SYNs (a flood) make a real suspect, which costs a probe moved forward
+// and nothing else. Suspicion only triggers an immediate active probe (checker.suspect); the
 // probe, hysteresis and consensus decide. A real with no new connections is never suspect.
 
 export interface RealSample {
@@ -30,9 +33,11 @@ export const PASSIVE = {
   settleMs: 100,
   /** Unanswered SYNs (older than settleMs, beyond the other packets) that make a real suspect. */
   minSyns: 2,
+  /** The span in which the real's other packets must have all but stopped (at most a quarter of its SYNs). */
+  recentMs: 200,
 } as const;
 
-export type PassiveOptions = { historyMs: number; settleMs: number; minSyns: number };
+export type PassiveOptions = { historyMs: number; settleMs: number; minSyns: number; recentMs: number };
 
 interface Point extends RealSample {
   at: number;
@@ -57,7 +62,7 @@ export class PassiveSignals {
       if (!h || (last && (s.packets < last.packets || s.newFlows < last.newFlows))) this.history.set(address, (h = []));
       h.push({ at, packets: s.packets, newFlows: s.newFlows });
       while (h.length > 2 && h[0]!.at < at - this.o.historyMs) h.shift();
-      if (deficit(h, at, this.o.settleMs) >= this.o.minSyns) suspects.push(address);
+      if (deficit(h, at, this.o.settleMs) >= this.o.minSyns && quiet(h, at, this.o.recentMs)) suspects.push(address);
     }
     return suspects;
   }
@@ -81,6 +86,20 @@ export function deficit(h: readonly Point[], at: number, settleMs: number): numb
     worst = Math.max(worst, syns - others);
   }
   return worst;
+}
+
+/**
+ * Whether the real's other packets have all but stopped over the last `recentMs`: at most a quarter as many as its
+ * SYNs there (none at all when no SYN came either). A live real whose clients are far away keeps getting their
+ * ACKs and data, one or more per SYN; a dead one gets at most its old connections' retransmissions. Pure.
+ */
+export function quiet(h: readonly Point[], at: number, recentMs: number): boolean {
+  const now = h[h.length - 1]!;
+  let base = h[0]!;
+  for (const p of h) if (p.at <= at - recentMs) base = p;
+  const syns = now.newFlows - base.newFlows;
+  const others = (now.packets - now.newFlows) - (base.packets - base.newFlows);
+  return others * 4 <= syns;
 }
 
 /**

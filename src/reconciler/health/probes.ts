@@ -51,10 +51,15 @@ export class ConnectDeadline {
   private ms: number | undefined;
   private listener: ((ms: number) => void) | undefined;
 
+  /** Whether shorten() was called. */
+  get shortened(): boolean {
+    return this.ms !== undefined;
+  }
+
   /** The handshake must complete within `ms` from now (a shorter one already set stays). */
   shorten(ms: number): void {
-    if (this.listener) this.listener(ms);
-    else this.ms = Math.min(ms, this.ms ?? Infinity);
+    this.ms = Math.min(ms, this.ms ?? Infinity);
+    this.listener?.(ms);
   }
 
   /** probes.ts: called once the socket is opening. */

@@ -5,6 +5,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import {
   readBackendStats, readLbStats, type BackendStats, type LbStats,
 } from '../../bpf/dataplane/pinned-stats.js';
+import { dropsByReason, SNAT_DROPS } from './drop-reasons.js';
 
 /** How the control plane names what the maps know by id (from the applied desired state). */
 export interface DataPlaneNames {
@@ -53,14 +54,7 @@ function kernelMetric(kind: 'counter' | 'gauge', reg: Registry, name: string, he
 const kernelCounter = kernelMetric.bind(null, 'counter');
 const kernelGauge = kernelMetric.bind(null, 'gauge');
 
-const DROP_PREFIX = 'drop_';
 const PASS_PREFIX = 'pass_';
-/** SNAT counters that are drops, with the reason label they get beside the lb drops. */
-const SNAT_DROPS: Record<string, string> = {
-  snat_drop_ports_exhausted: 'snat_ports_exhausted',
-  snat_drop_table_full: 'snat_table_full',
-  snat_drop_family: 'snat_family',
-};
 
 export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   const reg = o.registry;
@@ -94,12 +88,7 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   kernelCounter(reg, 'gitlb_real_new_connections_total', 'New connections the lb gave a real', ['real'], perReal('newFlows'));
   kernelCounter(reg, 'gitlb_drops_total', 'Packets the lb dropped, by reason', ['reason'], () => {
     const s = lb();
-    if (!s) return [];
-    const out: Array<[Labels, number]> = [];
-    for (const [name, v] of Object.entries(s.counters))
-      if (name.startsWith(DROP_PREFIX)) out.push([{ reason: name.slice(DROP_PREFIX.length) }, v]);
-    for (const [name, reason] of Object.entries(SNAT_DROPS)) out.push([{ reason }, s.snat.counters[name] ?? 0]);
-    return out;
+    return s ? [...dropsByReason(s)].map(([reason, v]): [Labels, number] => [{ reason }, v]) : [];
   });
   kernelCounter(reg, 'gitlb_passes_total', 'Packets the lb handed to the kernel stack, by reason', ['reason'], () => {
     const s = lb();
@@ -119,6 +108,8 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   kernelGauge(reg, 'gitlb_conntrack_max_entries', 'Connection-table capacity', [], one((s) => s.conntrack.max));
   kernelCounter(reg, 'gitlb_icmp_too_big_sent_total', 'ICMP fragmentation-needed / packet-too-big answers sent to clients', [],
     one((s) => s.counters.icmp_sent));
+  kernelCounter(reg, 'gitlb_icmp_echo_replies_total', 'ICMP / ICMPv6 echo requests to a VIP address the lb answered itself (XDP_TX)', [],
+    one((s) => s.counters.icmp_echo_reply ?? 0));
   kernelCounter(reg, 'gitlb_snat_events_total', 'SNAT translation events (new, hit, reply, icmp, pass_local, pass_expired, reclaimed, pass_fragment, repicked)',
     ['event'], () => {
       const s = lb();

@@ -3,6 +3,7 @@
 import type { LbStats, Traffic } from '../../bpf/dataplane/pinned-stats.js';
 import { formatTable } from '../format/text-table.js';
 import { samples, type Sample } from '../metrics/prom-text.js';
+import { dropsByReason } from '../metrics/drop-reasons.js';
 
 /** What the daemon's /metrics adds to the kernel's numbers. */
 export interface DaemonView {
@@ -58,6 +59,41 @@ export interface TopInput {
   at: Date;
 }
 
+export interface DropRate {
+  /** As gitlb_drops_total's `reason` label (docs/metrics.md). */
+  reason: string;
+  perSecond: number;
+  total: number;
+}
+
+/** Drops per reason over the interval (every reason the data plane counts), busiest first, then by total and name. */
+export function dropRates(prev: LbStats, cur: LbStats, seconds: number): DropRate[] {
+  const before = dropsByReason(prev);
+  // a counter that went down was reset (a new data plane): count from zero
+  return [...dropsByReason(cur)].map(([reason, total]) => {
+    const p = before.get(reason) ?? 0;
+    return { reason, perSecond: (total >= p ? total - p : total) / seconds, total };
+  }).sort((a, b) => b.perSecond - a.perSecond || b.total - a.total || a.reason.localeCompare(b.reason));
+}
+
+/**
+ * `gitlb top --drops`: one row per drop reason with its rate, its share of the interval's drops and its total;
+ * reasons that never dropped a packet are left out unless `all`.
+ */
+export function formatDrops(i: TopInput & { all?: boolean }): string {
+  const rates = dropRates(i.prev, i.cur, i.seconds);
+  const sum = rates.reduce((n, d) => n + d.perSecond, 0);
+  const rows = rates.filter((d) => i.all || d.total > 0)
+    .map((d) => [d.reason, human(d.perSecond), sum > 0 ? pct(d.perSecond / sum) : '-', human(d.total)]);
+  const lines = [
+    `gitlb top — node ${i.node}, ${i.at.toISOString().replace('T', ' ').slice(0, 19)}, drops by reason over ${i.seconds.toFixed(1)} s` +
+      `: ${human(sum)}/s in all`,
+    '',
+    rows.length ? formatTable(['REASON', 'DROPS/S', 'SHARE', 'TOTAL'], rows).trimEnd() : 'no packet dropped since the data plane started (--all lists every reason)',
+  ];
+  return lines.join('\n') + '\n';
+}
+
 export function formatTop(i: TopInput): string {
   const { prev, cur, seconds, daemon } = i;
   const byService = new Map<number, string[]>();
@@ -96,16 +132,7 @@ export function formatTop(i: TopInput): string {
     }
   }
 
-  const drops: string[] = [];
-  for (const [name, v] of Object.entries(cur.counters)) {
-    if (!name.startsWith('drop_')) continue;
-    const d = v - ((prev.counters as Record<string, number>)[name] ?? 0);
-    if (v > 0) drops.push(`${name.slice(5)} ${human(d / seconds)}/s (${human(v)})`);
-  }
-  for (const name of ['snat_drop_ports_exhausted', 'snat_drop_table_full', 'snat_drop_family']) {
-    const v = cur.snat.counters[name] ?? 0;
-    if (v > 0) drops.push(`${name.slice(10)} ${human((v - (prev.snat.counters[name] ?? 0)) / seconds)}/s (${human(v)})`);
-  }
+  const drops = dropRates(prev, cur, seconds).filter((d) => d.total > 0).map((d) => `${d.reason} ${human(d.perSecond)}/s (${human(d.total)})`);
   const ct = cur.conntrack;
   const lines = [
     `gitlb top — node ${i.node}, ${i.at.toISOString().replace('T', ' ').slice(0, 19)}, rates over ${seconds.toFixed(1)} s` +
