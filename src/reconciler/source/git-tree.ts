@@ -5,6 +5,7 @@ import * as fs from 'node:fs';
 import { join, resolve } from 'node:path';
 import git from 'isomorphic-git';
 import { readRevisionFiles } from './git-objects.js';
+import { GitlbError } from '../../errors.js';
 
 export interface ConfigFile {
   path: string; // repo-relative, '/' separators
@@ -36,18 +37,18 @@ export function gitDirsOf(repoDir: string): GitDirs {
   if (st?.isDirectory()) return { gitdir: dotGit, headDir: dotGit };
   if (st?.isFile()) {
     const m = /^gitdir:\s*(.+?)\s*$/m.exec(fs.readFileSync(dotGit, 'utf8'));
-    if (!m) throw new Error(`${repoDir}: .git is a file without a 'gitdir:' line`);
+    if (!m) throw new GitlbError('InvalidOption', `${repoDir}: .git is a file without a 'gitdir:' line`);
     const gitdir = resolve(repoDir, m[1]!);
     const commondirFile = join(gitdir, 'commondir');
     if (fs.existsSync(commondirFile)) {
       const common = resolve(gitdir, fs.readFileSync(commondirFile, 'utf8').trim());
-      if (!fs.existsSync(join(common, 'objects'))) throw new Error(`${repoDir}: linked worktree whose common directory ${common} has no objects`);
+      if (!fs.existsSync(join(common, 'objects'))) throw new GitlbError('InvalidOption', `${repoDir}: linked worktree whose common directory ${common} has no objects`);
       return { gitdir: common, headDir: gitdir };
     }
     return { gitdir, headDir: gitdir };
   }
   if (fs.existsSync(join(repoDir, 'HEAD')) && fs.existsSync(join(repoDir, 'objects'))) return { gitdir: repoDir, headDir: repoDir };
-  throw new Error(`${repoDir}: not a Git repository (no .git directory, not a bare repository)`);
+  throw new GitlbError('InvalidOption', `${repoDir}: not a Git repository (no .git directory, not a bare repository)`);
 }
 
 /** The directory of objects and refs of the repository at `repoDir` (see gitDirsOf). */
@@ -61,12 +62,12 @@ async function worktreeHead(dirs: GitDirs, rev: string): Promise<string> {
   const ref = /^ref:\s*(\S+)$/.exec(head);
   if (!ref) {
     if (/^[0-9a-f]{40}$/.test(head)) return head;
-    throw new Error(`revision '${rev}': cannot read HEAD of the worktree (${dirs.headDir}/HEAD)`);
+    throw new GitlbError('InvalidOption', `revision '${rev}': cannot read HEAD of the worktree (${dirs.headDir}/HEAD)`);
   }
   try {
     return await git.resolveRef({ fs, gitdir: dirs.gitdir, ref: ref[1]! });
   } catch {
-    throw new Error(`revision '${rev}': HEAD of the worktree names ${ref[1]}, which has no commit yet`);
+    throw new GitlbError('InvalidOption', `revision '${rev}': HEAD of the worktree names ${ref[1]}, which has no commit yet`);
   }
 }
 
@@ -79,9 +80,9 @@ async function peelToCommit(gitdir: string, oid: string, rev: string): Promise<s
       oid = (object as { object: string }).object;
       continue;
     }
-    throw new Error(`revision '${rev}' names a ${type}, not a commit`);
+    throw new GitlbError('InvalidOption', `revision '${rev}' names a ${type}, not a commit`);
   }
-  throw new Error(`revision '${rev}': tag chain too deep`);
+  throw new GitlbError('InvalidOption', `revision '${rev}': tag chain too deep`);
 }
 
 async function resolveBase(dirs: GitDirs, name: string, rev: string): Promise<string> {
@@ -99,10 +100,10 @@ async function resolveBase(dirs: GitDirs, name: string, rev: string): Promise<st
     try {
       return await git.expandOid({ fs, gitdir, oid: name.toLowerCase() });
     } catch (err) {
-      if ((err as { code?: string }).code === 'AmbiguousError') throw new Error(`revision '${rev}' is ambiguous`);
+      if ((err as { code?: string }).code === 'AmbiguousError') throw new GitlbError('InvalidOption', `revision '${rev}' is ambiguous`);
     }
   }
-  throw new Error(`unknown revision '${rev}'`);
+  throw new GitlbError('InvalidOption', `unknown revision '${rev}'`);
 }
 
 /** Resolves a revision expression to a commit id (`dirs`: a git directory, or both of a linked worktree). */
@@ -111,7 +112,7 @@ export async function resolveRevision(dirs: string | GitDirs, rev: string): Prom
   const gitdir = dirs.gitdir;
   const m = /^(.*?)((?:[~^]\d*)*)$/.exec(rev.trim());
   const name = m?.[1] ?? '';
-  if (!name) throw new Error(`invalid revision '${rev}'`);
+  if (!name) throw new GitlbError('InvalidOption', `invalid revision '${rev}'`);
   let oid = await peelToCommit(gitdir, await resolveBase(dirs, name, rev), rev);
   for (const step of (m?.[2] ?? '').match(/[~^]\d*/g) ?? []) {
     const count = step.length > 1 ? Number(step.slice(1)) : 1;
@@ -127,7 +128,7 @@ export async function resolveRevision(dirs: string | GitDirs, rev: string): Prom
 async function nthParent(gitdir: string, oid: string, n: number, rev: string): Promise<string> {
   const { commit } = await git.readCommit({ fs, gitdir, oid });
   const parent = commit.parent[n - 1];
-  if (!parent) throw new Error(`revision '${rev}': commit ${oid.slice(0, 12)} has no parent #${n}`);
+  if (!parent) throw new GitlbError('InvalidOption', `revision '${rev}': commit ${oid.slice(0, 12)} has no parent #${n}`);
   return parent;
 }
 
