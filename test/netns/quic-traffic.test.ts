@@ -10,11 +10,11 @@
 //   - across a client source-port change (migration, NAT rebinding) to a port the table sends elsewhere;
 //   - across a weight change that gives the other real most of the table.
 // Each step has its control: an Initial from the same 5-tuple (the client's own connection ID, so the table decides)
-// reaches the other backend, so the test fails if the datagrams followed the table.
+// reaches the other backend, so the test fails if the datagrams followed the table. IPv4 and IPv6.
 import test from 'ava';
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
-import { ADDR, bridgeLab, sh } from '../lib/bridge-lab.js';
+import { ADDR, ADDR6, bridgeLab, sh } from '../lib/bridge-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { QUIC_V1, cidWithServerId, quicLong, quicShort, serverIdOf } from '../lib/quic.js';
@@ -25,7 +25,11 @@ const lab = bridgeLab('q');
 const NS = lab.ns;
 const PIN = `/sys/fs/bpf/${NS.lb}`;
 const VIP = '203.0.113.30';
+const VIP6 = '2001:db8:f::30';
 const PORT = 443;
+type Family = 4 | 6;
+const vipOf = (f: Family) => (f === 4 ? VIP : VIP6);
+const clientOf = (f: Family) => (f === 4 ? ADDR.client : ADDR6.client);
 const SEED = 0x5eed;
 const SIZE = 7;
 const SERVER_ID: Record<number, number> = { 1: 101, 2: 202 };
@@ -33,13 +37,23 @@ const NAME: Record<number, string> = { 1: 'b1', 2: 'b2' };
 /** Each backend's connection ID: its server id in CID version 1, then its own bytes. */
 const CID: Record<number, Buffer> = { 1: cidWithServerId(1, SERVER_ID[1]!, 8, 0x11), 2: cidWithServerId(1, SERVER_ID[2]!, 8, 0x22) };
 
-const slotOf = (sport: number) => ringSlot({ src: ADDR.client, dst: VIP, sport, dport: PORT, proto: 17 }, true, SEED, SIZE);
-/** A state whose ring is `ring` and whose QUIC server ids are those of `reals`. */
-const state = (ring: number[], reals: number[]) => makeState({
-  reals: { 1: ADDR.b1, 2: ADDR.b2 }, hashSeed: SEED, addresses: [ADDR.lb],
-  services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ports: [{ port: PORT, protocol: 'UDP' }], ring,
-    quic: Object.fromEntries(reals.map((r) => [SERVER_ID[r]!, r])) }],
-});
+let family: Family = 4;
+const slotOf = (sport: number) => ringSlot({ src: clientOf(family), dst: vipOf(family), sport, dport: PORT, proto: 17 }, true, SEED, SIZE);
+/** A state whose ring is `ring` and whose QUIC server ids are those of `reals`: service 1 on the IPv4 VIP (reals 1,
+ * 2), service 2 on the IPv6 one (reals 3, 4 = the same backends' IPv6 addresses), the one of the family under test
+ * with `ring`, the other with b1 only. */
+const state = (ring: number[], reals: number[]) => {
+  const ids = (off: number) => Object.fromEntries(reals.map((r) => [SERVER_ID[r]!, r + off]));
+  const onlyB1 = Array.from({ length: SIZE }, () => 1);
+  return makeState({
+    reals: { 1: ADDR.b1, 2: ADDR.b2, 3: ADDR6.b1, 4: ADDR6.b2 }, hashSeed: SEED, addresses: [ADDR.lb, ADDR6.lb],
+    services: [
+      { id: 1, vip: VIP, forwarding: 'dsr-l2', ports: [{ port: PORT, protocol: 'UDP' }], ring: family === 4 ? ring : onlyB1, quic: family === 4 ? ids(0) : { [SERVER_ID[1]!]: 1 } },
+      { id: 2, vip: VIP6, forwarding: 'dsr-l2', ports: [{ port: PORT, protocol: 'UDP' }], ring: (family === 6 ? ring : onlyB1).map((r) => r + 2),
+        quic: family === 6 ? ids(2) : { [SERVER_ID[1]!]: 3 } },
+    ],
+  });
+};
 
 function runner(args: string[], stdin = ''): string {
   // nsenter --net keeps the host's /sys/fs/bpf, so the pins outlive the runner
@@ -60,13 +74,13 @@ function clearConntrack(): void {
 
 /** The QUIC-shaped server: `|name|initial|<its CID>` for an Initial, `|name|known` or `|name|unknown` for a short header
  * by whether it issued the packet's destination connection ID. Bound to VIP:443 (the VIP is on lo: DSR). */
-const SERVER = `const d=require('dgram');const [name,cidHex,vip,port]=process.argv.slice(1);const cid=Buffer.from(cidHex,'hex');
-const s=d.createSocket('udp4');s.on('message',(m,r)=>{let kind;if(m.length&&(m[0]&0x80))kind=(m[0]&0x30)===0?'initial|'+cidHex:'long';
+const SERVER = `const d=require('dgram');const [name,cidHex,vip,port,type]=process.argv.slice(1);const cid=Buffer.from(cidHex,'hex');
+const s=d.createSocket(type);s.on('message',(m,r)=>{let kind;if(m.length&&(m[0]&0x80))kind=(m[0]&0x30)===0?'initial|'+cidHex:'long';
 else kind=m.subarray(1,1+cid.length).equals(cid)?'known':'unknown';s.send(Buffer.from('|'+name+'|'+kind),r.port,r.address);});
 s.bind(Number(port),vip,()=>console.log('ready'));`;
 
-function server(ns: string, real: number): Promise<void> {
-  const c = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', SERVER, NAME[real]!, CID[real]!.toString('hex'), VIP, String(PORT)],
+function server(ns: string, real: number, f: Family): Promise<void> {
+  const c = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e', SERVER, NAME[real]!, CID[real]!.toString('hex'), vipOf(f), String(PORT), `udp${f}`],
     { stdio: ['ignore', 'pipe', 'inherit'] });
   lab.children.push(c);
   return new Promise((resolve, reject) => {
@@ -77,13 +91,13 @@ function server(ns: string, real: number): Promise<void> {
 }
 
 /** The client: sends one datagram from ADDR.client:sport (up to 3 tries, 0.7 s apart) and prints the answer. */
-const CLIENT = `const d=require('dgram');const [src,sport,vip,port,hex]=process.argv.slice(1);const s=d.createSocket({type:'udp4',reuseAddr:true});
+const CLIENT = `const d=require('dgram');const [src,sport,vip,port,hex,type]=process.argv.slice(1);const s=d.createSocket({type,reuseAddr:true});
 s.on('message',(m)=>{console.log(m.toString('latin1').slice(1));process.exit(0);});
 s.bind(Number(sport),src,()=>{let n=0;const send=()=>{if(n++>=3){console.log('');process.exit(0);}s.send(Buffer.from(hex,'hex'),Number(port),vip);setTimeout(send,700);};send();});`;
 
 /** One exchange: the answering backend's reply (`b1|known`, ...), '' when none came. */
 const exchange = (sport: number, packet: Buffer): string =>
-  sh(NS.client, [process.execPath, '-e', CLIENT, ADDR.client, String(sport), VIP, String(PORT), packet.toString('hex')]).trim();
+  sh(NS.client, [process.execPath, '-e', CLIENT, clientOf(family), String(sport), vipOf(family), String(PORT), packet.toString('hex'), `udp${family}`]).trim();
 /** A client Initial: its own random-looking destination connection ID, so the table decides. */
 const initial = () => quicLong({ type: 0x00, version: QUIC_V1, dcid: Buffer.from('c1c2c3c4c5c6c7c8', 'hex'), scid: Buffer.alloc(8, 0xcc) });
 const oneRtt = (dcid: Buffer, n: number) => quicShort(dcid, Buffer.from(`packet ${n}`));
@@ -102,18 +116,21 @@ test.before(async () => {
   sh(NS.client, ['ethtool', '-K', 'eth0', 'tx', 'off', 'gso', 'off', 'tso', 'off']);
   for (const b of [NS.b1, NS.b2]) {
     sh(b, ['ip', 'route', 'add', '192.0.2.0/24', 'dev', 'eth0']);
+    sh(b, ['ip', '-6', 'route', 'add', '2001:db8:c::/64', 'dev', 'eth0']);
     sh(b, ['sysctl', '-q', '-w', 'net.ipv4.conf.all.arp_ignore=1', 'net.ipv4.conf.all.arp_announce=2', 'net.ipv4.conf.all.rp_filter=0',
       'net.ipv4.conf.eth0.rp_filter=0', 'net.ipv4.conf.lo.rp_filter=0']);
     sh(b, ['ip', 'addr', 'add', `${VIP}/32`, 'dev', 'lo']);
+    sh(b, ['ip', 'addr', 'add', `${VIP6}/128`, 'dev', 'lo', 'nodad']);
   }
-  sh(NS.lb, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
-  for (const a of [ADDR.b1, ADDR.b2]) sh(NS.lb, ['ping', '-c', '1', '-W', '2', a]);
-  await Promise.all([server(NS.b1, 1), server(NS.b2, 2)]);
+  sh(NS.lb, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
+  for (const a of [ADDR.b1, ADDR.b2, ADDR6.b1, ADDR6.b2]) sh(NS.lb, ['ping', '-c', '1', '-W', '2', a]);
+  await Promise.all([server(NS.b1, 1, 4), server(NS.b2, 2, 4), server(NS.b1, 1, 6), server(NS.b2, 2, 6)]);
 });
 
 test.after.always(teardown);
 
-test.serial('a QUIC connection keeps its server across a real added, a client port change and a weight change', (t) => {
+for (const f of [4, 6] as const) test.serial(`IPv${f}: a QUIC connection keeps its server across a real added, a client port change and a weight change`, (t) => {
+  family = f;
   // 1. only b1 is in the service: the connection opens on b1 and learns b1's connection ID
   const onlyB1 = Array.from({ length: SIZE }, () => 1);
   apply(onlyB1, [1]);
