@@ -3,11 +3,10 @@
 // sendFrame, AF_PACKET). Hosts that already have a neighbour entry for the address take the new MAC at once
 // (Linux: a gratuitous ARP overrides even within the entry's locktime). Used when an lb node takes over a lost
 // node's SNAT address (src/reconciler/flows/snat-takeover.ts) and when the owner takes it back.
-import { readFileSync } from 'node:fs';
 import { native } from './addon.js';
 import { addr16, familyOf } from './dataplane/codec.js';
 
-function mac(text: string): Buffer {
+export function macBytes(text: string): Buffer {
   const b = Buffer.from(text.trim().split(':').map((x) => parseInt(x, 16)));
   if (b.length !== 6 || b.some((x) => Number.isNaN(x))) throw new Error(`not a MAC address: '${text.trim()}'`);
   return b;
@@ -72,10 +71,8 @@ export function announceFrame(address: string, source: Buffer): Buffer {
   return familyOf(address) === 4 ? gratuitousArp(address, source) : unsolicitedNa(address, source);
 }
 
-/** Sends the announcement of `address` out of `iface` (root; the interface must be up). */
-export function announceAddress(iface: string, address: string): void {
-  if (!/^[\w.:-]{1,15}$/.test(iface)) throw new Error(`not an interface name: '${iface}'`);
-  const source = mac(readFileSync(`/sys/class/net/${iface}/address`, 'utf8'));
+/** Sends the announcement of `address` out of `iface`, from the interface's MAC `mac` (root; the link must be up). */
+export function announceAddress(iface: string, address: string, mac: string): void {
   const n = native();
-  n.sendFrame(n.ifNameToIndex(iface), announceFrame(address, source));
+  n.sendFrame(n.ifNameToIndex(iface), announceFrame(address, macBytes(mac)));
 }

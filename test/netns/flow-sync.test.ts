@@ -143,6 +143,10 @@ add('b reply to a\'s address on b\'s own port', { op: 'snatReply', node: 'b', of
 add('b reply to its own address (serving)', { op: 'snatReply', node: 'b', ofStep: at['b own snat syn']!, real: REALS[1], realMac: MAC1, snat: SNAT_B, realPort: 8080 });
 add('b reply to an address it does not serve', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: LB_C_SNAT, realPort: 8080 });
 add('b unserves a\'s address', { op: 'unserve', node: 'b', address: SNAT });
+add('a snat fin', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5101, TCP_FLAGS.FIN | ACK) });
+add('a tick after fin', { op: 'tick', node: 'a' });
+add('a snat syn reopens', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5101, SYN) });
+add('a tick after reopen', { op: 'tick', node: 'a' });
 add('b reply to a\'s address (no longer served)', { op: 'snatReply', node: 'b', ofStep: at['a snat syn (own address)']!, real: REALS[1], realMac: MAC1, snat: SNAT, realPort: 8080 });
 // ---- a peer speaking for another node (F3): only the sender's own SNAT address is accepted
 add('translation of a third node\'s address', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7200, LB_C_SNAT, 33000)] } });
@@ -289,6 +293,13 @@ test('lb-a lost: lb-b serving lb-a\'s SNAT address translates the real\'s replie
   const after = await r('b reply to a\'s address (no longer served)');
   t.is(after.retval, 2, 'passed again: the owner answers its address');
   t.is(after.counters.snat_reply ?? 0, 0);
+});
+
+test('a translation that closes (FIN) and is reopened by a SYN of the same 5-tuple is sent each time: the peer\'s copy follows its state', async (t) => {
+  const sent = async (step: string) => (await r(step)).report['lb-b'].sent as number;
+  t.is(await sent('a tick after fin') - await sent('a tick 3'), 1, 'closing: sent');
+  t.is((await r('a snat syn reopens')).retval, TX);
+  t.is(await sent('a tick after reopen') - await sent('a tick after fin'), 1, 'reopened: sent again (the peer\'s closing copy would expire in 10 s)');
 });
 
 test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {

@@ -31,7 +31,7 @@ function world(self: string, peers: TakeoverPeer[], own?: string) {
     addAddress: async (_i, a) => { const had = onIface.has(a); onIface.add(a); return !had; },
     removeAddress: async (_i, a) => { onIface.delete(a); },
     announce: (_i, a) => { announced.push(a); },
-    linkUp: () => linkUp,
+    link: async () => ({ up: linkUp, mac: '02:00:00:00:00:01' }),
     served: () => ({ serve: (a) => (served.add(a), true), unserve: (a) => { served.delete(a); }, list: () => [...served] }),
     now: () => now,
   };

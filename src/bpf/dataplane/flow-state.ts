@@ -48,6 +48,9 @@ function encodeCtValue(realId: number, serviceId: number, slot: number): Buffer 
   return b;
 }
 
+/** lb_snat_rev value bytes a change of which is sent: client, vip, ports, real id (0..39) and state (40). */
+const SNAT_DELTA_BYTES = 41;
+
 const ctOf = (k: FlowKey, realId: number): CtEntry => ({ src: k.src, dst: k.dst, sport: k.sport, dport: k.dport, proto: k.proto, realId });
 
 /**
@@ -96,8 +99,11 @@ export class FlowDelta {
     for (const [k, v] of revEntries) {
       if (v[41]) continue; // another node's translation (owner != 0): its owner sends it
       const id = k.toString('latin1');
-      // the translation's identity: its client flow and real (bytes 0..39 of the value), not its timestamps
-      const what = v.subarray(0, 40).toString('latin1');
+      // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
+      // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
+      // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
+      // leave the flow without a translation on the node ECMP moves it to.
+      const what = v.subarray(0, SNAT_DELTA_BYTES).toString('latin1');
       snat.set(id, what);
       if (this.snat.get(id) === what) continue;
       const e = snatOf(k, v);
@@ -121,7 +127,7 @@ export class FlowDelta {
   /** Entries inserted for a peer: seen, so the next read does not send them back. */
   remember(keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> }): void {
     for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), v);
-    for (const [k, v] of keys.snat) this.snat.set(k.toString('latin1'), v.subarray(0, 40).toString('latin1'));
+    for (const [k, v] of keys.snat) this.snat.set(k.toString('latin1'), v.subarray(0, SNAT_DELTA_BYTES).toString('latin1'));
   }
 }
 

@@ -15,7 +15,6 @@
 // until the owner's announcement reaches every real), and the owner announces its own address again whenever it
 // sees a peer come back (it may have been the one cut off).
 import { connect } from 'node:net';
-import { readFileSync } from 'node:fs';
 import type { BpfObject } from '../../bpf/libbpf.js';
 import { announceAddress } from '../../bpf/address-announce.js';
 import { serveSnatAddress, servedSnatAddresses, unserveSnatAddress } from '../../bpf/dataplane/flow-state.js';
@@ -44,8 +43,9 @@ export interface SnatTakeoverOptions {
   /** Adds / removes the address on the interface; add resolves false when it was there already (not ours). */
   addAddress?: (iface: string, address: string) => Promise<boolean>;
   removeAddress?: (iface: string, address: string) => Promise<void>;
-  announce?: (iface: string, address: string) => void;
-  linkUp?: (iface: string) => boolean;
+  announce?: (iface: string, address: string, mac: string) => void;
+  /** The interface's state and MAC (default: `ip -j link`, netlink: /sys may be another namespace's). */
+  link?: (iface: string) => Promise<LinkFacts | null>;
   /** The data plane's served addresses (default: lb_snat_served of object(), src/bpf/dataplane/flow-state.ts). */
   served?: (obj: BpfObject) => ServedAddresses;
   now?: () => number;
@@ -109,11 +109,18 @@ export async function removeInterfaceAddress(iface: string, address: string): Pr
   if (r.code !== 0 && !/Cannot assign|not found/i.test(r.stderr)) throw new Error(`ip addr del ${hostPrefix(address)} dev ${iface}: ${r.stderr.trim()}`);
 }
 
-function operUp(iface: string): boolean {
+export interface LinkFacts { up: boolean; mac: string }
+
+/** From netlink (`ip -j link`): /sys/class/net shows the namespace sysfs was mounted in, not necessarily ours. */
+export async function linkFacts(iface: string): Promise<LinkFacts | null> {
+  const r = await runFile('ip', ['-j', 'link', 'show', 'dev', iface], 5000);
+  if (r.code !== 0) return null;
   try {
-    return readFileSync(`/sys/class/net/${iface}/operstate`, 'utf8').trim() !== 'down';
+    const l = (JSON.parse(r.stdout) as { operstate?: string; flags?: string[]; address?: string }[])[0];
+    if (!l?.address) return null;
+    return { up: (l.flags ?? []).includes('UP') && l.operstate !== 'DOWN' && l.operstate !== 'LOWERLAYERDOWN', mac: l.address };
   } catch {
-    return false;
+    return null;
   }
 }
 
@@ -181,7 +188,8 @@ export class SnatTakeover {
     }
     // Cut off itself, a node can judge no peer: it forgets what it saw, takes nothing over, and announces its own
     // address again once its link is back (a peer may have taken it over meanwhile).
-    const linkUp = (this.o.linkUp ?? operUp)(iface);
+    const link = await (this.o.link ?? linkFacts)(iface);
+    const linkUp = !!link?.up;
     if (!linkUp) {
       this.misses.clear();
       this.answers.clear();
@@ -256,7 +264,7 @@ export class SnatTakeover {
     const announce = this.o.announce ?? announceAddress;
     const send = (address: string) => {
       try {
-        announce(iface, address);
+        announce(iface, address, link!.mac);
       } catch (e) {
         this.o.log?.warn(`snat takeover: announcing ${address} on ${iface}: ${(e as Error).message}`);
       }
