@@ -6,11 +6,13 @@
 //   nodes as next hops, proto bgp), IPv4 and IPv6; requests through the VIP are answered;
 // - 40 keep-alive connections to the dsr-l2 VIP: lb-1 drained by commit (FRR drops its path), then undrained (the
 //   path comes back): all 40 survive both, on the backend they started on;
+// - lb-1's BIRD killed: FRR drops its paths as the session closes (graceful restart is off: no stale path kept), and
+//   takes them again when BIRD is back;
 // - taking the lab down stops zebra and bgpd and removes what they left (their crash-log directories).
 import test from 'ava';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { labNs, routerSessions } from '../../src/lab/lab.js';
+import { labNs, restartBird, routerSessions } from '../../src/lab/lab.js';
 import { isAlive } from '../../src/lab/processes.js';
 import { nsExec, sleep } from '../../src/lab/netns.js';
 import { routerNextHops, waitForHops } from '../../src/demo/failover.js';
@@ -112,6 +114,24 @@ test.serial('dsr l2: lb-1 drained and undrained by commit under 40 keep-alive co
   t.true(res.flows.every((f) => f.requests >= 10), 'every connection carried requests through the drain and the undrain');
   t.is(switched.length, 0, 'no connection changed backend');
   t.is(survived.length, flows);
+});
+
+test.serial('lb-1 BIRD killed (kill -9): FRR drops its path when the session closes, not after a graceful-restart hold; back once BIRD is restarted', async (t) => {
+  t.timeout(120_000);
+  const l = need();
+  t.not(await waitForHops(l.state, [WEB], both, 60_000, 200), null, 'both paths before the kill');
+  const bird = [...l.state.processes].reverse().find((p) => p.role === 'bird' && p.node === 'lb-1')!;
+  const killedAt = Date.now();
+  process.kill(bird.pid, 'SIGKILL');
+  const ms = await waitForHops(l.state, [WEB, VIP6], (h, v) => !h.includes(v.includes(':') ? BOTH6[0]! : LB1), 30_000, 50);
+  t.log(`lb-1's path gone ${ms} ms after its BIRD was killed (${Date.now() - killedAt} ms with the last poll)`);
+  // graceful restart would keep the stale path for its restart time (120 s by default); bounded well below that
+  t.not(ms, null, 'FRR dropped lb-1\'s paths');
+  t.deepEqual(await routerNextHops(l.state, WEB), [LB2]);
+  const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: WEB, port: 80, count: 20, concurrency: 4, sources: l.view.clientsV4, timeoutMs: 5000 });
+  t.is(r.records.filter((x) => x.backend).length, 20, 'requests answered through lb-2');
+  await restartBird(l.state, 'lb-1');
+  t.not(await waitForHops(l.state, [...VIPS4, VIP6], both, 60_000, 200), null, 'lb-1 announces again');
 });
 
 test.serial('lab down stops zebra and bgpd and removes their crash-log directories', async (t) => {
