@@ -1,7 +1,7 @@
 // From a validated config revision and a node name, the node's complete desired data-plane state
 // (src/render/state.ts, documented in docs/render.md). Pure: same model, node and health => same state, byte for byte.
 import { GitlbError } from '../errors.js';
-import type { ConfigModel, NodeDoc, Protocol, ServiceDoc } from './model.js';
+import { DEFAULT_GUE_PORT, type ConfigModel, type NodeDoc, type Protocol, type ServiceDoc } from './model.js';
 import type { DesiredQuicServer, DesiredReal, DesiredService, DesiredServiceReal, DesiredState, DesiredVip, Forwarding } from './state.js';
 import { assignStableIds } from './ids.js';
 import { cidrTextContains, compareIps, ipFamily } from './ip.js';
@@ -112,6 +112,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
     throw new GitlbError('RenderFailed', `node '${nodeName}' is not defined in the config (known nodes: ${known})`, { field: 'node' });
   }
   const cluster = model.cluster.spec;
+  const guePort = cluster.gue?.port ?? DEFAULT_GUE_PORT;
   const { serviceIds, realIds } = modelIds(model);
 
   const services: DesiredService[] = [];
@@ -132,6 +133,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         port: p.port,
         protocol: p.protocol,
         targetPort: p.targetPort ?? p.port,
+        ...(forwarding === 'dsr-gue' && { guePort }),
         serviceId: id,
         forwarding,
         hashSourcePort: spec.hash.sourcePort,
@@ -139,8 +141,8 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
         ...(spec.sessionAffinity && { affinityTimeoutS: spec.sessionAffinity.clientIP.timeout }),
         ...(spec.quic && forwarding !== 'snat' && p.protocol === 'UDP' && { quic: true as const }),
       });
-      // A backend terminates l2 and ipip DSR traffic addressed to the VIP itself, so it must own the VIP. It owns
-      // it for ipopt too: lb nodes may still (or already) send l2 or ipip while an encap change rolls out.
+      // A backend terminates l2, ipip and gue DSR traffic addressed to the VIP itself, so it must own the VIP. It
+      // owns it for ipopt too: lb nodes may still (or already) send another encap while an encap change rolls out.
       if (forwarding !== 'snat') localVips.add(spec.vip);
     }
   }
@@ -154,7 +156,7 @@ export function renderDesiredState(model: ConfigModel, nodeName: string, health?
     ...(node.spec.snatPorts !== undefined && { snatPorts: { ...node.spec.snatPorts } }),
     // The node's own addresses (outer source of dsr-ipip on lb nodes), sorted so YAML order does not matter.
     ...(node.spec.addresses.length > 0 && { addresses: [...node.spec.addresses].sort(compareIps) }),
-    ...(node.spec.role === 'backend' && { lbAddresses: lbNodeAddresses(model) }),
+    ...(node.spec.role === 'backend' && { guePort, lbAddresses: lbNodeAddresses(model) }),
     hashSeed: hashSeedFromBase64(cluster.maglev.seed),
     conntrackMaxEntries: cluster.conntrack.maxEntries,
     ...(cluster.conntrack.newFlowRate > 0 && { conntrackNewFlowRate: cluster.conntrack.newFlowRate }),

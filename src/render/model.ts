@@ -4,7 +4,9 @@
 
 export type Protocol = 'TCP' | 'UDP';
 export type DispatchMode = 'dsr' | 'snat' | 'hybrid';
-export type Encap = 'l2' | 'ipip' | 'ipopt';
+export type Encap = 'l2' | 'ipip' | 'ipopt' | 'gue';
+/** The UDP destination port of dsr-gue when the Cluster names none (Katran's GUE_DPORT, the usual GUE port). */
+export const DEFAULT_GUE_PORT = 6080;
 export type RealState = 'active' | 'drain' | 'disabled';
 export type NodeRole = 'lb' | 'backend';
 /** lb nodes: `drain` withdraws every VIP by BGP and keeps forwarding what still arrives. */
@@ -30,6 +32,9 @@ export interface ClusterSpec {
   conntrack: { maxEntries: number; newFlowRate: number };
   status: { branch: string };
   rollback: { policy: RollbackPolicy };
+  /** dsr-gue: the UDP destination port lb nodes send GUE to and backends decapsulate at (Cluster spec.gue.port).
+   * Absent: DEFAULT_GUE_PORT. */
+  gue?: { port: number };
   /** Health agreement across lb nodes (docs/health.md). Optional; absent means { mode: 'local' }. */
   health?: { mode: HealthAgreementMode; staleAfterMs?: number };
   /** BGP announcement of the VIPs (docs/bgp.md). Absent: no BIRD configuration is rendered. */

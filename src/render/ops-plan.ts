@@ -15,7 +15,7 @@ const sameJson = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON
 function sameVip(a: DesiredVip, b: DesiredVip): boolean {
   return a.vip === b.vip && a.family === b.family && a.port === b.port && a.protocol === b.protocol &&
     a.targetPort === b.targetPort && a.serviceId === b.serviceId && a.forwarding === b.forwarding &&
-    a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges &&
+    a.hashSourcePort === b.hashSourcePort && !!a.sourceRanges === !!b.sourceRanges && (a.guePort ?? 0) === (b.guePort ?? 0) &&
     (a.affinityTimeoutS ?? 0) === (b.affinityTimeoutS ?? 0) && !!a.quic === !!b.quic;
 }
 

@@ -29,14 +29,15 @@ export const SNAT_TIMEOUTS_S = {
   udpS: 120, // RFC 4787 REQ-5: at least 2 min
 } as const;
 
-/** A be_vips entry of a backend node: an `address` entry (IP-in-IP to this VIP) or a `listener` (ipopt). */
+/** A be_vips entry of a backend node: an `address` entry (IP-in-IP, and GUE at its targetPort, to this VIP) or a
+ * `listener` (ipopt). */
 export interface BackendVip {
   kind: 'address' | 'listener';
   address: string;
   family: 4 | 6;
   port: number; // 0 for an address entry
   protocol: 'TCP' | 'UDP' | null; // null for an address entry
-  targetPort: number; // 0 = not checked
+  targetPort: number; // listener: the ipopt port (0 = not checked); address: the GUE port (0 = no GUE)
   /**
    * Listener entries only: the targetPort the entry had before this change (put ops), or that it still trusts
    * (live reads, while its grace lasts). Never desired by a revision: the planner carries it over from the live
@@ -174,16 +175,17 @@ export function desiredMarkers(d: DesiredState): LiveVipMarker[] {
 
 /**
  * The be_vips entries a backend node needs. Every DSR VIP:port:protocol gets both kinds, whatever encap the
- * service names now: an address entry (decapsulate IP-in-IP to the VIP) and a listener entry (trust the ipopt
- * option naming it). lb nodes and backends apply an encap change (l2, ipip, ipopt) at different moments, so a
+ * service names now: an address entry (decapsulate IP-in-IP to the VIP, and GUE at the cluster's GUE port) and a
+ * listener entry (trust the ipopt option naming it). lb nodes and backends apply an encap change (l2, ipip, ipopt,
+ * gue) at different moments, so a
  * backend must take every form until and after its own apply (docs/backend.md). snat traffic arrives as ordinary
  * packets and needs no entry. Sorted by identity, duplicates merged.
  */
-export function desiredBackendVips(d: Pick<DesiredState, 'vips'>): BackendVip[] {
+export function desiredBackendVips(d: Pick<DesiredState, 'vips' | 'guePort'>): BackendVip[] {
   const byId = new Map<string, BackendVip>();
   for (const v of d.vips) {
     if (v.forwarding === 'snat') continue;
-    const address: BackendVip = { kind: 'address', address: v.vip, family: v.family, port: 0, protocol: null, targetPort: 0 };
+    const address: BackendVip = { kind: 'address', address: v.vip, family: v.family, port: 0, protocol: null, targetPort: d.guePort ?? 0 };
     const listener: BackendVip = { kind: 'listener', address: v.vip, family: v.family, port: v.port, protocol: v.protocol, targetPort: v.targetPort };
     for (const e of [address, listener]) byId.set(backendVipId(e), e);
   }

@@ -298,12 +298,12 @@ function dispatchWarnings(base: ServiceDoc, head: ServiceDoc): string[] {
   if (encapFlips.length > 0) {
     const socketMoves = encapFlips.filter((c) => (c.from === 'dsr-ipopt') !== (c.to === 'dsr-ipopt'));
     out.push(
-      `dispatch ${encapFlips.map((c) => `${c.port} ${c.from} -> ${c.to}`).join(', ')}: backends accept l2, ipip and ` +
-        `ipopt for every DSR VIP they serve, so lb nodes and backends may apply this in any order without failing new ` +
+      `dispatch ${encapFlips.map((c) => `${c.port} ${c.from} -> ${c.to}`).join(', ')}: backends accept l2, ipip, gue ` +
+        `and ipopt for every DSR VIP they serve, so lb nodes and backends may apply this in any order without failing new ` +
         `connections` +
         (socketMoves.length > 0
           ? `; connections open at the switch break, because with ipopt the real answers on its own address and ` +
-            `targetPort and with l2/ipip on the VIP.`
+            `targetPort and with l2/ipip/gue on the VIP.`
           : '; open connections keep working (the real sees the same packet).'),
     );
   }

@@ -4,7 +4,7 @@
 import type { DispatchMode, Encap, Protocol, RealState, NodeRole, HealthCheckSpec } from './model.js';
 
 /** How one VIP:port:protocol is forwarded, after resolving `hybrid` (TCP -> dsr, UDP -> snat). */
-export type Forwarding = 'dsr-l2' | 'dsr-ipip' | 'dsr-ipopt' | 'snat';
+export type Forwarding = 'dsr-l2' | 'dsr-ipip' | 'dsr-ipopt' | 'dsr-gue' | 'snat';
 
 /** A backend known to the data plane. `id` is stable across revisions for the same address. */
 export interface DesiredReal {
@@ -20,6 +20,9 @@ export interface DesiredVip {
   port: number;
   protocol: Protocol;
   targetPort: number; // = port when not overridden
+  /** dsr-gue listeners only: the UDP destination port of the tunnel (Cluster spec.gue.port), what the data plane
+   * keeps in lb_vip_value.target_port for this mode (targetPort equals port here, as with ipip). */
+  guePort?: number;
   serviceId: number; // index into DesiredState.services by `id`
   forwarding: Forwarding;
   hashSourcePort: boolean;
@@ -81,6 +84,9 @@ export interface DesiredState {
   /** The node's own addresses (Node.spec.addresses, canonical). An lb node uses them as the outer source of
    * dsr-ipip (see docs/datapath.md); when absent the kernel's source choice for the route is used. */
   addresses?: string[];
+  /** Backend nodes: the UDP port GUE tunnels arrive at (Cluster spec.gue.port), decapsulated for every DSR VIP the
+   * node serves (its be_vips address entries carry it). Absent: no GUE is decapsulated. */
+  guePort?: number;
   /** Backend nodes: every lb node's addresses (Node.spec.addresses of role lb, canonical, sorted). IP-in-IP is
    * decapsulated only from these (see docs/backend.md). */
   lbAddresses?: string[];

@@ -101,7 +101,7 @@ test('plan warns about dispatch changes: encap changes are safe in any apply ord
 
   const l2ToIpip = warnings({ mode: 'dsr', encap: 'l2' }, { mode: 'dsr', encap: 'ipip' });
   t.is(l2ToIpip.length, 1);
-  t.regex(l2ToIpip[0]!, /80\/TCP dsr-l2 -> dsr-ipip: backends accept l2, ipip and ipopt .* any order/);
+  t.regex(l2ToIpip[0]!, /80\/TCP dsr-l2 -> dsr-ipip: backends accept l2, ipip, gue and ipopt .* any order/);
   t.regex(l2ToIpip[0]!, /open connections keep working/);
   const ipipToIpopt = warnings({ mode: 'dsr', encap: 'ipip' }, { mode: 'dsr', encap: 'ipopt' });
   t.regex(ipipToIpopt[0]!, /dsr-ipip -> dsr-ipopt: .*connections open at the switch break/);

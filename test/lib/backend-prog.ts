@@ -19,13 +19,14 @@ export async function loadBackendProgs(v4: BackendAddrs, v6: BackendAddrs): Prom
 }
 
 /**
- * be_vips with one IP-in-IP VIP (any port) and one ipopt VIP (`vipPort`, TCP and UDP, delivered to `targetPort`)
- * per family.
+ * be_vips with one IP-in-IP VIP (any port; GUE too at `guePort` when given) and one ipopt VIP (`vipPort`, TCP and
+ * UDP, delivered to `targetPort`) per family.
  */
-export function addTunnelVips(obj: BpfObject, vips: { v4: { ipipVip: string; optVip: string }; v6: { ipipVip: string; optVip: string } }, vipPort: number, targetPort: number): void {
+export function addTunnelVips(obj: BpfObject, vips: { v4: { ipipVip: string; optVip: string }; v6: { ipipVip: string; optVip: string } }, vipPort: number, targetPort: number,
+  guePort = 0): void {
   const m = obj.map('be_vips');
   for (const [a, family] of [[vips.v4, 4], [vips.v6, 6]] as const) {
-    m.update(encodeVipKey({ address: a.ipipVip, family, port: 0, protocol: null }), encodeVipValue({ flags: VIP_FLAG_IPIP, targetPort: 0 }));
+    m.update(encodeVipKey({ address: a.ipipVip, family, port: 0, protocol: null }), encodeVipValue({ flags: VIP_FLAG_IPIP, targetPort: guePort }));
     for (const protocol of ['TCP', 'UDP'] as const)
       m.update(encodeVipKey({ address: a.optVip, family, port: vipPort, protocol }), encodeVipValue({ flags: VIP_FLAG_IPOPT, targetPort }));
   }

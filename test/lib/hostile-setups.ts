@@ -14,7 +14,7 @@ export const XDP = {
   /** on the lab's second link (a known neighbour), so a translated SNAT reply has a next hop */
   snatClient: '192.0.2.140',
   vips: { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', snat: '203.0.113.13', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11',
-    ipoptv6: '2001:db8:f::12' },
+    ipoptv6: '2001:db8:f::12', gue: '203.0.113.14', guev6: '2001:db8:f::13' },
   mtu: 1500,
   /** QUIC server ids (connection-ID routing on the UDP listeners of the l2/ipip services): v4 id -> real 1, v6 -> real 3 */
   quicId4: 1000,
@@ -41,6 +41,8 @@ export const XDP_STATE = {
         sourceRanges: ['192.0.2.0/24'], affinityTimeoutS: 10800 },
       { id: 6, vip: V.l2v6, forwarding: 'dsr-l2', ring: ring(3), ports: TCP_UDP, quic: { 7: 3 } },
       { id: 7, vip: V.ipipv6, forwarding: 'dsr-ipip', ring: ring(3), ports: TCP_UDP, sourceRanges: ['2001:db8:c::/48'], affinityTimeoutS: 10800, quic: { 7: 3 } },
+      { id: 9, vip: V.gue, forwarding: 'dsr-gue', ring: ring(1), ports: TCP_UDP },
+      { id: 10, vip: V.guev6, forwarding: 'dsr-gue', ring: ring(3), ports: TCP_UDP, affinityTimeoutS: 10800 },
       { id: 8, vip: V.ipoptv6, forwarding: 'dsr-ipopt', ring: ring(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
     ],
   }),

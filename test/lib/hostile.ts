@@ -224,6 +224,14 @@ export function outputProblems(input: Buffer, output: Buffer,
     if (i.ipLen > input.length - il3) p.push('decapsulated a tunnel whose outer length exceeds the frame');
     return p;
   }
+  if (i && i.proto === IPPROTO.UDP && input.length >= il3 + i.hdrLen + 8 && output.length > ol3 &&
+      output.subarray(ol3).equals(input.subarray(il3 + i.hdrLen + 8))) {
+    // GUE decapsulated: the same, and the UDP length must be the outer payload's
+    if (!i.headerOk) p.push('decapsulated GUE whose outer IPv4 header checksum was wrong');
+    if (i.ipLen > input.length - il3) p.push('decapsulated GUE whose outer length exceeds the frame');
+    if (input.readUInt16BE(il3 + i.hdrLen + 4) !== i.ipLen - i.hdrLen) p.push('decapsulated GUE whose UDP length is not the outer payload');
+    return p;
+  }
   const o = ipView(output, ol3);
   if (!o) return ['output is not an IPv4/IPv6 frame'];
   if ((opts.checkMac ?? true) && (output[0]! & 1)) p.push('output to a group MAC');
@@ -233,6 +241,17 @@ export function outputProblems(input: Buffer, output: Buffer,
   // MTU and leaves no larger (DSR l2, SNAT) is the next device's to refuse, as the kernel's forwarding would
   if (opts.mtu !== undefined && o.ipLen > opts.mtu && !(i && o.ipLen <= i.ipLen)) p.push(`output IP length ${o.ipLen} > MTU ${opts.mtu}`);
   if ((opts.checkMartian ?? true) && isMartian(o.src)) p.push('output from a martian source');
+  if (o.proto === IPPROTO.UDP && i && output.length >= ol3 + o.hdrLen + 8 &&
+      output.subarray(ol3 + o.hdrLen + 8).equals(input.subarray(il3, il3 + i.ipLen))) {
+    // our GUE encapsulation: outer IP + UDP ours (header right, UDP length, over IPv4 checksum 0, over IPv6 never 0 and
+    // exactly as valid as the inner packet's own L4 checksum), the payload the input's IP packet
+    if (!o.headerOk) p.push('GUE: outer IPv4 header checksum');
+    if (output.readUInt16BE(ol3 + o.hdrLen + 4) !== o.ipLen - o.hdrLen) p.push('GUE: UDP length');
+    if (o.family === 4 && output.readUInt16BE(ol3 + o.hdrLen + 6) !== 0) p.push('GUE over IPv4: UDP checksum not 0');
+    if (o.family === 6 && o.udpZero) p.push('GUE over IPv6: UDP checksum 0x0000');
+    if (o.family === 6 && i.l4Ok !== null && o.l4Ok !== i.l4Ok) p.push(`GUE over IPv6: outer UDP checksum ${i.l4Ok ? 'broken' : 'laundered'}`);
+    return p;
+  }
   // a UDP checksum of 0 is never valid over IPv6; over IPv4 it means "none" and may only stay where it came
   // (docs/datapath.md, docs/backend.md: a rewrite keeps an IPv4 0 and writes a computed 0 as 0xffff)
   if (o.udpZero && o.family === 6) p.push('IPv6 UDP checksum 0x0000 (invalid, RFC 8200 8.1)');

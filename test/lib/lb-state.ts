@@ -3,6 +3,7 @@ import type { DesiredState, Forwarding } from '../../src/render/state.js';
 import { compareVips, ringDigest } from '../../src/bpf/dataplane/index.js';
 import { familyOf } from '../../src/bpf/dataplane/codec.js';
 import { compareCidrs } from '../../src/render/ip.js';
+import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 
 export interface SvcSpec {
   id: number;
@@ -17,6 +18,8 @@ export interface SvcSpec {
   affinityTimeoutS?: number;
   /** QUIC connection-ID routing: server id -> real id (absent: off). Its UDP listeners get the flag. */
   quic?: Record<number, number>;
+  /** dsr-gue: the tunnel's UDP port (absent: DEFAULT_GUE_PORT). */
+  guePort?: number;
 }
 
 export function makeState(opts: {
@@ -37,7 +40,7 @@ export function makeState(opts: {
     for (const id of Object.values(s.quic ?? {})) if (!counts.has(id)) counts.set(id, 0);
     return {
       id: s.id, name: `svc-${s.id}`, mode: (s.forwarding === 'snat' ? 'snat' : 'dsr') as 'snat' | 'dsr',
-      encap: s.forwarding.startsWith('dsr-') ? (s.forwarding.slice(4) as 'l2' | 'ipip' | 'ipopt') : undefined,
+      encap: s.forwarding.startsWith('dsr-') ? (s.forwarding.slice(4) as 'l2' | 'ipip' | 'ipopt' | 'gue') : undefined,
       tableSize: ring.length, ring, digest: ringDigest(ring),
       reals: [...counts].sort((a, b) => a[0] - b[0]).map(([realId, entries]) => ({ realId,
         address: opts.reals[realId]!, weight: 1, state: 'active' as const, healthy: true, entries })),
@@ -50,6 +53,7 @@ export function makeState(opts: {
   }).sort((a, b) => a.id - b.id);
   const vips = opts.services.flatMap((s) => (s.ports ?? [{ port: 80, protocol: 'TCP' as const }]).map((p) => ({
     vip: s.vip, family: familyOf(s.vip), port: p.port, protocol: p.protocol, targetPort: p.targetPort ?? p.port,
+    ...(s.forwarding === 'dsr-gue' && { guePort: s.guePort ?? DEFAULT_GUE_PORT }),
     serviceId: s.id, forwarding: s.forwarding, hashSourcePort: s.hashSourcePort ?? true,
     ...(s.sourceRanges?.length ? { sourceRanges: true as const } : {}),
     ...(s.affinityTimeoutS !== undefined && { affinityTimeoutS: s.affinityTimeoutS }),

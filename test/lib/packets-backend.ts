@@ -5,6 +5,7 @@ import {
   IPPROTO,
   dsrOption,
   encapsulate,
+  gueEncapsulate,
   familyOf,
   frame as ethFrame,
   icmpv4,
@@ -69,6 +70,12 @@ export function frame(src: string, dst: string, s: L4Spec): Buffer {
 /** IP-in-IP: `inner` (an IP packet) inside an outer header outerSrc -> outerDst. */
 export function encapFrame(outerSrc: string, outerDst: string, inner: Buffer): Buffer {
   return eth(encapsulate({ src: outerSrc, dst: outerDst, v4: { df: true } }, inner));
+}
+
+/** GUE (IP in UDP, variant 1): `inner` (an IP packet) in outer outerSrc -> outerDst + UDP sport -> dport, as the LB sends
+ * it (UDP checksum 0 over IPv4, the full one over IPv6). */
+export function gueFrame(outerSrc: string, outerDst: string, inner: Buffer, dport = 6080, sport = 51234): Buffer {
+  return eth(gueEncapsulate({ src: outerSrc, dst: outerDst, sport, dport, v4: { df: true } }, inner));
 }
 
 /** Cilium's dsr_opt_v4: type 0x9a, len 8, port (be16), addr (4). */

@@ -288,6 +288,21 @@ export function encapsulate(outer: { src: string; dst: string; v4?: Partial<Ipv4
   return Buffer.concat([ipv6Header({ ...outer.v6, src: outer.src, dst: outer.dst, nextHeader: innerProto }, inner.length), inner]);
 }
 
+/** GUE variant 1 (dsr-gue): outer IPv4/IPv6 + UDP sport -> dport, the UDP payload the inner IP packet itself. The UDP
+ * checksum is 0 over IPv4 (as the LB sends it) and the full checksum over IPv6, summed here over every byte. */
+export function gueEncapsulate(outer: { src: string; dst: string; sport: number; dport: number; v4?: Partial<Ipv4Spec>; v6?: Partial<Ipv6Spec> },
+  inner: Buffer): Buffer {
+  const udp = Buffer.alloc(8);
+  udp.writeUInt16BE(outer.sport, 0);
+  udp.writeUInt16BE(outer.dport, 2);
+  udp.writeUInt16BE(8 + inner.length, 4);
+  if (familyOf(outer.src) === 4)
+    return Buffer.concat([ipv4Header({ ...outer.v4, src: outer.src, dst: outer.dst, proto: IPPROTO.UDP }, 8 + inner.length), udp, inner]);
+  const c = internetChecksum(pseudoHeader(outer.src, outer.dst, IPPROTO.UDP, 8 + inner.length), udp, inner);
+  udp.writeUInt16BE(c === 0 ? 0xffff : c, 6);
+  return Buffer.concat([ipv6Header({ ...outer.v6, src: outer.src, dst: outer.dst, nextHeader: IPPROTO.UDP }, 8 + inner.length), udp, inner]);
+}
+
 /** Cilium-layout DSR IPv4 option: type 0x9a, length 8, service port, service address. */
 export function dsrOption(vip: string, port: number): Buffer {
   const o = Buffer.alloc(8);

@@ -5,7 +5,7 @@
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { STAT_NAMES, VIP_FLAG_IPOPT, desiredTunnelAddrs, encodeConnKey, encodeVipKey, encodeVipValue, monotonicNs, type StatName } from '../../src/bpf/backend/codec.js';
-import { encapFrame, eth, frame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from '../lib/packets-backend.js';
+import { encapFrame, eth, frame, gueFrame, icmpErrorFrame, ipPacket, ipoptFrame, parse, addrText, type L4Spec } from '../lib/packets-backend.js';
 import { ipv6FragmentHeader, ipv6Header, onesSum, pseudoHeader, tcpSegment, IPPROTO, TCP_FLAGS } from '../lib/packets.js';
 import { addTunnelVips, backendStats, loadBackendProgs } from '../lib/backend-prog.js';
 import { bitFlips, mutations, truncations } from '../lib/hostile.js';
@@ -19,6 +19,7 @@ const FLIPS_PER_PROGRAM = 10_000;
 const RETARGETED = 443;
 const NEW_PORT = 9443;
 const PREV_PORT = 8443;
+const GUE_PORT = 6080;
 
 let obj: BpfObject;
 let ingress: BpfProgram;
@@ -26,7 +27,7 @@ let egress: BpfProgram;
 
 test.before(async () => {
   ({ obj, ingress, egress } = await loadBackendProgs(V4, V6));
-  addTunnelVips(obj, { v4: V4, v6: V6 }, VIP_PORT, TARGET_PORT);
+  addTunnelVips(obj, { v4: V4, v6: V6 }, VIP_PORT, TARGET_PORT, GUE_PORT);
   for (const [vip, family] of [[V4.optVip, 4], [V6.optVip, 6]] as const)
     for (const protocol of ['TCP', 'UDP'] as const)
       obj.map('be_vips').update(encodeVipKey({ address: vip, family, port: RETARGETED, protocol }),
@@ -239,6 +240,9 @@ const INGRESS_KINDS: Record<string, Buffer> = {
   '6in6': tunnel6(),
   '4in6': encapFrame(V6.lb, V6.real, ipPacket(V4.client, V4.ipipVip, udp(40001, VIP_PORT))),
   '6in4': encapFrame(V4.lb, V4.real, ipPacket(V6.client, V6.ipipVip, udp(40001, VIP_PORT))),
+  'gue4 TCP': gueFrame(V4.lb, V4.real, ipPacket(V4.client, V4.ipipVip, tcp(40006, VIP_PORT)), GUE_PORT),
+  'gue6 UDP': gueFrame(V6.lb, V6.real, ipPacket(V6.client, V6.ipipVip, udp(40006, VIP_PORT)), GUE_PORT),
+  'gue 6-in-4': gueFrame(V4.lb, V4.real, ipPacket(V6.client, V6.ipipVip, tcp(40007, VIP_PORT)), GUE_PORT),
   'ipopt4 TCP': ipoptFrame(V4.client, V4.real, tcp(40002, TARGET_PORT), V4.optVip, VIP_PORT),
   'ipopt4 UDP': ipoptFrame(V4.client, V4.real, udp(40003, TARGET_PORT), V4.optVip, VIP_PORT),
   'ipopt6 TCP': ipoptFrame(V6.client, V6.real, tcp(40002, TARGET_PORT), V6.optVip, VIP_PORT),

@@ -136,6 +136,10 @@ function baseKinds(): Record<string, string> {
     'ipopt v6 SYN': inFrame(tcp(CLIENT6, V.ipoptv6, 42018, 80)),
     'ipopt v6 UDP': inFrame(udp(CLIENT6, V.ipoptv6, 42019, 53)),
     'ipopt v6 UDP too big': inFrame(udp(CLIENT6, V.ipoptv6, 42020, 53, Buffer.alloc(1430, 0x61))),
+    'gue v4 SYN': inFrame(tcp(CLIENT4, V.gue, 42021, 80)),
+    'gue v4 UDP too big': inFrame(udp(CLIENT4, V.gue, 42022, 53, Buffer.alloc(1450, 0x61))),
+    'gue v6 UDP': inFrame(udp(CLIENT6, V.guev6, 42023, 53)),
+    'gue v6 ACK': inFrame(tcp(CLIENT6, V.guev6, 42024, 80, TCP_FLAGS.ACK, Buffer.from('data'))),
     'snat v4 SYN': inFrame(tcp(CLIENT4, V.snat, 42012, 80)),
     'ICMP echo to a VIP': inFrame(ipPacket({ src: CLIENT4, dst: V.l2, v4: { proto: IPPROTO.ICMP }, l4: { raw: icmpv4(8, 0, Buffer.from([0, 1, 0, 1]), Buffer.from('ping')) } })),
     'ICMPv6 echo to a VIP': inFrame((() => {

@@ -10,6 +10,7 @@ import { TCP_FLAGS, frame, ipPacket, type EthSpec } from '../lib/packets.js';
 import { frame as beFrame, parse } from '../lib/packets-backend.js';
 import { LAB, runHarness, setupLab, teardownLab } from '../lib/xdp-lab.js';
 import { makeState } from '../lib/lb-state.js';
+import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 
 const TAG = 'lbbe';
@@ -21,6 +22,8 @@ const IPIP4 = '203.0.113.11';
 const IPIP6 = '2001:db8:f::11';
 const OPT4 = '203.0.113.12';
 const OPT6 = '2001:db8:f::12';
+const GUE4 = '203.0.113.13';
+const GUE6 = '2001:db8:f::13';
 const ring7 = (id: number) => Array.from({ length: 7 }, () => id);
 
 const state = makeState({
@@ -29,6 +32,8 @@ const state = makeState({
     { id: 2, vip: IPIP4, forwarding: 'dsr-ipip', ring: ring7(1) },
     { id: 3, vip: OPT4, forwarding: 'dsr-ipopt', ring: ring7(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
     { id: 7, vip: IPIP6, forwarding: 'dsr-ipip', ring: ring7(3) },
+    { id: 9, vip: GUE4, forwarding: 'dsr-gue', ring: ring7(1), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
+    { id: 10, vip: GUE6, forwarding: 'dsr-gue', ring: ring7(3), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
     { id: 8, vip: OPT6, forwarding: 'dsr-ipopt', ring: ring7(3), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
   ],
   addresses: ['198.51.100.1', '2001:db8:2::1'],
@@ -52,6 +57,10 @@ const CASES = {
   opt4udp: udp4(OPT4, 50003, 53),
   opt6tcp: syn6(OPT6, 50004, 80),
   opt6udp: udp6(OPT6, 50005, 53),
+  gue4tcp: syn4(GUE4, 50006, 80),
+  gue4udp: udp4(GUE4, 50007, 53),
+  gue6tcp: syn6(GUE6, 50008, 80),
+  gue6udp: udp6(GUE6, 50009, 53),
 };
 
 let lbOut: Record<keyof typeof CASES, Buffer>;
@@ -79,7 +88,7 @@ test.before(async () => {
   }
   backend = await BpfObject.load('tc_backend');
   // The backend's view of the same services (what apply() writes for role 'backend').
-  for (const e of desiredVipEntries(state)) backend.map('be_vips').update(encodeVipKey(e), encodeVipValue(e));
+  for (const e of desiredVipEntries({ ...state, guePort: DEFAULT_GUE_PORT })) backend.map('be_vips').update(encodeVipKey(e), encodeVipValue(e));
   // Tunnels are accepted from the LB's addresses (the outer sources above) to the real's own addresses.
   const tunnels = desiredTunnelAddrs({ addresses: [REAL4, REAL6], lbAddresses: state.addresses });
   for (const e of tunnels) backend.map('be_tunnel_addrs').update(encodeAddrKey(e), encodeAddrValue(e));
@@ -87,7 +96,7 @@ test.before(async () => {
 
 test.after.always(() => backend?.close());
 
-for (const n of ['ipip4', 'ipip6'] as const) {
+for (const n of ['ipip4', 'ipip6', 'gue4tcp', 'gue4udp', 'gue6tcp', 'gue6udp'] as const) {
   test(`${n}: the backend recovers exactly the client's packet from the LB's tunnel`, (t) => {
     const r = backend.program('backend_ingress').testRun({ data: lbOut[n] });
     t.is(r.retval, TcAction.ok);

@@ -11,15 +11,17 @@ import { ADDR, ADDR6, bridgeLab, sh } from '../lib/bridge-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { flowHash } from '../../src/bpf/dataplane/flow-hash.js';
+import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 
 const lab = bridgeLab('t');
 const NS = lab.ns;
 const children = lab.children;
 const PIN = { lb: `/sys/fs/bpf/${NS.lb}`, b1: `/sys/fs/bpf/${NS.b1}`, b2: `/sys/fs/bpf/${NS.b2}` };
 const SEED = 0x5eed;
-const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11', ipoptv6: '2001:db8:f::12' };
+const VIP = { l2: '203.0.113.10', ipip: '203.0.113.11', ipopt: '203.0.113.12', l2v6: '2001:db8:f::10', ipipv6: '2001:db8:f::11', ipoptv6: '2001:db8:f::12',
+  gue: '203.0.113.13', guev6: '2001:db8:f::13' };
 type Mode = keyof typeof VIP;
-const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5, ipoptv6: 6 };
+const SERVICE_OF: Record<Mode, number> = { l2: 1, ipip: 2, ipopt: 3, l2v6: 4, ipipv6: 5, ipoptv6: 6, gue: 7, guev6: 8 };
 const RING = [1, 2, 2, 1, 2, 1, 1];
 const RING6 = RING.map((r) => r + 2);
 const REAL_NAME: Record<number, string> = { 1: 'b1', 2: 'b2', 3: 'b1', 4: 'b2' };
@@ -32,6 +34,8 @@ const STATE = makeState({
     { id: 4, vip: VIP.l2v6, forwarding: 'dsr-l2', ring: RING6 },
     { id: 5, vip: VIP.ipipv6, forwarding: 'dsr-ipip', ring: RING6 },
     { id: 6, vip: VIP.ipoptv6, forwarding: 'dsr-ipopt', ring: RING6, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+    { id: 7, vip: VIP.gue, forwarding: 'dsr-gue', ring: RING },
+    { id: 8, vip: VIP.guev6, forwarding: 'dsr-gue', ring: RING6 },
   ],
 });
 
@@ -70,10 +74,10 @@ test.before(async () => {
   for (const b of [NS.b1, NS.b2]) {
     sh(b, ['ip', 'route', 'add', '192.0.2.0/24', 'dev', 'eth0']);
     sh(b, ['ip', '-6', 'route', 'add', '2001:db8:c::/64', 'dev', 'eth0']);
-    for (const v of [VIP.l2v6, VIP.ipipv6]) sh(b, ['ip', 'addr', 'add', `${v}/128`, 'dev', 'lo', 'nodad']);
+    for (const v of [VIP.l2v6, VIP.ipipv6, VIP.guev6]) sh(b, ['ip', 'addr', 'add', `${v}/128`, 'dev', 'lo', 'nodad']);
     sh(b, ['sysctl', '-q', '-w', 'net.ipv4.conf.all.arp_ignore=1', 'net.ipv4.conf.all.arp_announce=2', 'net.ipv4.conf.all.rp_filter=0',
       'net.ipv4.conf.eth0.rp_filter=0', 'net.ipv4.conf.lo.rp_filter=0']);
-    for (const v of [VIP.l2, VIP.ipip]) sh(b, ['ip', 'addr', 'add', `${v}/32`, 'dev', 'lo']);
+    for (const v of [VIP.l2, VIP.ipip, VIP.gue]) sh(b, ['ip', 'addr', 'add', `${v}/32`, 'dev', 'lo']);
   }
   sh(NS.lb, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
   // next hops must be resolved for bpf_fib_lookup (in production the health checks keep them fresh)
@@ -81,7 +85,7 @@ test.before(async () => {
   await Promise.all([server(NS.b1, 'b1', 80), server(NS.b1, 'b1', 8080), server(NS.b2, 'b2', 80), server(NS.b2, 'b2', 8080)]);
   const json = JSON.stringify(stateToJson(STATE));
   // a backend decapsulates only tunnels from the lb node's addresses to its own (docs/backend.md)
-  const backendJson = (own: string[]) => JSON.stringify({ ...stateToJson(STATE) as object, addresses: own, lbAddresses: [ADDR.lb, ADDR6.lb] });
+  const backendJson = (own: string[]) => JSON.stringify({ ...stateToJson(STATE) as object, addresses: own, lbAddresses: [ADDR.lb, ADDR6.lb], guePort: DEFAULT_GUE_PORT });
   runner(NS.b1, ['backend', PIN.b1, 'eth0'], backendJson([ADDR.b1, ADDR6.b1]));
   runner(NS.b2, ['backend', PIN.b2, 'eth0'], backendJson([ADDR.b2, ADDR6.b2]));
   runner(NS.lb, ['lb', PIN.lb, 'eth0', 'generic'], json);
@@ -103,7 +107,7 @@ const captureOnLb = () => {
   return { ready, stop: async () => { c.kill('SIGINT'); await new Promise((r) => c.once('exit', r)); return lines; } };
 };
 
-for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6', 'ipoptv6'] as const) {
+for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6', 'ipoptv6', 'gue', 'guev6'] as const) {
   test.serial(`dsr-${mode}: a real TCP client gets answers through the VIP from the predicted backend, replies bypass the LB`, async (t) => {
     const before = JSON.parse(runner(NS.lb, ['lb-counters', PIN.lb]));
     const cap = captureOnLb();
@@ -111,7 +115,7 @@ for (const mode of ['l2', 'ipip', 'ipopt', 'l2v6', 'ipipv6', 'ipoptv6'] as const
     const got: string[] = [];
     const want: string[] = [];
     // three client ports the hash sends to b1 and three it sends to b2
-    const base = { l2: 41000, ipip: 42000, ipopt: 43000, l2v6: 44000, ipipv6: 45000, ipoptv6: 47000 }[mode];
+    const base = { l2: 41000, ipip: 42000, ipopt: 43000, l2v6: 44000, ipipv6: 45000, ipoptv6: 47000, gue: 48000, guev6: 49000 }[mode];
     const ports: number[] = [];
     for (const name of ['b1', 'b2']) {
       for (let p = base, n = 0; n < 3; p++) if (expectedBackend(VIP[mode], p) === name && !ports.includes(p)) { ports.push(p); n++; }

@@ -5,7 +5,7 @@
 import test from 'ava';
 import {
   IPPROTO, TCP_FLAGS, dsrOption, encapsulate, frame, hex, icmpv4, icmpv6, ipPacket, ipv4Header, ipv6FragmentHeader,
-  ipv6Header, mac, tcpSegment, udpDatagram, ethernet, checksumProblems, type IpPacketSpec, type EthSpec,
+  ipv6Header, mac, tcpSegment, udpDatagram, ethernet, gueEncapsulate, checksumProblems, type IpPacketSpec, type EthSpec,
 } from '../lib/packets.js';
 import { dsrExt6 } from '../lib/packets-backend.js';
 import { LAB, runHarness, setupLab, teardownLab } from '../lib/xdp-lab.js';
@@ -45,6 +45,10 @@ const SERVICES: SvcSpec[] = [
   { id: 15, vip: '203.0.113.20', forwarding: 'dsr-l2', ring: ring7(9) },
   { id: 16, vip: '203.0.113.21', forwarding: 'dsr-ipip', ring: ring7(5) },
   { id: 17, vip: '203.0.113.22', forwarding: 'dsr-ipopt', ring: ring7(3) },
+  { id: 18, vip: '203.0.113.23', forwarding: 'dsr-gue', ring: ring7(1), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
+  { id: 19, vip: '2001:db8:f::13', forwarding: 'dsr-gue', ring: ring7(3), ports: [{ port: 80, protocol: 'TCP' }, { port: 53, protocol: 'UDP' }] },
+  { id: 20, vip: '203.0.113.24', forwarding: 'dsr-gue', ring: ring7(3) },
+  { id: 21, vip: '203.0.113.25', forwarding: 'dsr-gue', ring: ring7(1), guePort: 9999 },
 ];
 const withRing = (id: number, ring: number[]) => SERVICES.map((s) => (s.id === id ? { ...s, ring } : s));
 const STATES: Record<string, DesiredState> = {
@@ -68,6 +72,8 @@ interface Case {
   action: Action;
   output?: Buffer; // default for pass: the input, unchanged
   counter?: string;
+  /** the expected output carries a wrong checksum on purpose (a damaged input's, never laundered) */
+  damaged?: true;
 }
 
 const ETH_IN: EthSpec = { dst: LAB.lbA.mac, src: LAB.clientMac };
@@ -89,6 +95,14 @@ const ipipOut = (inner: Buffer, realId: number, src: string, hash: number, eth: 
   const real = REALS[realId]!;
   const innerTos = inner[0]! >> 4 === 4 ? inner[1]! : ((inner.readUInt16BE(0) >> 4) & 0xff);
   const outer = encapsulate({ src, dst: real, v4: { tos: innerTos, df: true, ttl: 64, id: 0 },
+    v6: { trafficClass: innerTos, flowLabel: hash & 0xfffff, hopLimit: 64 } }, inner);
+  return frame({ dst: REAL_MAC[real]!, src: LAB.lbA.mac, vlan: eth.vlan }, outer);
+};
+/** dsr-gue output: outer header as ipip's, then UDP from 0xc000 | 14 bits of the flow hash to the GUE port */
+const gueOut = (inner: Buffer, realId: number, src: string, hash: number, port = 6080, eth: EthSpec = {}) => {
+  const real = REALS[realId]!;
+  const innerTos = inner[0]! >> 4 === 4 ? inner[1]! : ((inner.readUInt16BE(0) >> 4) & 0xff);
+  const outer = gueEncapsulate({ src, dst: real, sport: 0xc000 | (hash & 0x3fff), dport: port, v4: { tos: innerTos, df: true, ttl: 64, id: 0 },
     v6: { trafficClass: innerTos, flowLabel: hash & 0xfffff, hopLimit: 64 } }, inner);
   return frame({ dst: REAL_MAC[real]!, src: LAB.lbA.mac, vlan: eth.vlan }, outer);
 };
@@ -253,6 +267,59 @@ const add = (c: Case) => cases.push(c);
   add({ name: 'ipopt UDP over MTU-8 gets ICMP frag-needed (mtu 1492)', input: inFrame(bigU), action: 'tx', output: fragNeeded(bigU, 1492), counter: 'icmp_sent' });
   const mixed = tcp(CLIENT4, '203.0.113.22', 45007, 80);
   add({ name: 'ipopt with an IPv4 VIP and an IPv6 real is unsupported: dropped and counted', input: inFrame(mixed), action: 'drop', counter: 'drop_unsupported' });
+}
+
+// ---- dsr-gue: IP in UDP (GUE variant 1)
+{
+  const V4 = '203.0.113.23';
+  const V6 = '2001:db8:f::13';
+  const p = tcp(CLIENT4, V4, 48000, 80, TCP_FLAGS.SYN, { v4: { tos: 0x28, id: 5 } });
+  const h = hashOf(CLIENT4, V4, 48000, 80, 6);
+  add({ name: 'gue v4 SYN: outer IPv4 + UDP to 6080, source port from the flow hash, UDP checksum 0', input: inFrame(p), action: 'tx', output: gueOut(p, 1, '198.51.100.1', h), counter: 'tx' });
+  const a = tcp(CLIENT4, V4, 48000, 80, TCP_FLAGS.ACK);
+  add({ name: 'gue v4 ACK (ct hit): the same outer source port', keepCt: true, input: inFrame(a), action: 'tx', output: gueOut(a, 1, '198.51.100.1', h), counter: 'ct_hit' });
+  for (const sport of [48001, 48002, 48003]) {
+    const q = tcp(CLIENT4, V4, sport, 80);
+    add({ name: `gue v4 outer source port follows the flow hash (client port ${sport})`, input: inFrame(q), action: 'tx',
+      output: gueOut(q, 1, '198.51.100.1', hashOf(CLIENT4, V4, sport, 80, 6)) });
+  }
+  const u = udp(CLIENT4, V4, 48004, 53);
+  add({ name: 'gue v4 UDP', input: inFrame(u), action: 'tx', output: gueOut(u, 1, '198.51.100.1', hashOf(CLIENT4, V4, 48004, 53, 17)) });
+  const v = tcp(CLIENT4, V4, 48005, 80);
+  add({ name: 'gue v4 SYN with a VLAN tag keeps the tag', input: inFrame(v, { ...ETH_IN, vlan: 12 }), action: 'tx',
+    output: gueOut(v, 1, '198.51.100.1', hashOf(CLIENT4, V4, 48005, 80, 6), 6080, { vlan: 12 }) });
+  const port = tcp(CLIENT4, '203.0.113.25', 48006, 80);
+  add({ name: 'gue to another GUE port (the listener carries it)', input: inFrame(port), action: 'tx',
+    output: gueOut(port, 1, '198.51.100.1', hashOf(CLIENT4, '203.0.113.25', 48006, 80, 6), 9999) });
+  const p6 = tcp(CLIENT6, V6, 48007, 80, TCP_FLAGS.SYN, { v6: { trafficClass: 0xb8, flowLabel: 0x12345, hopLimit: 7 } });
+  add({ name: 'gue v6 SYN: outer IPv6 + UDP, the UDP checksum over the whole inner packet', input: inFrame(p6), action: 'tx',
+    output: gueOut(p6, 3, '2001:db8:2::1', hashOf(CLIENT6, V6, 48007, 80, 6)), counter: 'tx' });
+  const a6 = tcp(CLIENT6, V6, 48007, 80, TCP_FLAGS.ACK, { l4: { tcp: { sport: 48007, dport: 80, flags: TCP_FLAGS.ACK, payload: big(333) } } });
+  add({ name: 'gue v6 ACK with data (ct hit)', keepCt: true, input: inFrame(a6), action: 'tx', output: gueOut(a6, 3, '2001:db8:2::1', hashOf(CLIENT6, V6, 48007, 80, 6)), counter: 'ct_hit' });
+  for (const n of [0, 1, 2, 3, 17, 1000]) {
+    const u6 = udp(CLIENT6, V6, 48010 + n % 50, 53, big(n));
+    add({ name: `gue v6 UDP with ${n} bytes of payload: the UDP checksum is right`, input: inFrame(u6), action: 'tx',
+      output: gueOut(u6, 3, '2001:db8:2::1', hashOf(CLIENT6, V6, 48010 + n % 50, 53, 17)) });
+  }
+  // the outer checksum is the one of the packet as it should have been (the inner checksum right), so over the bytes
+  // sent it is wrong by as much as the inner one
+  const good6 = tcp(CLIENT6, V6, 48008, 80);
+  const bad6 = inFrame(good6);
+  bad6.writeUInt16BE(bad6.readUInt16BE(14 + 40 + 16) ^ 0x1234, 14 + 40 + 16);
+  const badOut = gueOut(good6, 3, '2001:db8:2::1', hashOf(CLIENT6, V6, 48008, 80, 6));
+  bad6.copy(badOut, 14 + 40 + 8, 14);
+  add({ name: 'gue v6 with a wrong inner TCP checksum: the outer UDP checksum is not laundered', input: bad6, action: 'tx', output: badOut, damaged: true });
+  const mixed = tcp(CLIENT4, '203.0.113.24', 48009, 80);
+  add({ name: 'gue with an IPv4 VIP and an IPv6 real is unsupported: dropped and counted', input: inFrame(mixed), action: 'drop', counter: 'drop_unsupported' });
+  // MTU: 1500 - 28 leaves 1472 (IPv4), 1500 - 48 leaves 1452 (IPv6)
+  const fits = tcp(CLIENT4, V4, 48020, 80, TCP_FLAGS.ACK, { l4: { tcp: { sport: 48020, dport: 80, flags: TCP_FLAGS.ACK, payload: big(1472 - 40) } } });
+  add({ name: 'gue v4 packet of exactly MTU-28 is encapsulated', input: inFrame(fits), action: 'tx', output: gueOut(fits, 1, '198.51.100.1', hashOf(CLIENT4, V4, 48020, 80, 6)) });
+  const over = tcp(CLIENT4, V4, 48021, 80, TCP_FLAGS.ACK, { v4: { df: true }, l4: { tcp: { sport: 48021, dport: 80, flags: TCP_FLAGS.ACK, payload: big(1473 - 40) } } });
+  add({ name: 'gue v4 packet over MTU-28 gets ICMP frag-needed (mtu 1472)', input: inFrame(over), action: 'tx', output: fragNeeded(over, 1472), counter: 'icmp_sent' });
+  const over6 = tcp(CLIENT6, V6, 48022, 80, TCP_FLAGS.ACK, { l4: { tcp: { sport: 48022, dport: 80, flags: TCP_FLAGS.ACK, payload: big(1453 - 60) } } });
+  add({ name: 'gue v6 packet over MTU-48 gets ICMPv6 packet-too-big (mtu 1452)', input: inFrame(over6), action: 'tx', output: tooBig(over6, 1452, V6, CLIENT6), counter: 'icmp_sent' });
+  const fits6 = tcp(CLIENT6, V6, 48023, 80, TCP_FLAGS.ACK, { l4: { tcp: { sport: 48023, dport: 80, flags: TCP_FLAGS.ACK, payload: big(1452 - 60) } } });
+  add({ name: 'gue v6 packet of exactly MTU-48 is encapsulated', input: inFrame(fits6), action: 'tx', output: gueOut(fits6, 3, '2001:db8:2::1', hashOf(CLIENT6, V6, 48023, 80, 6)) });
 }
 
 // ---- dsr-ipopt over IPv6: the VIP:port in a destination-options header right after the fixed header
@@ -448,7 +515,7 @@ for (const c of cases) {
     t.falsy(r.error, r.error);
     t.is(r.retval, ACTION[c.action], `action ${r.retval}, expected ${c.action}`);
     // The oracle itself: an expected frame built by packets.ts carries valid checksums.
-    if (c.output) t.deepEqual(checksumProblems(c.output.subarray(c.output.readUInt16BE(12) === 0x8100 ? 18 : 14)), [], 'expected frame checksums');
+    if (c.output && !c.damaged) t.deepEqual(checksumProblems(c.output.subarray(c.output.readUInt16BE(12) === 0x8100 ? 18 : 14)), [], 'expected frame checksums');
     const expected = c.output ?? (c.action === 'pass' ? c.input : undefined);
     if (expected) {
       const got = Buffer.from(r.data, 'hex');

@@ -41,6 +41,8 @@ export const STAT_NAMES = [
   'decap_bad_outer',
   'decap_not_allowed',
   'ipopt_prev_target',
+  'decap_gue4',
+  'decap_gue6',
 ] as const;
 export type StatName = (typeof STAT_NAMES)[number];
 
@@ -215,7 +217,7 @@ export function vipEntryId(e: Pick<VipEntry, 'address' | 'family' | 'port' | 'pr
 }
 
 /** The be_vips entries a backend node needs (pure; the planner's desiredBackendVips as be_vips entries). */
-export function desiredVipEntries(desired: Pick<DesiredState, 'vips'>): VipEntry[] {
+export function desiredVipEntries(desired: Pick<DesiredState, 'vips' | 'guePort'>): VipEntry[] {
   return desiredBackendVips(desired).map((b) => vipEntryOf(b));
 }
 

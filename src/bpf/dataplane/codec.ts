@@ -6,8 +6,8 @@ import type { Forwarding } from '../../render/state.js';
 import type { Protocol } from '../../render/model.js';
 import { u32 } from '../codec.js';
 
-export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'dsr-ipopt': 3, snat: 4 };
-export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat' };
+export const MODE: Record<Forwarding, number> = { 'dsr-l2': 1, 'dsr-ipip': 2, 'dsr-ipopt': 3, snat: 4, 'dsr-gue': 5 };
+export const MODE_NAME: Record<number, Forwarding> = { 1: 'dsr-l2', 2: 'dsr-ipip', 3: 'dsr-ipopt', 4: 'snat', 5: 'dsr-gue' };
 export const VIP_F_HASH_SRC_PORT = 1;
 export const VIP_F_SOURCE_RANGES = 2; // LB_VIP_F_SOURCE_RANGES: check lb_source_ranges
 export const VIP_F_QUIC = 4; // LB_VIP_F_QUIC: route by the QUIC connection ID's server id (lb_quic.h)

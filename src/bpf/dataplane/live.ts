@@ -80,8 +80,10 @@ function decodeVips(entries: Array<[Buffer, Buffer]>): { vips: DesiredVip[]; mar
       continue;
     }
     const val = decodeVipValue(v);
+    const gue = MODE_NAME[val.mode] === 'dsr-gue';
     vips.push({ vip: key.addr, family: key.family, port: key.port, protocol: PROTO_NAME[key.proto] ?? 'TCP',
-      targetPort: val.targetPort, serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
+      targetPort: gue ? key.port : val.targetPort, ...(gue && { guePort: val.targetPort }),
+      serviceId: val.serviceId, forwarding: MODE_NAME[val.mode] ?? 'snat',
       hashSourcePort: (val.flags & VIP_F_HASH_SRC_PORT) !== 0, ...((val.flags & VIP_F_SOURCE_RANGES) !== 0 && { sourceRanges: true as const }),
       ...(val.affinityS ? { affinityTimeoutS: val.affinityS } : {}), ...((val.flags & VIP_F_QUIC) !== 0 && { quic: true as const }) });
   }

@@ -22,7 +22,9 @@ export function compareVips(a: DesiredVip, b: DesiredVip): number {
 
 export const vipKeyOf = (v: Pick<DesiredVip, 'vip' | 'family' | 'port' | 'protocol'>) =>
   encodeVipKey({ addr: v.vip, family: v.family, port: v.port, proto: PROTO_NUMBER[v.protocol] });
-export const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId, targetPort: v.targetPort,
+// dsr-gue keeps its tunnel's UDP port where the other modes keep the real's port (its packets keep the VIP's port)
+export const vipValueOf = (v: DesiredVip, statsSlot: number) => encodeVipValue({ serviceId: v.serviceId,
+  targetPort: v.forwarding === 'dsr-gue' ? v.guePort ?? 0 : v.targetPort,
   mode: MODE[v.forwarding], statsSlot,
   flags: (v.hashSourcePort ? VIP_F_HASH_SRC_PORT : 0) | (v.sourceRanges ? VIP_F_SOURCE_RANGES : 0) | (v.quic ? VIP_F_QUIC : 0),
   affinityS: v.affinityTimeoutS ?? 0 });

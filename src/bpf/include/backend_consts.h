@@ -48,7 +48,8 @@
 #define BE_DSR_EXT6_HDRLEN 2   /* the header's own length field: 8-octet units beyond the first */
 
 /* Flags of a served VIP (be_vip_value.flags). */
-#define BE_VIP_F_IPIP 0x01  /* decapsulate IP-in-IP whose inner destination is this address */
+#define BE_VIP_F_IPIP 0x01  /* decapsulate IP-in-IP whose inner destination is this address (and GUE at the
+                             * address entry's target_port, when it is not 0) */
 #define BE_VIP_F_IPOPT 0x02 /* accept the ipopt option naming this VIP:port and rewrite the replies */
 
 /* Flags of a be_tunnel_addrs entry (be_addr_value.flags). */
@@ -87,7 +88,9 @@ enum be_stat {
   BE_STAT_DECAP_BAD_OUTER = 19,/* tunnel to a served VIP with a bad outer header (version, checksum, length): dropped */
   BE_STAT_DECAP_NOT_ALLOWED = 20, /* tunnel to a served VIP not from an lb node, or not to this node: dropped */
   BE_STAT_IPOPT_PREV_TARGET = 21, /* of ipopt4/ipopt6: option accepted at the listener's previous targetPort */
-  BE_STAT__MAX = 22,
+  BE_STAT_DECAP_GUE4 = 22,     /* GUE (IP in UDP) over IPv4 decapsulated */
+  BE_STAT_DECAP_GUE6 = 23,     /* GUE over IPv6 decapsulated */
+  BE_STAT__MAX = 24,
 };
 
 /* How long a listener's previous targetPort stays trusted after the change, and after the last option that

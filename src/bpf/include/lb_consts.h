@@ -12,6 +12,7 @@
 #define LB_MODE_DSR_IPIP 2
 #define LB_MODE_DSR_IPOPT 3
 #define LB_MODE_SNAT 4
+#define LB_MODE_DSR_GUE 5 /* IP in UDP (lb_gue.h); target_port holds the GUE destination port */
 
 /* lb_vip_value.flags */
 #define LB_VIP_F_HASH_SRC_PORT (1 << 0)

@@ -2,6 +2,7 @@
 /* Forwarding to a real: next hop from the kernel (bpf_fib_lookup), then one of
  *   dsr-l2    MACs rewritten, packet otherwise untouched
  *   dsr-ipip  outer IPv4 or IPv6 header pushed in front of the client's packet
+ *   dsr-gue   the same with a UDP header after it (lb_gue.h)
  *   dsr-ipopt destination rewritten to the real, Cilium-layout DSR option carrying VIP:port inserted */
 #ifndef LB_ENCAP_H
 #define LB_ENCAP_H
@@ -10,12 +11,14 @@
 #include <linux/if_ether.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "lb_consts.h"
 #include "lb_structs.h"
 #include "lb_csum.h"
 #include "lb_maps.h"
+#include "lb_gue.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -142,29 +145,34 @@ struct lb_ipip_src {
 	__u32 v6[4];
 };
 
-/* Push the outer header. The inner packet starts at l3_off; returns 0 or -1. */
+/* Push the outer header: IP-in-IP, or with gue_port set (network order) outer IP + UDP to that port (dsr-gue,
+ * lb_gue.h; the inner packet of the outer's family). The inner packet starts at l3_off; returns 0 or -1. */
 static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_packet *p,
 					const struct lb_real *real, const struct lb_ipip_src *src,
-					__u32 hash, __u8 inner_tos)
+					__u32 hash, __u8 inner_tos, __be16 gue_port)
 {
 	void *data, *data_end;
 	__u32 l3_off = p->l3_off;
-	__u8 inner_proto = p->family == 4 ? LB_IPPROTO_IPIP : LB_IPPROTO_IPV6;
+	__u32 udp = gue_port ? LB_GUE_UDP_LEN : 0;
+	__u8 inner_proto = gue_port ? IPPROTO_UDP : p->family == 4 ? LB_IPPROTO_IPIP : LB_IPPROTO_IPV6;
+	__be16 udp_len = bpf_htons(p->l3_len + LB_GUE_UDP_LEN);
+	__be16 sport = lb_gue_sport(hash);
+	struct udphdr *uh;
 
 	if (real->family == 4) {
 		/* The checksum is summed from the field values, and the fields are stored straight into the packet: a
 		 * header built on the stack and then read back as words (to sum or copy it) costs a store-forwarding
 		 * stall per word, about 10 ns per packet here. Sums are of memory-order 16-bit words (lb_csum.h). */
-		__be16 tot_len = bpf_htons(p->l3_len + LB_IPV4_HDR_LEN);
+		__be16 tot_len = bpf_htons(p->l3_len + LB_IPV4_HDR_LEN + udp);
 		__be16 frag_off = bpf_htons(LB_IP_DF);
 		__u16 ver_tos = 0x45 | ((__u16)inner_tos << 8);       /* bytes 0x45, tos in memory order */
 		__u16 ttl_proto = LB_DEFAULT_TTL | ((__u16)inner_proto << 8);
 		__be32 daddr = *(const __be32 *)real->addr;
 		__u64 sum = (__u64)ver_tos + tot_len + frag_off + ttl_proto + src->v4 + daddr;
 
-		if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV4_HDR_LEN))
+		if (bpf_xdp_adjust_head(ctx, -(int)(LB_IPV4_HDR_LEN + udp)))
 			return -1;
-		if (lb_keep_vlan(ctx, l3_off, LB_IPV4_HDR_LEN))
+		if (lb_keep_vlan(ctx, l3_off, LB_IPV4_HDR_LEN + udp))
 			return -1;
 		data = (void *)(long)ctx->data;
 		data_end = (void *)(long)ctx->data_end;
@@ -182,17 +190,42 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 		iph->check = lb_csum_fold(sum);
 		iph->saddr = src->v4;
 		iph->daddr = daddr;
+		if (!gue_port)
+			return 0;
+		/* IPv4 outer UDP without checksum (RFC 768 allows 0; tunnels send it so, as Katran and Linux fou do) */
+		uh = (void *)(iph + 1);
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		uh->source = sport;
+		uh->dest = gue_port;
+		uh->len = udp_len;
+		uh->check = 0;
 		return 0;
 	}
 
 	/* IPv6 outer header, also stored field by field (no stack copy): version 6, traffic class = the inner TOS,
 	 * 20-bit flow label = per-flow entropy (RFC 6438) */
 	__u32 vtf = (6u << 28) | ((__u32)inner_tos << 20) | (hash & 0xfffff);
-	__be16 payload_len = bpf_htons(p->l3_len);
+	__be16 payload_len = bpf_htons(p->l3_len + udp);
+	__u32 inner_vtf = 0;
+	__u16 inner_nh_hl = 0;
 
-	if (bpf_xdp_adjust_head(ctx, -(int)LB_IPV6_HDR_LEN))
+	if (gue_port) {
+		/* the UDP checksum needs two words of the inner IPv6 header (lb_gue6_csum), read before the push */
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (l3_off > 18)
+			return -1;
+		struct ipv6hdr *in6 = data + l3_off;
+
+		if ((void *)(in6 + 1) > data_end)
+			return -1;
+		inner_vtf = *(__u32 *)in6;
+		inner_nh_hl = *(__u16 *)&in6->nexthdr;
+	}
+	if (bpf_xdp_adjust_head(ctx, -(int)(LB_IPV6_HDR_LEN + udp)))
 		return -1;
-	if (lb_keep_vlan(ctx, l3_off, LB_IPV6_HDR_LEN))
+	if (lb_keep_vlan(ctx, l3_off, LB_IPV6_HDR_LEN + udp))
 		return -1;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
@@ -208,6 +241,15 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 	ip6->hop_limit = LB_DEFAULT_TTL;
 	__builtin_memcpy(&ip6->saddr, src->v6, 16);
 	__builtin_memcpy(&ip6->daddr, real->addr, 16);
+	if (!gue_port)
+		return 0;
+	uh = (void *)(ip6 + 1);
+	if ((void *)(uh + 1) > data_end)
+		return -1;
+	uh->source = sport;
+	uh->dest = gue_port;
+	uh->len = udp_len;
+	uh->check = lb_gue6_csum(src->v6, real->addr, udp_len, sport, gue_port, inner_vtf, inner_nh_hl, p->proto);
 	return 0;
 }
 

@@ -26,8 +26,9 @@
 
 /* ---------------------------------------------------------------- ingress: IP-in-IP ---------------------- */
 
-/* Is `addr` (inner destination) a VIP we decapsulate for? */
-static __always_inline int be_vip_decap_allowed(const void *addr, __u8 family)
+/* Is `addr` (inner destination) a VIP we decapsulate for? A GUE tunnel (gue_port set: its UDP destination port,
+ * network order) only at the port the address entry names. */
+static __always_inline int be_vip_decap_allowed(const void *addr, __u8 family, __be16 gue_port)
 {
   struct be_vip_key key = {};
   struct be_vip_value *v;
@@ -38,7 +39,7 @@ static __always_inline int be_vip_decap_allowed(const void *addr, __u8 family)
     be_copy16(key.addr, addr);
   key.family = family;
   v = bpf_map_lookup_elem(&be_vips, &key);
-  return v && (v->flags & BE_VIP_F_IPIP);
+  return v && (v->flags & BE_VIP_F_IPIP) && (!gue_port || v->target_port == gue_port);
 }
 
 static __always_inline int be_tunnel_addr_has(const void *addr, __u8 family, __u8 flag)
@@ -57,21 +58,27 @@ static __always_inline int be_tunnel_addr_has(const void *addr, __u8 family, __u
 
 /* Checks the outer header of a tunnel whose inner destination we serve. Returns 0 (decapsulate) or the
  * be_stat reason to drop it: a damaged outer header (version, IPv4 checksum, a length the frame does not hold, an
- * inner header of the other version), an outer destination that is not this node, a source that is no lb node. */
-static __always_inline int be_tunnel_refusal(struct __sk_buff *skb, __u8 outer_family, __u8 inner_family)
+ * inner header of the other version; GUE: a UDP length other than the outer payload's), an outer destination that
+ * is not this node, a source that is no lb node. `udp` is 8 for GUE (a UDP header between the two), else 0. */
+static __always_inline int be_tunnel_refusal(struct __sk_buff *skb, __u8 outer_family, __u8 inner_family, __u32 udp)
 {
   __u32 frame_l3 = be_l3_bytes(skb);
+  __u32 inner_min = udp + (inner_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr));
+  __u32 outer_ip = outer_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+  __be16 udp_len = 0;
   __u8 inner_ver;
 
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF + outer_ip + udp, &inner_ver, 1) < 0 ||
+      (udp && bpf_skb_load_bytes(skb, BE_L3_OFF + outer_ip + offsetof(struct udphdr, len), &udp_len, 2) < 0))
+    return BE_STAT_DECAP_BAD_OUTER;
   if (outer_family == 4) {
     struct iphdr o;
 
-    if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o, sizeof(o)) < 0 ||
-        bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(o), &inner_ver, 1) < 0)
+    if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o, sizeof(o)) < 0)
       return BE_STAT_DECAP_BAD_OUTER;
     if (o.version != 4 || be_ones_sum(&o, 10) != 0xffff || bpf_ntohs(o.tot_len) > frame_l3 ||
-        bpf_ntohs(o.tot_len) < sizeof(o) + (inner_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) ||
-        (inner_ver >> 4) != inner_family)
+        bpf_ntohs(o.tot_len) < sizeof(o) + inner_min || (inner_ver >> 4) != inner_family ||
+        (udp && bpf_ntohs(udp_len) != bpf_ntohs(o.tot_len) - sizeof(o)))
       return BE_STAT_DECAP_BAD_OUTER;
     if (!be_tunnel_addr_has(&o.daddr, 4, BE_ADDR_F_LOCAL) || !be_tunnel_addr_has(&o.saddr, 4, BE_ADDR_F_LB_SOURCE))
       return BE_STAT_DECAP_NOT_ALLOWED;
@@ -79,21 +86,22 @@ static __always_inline int be_tunnel_refusal(struct __sk_buff *skb, __u8 outer_f
   }
   struct ipv6hdr o6;
 
-  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o6, sizeof(o6)) < 0 ||
-      bpf_skb_load_bytes(skb, BE_L3_OFF + sizeof(o6), &inner_ver, 1) < 0)
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF, &o6, sizeof(o6)) < 0)
     return BE_STAT_DECAP_BAD_OUTER;
   if (o6.version != 6 || sizeof(o6) + bpf_ntohs(o6.payload_len) > frame_l3 ||
-      bpf_ntohs(o6.payload_len) < (inner_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr)) ||
-      (inner_ver >> 4) != inner_family)
+      bpf_ntohs(o6.payload_len) < inner_min || (inner_ver >> 4) != inner_family ||
+      (udp && udp_len != o6.payload_len))
     return BE_STAT_DECAP_BAD_OUTER;
   if (!be_tunnel_addr_has(&o6.daddr, 6, BE_ADDR_F_LOCAL) || !be_tunnel_addr_has(&o6.saddr, 6, BE_ADDR_F_LB_SOURCE))
     return BE_STAT_DECAP_NOT_ALLOWED;
   return 0;
 }
 
-/* Removes the outer header (outer_len bytes after the MAC header) of a tunnelled packet whose inner header
- * (IPv4 or IPv6, `inner_family`) starts at BE_L3_OFF + outer_len. */
-static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8 outer_family, __u8 inner_family)
+/* Removes the outer header (outer_len bytes after the MAC header: the outer IP header, and for GUE its UDP header)
+ * of a tunnelled packet whose inner header (IPv4 or IPv6, `inner_family`) starts at BE_L3_OFF + outer_len.
+ * gue_port: the UDP destination port of a GUE tunnel (network order), 0 for IP-in-IP. */
+static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8 outer_family, __u8 inner_family,
+                                    __be16 gue_port)
 {
   __u8 daddr[16];
   __u32 inner_daddr_off = BE_L3_OFF + outer_len +
@@ -101,13 +109,15 @@ static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8
 
   if (bpf_skb_load_bytes(skb, inner_daddr_off, daddr, inner_family == 4 ? 4 : 16) < 0)
     return TC_ACT_OK;
-  if (!be_vip_decap_allowed(daddr, inner_family)) {
-    be_count(BE_STAT_IPIP_NOT_VIP);
+  if (!be_vip_decap_allowed(daddr, inner_family, gue_port)) {
+    /* a UDP datagram that is not GUE to a VIP served here is the node's own traffic: not counted */
+    if (!gue_port)
+      be_count(BE_STAT_IPIP_NOT_VIP);
     return TC_ACT_OK;
   }
   /* Ours to decapsulate: refused (dropped, so no other decapsulator gets it either) unless it is whole and
    * comes from an lb node to this node. */
-  int refusal = be_tunnel_refusal(skb, outer_family, inner_family);
+  int refusal = be_tunnel_refusal(skb, outer_family, inner_family, gue_port ? sizeof(struct udphdr) : 0);
   if (refusal) {
     be_count(refusal);
     return TC_ACT_SHOT;
@@ -130,11 +140,32 @@ static __always_inline int be_decap(struct __sk_buff *skb, __u32 outer_len, __u8
     }
   }
 
-  if (outer_family == 4)
+  if (gue_port)
+    be_count(outer_family == 4 ? BE_STAT_DECAP_GUE4 : BE_STAT_DECAP_GUE6);
+  else if (outer_family == 4)
     be_count(inner_family == 4 ? BE_STAT_DECAP_IPIP4 : BE_STAT_DECAP_6IN4);
   else
     be_count(inner_family == 6 ? BE_STAT_DECAP_IPIP6 : BE_STAT_DECAP_4IN6);
   return TC_ACT_OK;
+}
+
+/* GUE variant 1 (the UDP payload is an IP packet, its version nibble 4 or 6): decapsulated like IP-in-IP when the
+ * inner destination is a VIP whose address entry names this UDP destination port (docs/backend.md, "GUE"). */
+static __always_inline int be_ingress_gue(struct __sk_buff *skb, __u8 outer_family)
+{
+  __u32 outer_ip = outer_family == 4 ? sizeof(struct iphdr) : sizeof(struct ipv6hdr);
+  struct {
+    struct udphdr uh;
+    __u8 ver;
+  } g;
+
+  if (bpf_skb_load_bytes(skb, BE_L3_OFF + outer_ip, &g, sizeof(struct udphdr) + 1) < 0)
+    return TC_ACT_OK;
+  __u8 inner_family = g.ver >> 4;
+
+  if (inner_family != 4 && inner_family != 6)
+    return TC_ACT_OK;
+  return be_decap(skb, outer_ip + sizeof(struct udphdr), outer_family, inner_family, g.uh.dest);
 }
 
 /* ---------------------------------------------------------------- ingress: ipopt ------------------------- */
@@ -331,9 +362,11 @@ static __always_inline int be_ingress_v4(struct __sk_buff *skb)
     return TC_ACT_OK;
   }
   if (iph->ihl == 5 && iph->protocol == BE_IPPROTO_IPIP)
-    return be_decap(skb, sizeof(struct iphdr), 4, 4);
+    return be_decap(skb, sizeof(struct iphdr), 4, 4, 0);
   if (iph->ihl == 5 && iph->protocol == BE_IPPROTO_IPV6)
-    return be_decap(skb, sizeof(struct iphdr), 4, 6);
+    return be_decap(skb, sizeof(struct iphdr), 4, 6, 0);
+  if (iph->ihl == 5 && iph->protocol == BE_IPPROTO_UDP)
+    return be_ingress_gue(skb, 4);
   if (iph->ihl >= 7)
     return be_ingress_ipopt4(skb);
   return TC_ACT_OK;
@@ -356,9 +389,11 @@ static __always_inline int be_ingress_v6(struct __sk_buff *skb)
     return TC_ACT_OK;
   }
   if (nexthdr == BE_IPPROTO_IPV6)
-    return be_decap(skb, sizeof(struct ipv6hdr), 6, 6);
+    return be_decap(skb, sizeof(struct ipv6hdr), 6, 6, 0);
   if (nexthdr == BE_IPPROTO_IPIP)
-    return be_decap(skb, sizeof(struct ipv6hdr), 6, 4);
+    return be_decap(skb, sizeof(struct ipv6hdr), 6, 4, 0);
+  if (nexthdr == BE_IPPROTO_UDP)
+    return be_ingress_gue(skb, 6);
   if (nexthdr == BE_IPPROTO_DSTOPTS)
     return be_ingress_ipopt6(skb);
   return TC_ACT_OK;

@@ -303,14 +303,18 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 		return rc;
 	}
 
-	if (mode == LB_MODE_DSR_IPIP) {
-		__u32 overhead = real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
+	if (mode == LB_MODE_DSR_IPIP || mode == LB_MODE_DSR_GUE) {
+		/* dsr-gue: the same outer header with UDP to the GUE port (target_port) after it, same family only */
+		__be16 gue_port = mode == LB_MODE_DSR_GUE ? target_port : 0;
+		__u32 overhead = (real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN) + (gue_port ? LB_GUE_UDP_LEN : 0);
 
+		if (gue_port && p.family != real->family)
+			return lb_drop(LB_CNT_DROP_UNSUPPORTED);
 		if (p.l3_len + overhead > cfg->mtu)
 			goto too_big;
 		/* the flow hash is entropy for the outer header: on a connection-table hit it is computed only when
-		 * something uses it (a choice among several IPv4 sources, or the IPv6 flow label) */
-		if (!have_hash && (real->family != 4 || cfg->src4_count > 1))
+		 * something uses it (a choice among several IPv4 sources, the IPv6 flow label, the GUE source port) */
+		if (!have_hash && (gue_port || real->family != 4 || cfg->src4_count > 1))
 			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
 		struct lb_ipip_src src = {};
 		int want_src = lb_ipip_source(cfg, hash, real->family, &src);
@@ -331,7 +335,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 				return lb_drop(LB_CNT_DROP_ADJUST);
 			tos = p.family == 4 ? l3[1] : (__u8)((l3[0] << 4) | (l3[1] >> 4));
 		}
-		if (lb_push_ipip(ctx, &p, real, &src, hash, tos))
+		if (lb_push_ipip(ctx, &p, real, &src, hash, tos, gue_port))
 			return lb_drop(LB_CNT_DROP_ADJUST);
 		rc = lb_send(ctx, nh, p.l3_off, real->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
 			     &reason);
@@ -377,7 +381,8 @@ too_big:
 	/* answer the client with the MTU its packets must fit in after our encapsulation */
 	{
 		__u32 overhead = mode == LB_MODE_DSR_IPOPT ? (p.family == 4 ? LB_DSR_OPT_LEN : LB_DSR_EXT6_LEN)
-				 : real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN;
+				 : (real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN) +
+				   (mode == LB_MODE_DSR_GUE ? LB_GUE_UDP_LEN : 0);
 		__u32 mtu = cfg->mtu - overhead;
 
 		/* a host discards a datagram whose header checksum is wrong (RFC 1122 3.2.1.2): it gets no answer */

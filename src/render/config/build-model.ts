@@ -37,6 +37,7 @@ export function buildCluster(l: Located<RawCluster>): ClusterDoc {
       conntrack: { maxEntries: s.conntrack.maxEntries, newFlowRate: s.conntrack.newFlowRate },
       status: { branch: s.status.branch },
       rollback: { policy: s.rollback.policy },
+      ...(s.gue !== undefined ? { gue: { port: s.gue.port } } : {}),
       ...(s.health !== undefined
         ? { health: { mode: s.health.mode ?? 'local', ...(s.health.staleAfter !== undefined ? { staleAfterMs: durationMs(s.health.staleAfter) } : {}) } }
         : {}),

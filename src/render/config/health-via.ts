@@ -7,7 +7,8 @@ import type { RawService } from './raw.js';
 export function vipProbeUnsupported(spec: RawService['spec']): string | null {
   if (spec.healthCheck.type === 'none') return 'no check is run with type none';
   if (spec.dispatch.mode !== 'dsr') return `only dsr services are probed through the VIP (dispatch.mode is ${spec.dispatch.mode})`;
-  if ((spec.dispatch.encap ?? 'l2') === 'ipopt') return 'dispatch.encap ipopt is not supported yet; use via: real';
+  const encap = spec.dispatch.encap ?? 'l2';
+  if (encap === 'ipopt' || encap === 'gue') return `dispatch.encap ${encap} is not supported yet; use via: real`;
   if (spec.vip.includes(':')) return 'IPv6 VIPs are not supported yet; use via: real';
   return null;
 }

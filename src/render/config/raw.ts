@@ -17,6 +17,7 @@ export type RawCluster = RawDocument<
     conntrack: { maxEntries: number; newFlowRate: number };
     status: { branch: string };
     rollback: { policy: RollbackPolicy };
+    gue?: { port: number };
     health?: { mode?: HealthAgreementMode; staleAfter?: string };
     bgp?: { localAsn: number; holdTime: number; keepaliveTime?: number; communities: string[]; med?: number };
     verification?: { mode?: VerificationMode; formats?: SignatureFormat[]; signersFile?: string };

@@ -3,6 +3,7 @@
 import { DATAPLANE_LIMITS, LIMITS } from './limits.js';
 import { checkLbCapacity } from './capacity.js';
 import { DEFAULT_SNAT_PORTS } from '../ops.js';
+import { DEFAULT_GUE_PORT } from '../model.js';
 import { vipProbeUnsupported } from './health-via.js';
 import { type AddressFacts, type Family, type IpAddress, type IpCidr, addressFacts, cidrContains, cidrHasHostBits, formatIp, parseCidr, parseIp, unusableAddressReason } from '../ip.js';
 import { durationMs, type Located, type RawCluster, type RawNode, type RawService } from './raw.js';
@@ -376,7 +377,7 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
 
   // Dispatch: encap belongs to the DSR part of a service.
   if ((mode === 'dsr' || mode === 'hybrid') && encap === undefined) {
-    emit('error', doc, ['spec', 'dispatch'], `spec.dispatch: mode ${mode} needs spec.dispatch.encap (l2, ipip or ipopt)`, 'key');
+    emit('error', doc, ['spec', 'dispatch'], `spec.dispatch: mode ${mode} needs spec.dispatch.encap (l2, ipip, ipopt or gue)`, 'key');
   }
   if (mode === 'snat' && encap !== undefined) {
     emit('error', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: not allowed with mode snat (the LB rewrites addresses; nothing is encapsulated)`, 'key');
@@ -385,7 +386,7 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
   // Listeners: VIP + port + protocol is unique across the whole config.
   spec.ports.forEach((p, i) => {
     const dsrPort = mode === 'dsr' || (mode === 'hybrid' && p.protocol === 'TCP');
-    if (dsrPort && (encap === 'l2' || encap === 'ipip') && p.targetPort !== undefined && p.targetPort !== p.port) {
+    if (dsrPort && (encap === 'l2' || encap === 'ipip' || encap === 'gue') && p.targetPort !== undefined && p.targetPort !== p.port) {
       emit(
         'error',
         doc,
@@ -419,10 +420,18 @@ function checkService(emit: Emit, doc: YamlDocument, svc: RawService, ctx: Servi
     if (servingLbs.length === 0) {
       emit('error', doc, ['spec', 'vip'], `spec.vip: ${canon} is outside spec.allowedVips of every lb node, so no node would serve it`);
     }
-    if (mode !== 'snat' && encap === 'ipip') {
+    if (mode !== 'snat' && (encap === 'ipip' || encap === 'gue')) {
+      const what = encap === 'ipip' ? 'IP-in-IP' : 'GUE';
       for (const n of servingLbs.filter((x) => !x.hasAddresses))
-        emit('warning', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: lb node '${n.name}' may serve ${canon} but has no spec.addresses; backends decapsulate IP-in-IP only from lb node addresses, so its tunnels will be refused`);
+        emit('warning', doc, ['spec', 'dispatch', 'encap'], `spec.dispatch.encap: lb node '${n.name}' may serve ${canon} but has no spec.addresses; backends decapsulate ${what} only from lb node addresses, so its tunnels will be refused`);
     }
+    // backends take UDP at the cluster's GUE port as tunnels (docs/backend.md): a UDP service on it could have a
+    // datagram that looks like GUE decapsulated or refused on its way to the real
+    const guePort = ctx.cluster?.data.spec.gue?.port ?? DEFAULT_GUE_PORT;
+    spec.ports.forEach((p, i) => {
+      if (p.protocol === 'UDP' && (p.port === guePort || p.targetPort === guePort))
+        emit('error', doc, ['spec', 'ports', i], `spec.ports[${i}]: UDP port ${guePort} is the cluster's GUE port (Cluster spec.gue.port), which backends decapsulate; use another port or move spec.gue.port`);
+    });
     if ((mode === 'snat' || mode === 'hybrid') && servingLbs.length > 0) {
       const withSnat = servingLbs.filter((n) => n.snat?.family === vip.family);
       if (withSnat.length === 0) {
