@@ -4,7 +4,7 @@
 import test from 'ava';
 import { cluster, model, node, real, service } from '../helpers/model-builder.js';
 import { renderDesiredState } from '../../src/render/desired.js';
-import { desiredBackendVips, planOps, type LiveState } from '../../src/render/ops.js';
+import { EMPTY_LIVE, desiredBackendVips, planOps, type LiveState } from '../../src/render/ops.js';
 import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 import { effectiveVia, vipProbeUnsupported } from '../../src/render/config/health-via.js';
 
@@ -46,9 +46,9 @@ test('backend node: every DSR VIP address entry takes GUE at the cluster port, w
 test('plan: moving the GUE port is a put of each gue listener and nothing else; the same port plans nothing', (t) => {
   const a = renderDesiredState(build(), 'lb-1');
   const b = renderDesiredState(build({ port: 7777 }), 'lb-1');
-  const live: LiveState = { settings: { hashSeed: a.hashSeed, mtu: a.mtu, src4: ['203.0.113.1'], src6: '2001:db8:1::1' }, snat: null,
+  const live: LiveState = { ...EMPTY_LIVE, settings: { hashSeed: a.hashSeed, mtu: a.mtu, src4: ['203.0.113.1'], src6: '2001:db8:1::1' },
     reals: a.reals, services: a.services.map((s) => ({ id: s.id, tableSize: s.tableSize, digest: s.digest })), vips: a.vips,
-    markers: [...new Map(a.vips.map((v) => [v.vip, { address: v.vip, family: v.family }])).values()], backendVips: [], sourceRanges: [] } as unknown as LiveState;
+    markers: [...new Map(a.vips.map((v) => [v.vip, { address: v.vip, family: v.family }])).values()] };
   const same = planOps(live, a).filter((o) => o.op.startsWith('vip'));
   t.deepEqual(same, []);
   const moved = planOps(live, b).filter((o) => o.op.startsWith('vip'));
