@@ -4,7 +4,8 @@
 import test from 'ava';
 import { cluster, model, node, real, service } from '../helpers/model-builder.js';
 import { renderDesiredState } from '../../src/render/desired.js';
-import { EMPTY_LIVE, desiredBackendVips, planOps, type LiveState } from '../../src/render/ops.js';
+import { EMPTY_LIVE, desiredBackendVips, type LiveState } from '../../src/render/ops.js';
+import { planOps } from '../../src/render/ops-plan.js';
 import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 import { effectiveVia, vipProbeUnsupported } from '../../src/render/config/health-via.js';
 
