@@ -79,11 +79,12 @@ function syncListeners(): void {
 /**
  * Removes every registered directory, synchronously (the process exits right after). File operations already
  * handed to libuv's thread pool (a fetch's mkdir or write) can still land after a removal and recreate a path, so
- * it removes again after a short pause until nothing is left (at most 5 rounds, ~100 ms).
+ * it removes again after a short pause until nothing is left: at most 50 rounds of 20 ms, since on a loaded machine
+ * (load 30 on 2 cores) a queued write landed after 100 ms; a quiet one is done in the first round.
  */
 function removeAllNow(): void {
   const pause = new Int32Array(new SharedArrayBuffer(4));
-  for (let round = 0; round < 5; round++) {
+  for (let round = 0; round < 50; round++) {
     for (const dir of registered) {
       try {
         rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
