@@ -51,7 +51,8 @@ export function formatDesiredStateText(s: DesiredState, opts: { tables?: boolean
       (svc.sessionAffinity ? `  affinity clientIP ${svc.sessionAffinity.timeoutS} s` : ''));
     if (svc.sourceRanges) out.push(`    source ranges (only these clients): ${svc.sourceRanges.join(' ')}`);
     if (svc.quic) {
-      const ids = svc.quic.servers.map((q) => `${q.serverId}->${q.realId}`).join(' ');
+      const address = new Map(svc.reals.map((r) => [r.realId, r.address]));
+      const ids = svc.quic.servers.map((q) => `${q.serverId}=${address.get(q.realId) ?? q.realId}`).join(' ');
       out.push(`    QUIC server ids (healthy reals): ${ids || 'none'}`);
     }
     for (const r of svc.reals) {
