@@ -35,8 +35,9 @@ export type FlowSyncStep =
   /** the same from a channel that claims to be lb-a with another secret */
   | { op: 'sendForged'; body: unknown; secret: string }
   /** one genuine lb-a message, sealed once, posted `times` times byte for byte on fresh connections (2: a recorded
-   * message replayed): each answer's HTTP status and text, or the connection's error (a refused oversize body) */
-  | { op: 'sendRaw'; body: unknown; times: number }
+   * message replayed): each answer's HTTP status and text, or the connection's error (a refused oversize body);
+   * `unsealed`: posted without any authentication headers */
+  | { op: 'sendRaw'; body: unknown; times: number; unsealed?: boolean }
   /** lb-b's sync clock moves on (its entry budget refills by the time, never by how slow the machine is) */
   | { op: 'advance'; ms: number }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
@@ -102,7 +103,8 @@ async function main(): Promise<void> {
           out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, step.body, { timeoutMs: 60_000 }) });
         } else if (step.op === 'sendRaw') {
           const body = Buffer.from(JSON.stringify(step.body));
-          const headers = seal(auth, { direction: 'request', kind: FLOW_SYNC_KIND, from: 'lb-a', to: 'lb-b', time: Date.now(), nonce: newNonce() }, body);
+          // unsealed: the body alone, no authentication headers at all
+          const headers = step.unsealed ? {} : seal(auth, { direction: 'request', kind: FLOW_SYNC_KIND, from: 'lb-a', to: 'lb-b', time: Date.now(), nonce: newNonce() }, body);
           const answers: { status?: number; body?: string; error?: string }[] = [];
           for (let i = 0; i < step.times; i++)
             answers.push(await rawPost(url['lb-b']!, FLOW_SYNC_KIND, headers, body).catch((e: Error) => ({ error: e.message })));

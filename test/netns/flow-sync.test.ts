@@ -9,7 +9,7 @@
 //   stale entry is not sent back to lb-a;
 // - hostile peers: entries for a VIP or real this node does not have, translations of another SNAT address or of
 //   this node's own port range, a port held by another client, malformed and oversize bodies, a forged sender, a
-//   recorded message replayed, and a flood over the entry budget are refused and counted (the budget runs on a clock
+//   message without authentication headers, a recorded message replayed, and a flood over the entry budget are refused and counted (the budget runs on a clock
 //   only the steps move, so the counts are exact on a loaded machine too); a replayed batch changes nothing;
 // - a restarted lb-a sends lb-b its whole table.
 import test from 'ava';
@@ -114,6 +114,7 @@ add('malformed: port 0', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 0,
 add('too many entries', { op: 'send', body: { v: 1, ct: Array.from({ length: 513 }, (_, i) => ct(CLIENT, VIP_DSR, 10000 + i, 80, ID1)), snat: [] } });
 add('oversize body', { op: 'sendRaw', times: 1, body: { v: 1, ct: [], snat: [], pad: 'x'.repeat(600 * 1024) } });
 // a recorded genuine message sent again byte for byte: the channel refuses the copy before the sync sees it
+add('unauthenticated (no MAC, no sender)', { op: 'sendRaw', times: 1, unsealed: true, body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7007, 80, ID1)], snat: [] } });
 add('recorded message replayed', { op: 'sendRaw', times: 2, body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7006, 80, ID1)], snat: [] } });
 add('forged sender', { op: 'sendForged', secret: 'Qw8e7R6t5Y4u3I2o1P0aSdFgHjKlZxCvBnM9q8W7e6R=', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7005, 80, ID1)], snat: [] } });
 // ---- a peer steering flows (F4): lb-b's own entries stay; a listed but drained real (not in the ring) is refused
@@ -340,7 +341,7 @@ test('translations: another SNAT address, a port of the node\'s own range and a 
   t.deepEqual((await r('port held by another client')).answer.refused, { 'snat-port-taken': 1 });
 });
 
-test('malformed, oversize, replayed and forged messages are refused by the channel and counted', async (t) => {
+test('malformed, oversize, replayed, unauthenticated and forged messages are refused by the channel and counted', async (t) => {
   for (const n of ['malformed: version', 'malformed: arity', 'malformed: address not canonical', 'malformed: port 0', 'too many entries']) {
     const a = await r(n);
     t.is(a.reason, 'refused', `${n}: ${JSON.stringify(a)}`);
@@ -351,6 +352,9 @@ test('malformed, oversize, replayed and forged messages are refused by the chann
   t.true(big.status === 413 || /ECONNRESET|EPIPE|socket hang up/.test(big.error ?? ''), JSON.stringify(big));
   const forged = await r('forged sender');
   t.regex(forged.error ?? '', /HTTP 401 \(bad-mac\)/, JSON.stringify(forged));
+  const [bare] = (await r('unauthenticated (no MAC, no sender)')).answers;
+  t.is(bare.status, 400, JSON.stringify(bare));
+  t.regex(bare.body ?? '', /malformed/);
   const replayed = (await r('recorded message replayed')).answers;
   t.is(replayed[0].status, 200, 'the genuine message itself passes (benign)');
   t.deepEqual(JSON.parse(replayed[0].body ?? 'null'), { applied: 1, unchanged: 0, refused: {} });
@@ -358,7 +362,7 @@ test('malformed, oversize, replayed and forged messages are refused by the chann
   t.regex(replayed[1].body ?? '', /replay/);
   // Counted once each, by reason, and nothing else was refused: every other message of the run (the floods
   // included) was within the channel's message bound, which no delay on a loaded machine can change.
-  t.deepEqual((await r('b rejections')).rejections, { 'bad-body': 5, 'too-large': 1, 'bad-mac': 1, replay: 1 });
+  t.deepEqual((await r('b rejections')).rejections, { 'bad-body': 5, 'too-large': 1, 'bad-mac': 1, malformed: 1, replay: 1 });
 });
 
 test('a peer flooding more entries than lb-b\'s whole table inserts exactly its budget: 2 x importPerSecond at once, then importPerSecond per second', async (t) => {
