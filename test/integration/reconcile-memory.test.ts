@@ -213,7 +213,8 @@ class TypedFaultPlane extends MemoryDataPlane {
 test('retry, stall and revert follow the failure\'s code, never its message text', async (t) => {
   const { work } = await repoWith(configFiles(['lb-1'], REALS, { policy: 'auto' }));
   const dp = new TypedFaultPlane();
-  const { r, clock } = reconciler(work, dp);
+  const fields: Record<string, unknown>[] = [];
+  const { r, clock } = reconciler(work, dp, 'lb-1', { log: { info: () => {}, warn: (_m, f) => { if (f) fields.push(f); } } });
   t.is((await r.reconcile('start')).kind, 'applied');
 
   // A transient code whose text reads like a permanent one: retried with backoff, not stalled, not reverted.
@@ -236,6 +237,7 @@ test('retry, stall and revert follow the failure\'s code, never its message text
   t.is(r.nextRetryAt, null);
   t.like(cond(r, 'Stalled'), { status: 'True', reason: 'ApplyFailed' });
   t.is(await git(work, 'rev-parse', 'main'), next, 'no revert of a revision the node cannot fit');
+  t.deepEqual(fields.filter((f) => f.stage === 'apply').map((f) => f.code), ['ApplyFailed', 'CapacityExceeded'], 'the log names the code');
 
   // Benign: the same revision applies once a new commit arrives and the data plane takes it.
   dp.fault = null;

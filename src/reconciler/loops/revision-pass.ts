@@ -145,7 +145,7 @@ export class RevisionPass {
     const retry = `next retry in ${humanMs(retryInMs)} (backoff step ${state.step}), polls also retry`;
     if (log)
       this.s.log.warn(`fetch failed (attempt ${state.attempts}${state.attempts > 1 ? `, failing for ${humanMs(now - state.since)}` : ''}; ${retry}): ${reason}`,
-        { stage: 'fetch', reason, attempts: state.attempts, step: state.step, retryMs: retryInMs });
+        { stage: 'fetch', reason, code: failure.code, attempts: state.attempts, step: state.step, retryMs: retryInMs });
     this.s.conditions.fetchFailed(reason, state.attempts, retry);
     if (changed) this.s.publish('fetch failed');
     return { kind: 'failed', revision: null, stage: 'fetch', reason, code: failure.code };
@@ -375,7 +375,7 @@ export class RevisionPass {
     });
     this.s.lastAttempt = this.s.lastFailure = this.s.attempt(head, 'failed', stage, reason);
     this.s.log.warn(`revision ${head.slice(0, 12)} failed at ${stage}: ${reason}${retryable ? ` (retry in ${delay} ms)` : ''}`,
-      { revision: head, stage, reason, ...(retryable ? { retryMs: delay } : {}) });
+      { revision: head, stage, reason, code, ...(retryable ? { retryMs: delay } : {}) });
 
     // The revert first: it is what brings the fleet back; the status write can follow.
     this.s.conditions.revisionFailed(head, this.failed.get(head)!);
