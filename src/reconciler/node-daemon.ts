@@ -5,12 +5,10 @@
 // src/cli/commands/run.ts only parses flags into NodeDaemonOptions.
 import { join } from 'node:path';
 import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
-import type { DesiredState } from '../render/state.js';
 import type { ConfigModel } from '../render/model.js';
-import { parseConfig } from '../render/config/index.js';
 import { startDaemon, type Daemon } from './daemon.js';
-import { lastAppliedModel } from './state/served-model.js';
-import { startSchedule } from './triggers/schedule.js';
+import { nodeAtHead } from './state/served-model.js';
+import { everyExclusive } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, PEER_SILENT_MS, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
@@ -24,10 +22,8 @@ import { policyFor } from './verify/revision-check.js';
 import { HealthService } from './health/service.js';
 import { startPassivePoll } from './health/passive-poll.js';
 import { vipProbeRouter } from './health/vip-router.js';
-import { refreshNeighbours } from './host/neighbours.js';
-import { loadCredentials } from './source/credentials.js';
-import { openRemote } from './source/git-remote.js';
-import { readRevisionFiles } from './source/git-objects.js';
+import { startNeighbourRefresh } from './host/neighbours.js';
+import { startSnatSweep } from './flows/snat-sweep.js';
 import { reconcilePinnedXdp } from './host/xdp-pin.js';
 import { BgpAnnouncer } from './bgp/announcer.js';
 import type { Logger, Outcome } from './loops/reconciler.js';
@@ -108,23 +104,6 @@ export interface NodeDaemon {
 /** A start-up problem the operator must fix (bad flag combination); `gitlb run` exits 2 with its message. */
 export class StartError extends Error {}
 
-/**
- * The config at the branch head; when Git is unreachable, the config of the revision this node last applied, read
- * from the local Git cache (so a restart during an outage still knows its role, interface and addresses), or null.
- */
-async function nodeAtHead(o: NodeDaemonOptions): Promise<{ reachable: boolean; model: ConfigModel | null }> {
-  let gitdir: string | null = null;
-  try {
-    const remote = openRemote(o.repo, { cacheDir: join(o.cacheDir, 'git'), credentials: loadCredentials({ file: o.credentialsFile }), timeoutMs: o.gitTimeoutMs });
-    gitdir = remote.gitdir;
-    const head = await remote.fetch(o.branch, { depth: 1 });
-    if (!head) return { reachable: true, model: null };
-    return { reachable: true, model: parseConfig(await readRevisionFiles(remote.gitdir, head, o.configPath)).model ?? null };
-  } catch {
-    return { reachable: false, model: gitdir ? await lastAppliedModel({ ...o, gitdir }) : null };
-  }
-}
-
 async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Promise<DataPlane> {
   const pinDir = join(o.pinRoot, o.node);
   if (role === 'backend') {
@@ -145,55 +124,6 @@ async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logge
   const { takeNodeDown } = await import('./decommission/node-down.js');
   const r = await takeNodeDown({ node: o.node, pinRoot: o.pinRoot, cacheDir: o.cacheDir, interface: o.interface });
   log.info(`decommissioned ${role} node: removed ${r.pinDir} (${r.links.length} links detached)${r.vips.length ? ` and VIPs ${r.vips.join(' ')}` : ''}`);
-}
-
-/**
- * Runs `task` on a schedule, skipping a tick while the previous run is still going, so a slow dependency (the
- * Git server, `ip`) never piles up work. Errors are logged with `what`; they never stop the schedule.
- */
-function everyExclusive(spec: string, what: string, task: () => Promise<void>, log: Logger): { stop(): void; now(): void } {
-  let running = false;
-  const tick = () => {
-    if (running) return;
-    running = true;
-    task()
-      .catch((err) => log.warn(`${what}: ${(err as Error).message}`))
-      .finally(() => (running = false));
-  };
-  return { ...startSchedule({ spec, onTick: tick }), now: tick };
-}
-
-/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
-function startNeighbourRefresh(desired: () => DesiredState | null, log: Logger): { stop(): void } {
-  const rounds = everyExclusive('5', 'neighbours', async () => {
-    const nudged = await refreshNeighbours(desired()?.reals.map((r) => r.address) ?? []);
-    // routine upkeep: a line at debug level only
-    if (nudged.length) (log.debug ?? log.info).call(log, `neighbours: resolving ${nudged.join(', ')}`, { stage: 'neighbours', count: nudged.length });
-  }, log);
-  setTimeout(rounds.now, 500).unref();
-  return rounds;
-}
-
-const SNAT_SWEEP_NOTABLE = 10_000;
-
-/** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
-async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ stop(): void }> {
-  const { sweepSnat } = await import('../bpf/dataplane/snat.js');
-  return startSchedule({
-    spec: '10',
-    onTick: () => {
-      const obj = (current() as Partial<LbDataPlaneHandle>).object?.();
-      if (!obj) return;
-      try {
-        const n = sweepSnat(obj);
-        // routine upkeep (debug); a sweep this large means a burst of clients went away at once
-        if (n >= SNAT_SWEEP_NOTABLE) log.info(`snat: swept ${n} expired translations`, { stage: 'snat', count: n });
-        else if (n > 0) (log.debug ?? log.info).call(log, `snat: swept ${n} expired translations`, { stage: 'snat', count: n });
-      } catch (err) {
-        log.warn(`snat: sweep failed: ${(err as Error).message}`);
-      }
-    },
-  });
 }
 
 /** Serving a lost lb node's SNAT address with the translations it synced here (flows/snat-takeover.ts). */

@@ -6,6 +6,9 @@
 import { execFile } from 'node:child_process';
 import { createSocket } from 'node:dgram';
 import { promisify } from 'node:util';
+import type { DesiredState } from '../../render/state.js';
+import type { Logger } from '../state/node-state.js';
+import { everyExclusive } from '../triggers/schedule.js';
 
 const execFileP = promisify(execFile);
 
@@ -76,4 +79,15 @@ async function nextHopGateway(address: string): Promise<string | null> {
   } catch {
     return null;
   }
+}
+
+/** Every 5 s, make sure each real of the applied state has a usable neighbour entry (or its next hop has). */
+export function startNeighbourRefresh(desired: () => DesiredState | null, log: Logger): { stop(): void } {
+  const rounds = everyExclusive('5', 'neighbours', async () => {
+    const nudged = await refreshNeighbours(desired()?.reals.map((r) => r.address) ?? []);
+    // routine upkeep: a line at debug level only
+    if (nudged.length) (log.debug ?? log.info).call(log, `neighbours: resolving ${nudged.join(', ')}`, { stage: 'neighbours', count: nudged.length });
+  }, log);
+  setTimeout(rounds.now, 500).unref();
+  return rounds;
 }

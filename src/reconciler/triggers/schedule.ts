@@ -75,3 +75,19 @@ function cronPeriodMs(job: CronJob<null, null>): number {
   const [a, b] = job.nextDates(2);
   return a && b ? b.toMillis() - a.toMillis() : 60_000;
 }
+
+/**
+ * Runs `task` on a schedule, skipping a tick while the previous run is still going, so a slow dependency (the
+ * Git server, `ip`) never piles up work. Errors are logged with `what`; they never stop the schedule.
+ */
+export function everyExclusive(spec: string, what: string, task: () => Promise<void>, log: { warn(msg: string): void }): { stop(): void; now(): void } {
+  let running = false;
+  const tick = () => {
+    if (running) return;
+    running = true;
+    task()
+      .catch((err) => log.warn(`${what}: ${(err as Error).message}`))
+      .finally(() => (running = false));
+  };
+  return { ...startSchedule({ spec, onTick: tick }), now: tick };
+}
