@@ -10,7 +10,7 @@ DEB_PKGS := clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config iprou
             python3-scapy python3-dpkt python3-libtrace systemd frr
 BPF_SRC  := $(wildcard src/bpf/progs/*.c)
 BPF_HDR  := $(wildcard src/bpf/progs/*.h) $(wildcard src/bpf/include/*.h)
-BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC)) build/bpf/xdp_lb_capture.o
+BPF_OBJ  := $(patsubst src/bpf/progs/%.c,build/bpf/%.o,$(BPF_SRC)) build/bpf/xdp_lb_capture.o build/bpf/tc_backend_capture.o
 ADDON    := src/bpf/napi/build/Release/gitlb_bpf.node
 ADDON_SRC := $(wildcard src/bpf/napi/*.cc src/bpf/napi/*.h src/bpf/napi/binding.gyp)
 AVA_FLAGS ?=
@@ -38,6 +38,11 @@ bpf: $(BPF_OBJ)
 build/bpf/xdp_lb_capture.o: src/bpf/progs/xdp_lb.c $(BPF_HDR)
 	@mkdir -p build/bpf
 	clang -O2 -g -Wall -Werror -target bpf -DLB_CAPTURE -I/usr/include/x86_64-linux-gnu -Isrc/bpf/include -c $< -o $@
+
+# tc_backend with packet capture for `gitlb capture` on backend nodes
+build/bpf/tc_backend_capture.o: src/bpf/progs/tc_backend.c $(BPF_HDR)
+	@mkdir -p build/bpf
+	clang -O2 -g -Wall -Werror -target bpf -DBE_CAPTURE -I/usr/include/x86_64-linux-gnu -Isrc/bpf/include -c $< -o $@
 
 build/bpf/%.o: src/bpf/progs/%.c $(BPF_HDR)
 	@mkdir -p build/bpf

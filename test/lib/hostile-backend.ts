@@ -11,7 +11,9 @@ export const DROP_STATS: StatName[] = ['adjust_fail', 'rewrite_fail', 'bad_ip_cs
 
 export interface Summary { runs: number; actions: Record<string, number>; problems: string[]; drops: Record<string, number> }
 
-export function fuzz(obj: BpfObject, prog: BpfProgram, inputs: Array<{ name: string; frame: Buffer }>): Summary {
+/** `afterRun`: more checks of one run (the capture build's record of it); what it returns are problems. */
+export function fuzz(obj: BpfObject, prog: BpfProgram, inputs: Array<{ name: string; frame: Buffer }>,
+  afterRun?: (input: Buffer, retval: number, output: Buffer) => string[]): Summary {
   const s: Summary = { runs: 0, actions: {}, problems: [], drops: {} };
   const before = backendStats(obj);
   let shot = 0;
@@ -27,6 +29,7 @@ export function fuzz(obj: BpfObject, prog: BpfProgram, inputs: Array<{ name: str
       continue;
     }
     s.runs++;
+    for (const p of afterRun?.(f, r.retval, r.data) ?? []) if (s.problems.length < 20) s.problems.push(`${name}: ${p}`);
     tally(s.actions, r.retval === TcAction.ok ? 'ok' : r.retval === TcAction.shot ? 'shot' : `other ${r.retval}`);
     if (r.retval === TcAction.shot) shot++;
     else if (r.retval !== TcAction.ok) s.problems.push(`${name}: action ${r.retval}`);

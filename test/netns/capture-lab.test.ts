@@ -21,6 +21,7 @@ import { stateToJson } from '../lib/xdp-harness.js';
 import { readPcapng, type PcapngFrame } from '../../src/bpf/capture/pcapng.js';
 import { pinnedXdpLink } from '../../src/bpf/attach.js';
 import { LINK_PIN } from '../../src/bpf/dataplane/index.js';
+import { native } from '../../src/bpf/addon.js';
 
 const lab = bridgeLab('k');
 const NS = lab.ns;
@@ -120,6 +121,16 @@ function udpOf(f: Buffer): Udp | null {
   if (f[o + 9] !== 17) return null;
   const l4 = o + (f[o]! & 0xf) * 4;
   return { src: ip4(o + 12), dst: ip4(o + 16), sport: f.readUInt16BE(l4), payload: f.subarray(l4 + 8, l4 + f.readUInt16BE(l4 + 4)).toString(), outer };
+}
+
+/** The program id a pinned link (XDP or tcx) runs. */
+function linkProgram(path: string): number {
+  const fd = native().objGet(path);
+  try {
+    return native().linkInfo(fd).progId;
+  } finally {
+    native().closeFd(fd);
+  }
 }
 
 const macOf = (ns: string) => (JSON.parse(sh(ns, ['ip', '-j', 'link', 'show', 'dev', 'eth0'])) as Array<{ address: string }>)[0]!.address;
@@ -239,4 +250,43 @@ test.serial('the rate bound on real traffic: at most burst + rate x time capture
   t.is(Number(m?.[2]), 600 - captured);
   t.is(Number(m?.[3]), 600 - captured);
   t.log(`rate 20/s burst 5: ${captured} of 600 datagrams captured in ${seconds.toFixed(1)} s of capture`);
+});
+
+test.serial('on a backend: its TC programs captured the same way, each tunnel as it came and as decapsulated, --reason with its counters', async (t) => {
+  reset();
+  const file = join(tmp, 'backend.pcapng');
+  const link = join(PIN.b1, 'tc_ingress_link');
+  const original = linkProgram(link);
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'capture', '--pin-root', '/sys/fs/bpf', '--node', NS.b1, '--duration', '60',
+    '--reason', 'decap_ipip4', '--rate', '0', '-w', file], { stdio: ['ignore', 'pipe', 'pipe'] });
+  lab.children.push(child);
+  let stderr = '';
+  child.stderr!.on('data', (d) => (stderr += d));
+  const exited = new Promise<number>((resolve) => child.on('close', (code) => resolve(code ?? -1)));
+  for (let i = 0; i < 200 && linkProgram(link) === original && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+  t.not(linkProgram(link), original, `the capture build runs in the backend's ingress link: ${stderr}`);
+  send([{ src: ADDR.client, vip: VIP.ipip, port: 45000, count: 20, tag: 'be' }, { src: ADDR.client, vip: VIP.l2, port: 45100, count: 20, tag: 'l2' }]);
+  await receivedAll(40);
+  child.kill('SIGINT');
+  t.is(await exited, 0, stderr);
+  t.is(linkProgram(link), original, 'the backend\'s program is back');
+  t.regex(stderr, /original programs \(id \d+, \d+\) restored/);
+  const tunnelled = received.b1.filter((l) => / be-\d+$/.test(l));
+  t.true(tunnelled.length > 0, 'b1 got some of the tunnelled datagrams');
+  const { frames } = readPcapng(readFileSync(file));
+  t.is(frames.length, 2 * tunnelled.length, 'every decapsulated datagram, as it came and as handed on; nothing else (--reason)');
+  const got: string[] = [];
+  for (let i = 0; i + 1 < frames.length; i += 2) {
+    const [came, went] = [frames[i]!, frames[i + 1]!];
+    t.is(came.comment, 'entry: tc-ingress OK [rx_packets decap_ipip4]');
+    t.is(went.comment, 'exit: tc-ingress OK [rx_packets decap_ipip4]');
+    t.is(came.direction, 'inbound');
+    const outer = udpOf(came.frame)!;
+    const inner = udpOf(went.frame)!;
+    t.deepEqual(outer.outer, { src: ADDR.lb, dst: ADDR.b1 }, 'as it came: the tunnel from the lb node');
+    t.is(inner.outer, undefined, 'as handed on: the client\'s datagram alone');
+    t.deepEqual({ ...outer, outer: undefined }, inner);
+    got.push(`${inner.src} ${inner.sport} ${inner.payload}`);
+  }
+  t.deepEqual(got.sort(), [...tunnelled].sort(), 'what b1\'s server received');
 });

@@ -11,6 +11,9 @@ import { addTunnelVips, backendStats, loadBackendProgs } from '../lib/backend-pr
 import { bitFlips, mutations, truncations } from '../lib/hostile.js';
 import { fuzz } from '../lib/hostile-backend.js';
 import { BACKEND } from '../lib/hostile-setups.js';
+import { BACKEND_CAPTURE_OBJECT, CaptureProgram } from '../../src/bpf/capture/index.js';
+import { NO_FILTER, encodeCaptureConfig } from '../../src/bpf/capture/filter.js';
+import { BACKEND_COUNTER_BITS, CAPTURE_SNAPLEN, TC_VERDICTS, actionName } from '../../src/bpf/capture/record.js';
 
 const { v4: V4, v6: V6, vipPort: VIP_PORT, targetPort: TARGET_PORT } = BACKEND;
 const FLIPS_PER_PROGRAM = 10_000;
@@ -287,6 +290,38 @@ for (const [progName, kinds, seed] of [['backend_ingress', INGRESS_KINDS, 0x1000
     console.log(`${progName}: ${a.runs} truncations/mutations ${JSON.stringify(a.actions)} drops ${JSON.stringify(a.drops)}; ` +
       `${b.runs} bit flips ${JSON.stringify(b.actions)} drops ${JSON.stringify(b.drops)}`);
     t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);
+  });
+}
+
+// the same suites through gitlb capture's build of the backend programs (tc_backend_capture.o over the same maps,
+// capturing every frame): the same invariants, and each run's record holds its verdict and the frame as it came and
+// as the program handed it on
+for (const [progName, kinds, seed] of [['backend_ingress', INGRESS_KINDS, 0x1000], ['backend_egress', EGRESS_KINDS, 0x2000]] as const) {
+  test.serial(`hostile suite through tc_backend_capture.o: ${progName}: the same invariants, each record the run`, async (t) => {
+    const capture = await CaptureProgram.load(BACKEND_CAPTURE_OBJECT, [ingress.fd, egress.fd],
+      encodeCaptureConfig({ ...NO_FILTER, rate: 0 }, BACKEND_COUNTER_BITS, TC_VERDICTS));
+    try {
+      const prog = capture.programNamed(progName);
+      const hook = progName === 'backend_ingress' ? 'tc-ingress' : 'tc-egress';
+      const check = (input: Buffer, retval: number, output: Buffer): string[] => {
+        const { records, lost } = capture.read(0);
+        if (records.length !== 1 || lost) return [`capture: ${records.length} records, ${lost} lost for one run`];
+        const c = records[0]!;
+        const problems: string[] = [];
+        if (c.hook !== hook || c.action !== actionName(retval, hook)) problems.push(`capture: ${c.hook} ${c.action}, the run returned ${retval}`);
+        if (!c.entry?.equals(input.subarray(0, CAPTURE_SNAPLEN)) || c.entryLength !== input.length) problems.push('capture: the frame as received differs from the input');
+        if (!c.exit.equals(output.subarray(0, CAPTURE_SNAPLEN)) || c.exitLength !== output.length) problems.push('capture: the frame handed on differs from the output');
+        return problems;
+      };
+      const { named, flips } = corpus(kinds, seed);
+      const a = fuzz(obj, prog, named, check);
+      const b = fuzz(obj, prog, flips, check);
+      console.log(`${progName} (capture build): ${a.runs} truncations/mutations ${JSON.stringify(a.actions)}; ${b.runs} bit flips ${JSON.stringify(b.actions)}`);
+      t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);
+      t.true(a.runs + b.runs > FLIPS_PER_PROGRAM);
+    } finally {
+      capture.close();
+    }
   });
 }
 

@@ -3,7 +3,7 @@
 // malformed on purpose), and the pcap and pcapng files tcpdump and Wireshark read.
 import test from 'ava';
 import {
-  CAPTURE_HEADER_SIZE, CAPTURE_MAGIC, CAPTURE_RECORD_SIZE, CAPTURE_VERSION, counterNames, decodeRecord, verdictText,
+  BACKEND_COUNTER_BITS, CAPTURE_HEADER_SIZE, CAPTURE_MAGIC, CAPTURE_RECORD_SIZE, CAPTURE_VERSION, TC_VERDICTS, counterNames, decodeRecord, verdictText,
 } from '../../src/bpf/capture/record.js';
 import { CAPTURE_CONFIG_LAYOUTS, encodeCaptureConfig, parseAddressMatch, parseActions, parseCounters } from '../../src/bpf/capture/filter.js';
 import { NO_FILTER } from '../../src/bpf/capture/filter.js';
@@ -55,6 +55,27 @@ test('a record decodes to verdict, real, counters, both frames and their lengths
   longEntry.writeUInt32LE(193, 28);
   t.is(decodeRecord(longEntry, 0), null, 'entry longer than the snap length');
   t.is(decodeRecord(Buffer.alloc(8), 0), null);
+});
+
+test('a backend\'s record (TC hooks): TC verdicts and be_stats counter names', (t) => {
+  const f = frame(eth, syn);
+  const rec = record(2, f, f, { counters: (1n << 0n) | (1n << 1n) });
+  rec.writeUInt16LE(1, 6); // LB_CAP_HOOK_TC_INGRESS
+  const r = decodeRecord(rec, 0)!;
+  t.like(r, { hook: 'tc-ingress', action: 'SHOT' });
+  t.deepEqual(r.counters, ['rx_packets', 'decap_ipip4']);
+  t.is(verdictText(r, () => undefined), 'tc-ingress SHOT [rx_packets decap_ipip4]');
+  rec.writeUInt16LE(2, 6);
+  rec.writeInt32LE(0, 8);
+  t.like(decodeRecord(rec, 0)!, { hook: 'tc-egress', action: 'OK' });
+  rec.writeUInt16LE(3, 6);
+  t.is(decodeRecord(rec, 0), null, 'an unknown hook');
+  const L = CAPTURE_CONFIG_LAYOUTS.lb_cap_config.members;
+  const b = encodeCaptureConfig({ ...NO_FILTER, counters: ['decap_not_allowed'], actions: ['SHOT'] }, BACKEND_COUNTER_BITS, TC_VERDICTS);
+  t.is(b.readBigUInt64LE(L.counters), 1n << 20n);
+  t.is(b.readUInt32LE(L.verdicts), 1 << 2, 'TC_ACT_SHOT is 2');
+  t.throws(() => encodeCaptureConfig({ ...NO_FILTER, counters: ['drop_martian'] }, BACKEND_COUNTER_BITS, TC_VERDICTS), { message: /not a counter here/ });
+  t.throws(() => parseCounters('drop_martian', BACKEND_COUNTER_BITS), { message: /--reason 'drop_martian': not a counter \(one of rx_packets,/ });
 });
 
 test('counter bits name the lb counters from bit 0 and the SNAT counters from bit 32', (t) => {

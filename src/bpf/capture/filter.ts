@@ -93,17 +93,19 @@ function maskBytes(bytes: Uint8Array, prefix: number): Uint8Array {
   return Uint8Array.from(bytes, (b, i) => b & m[i]!);
 }
 
-/** Counter names (comma-separated) checked against the ones a record can carry. */
-export function parseCounters(text: string): string[] {
+/** Counter names (comma-separated) checked against the ones a record can carry (`bits`: an lb node's by default,
+ * BACKEND_COUNTER_BITS for a backend's). */
+export function parseCounters(text: string, bits: ReadonlyMap<string, number> = CAPTURE_COUNTER_BITS): string[] {
   const list = text.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
   for (const c of list)
-    if (!CAPTURE_COUNTER_BITS.has(c)) throw new Error(`--reason '${c}': not a counter (one of ${[...CAPTURE_COUNTER_BITS.keys()].join(', ')})`);
+    if (!bits.has(c)) throw new Error(`--reason '${c}': not a counter (one of ${[...bits.keys()].join(', ')})`);
   return list;
 }
 
-export function parseActions(text: string): string[] {
+/** Action names (comma-separated) checked against `actions` (an lb node's XDP actions by default). */
+export function parseActions(text: string, actions: readonly string[] = XDP_ACTIONS): string[] {
   const list = text.split(',').map((a) => a.trim().toUpperCase()).filter(Boolean);
-  for (const a of list) if (!(XDP_ACTIONS as readonly string[]).includes(a)) throw new Error(`--action '${a}': not one of ${XDP_ACTIONS.join(', ')}`);
+  for (const a of list) if (!actions.includes(a)) throw new Error(`--action '${a}': not one of ${actions.join(', ')}`);
   return list;
 }
 
@@ -126,18 +128,28 @@ function writeMatch(b: Buffer, off: number, m: AddressMatch): void {
   b[off + 35] = m.family;
 }
 
-/** struct lb_cap_config for `f` (checked). With a rate, the bucket holds `burst` frames (at least 1). */
-export function encodeCaptureConfig(f: CaptureFilter): Buffer {
+/** struct lb_cap_config for `f` (checked). With a rate, the bucket holds `burst` frames (at least 1). A backend's
+ * programs: `bits` BACKEND_COUNTER_BITS and `actions` TC_ACTION_NAMES (their verdicts are TC actions). */
+export function encodeCaptureConfig(f: CaptureFilter, bits: ReadonlyMap<string, number> = CAPTURE_COUNTER_BITS,
+  actions: readonly string[] = XDP_ACTIONS, firstAction = 0): Buffer {
   checkFilter(f);
   const L = CAPTURE_CONFIG_LAYOUTS.lb_cap_config.members;
   const b = Buffer.alloc(CAPTURE_CONFIG_LAYOUTS.lb_cap_config.size);
   b.writeUInt32LE(F_ENABLED | (f.entry ? F_ENTRY : 0), L.flags);
   b.writeUInt32LE(f.sampleN, L.sample_n);
   let counters = 0n;
-  for (const c of f.counters) counters |= 1n << BigInt(CAPTURE_COUNTER_BITS.get(c)!);
+  for (const c of f.counters) {
+    const bit = bits.get(c);
+    if (bit === undefined) throw new Error(`--reason '${c}': not a counter here`);
+    counters |= 1n << BigInt(bit);
+  }
   b.writeBigUInt64LE(counters, L.counters);
   let verdicts = 0;
-  for (const a of f.actions) verdicts |= 1 << XDP_ACTIONS.indexOf(a as (typeof XDP_ACTIONS)[number]);
+  for (const a of f.actions) {
+    const code = actions.indexOf(a) + firstAction;
+    if (code < 0 || code > 31 || actions.indexOf(a) < 0) throw new Error(`--action '${a}': not a verdict here`);
+    verdicts |= 1 << code;
+  }
   b.writeUInt32LE(verdicts >>> 0, L.verdicts);
   b[L.n_vips] = f.vips.length;
   b[L.n_clients] = f.clients.length;

@@ -15,7 +15,8 @@ import { bpfObjectPath } from '../paths.js';
 import { LINK_PIN, PROGRAM_NAME } from '../dataplane/index.js';
 import { decodeReal } from '../dataplane/codec.js';
 import { canonicalIp } from '../../render/ip.js';
-import { CAPTURE_RECORD_LAYOUT, decodeRecord, type CaptureRecord } from './record.js';
+import { BACKEND_COUNTER_BITS, CAPTURE_RECORD_LAYOUT, TC_VERDICTS, decodeRecord, type CaptureRecord } from './record.js';
+import { EGRESS_LINK_PIN, EGRESS_PROGRAM, INGRESS_LINK_PIN, INGRESS_PROGRAM } from '../backend/index.js';
 import { CAPTURE_CONFIG_LAYOUTS, encodeCaptureConfig, type CaptureFilter } from './filter.js';
 
 export { summarizeFrame } from './frame-summary.js';
@@ -25,6 +26,7 @@ export { CAPTURE_SNAPLEN, verdictText, type CaptureRecord } from './record.js';
 export { NO_FILTER, type CaptureFilter } from './filter.js';
 
 export const CAPTURE_OBJECT = 'xdp_lb_capture';
+export const BACKEND_CAPTURE_OBJECT = 'tc_backend_capture';
 /** The capture build's own maps (lb_capture.h): fresh per capture, never the running program's. */
 const OWN_MAP_PREFIX = 'lb_cap_';
 export const CAPTURE_MAPS = { events: 'lb_cap_events', config: 'lb_cap_config', stats: 'lb_cap_stats' } as const;
@@ -39,7 +41,7 @@ export interface Poll {
   records: CaptureRecord[];
   /** Records the kernel or the reader dropped (a full buffer, a record that was not ours). */
   lost: number;
-  /** False once the link no longer runs the capture program (the daemon replaced it). */
+  /** False once a link no longer runs the capture program (the daemon replaced it). */
   attached: boolean;
 }
 
@@ -50,16 +52,20 @@ export class CaptureProgram {
 
   private constructor(readonly obj: BpfObject, private readonly used: BpfMap[], private readonly perf: unknown) {}
 
-  static async loadOver(progFd: number, filter: CaptureFilter): Promise<CaptureProgram> {
+  static loadOver(progFd: number, filter: CaptureFilter): Promise<CaptureProgram> {
+    return CaptureProgram.load(CAPTURE_OBJECT, [progFd], encodeCaptureConfig(filter));
+  }
+
+  /** `object` (a capture build) over the maps the running programs `progFds` use, its config map set to `config`. */
+  static async load(object: string, progFds: number[], config: Buffer): Promise<CaptureProgram> {
     const n = native();
-    const config = encodeCaptureConfig(filter); // bad input fails before anything is loaded
-    const used = n.progMapIds(progFd).map((id) => BpfMap.fromId(id));
+    const used = [...new Set(progFds.flatMap((fd) => n.progMapIds(fd)))].map((id) => BpfMap.fromId(id));
     let obj: BpfObject | undefined;
     try {
       const byKernelName = new Map(used.map((m) => [m.name, m]));
-      // The build must run over exactly the maps the running program uses; a running program older than the
+      // The build must run over exactly the maps the running programs use; a running program older than the
       // object on disk (an upgrade before the daemon restarted) is refused rather than given fresh, empty maps.
-      obj = await BpfObject.load(CAPTURE_OBJECT, { mapFds: Object.fromEntries(mapsOf(CAPTURE_OBJECT, byKernelName)) });
+      obj = await BpfObject.load(object, { mapFds: Object.fromEntries(mapsOf(object, byKernelName)) });
       checkBtfLayout(obj, 'lb_cap_record', CAPTURE_RECORD_LAYOUT);
       for (const [name, layout] of Object.entries(CAPTURE_CONFIG_LAYOUTS)) checkBtfLayout(obj, name, layout);
       obj.map(CAPTURE_MAPS.config).update(u32.encode(0), config);
@@ -72,8 +78,13 @@ export class CaptureProgram {
     }
   }
 
+  /** The capture build of xdp_lb's program. */
   get program() {
     return this.obj.program(PROGRAM_NAME);
+  }
+
+  programNamed(name: string) {
+    return this.obj.program(name);
   }
 
   /** Waits up to `timeoutMs` for records. */
@@ -133,53 +144,77 @@ export function realIdsOf(progFd: number, addresses: string[]): number[] {
   }
 }
 
-/** A capture on the data plane pinned under a pin root: the capture build swapped into its XDP link. */
-export class XdpCapture {
+interface Swap {
+  linkFd: number;
+  /** The program the link ran before the capture (put back at the end). */
+  originalFd: number;
+  originalId: number;
+  /** The capture build's program for this link. */
+  name: string;
+}
+
+/** The running program of the link pinned at `linkPath`, checked to be `name`: the link's fd, the program's fd and id. */
+function running(linkPath: string, name: string): Swap {
+  const n = native();
+  const linkFd = n.objGet(linkPath);
+  try {
+    const progId = n.linkInfo(linkFd).progId;
+    const progFd = n.progGetFdById(progId);
+    const info = n.progInfo(progFd);
+    if (info.name !== name) {
+      n.closeFd(progFd);
+      throw new Error(`${linkPath} runs program '${info.name}' (id ${progId}), not ${name}`);
+    }
+    return { linkFd, originalFd: progFd, originalId: progId, name };
+  } catch (e) {
+    n.closeFd(linkFd);
+    throw e;
+  }
+}
+
+/** A capture on a data plane pinned under a pin root: the capture build swapped into its pinned links (an lb node's
+ * XDP link, or a backend's two tcx links), each with the link's compare-and-swap update. */
+export class PinnedCapture {
   private restored = false;
 
-  private constructor(
-    private readonly linkFd: number,
-    private readonly originalProgFd: number,
-    private readonly originalProgId: number,
-    readonly capture: CaptureProgram,
-  ) {}
+  private constructor(private readonly swaps: Swap[], readonly capture: CaptureProgram) {}
 
-  /** The running program of the link pinned under `pinRoot` (`xdp_link`), checked to be xdp_lb: its fd and id. */
-  static running(pinRoot: string): { linkFd: number; progFd: number; progId: number } {
-    const n = native();
-    const linkPath = join(pinRoot, LINK_PIN);
-    const linkFd = n.objGet(linkPath);
-    try {
-      const progId = n.linkInfo(linkFd).progId;
-      const progFd = n.progGetFdById(progId);
-      const info = n.progInfo(progFd);
-      if (info.name !== PROGRAM_NAME) {
-        n.closeFd(progFd);
-        throw new Error(`${linkPath} runs program '${info.name}' (id ${progId}), not ${PROGRAM_NAME}`);
-      }
-      return { linkFd, progFd, progId };
-    } catch (e) {
-      n.closeFd(linkFd);
-      throw e;
-    }
+  /** Captures what `filter` selects on the lb data plane pinned under `pinRoot`. `realAddresses` (--real) are
+   * resolved against the running data plane into the filter's real ids. */
+  static xdp(pinRoot: string, filter: CaptureFilter, realAddresses: string[] = []): Promise<PinnedCapture> {
+    return PinnedCapture.start(CAPTURE_OBJECT, [[join(pinRoot, LINK_PIN), PROGRAM_NAME]], (fds) =>
+      encodeCaptureConfig({ ...filter, reals: [...filter.reals, ...realIdsOf(fds[0]!, realAddresses)] }));
   }
 
-  /** Starts capturing what `filter` selects on the data plane pinned under `pinRoot`. `realAddresses` (--real)
-   * are resolved against the running data plane into the filter's real ids. */
-  static async start(pinRoot: string, filter: CaptureFilter, realAddresses: string[] = []): Promise<XdpCapture> {
+  /** Captures what `filter` selects on the backend data plane pinned under `pinRoot` (ingress and egress). Its
+   * counters and verdicts are a backend's (be_stats, TC actions); it has no address or real filters. */
+  static backend(pinRoot: string, filter: CaptureFilter): Promise<PinnedCapture> {
+    if (filter.vips.length || filter.clients.length || filter.reals.length)
+      throw new Error('--vip, --client and --real select frames of an lb node; a backend\'s capture takes --reason, --action, --sample and --rate');
+    return PinnedCapture.start(BACKEND_CAPTURE_OBJECT,
+      [[join(pinRoot, INGRESS_LINK_PIN), INGRESS_PROGRAM], [join(pinRoot, EGRESS_LINK_PIN), EGRESS_PROGRAM]],
+      () => encodeCaptureConfig(filter, BACKEND_COUNTER_BITS, TC_VERDICTS));
+  }
+
+  private static async start(object: string, links: Array<[string, string]>, config: (progFds: number[]) => Buffer): Promise<PinnedCapture> {
     const n = native();
-    const { linkFd, progFd, progId } = XdpCapture.running(pinRoot);
+    const swaps: Swap[] = [];
     let capture: CaptureProgram | undefined;
+    const swapped: Swap[] = [];
     try {
-      const reals = [...filter.reals, ...realIdsOf(progFd, realAddresses)];
-      capture = await CaptureProgram.loadOver(progFd, { ...filter, reals });
-      // Compare-and-swap: only if the link still runs the program we looked at.
-      n.linkUpdate(linkFd, capture.program.fd, progFd);
-      return new XdpCapture(linkFd, progFd, progId, capture);
+      for (const [path, name] of links) swaps.push(running(path, name));
+      capture = await CaptureProgram.load(object, swaps.map((s) => s.originalFd), config(swaps.map((s) => s.originalFd)));
+      // Compare-and-swap: only if each link still runs the program we looked at.
+      for (const s of swaps) {
+        n.linkUpdate(s.linkFd, capture.programNamed(s.name).fd, s.originalFd);
+        swapped.push(s);
+      }
+      return new PinnedCapture(swaps, capture);
     } catch (e) {
+      // a link swapped before a later one failed gets its program back
+      for (const s of swapped) try { n.linkUpdate(s.linkFd, s.originalFd, capture!.programNamed(s.name).fd); } catch { /* replaced meanwhile */ }
       capture?.close();
-      n.closeFd(progFd);
-      n.closeFd(linkFd);
+      for (const s of swaps) { n.closeFd(s.originalFd); n.closeFd(s.linkFd); }
       throw e;
     }
   }
@@ -188,33 +223,35 @@ export class XdpCapture {
   poll(timeoutMs: number): Poll {
     if (this.restored) return { records: [], lost: 0, attached: false };
     const r = this.capture.read(timeoutMs);
-    const attached = native().linkInfo(this.linkFd).progId === this.capture.program.info().id;
+    const n = native();
+    const attached = this.swaps.every((s) => n.linkInfo(s.linkFd).progId === this.capture.programNamed(s.name).info().id);
     return { ...r, attached };
   }
 
-  /** Swaps the original program back (unless the link runs another program by now) and frees everything but the
-   * counters' last reading. Returns whether the original program was put back, and the program's counters. */
+  /** Swaps the original programs back (a link that runs another program by now keeps it) and frees everything.
+   * Returns whether every original program was put back, and the capture program's counters. */
   stop(): { putBack: boolean; stats: CaptureStats } {
     if (this.restored) throw new Error('capture already stopped');
     this.restored = true;
     const n = native();
-    let putBack = false;
-    try {
-      n.linkUpdate(this.linkFd, this.originalProgFd, this.capture.program.fd);
-      putBack = true;
-    } catch {
-      // EPERM: the link runs another program (the daemon replaced ours): that one stays.
+    let putBack = true;
+    for (const s of this.swaps) {
+      try {
+        n.linkUpdate(s.linkFd, s.originalFd, this.capture.programNamed(s.name).fd);
+      } catch {
+        putBack = false; // EPERM: the link runs another program (the daemon replaced ours): that one stays
+      }
     }
     // read after the swap back: nothing counts any more, and nothing is read twice
     const stats = this.capture.stats();
     this.capture.close();
-    n.closeFd(this.originalProgFd);
-    n.closeFd(this.linkFd);
+    for (const s of this.swaps) { n.closeFd(s.originalFd); n.closeFd(s.linkFd); }
     return { putBack, stats };
   }
 
-  get originalProgram(): number {
-    return this.originalProgId;
+  /** The ids of the programs the links ran before the capture. */
+  get originalPrograms(): number[] {
+    return this.swaps.map((s) => s.originalId);
   }
 }
 

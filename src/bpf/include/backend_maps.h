@@ -42,11 +42,17 @@ struct {
   __type(value, __u64);
 } be_stats SEC(".maps");
 
+/* gitlb capture (tc_backend_capture.o, lb_capture.h): each counter moved is a bit of the frame's record */
+#ifndef LB_CAP_REASON
+#define LB_CAP_REASON(bit)
+#endif
+
 static __always_inline void be_count(__u32 idx)
 {
   __u64 *v = bpf_map_lookup_elem(&be_stats, &idx);
   if (v)
     *v += 1;
+  LB_CAP_REASON(idx);
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Packet capture of xdp_lb_capture.o (xdp_lb.c built with -DLB_CAPTURE) for `gitlb capture`. The filters, the
+/* Packet capture of xdp_lb_capture.o (xdp_lb.c built with -DLB_CAPTURE) and tc_backend_capture.o (tc_backend.c
+ * built with -DBE_CAPTURE) for `gitlb capture`. The filters, the
  * sampling and the rate bound run here, in the program, so a frame nobody asked for costs a few compares and is
  * never copied. src/bpf/capture/record.ts decodes the record, src/bpf/capture/filter.ts writes the config.
  *
@@ -15,7 +16,19 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+
+/* The same capture in xdp_lb (an xdp_md) and in the backend's TC programs (tc_backend.c built with -DBE_CAPTURE,
+ * which defines LB_CAPTURE_TC: an sk_buff). Only how a frame's length and bytes are read differs. */
+#ifdef LB_CAPTURE_TC
+#define LB_CAP_CTX struct __sk_buff
+#define LB_CAP_LEN(ctx) ((__u64)(ctx)->len)
+#define LB_CAP_LOAD(ctx, buf, n) bpf_skb_load_bytes(ctx, 0, buf, n)
+#else
 #include "lb_structs.h"
+#define LB_CAP_CTX struct xdp_md
+#define LB_CAP_LEN(ctx) ((__u64)((ctx)->data_end - (ctx)->data))
+#define LB_CAP_LOAD(ctx, buf, n) bpf_xdp_load_bytes(ctx, 0, buf, n)
+#endif
 
 #define LB_CAP_MAGIC 0x676c6263 /* "glbc" */
 #define LB_CAP_VERSION 2
@@ -25,6 +38,11 @@
 #define LB_CAP_MAX_REALS 8
 /* counters noted per frame: lb_counters index i as bit i, lb_snat_stats index i as bit LB_CAP_SNAT_BASE + i */
 #define LB_CAP_SNAT_BASE 32
+
+/* where a record was taken (lb_cap_record.hook) */
+#define LB_CAP_HOOK_XDP 0
+#define LB_CAP_HOOK_TC_INGRESS 1
+#define LB_CAP_HOOK_TC_EGRESS 2
 
 #define LB_CAP_F_ENABLED 1
 #define LB_CAP_F_ENTRY 2 /* copy the frame as received too (not only as it leaves) */
@@ -60,10 +78,11 @@ struct lb_cap_config {
 struct lb_cap_record {
 	__u32 magic;
 	__u16 version;
-	__u16 pad;
-	__s32 verdict;        /* the XDP action */
+	__u16 hook;           /* LB_CAP_HOOK_*: which program */
+	__s32 verdict;        /* the XDP action (the TC action for a backend's program) */
 	__u32 real_id;        /* the real the packet path chose; 0: none */
-	__u64 counters;       /* every counter the packet path moved for this frame (bits as lb_cap_config.counters) */
+	__u64 counters;       /* every counter the packet path moved for this frame (bits as lb_cap_config.counters;
+			       * for a backend's programs the be_stats indexes) */
 	__u32 entry_len;      /* the frame's length as received */
 	__u32 entry_cap;
 	__u32 exit_len;       /* the frame's length as it leaves */
@@ -164,7 +183,7 @@ static __always_inline void lb_cap_note_real(__u32 real_id)
 		s->rec.real_id = real_id;
 }
 
-static __always_inline void lb_cap_enter(struct xdp_md *ctx)
+static __always_inline void lb_cap_enter(LB_CAP_CTX *ctx)
 {
 	struct lb_cap_scratch *s = lb_cap_scratch_get();
 
@@ -174,7 +193,7 @@ static __always_inline void lb_cap_enter(struct xdp_md *ctx)
 	s->candidate = 0;
 	s->rec.real_id = 0;
 	s->rec.counters = 0;
-	s->rec.entry_len = (__u32)(ctx->data_end - ctx->data);
+	s->rec.entry_len = (__u32)LB_CAP_LEN(ctx);
 	s->rec.entry_cap = 0;
 }
 
@@ -196,9 +215,36 @@ static __always_inline int lb_cap_any(const struct lb_cap_match *list, __u32 n, 
 	return 0;
 }
 
+/* The frame passed the address filters: a candidate, and its bytes as received copied when asked for. */
+static __always_inline void lb_cap_candidate(LB_CAP_CTX *ctx, const struct lb_cap_config *cfg, struct lb_cap_scratch *s)
+{
+	s->candidate = 1;
+	if (!(cfg->flags & LB_CAP_F_ENTRY))
+		return;
+	__u32 len = s->rec.entry_len;
+	__u32 cap = len < LB_CAP_SNAPLEN ? len : LB_CAP_SNAPLEN;
+
+	if (cap < 1 || cap > LB_CAP_SNAPLEN)
+		return;
+	if (LB_CAP_LOAD(ctx, s->rec.entry, cap) == 0)
+		s->rec.entry_cap = cap;
+}
+
+#ifdef LB_CAPTURE_TC
+/* A backend's programs: no address filters (the command refuses them there), every frame is a candidate. */
+static __always_inline void lb_cap_all(LB_CAP_CTX *ctx)
+{
+	__u32 zero = 0;
+	struct lb_cap_config *cfg = bpf_map_lookup_elem(&lb_cap_config, &zero);
+	struct lb_cap_scratch *s = lb_cap_scratch_get();
+
+	if (cfg && s && (cfg->flags & LB_CAP_F_ENABLED))
+		lb_cap_candidate(ctx, cfg, s);
+}
+#else
 /* After lb_parse, before anything rewrites the frame: the address filters, then the frame as received. A frame
  * lb_parse could not read far enough has family 0 (and no ports): it matches no address filter. */
-static __always_inline void lb_cap_packet(struct xdp_md *ctx, const struct lb_packet *p)
+static __always_inline void lb_cap_packet(LB_CAP_CTX *ctx, const struct lb_packet *p)
 {
 	__u32 zero = 0;
 	struct lb_cap_config *cfg = bpf_map_lookup_elem(&lb_cap_config, &zero);
@@ -210,17 +256,9 @@ static __always_inline void lb_cap_packet(struct xdp_md *ctx, const struct lb_pa
 		return;
 	if (cfg->n_clients && !lb_cap_any(cfg->clients, cfg->n_clients, p->src, p->family, p->sport, p->proto))
 		return;
-	s->candidate = 1;
-	if (!(cfg->flags & LB_CAP_F_ENTRY))
-		return;
-	__u32 len = s->rec.entry_len;
-	__u32 cap = len < LB_CAP_SNAPLEN ? len : LB_CAP_SNAPLEN;
-
-	if (cap < 1 || cap > LB_CAP_SNAPLEN)
-		return;
-	if (bpf_xdp_load_bytes(ctx, 0, s->rec.entry, cap) == 0)
-		s->rec.entry_cap = cap;
+	lb_cap_candidate(ctx, cfg, s);
 }
+#endif
 
 static __always_inline int lb_cap_take_token(const struct lb_cap_config *cfg)
 {
@@ -254,7 +292,7 @@ static __always_inline int lb_cap_real_wanted(const struct lb_cap_config *cfg, _
 	return 0;
 }
 
-static __always_inline void lb_cap_exit(struct xdp_md *ctx, int verdict)
+static __always_inline void lb_cap_exit(LB_CAP_CTX *ctx, int verdict, __u16 hook)
 {
 	__u32 zero = 0;
 	struct lb_cap_scratch *s = lb_cap_scratch_get();
@@ -280,11 +318,12 @@ static __always_inline void lb_cap_exit(struct xdp_md *ctx, int verdict)
 		lb_cap_stat(LB_CAP_STAT_RATE_LIMITED);
 		return;
 	}
-	__u64 len = (__u64)(ctx->data_end - ctx->data);
+	__u64 len = LB_CAP_LEN(ctx);
 	__u64 cap = len < LB_CAP_SNAPLEN ? len : LB_CAP_SNAPLEN;
 
 	s->rec.magic = LB_CAP_MAGIC;
 	s->rec.version = LB_CAP_VERSION;
+	s->rec.hook = hook;
 	s->rec.verdict = verdict;
 	s->rec.exit_len = (__u32)len;
 	s->rec.exit_cap = (__u32)cap;
@@ -297,6 +336,8 @@ static __always_inline void lb_cap_exit(struct xdp_md *ctx, int verdict)
 
 #define LB_CAP_REASON(bit) lb_cap_note_counter(bit)
 #define LB_CAP_REAL(id) lb_cap_note_real(id)
+#ifndef LB_CAPTURE_TC
 #define LB_CAP_PACKET(ctx, p) lb_cap_packet(ctx, p)
+#endif
 
 #endif

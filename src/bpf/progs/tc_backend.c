@@ -19,10 +19,23 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#ifdef BE_CAPTURE
+/* tc_backend_capture.o for `gitlb capture` on a backend node: the same programs, each frame handed to user space as
+ * it came and as it goes on, with the TC verdict and the be_stats counters it moved (lb_capture.h) */
+#define LB_CAPTURE_TC
+#include "lb_capture.h"
+#endif
 #include "backend_consts.h"
 #include "backend_structs.h"
 #include "backend_maps.h"
 #include "backend_pkt.h"
+
+/* The programs as the daemon runs them; in the capture build, the bodies its wrappers (at the end) call. */
+#ifdef BE_CAPTURE
+#define BE_PROGRAM(name) static __always_inline int name##_body
+#else
+#define BE_PROGRAM(name) SEC("tc") int name
+#endif
 
 /* ---------------------------------------------------------------- ingress: IP-in-IP ---------------------- */
 
@@ -399,8 +412,7 @@ static __always_inline int be_ingress_v6(struct __sk_buff *skb)
   return TC_ACT_OK;
 }
 
-SEC("tc")
-int backend_ingress(struct __sk_buff *skb)
+BE_PROGRAM(backend_ingress)(struct __sk_buff *skb)
 {
   void *data = (void *)(long)skb->data;
   void *data_end = (void *)(long)skb->data_end;
@@ -646,8 +658,7 @@ static __always_inline int be_egress_v6(struct __sk_buff *skb)
   return be_rewrite_reply6(skb, l4_off, ip6.nexthdr, &ip6.saddr, ports.src, flow);
 }
 
-SEC("tc")
-int backend_egress(struct __sk_buff *skb)
+BE_PROGRAM(backend_egress)(struct __sk_buff *skb)
 {
   void *data = (void *)(long)skb->data;
   void *data_end = (void *)(long)skb->data_end;
@@ -662,5 +673,29 @@ int backend_egress(struct __sk_buff *skb)
     return be_egress_v6(skb);
   return TC_ACT_OK;
 }
+
+#ifdef BE_CAPTURE
+SEC("tc")
+int backend_ingress(struct __sk_buff *skb)
+{
+  lb_cap_enter(skb);
+  lb_cap_all(skb);
+  int verdict = backend_ingress_body(skb);
+
+  lb_cap_exit(skb, verdict, LB_CAP_HOOK_TC_INGRESS);
+  return verdict;
+}
+
+SEC("tc")
+int backend_egress(struct __sk_buff *skb)
+{
+  lb_cap_enter(skb);
+  lb_cap_all(skb);
+  int verdict = backend_egress_body(skb);
+
+  lb_cap_exit(skb, verdict, LB_CAP_HOOK_TC_EGRESS);
+  return verdict;
+}
+#endif
 
 char _license[] SEC("license") = "GPL";

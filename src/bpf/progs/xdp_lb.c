@@ -406,7 +406,7 @@ int xdp_lb(struct xdp_md *ctx)
 {
 	lb_cap_enter(ctx);
 	int verdict = lb_process(ctx);
-	lb_cap_exit(ctx, verdict);
+	lb_cap_exit(ctx, verdict, LB_CAP_HOOK_XDP);
 	return verdict;
 }
 #else

@@ -5,14 +5,16 @@
 // whose packet comments carry the verdict. While it runs, the node's link runs xdp_lb_capture.o over the same maps
 // (src/bpf/capture/index.ts); on exit the original program is back.
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { defineCommand, InvalidArgumentError } from '../command.js';
+import { join } from 'node:path';
+import { defineCommand, InvalidArgumentError, UsageError } from '../command.js';
 import { lbPinDir } from '../lb-pin-dir.js';
 import {
-  CAPTURE_SNAPLEN, NO_FILTER, XdpCapture, pcapHeader, pcapRecord, pcapngHeader, pcapngPacket, summarizeFrame, verdictText,
+  CAPTURE_SNAPLEN, NO_FILTER, PinnedCapture, pcapHeader, pcapRecord, pcapngHeader, pcapngPacket, summarizeFrame, verdictText,
   type CaptureRecord,
 } from '../../bpf/capture/index.js';
 import { parseActions, parseAddressMatch, parseCounters, type AddressMatch } from '../../bpf/capture/filter.js';
-import { XDP_ACTIONS } from '../../bpf/capture/record.js';
+import { BACKEND_COUNTER_BITS, TC_VERDICTS, XDP_ACTIONS } from '../../bpf/capture/record.js';
+import { isBackendPinRoot } from '../../bpf/dataplane/pinned-stats.js';
 
 interface CaptureOptions {
   node?: string;
@@ -25,8 +27,8 @@ interface CaptureOptions {
   vip: AddressMatch[];
   client: AddressMatch[];
   real: string[];
-  reason?: string[];
-  action?: string[];
+  reason?: string;
+  action?: string;
   sample: number;
   rate: number;
   burst?: number;
@@ -76,6 +78,11 @@ drop_martian, snat_drop_table_full, tx, ...), --action on the XDP verdict. Of th
 --sample N keeps 1 in N (at random) and --rate bounds what is captured per second (a token bucket in the program,
 default ${DEFAULT_RATE}/s; --rate 0: no bound); the summary counts what matched and was not captured.
 
+On a backend node (--node naming its pin directory under --pin-root) the same capture runs in its TC programs
+(tc_backend_capture.o in both tcx links): each frame as it reached the program and as the program hands it on
+(decapsulated, the DSR option stripped, a reply rewritten), with the TC verdict and the backend counters it moved;
+--reason and --action take the backend's names, --vip, --client and --real do not apply.
+
 -w FILE writes pcapng: two packets per frame (received: inbound, sent: outbound), each with the verdict as its
 comment (Wireshark: frame.comment; tcpdump -r reads the file, without the comments). --format pcap writes classic
 pcap instead (no verdicts).`,
@@ -100,22 +107,35 @@ pcap instead (no verdicts).`,
         collect(usage((t) => parseAddressMatch(t, '--vip', true))), [])
       .option('--client <prefix>', 'frames from this source address or prefix; repeat for more', collect(usage((t) => parseAddressMatch(t, '--client', false))), [])
       .option('--real <addr>', 'frames the balancer sent to this real (its address); repeat for more', collect((t: string) => t), [])
-      .option('--reason <counters>', 'frames that moved any of these counters (comma-separated: drop_no_real, drop_martian, tx, snat_new, ...)', usage(parseCounters))
-      .option('--action <list>', `frames whose verdict is one of these (comma-separated: ${XDP_ACTIONS.join(', ')})`, usage(parseActions))
+      .option('--reason <counters>', 'frames that moved any of these counters (comma-separated: drop_no_real, drop_martian, tx, snat_new, ...; on a backend decap_ipip4, reply4_rewrite, decap_not_allowed, ...)')
+      .option('--action <list>', `frames whose verdict is one of these (comma-separated: ${XDP_ACTIONS.join(', ')}; on a backend ${TC_VERDICTS.join(', ')})`)
       .option('--sample <n>', 'capture 1 in n of the matching frames, at random', intIn(1, 0xffffffff), 1)
       .option('--rate <per-second>', 'capture at most this many frames per second (0: no bound)', intIn(0, 1_000_000_000), DEFAULT_RATE)
       .option('--burst <n>', 'frames the rate bound lets through at once (default: rate / 10, at least 1)', intIn(1, 1_000_000))
       .option('-q, --quiet', 'no summary line at the end', false);
   },
   async run(o) {
-    const { node, dir } = lbPinDir(o);
+    // a backend node (--node naming its pin directory): its TC programs, with its own counters and verdicts
+    const backendDir = o.node && isBackendPinRoot(join(o.pinRoot, o.node)) ? join(o.pinRoot, o.node) : null;
+    const asUsage = <T>(f: () => T): T => {
+      try {
+        return f();
+      } catch (e) {
+        throw new UsageError((e as Error).message);
+      }
+    };
+    const counters = o.reason ? asUsage(() => parseCounters(o.reason!, backendDir ? BACKEND_COUNTER_BITS : undefined)) : [];
+    const actions = o.action ? asUsage(() => parseActions(o.action!, backendDir ? TC_VERDICTS : undefined)) : [];
     const filter = {
-      ...NO_FILTER, vips: o.vip, clients: o.client, counters: o.reason ?? [], actions: o.action ?? [], sampleN: o.sample,
+      ...NO_FILTER, vips: o.vip, clients: o.client, counters, actions, sampleN: o.sample,
       rate: o.rate, burst: o.burst ?? Math.max(1, Math.floor(o.rate / 10)), entry: o.point !== 'exit',
     };
-    const capture = await XdpCapture.start(dir, filter, o.real);
+    if (backendDir && (o.vip.length || o.client.length || o.real.length))
+      throw new UsageError('--vip, --client and --real select frames of an lb node; a backend\'s capture takes --reason, --action, --sample and --rate');
+    const { node, dir } = backendDir ? { node: o.node!, dir: backendDir } : lbPinDir(o);
+    const capture = backendDir ? await PinnedCapture.backend(dir, filter) : await PinnedCapture.xdp(dir, filter, o.real);
     const out = o.write ? openSync(o.write, 'w') : null;
-    if (out !== null) writeSync(out, o.format === 'pcap' ? pcapHeader(CAPTURE_SNAPLEN) : pcapngHeader(CAPTURE_SNAPLEN, `xdp:${node}`));
+    if (out !== null) writeSync(out, o.format === 'pcap' ? pcapHeader(CAPTURE_SNAPLEN) : pcapngHeader(CAPTURE_SNAPLEN, `${backendDir ? 'tc' : 'xdp'}:${node}`));
     // bpf_ktime_get_ns is CLOCK_MONOTONIC, like process.hrtime: map it to wall time once
     const wallOffsetNs = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
     let stop = false;
@@ -137,12 +157,16 @@ pcap instead (no verdicts).`,
       const parts: Array<['entry' | 'exit', Buffer, number]> = [];
       if (o.point !== 'exit' && r.entry) parts.push(['entry', r.entry, r.entryLength]);
       if (o.point !== 'entry') parts.push(['exit', r.exit, r.exitLength]);
+      // on an lb node a frame comes in and goes out (or is dropped); a backend's ingress hands it in to the host
+      // both times, its egress sends it out both times
+      const direction = (point: 'entry' | 'exit') => (r.hook === 'tc-ingress' || (r.hook === 'xdp' && point === 'entry') ? 'inbound' : 'outbound');
       for (const [point, bytes, length] of parts) {
         if (out !== null && o.format === 'pcap') writeSync(out, pcapRecord(bytes, length, Number(wallNs / 1000n) / 1000));
-        else if (out !== null) writeSync(out, pcapngPacket(bytes, length, wallNs, point === 'entry' ? 'inbound' : 'outbound', `${point}: ${verdict}`));
+        else if (out !== null) writeSync(out, pcapngPacket(bytes, length, wallNs, direction(point), `${point}: ${verdict}`));
         else {
           const tail = point === 'exit' ? ` | ${verdict}` : '';
-          process.stdout.write(`${clock(wallNs)} ${point.padEnd(5)} ${(point === 'exit' ? r.action : '').padEnd(8)} ${String(length).padStart(5)}B ${summarizeFrame(bytes)}${tail}\n`);
+          const where = r.hook === 'xdp' ? '' : `${r.hook} `;
+          process.stdout.write(`${clock(wallNs)} ${where}${point.padEnd(5)} ${(point === 'exit' ? r.action : '').padEnd(8)} ${String(length).padStart(5)}B ${summarizeFrame(bytes)}${tail}\n`);
         }
       }
     };
@@ -171,8 +195,9 @@ pcap instead (no verdicts).`,
       if (out !== null) closeSync(out);
     }
     if (!o.quiet) {
+      const ids = capture.originalPrograms.join(', ');
       const how = detached ? 'the daemon replaced the program meanwhile; its program stays'
-        : putBack ? `original program (id ${capture.originalProgram}) restored` : 'the link runs another program now; left as it is';
+        : putBack ? `original program${capture.originalPrograms.length > 1 ? 's' : ''} (id ${ids}) restored` : 'a link runs another program now; left as it is';
       const notCaptured = stats.matched - stats.captured;
       process.stderr.write(`${frames} frames shown or written; the program saw ${stats.seen}, ${stats.matched} matched, ` +
         `${stats.captured} captured, ${notCaptured} not captured (${stats.sampled_out} sampled out, ${stats.rate_limited} over the rate bound, ` +
