@@ -108,7 +108,8 @@ test.serial('a program the daemon put in meanwhile is never replaced by the capt
   try {
     // wait until the capture's program runs in the link
     const original = pinnedXdpLink(join(PIN, LINK_PIN))!.progId;
-    for (let i = 0; i < 100 && pinnedXdpLink(join(PIN, LINK_PIN))!.progId === original; i++) await new Promise((r) => setTimeout(r, 100));
+    // (loading and verifying the capture build takes seconds on a busy machine)
+    for (let i = 0; i < 300 && pinnedXdpLink(join(PIN, LINK_PIN))!.progId === original && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
     t.not(pinnedXdpLink(join(PIN, LINK_PIN))!.progId, original);
     // a daemon restart: loads xdp_lb.o again and swaps it into the link
     const r = await exec(nsArgv(NS_L, [process.execPath, '--import', 'tsx', RUNNER, PIN, 'l0', 'generic']),
