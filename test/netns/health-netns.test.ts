@@ -259,3 +259,29 @@ test.serial('passive evidence: a suspect real that answers stays up; a silent on
     await backend.stop();
   }
 });
+
+test.serial('passive evidence while a probe of a silent real is running: that probe gets the handshake deadline from then on', async (t) => {
+  const backend = await Backend.start(BE, 'tcp', 8009);
+  const silent = EXTRA[2]!;
+  await waitForTcp(LB, silent, 8009);
+  // a timeout longer than the interval: once the real is silent a probe is (almost) always in flight
+  const hc = { type: 'tcp' as const, port: 8009, intervalMs: 300, timeoutMs: 5000, rise: 2, fall: 3 };
+  const runner = await Runner.start(LB, model([service('slow-silent', hc, [silent])]));
+  try {
+    await runner.change('slow-silent', silent, 'up', 5000);
+    for (const args of [['add', 'table', 'inet', 'glbhole2'], ['add', 'chain', 'inet', 'glbhole2', 'in', '{ type filter hook input priority 0; }'],
+      ['add', 'rule', 'inet', 'glbhole2', 'in', 'ip', 'daddr', silent, 'tcp', 'dport', '8009', 'drop']]) {
+      const r = await nsExec(BE, ['nft', ...args]);
+      t.is(r.code, 0, r.stderr);
+    }
+    await new Promise((r) => setTimeout(r, 700)); // the probe begun after the drop is waiting for its 5 s timeout
+    t.is(await runner.suspect(silent), 1, 'the running probe was hurried (no second probe started)');
+    const down = await runner.change('slow-silent', silent, 'down', 8000);
+    t.is(down.result.detail, 'no answer to connect within 250 ms (suspect)');
+    t.true(down.result.durationMs < hc.timeoutMs, `it ended before its own ${hc.timeoutMs} ms timeout (${down.result.durationMs} ms)`);
+  } finally {
+    await nsExec(BE, ['nft', 'delete', 'table', 'inet', 'glbhole2']);
+    await runner.stop();
+    await backend.stop();
+  }
+});
