@@ -138,6 +138,9 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): 
       probe: { host: n.spec.addresses[0]!, port: o.peer?.port ?? 0 },
     })),
     ownSnatAddress: () => lbNodes().find((n) => n.metadata.name === o.node)?.spec.snatAddress,
+    // never taken over: every node's address, and the SNAT address of an lb node without one (it is never probed)
+    nodeAddresses: () => (d.reconciler.appliedConfig?.nodes ?? []).flatMap((n) =>
+      [...n.spec.addresses, ...(n.spec.role === 'lb' && n.spec.addresses.length === 0 && n.spec.snatAddress ? [n.spec.snatAddress] : [])]),
     interface: () => o.interface ?? d.reconciler.desired?.interface,
     object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
     log,

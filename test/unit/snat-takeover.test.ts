@@ -14,7 +14,7 @@ const PEERS: TakeoverPeer[] = [
 ];
 
 /** A takeover of `self` whose world is scripted: which peers answer, what the interface holds, what was announced. */
-function world(self: string, peers: TakeoverPeer[], own?: string) {
+function world(self: string, peers: TakeoverPeer[], own?: string, nodeAddresses: string[] = []) {
   const answers = new Map<string, boolean>(peers.map((p) => [p.probe.host, true]));
   const served = new Set<string>();
   const onIface = new Set<string>();
@@ -25,6 +25,7 @@ function world(self: string, peers: TakeoverPeer[], own?: string) {
     node: self,
     peers: () => peers,
     ownSnatAddress: () => own,
+    nodeAddresses: () => nodeAddresses,
     interface: () => 'eth0',
     object: () => ({}) as BpfObject,
     probe: async (target) => answers.get(target.host) ?? false,
@@ -134,6 +135,76 @@ test('a restarted daemon adopts what its data plane serves and gives it back whe
   await w.ticks(14);
   t.deepEqual([...w.onIface], []);
   t.deepEqual([...w.served], []);
+});
+
+test('a SNAT address a living lb node shares is never taken over: lb-2 lost, lb-3 (same address, other ports) alive (attacker)', async (t) => {
+  const shared = '198.51.100.120';
+  const peers: TakeoverPeer[] = [
+    { node: 'lb-2', snatAddress: shared, probe: { host: '198.51.100.12', port: 7946 } },
+    { node: 'lb-3', snatAddress: shared, probe: { host: '198.51.100.13', port: 7946 } },
+  ];
+  const w = world('lb-1', peers, '198.51.100.111');
+  w.answer('198.51.100.12', false);
+  await w.ticks(5);
+  t.deepEqual(w.t.report(), { lost: ['lb-2'], serving: {} }, 'lb-3 still holds it: taking it would steal lb-3\'s replies');
+  t.deepEqual([...w.onIface], []);
+  t.false(w.announced.includes(shared));
+  // benign: both holders lost, the address is served
+  w.answer('198.51.100.13', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { [shared]: 'lb-2' });
+});
+
+test('a node\'s own address is never taken over as a SNAT address (the lost node\'s probe target: it would answer itself and flap) (attacker)', async (t) => {
+  const peers: TakeoverPeer[] = [
+    { node: 'lb-2', snatAddress: '198.51.100.12', probe: { host: '198.51.100.12', port: 7946 } },
+    { node: 'lb-3', snatAddress: '198.51.100.5', probe: { host: '198.51.100.13', port: 7946 } },
+  ];
+  const w = world('lb-1', peers, '198.51.100.111', ['198.51.100.11', '198.51.100.12', '198.51.100.13', '198.51.100.5']);
+  w.answer('198.51.100.12', false);
+  w.answer('198.51.100.13', false);
+  await w.ticks(5);
+  t.deepEqual(w.t.report(), { lost: ['lb-2', 'lb-3'], serving: {} });
+  t.deepEqual([...w.served], []);
+  t.deepEqual([...w.onIface], []);
+});
+
+test('a served address that becomes a living node\'s (config change) is given back (attacker), a plain lost peer\'s is kept (benign)', async (t) => {
+  const peers: TakeoverPeer[] = [...PEERS];
+  const nodeAddresses = ['198.51.100.11', '198.51.100.12', '198.51.100.13'];
+  const w = world('lb-1', peers, '198.51.100.111', nodeAddresses);
+  w.answer('198.51.100.12', false);
+  w.answer('198.51.100.13', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2', '198.51.100.113': 'lb-3' });
+  nodeAddresses.push('198.51.100.113'); // a new node is given lb-3's old SNAT address
+  await w.ticks(1);
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+  t.deepEqual([...w.onIface], ['198.51.100.112']);
+});
+
+test('a probe whose answer arrived while the event loop was blocked past its timeout counts as an answer (a blip is not a loss)', async (t) => {
+  const { tcpProbe } = await import('../../src/reconciler/flows/snat-takeover.js');
+  const { createServer } = await import('node:net');
+  const srv = createServer((c) => c.destroy());
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  try {
+    const answered = tcpProbe({ host: '127.0.0.1', port }, 100);
+    const until = Date.now() + 400;
+    while (Date.now() < until) { /* a busy event loop (GC, a big render) */ }
+    t.true(await answered, 'the kernel answered: alive');
+    // benign: a refused port after the same stall is an answer too, and a plain probe stays fast
+    const refused = tcpProbe({ host: '127.0.0.1', port: 1 }, 100);
+    const until2 = Date.now() + 400;
+    while (Date.now() < until2) { /* busy */ }
+    t.true(await refused);
+    const began = Date.now();
+    t.true(await tcpProbe({ host: '127.0.0.1', port }, 100));
+    t.true(Date.now() - began < 100);
+  } finally {
+    await new Promise<void>((r) => srv.close(() => r()));
+  }
 });
 
 /** RFC 1071 sum over the pseudo header and the ICMPv6 message: 0xffff when the checksum is right. */

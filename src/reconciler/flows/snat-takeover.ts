@@ -34,6 +34,12 @@ export interface SnatTakeoverOptions {
   peers: () => TakeoverPeer[];
   /** This node's own SNAT address (announced again when a peer comes back). */
   ownSnatAddress: () => string | undefined;
+  /**
+   * Every node's spec.addresses in the applied config (and the SNAT addresses of lb nodes that cannot be probed):
+   * never taken over, whatever a SNAT address says. A node's own address drawn here would take its traffic, and the
+   * lost node's probe target held here would answer the probe itself (the node back, then lost again: a flap).
+   */
+  nodeAddresses?: () => string[];
   /** This node's interface. */
   interface: () => string | undefined;
   object: () => BpfObject | null;
@@ -75,16 +81,29 @@ export interface TakeoverReport {
   serving: Record<string, string>;
 }
 
-/** A TCP connection attempt: connected or refused means a living kernel at `host`. */
+/**
+ * A TCP connection attempt: connected or refused means a living kernel at `host`. The timeout counts only time this
+ * process could look: a timer that fires late (the event loop was blocked: GC, a big render) runs before the socket's
+ * pending answer is read, and may even precede the SYN, so it grants the probe one more full window instead of
+ * calling a blip on this node a loss of the peer.
+ */
 export function tcpProbe(target: { host: string; port: number }, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = connect({ host: target.host, port: target.port });
+    let settled = false;
     const done = (alive: boolean) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       s.destroy();
       resolve(alive);
     };
-    const timer = setTimeout(() => done(false), timeoutMs);
+    const lateBy = (armedAt: number) => performance.now() - armedAt - timeoutMs;
+    const armedAt = performance.now();
+    let timer = setTimeout(() => {
+      if (lateBy(armedAt) <= Math.max(20, timeoutMs / 4)) return done(false);
+      timer = setTimeout(() => done(false), timeoutMs); // once: a loop blocked again is a node too slow to judge
+    }, timeoutMs);
     s.once('connect', () => done(true));
     s.once('error', (e: NodeJS.ErrnoException) => done(e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET'));
   });
@@ -226,11 +245,15 @@ export class SnatTakeover {
     for (const node of [...this.lost]) if (!peers.some((p) => p.node === node)) this.lost.delete(node);
     const own = this.o.ownSnatAddress();
 
-    // What this node should serve: the addresses of lost peers whose first living node (by name) is this one.
+    // What this node should serve: the addresses of lost peers whose first living node (by name) is this one, but
+    // never one a living node holds: its SNAT address shared with the lost one (disjoint ports), or a node address.
     const living = [this.o.node, ...peers.filter((p) => !this.lost.has(p.node)).map((p) => p.node)].sort();
+    const held = new Set<string>([...(this.o.nodeAddresses?.() ?? []), ...peers.map((p) => p.probe.host)]);
+    if (own) held.add(own);
+    for (const p of peers) if (!this.lost.has(p.node) && p.snatAddress) held.add(p.snatAddress);
     const want = new Map<string, string>();
     if (linkUp && living[0] === this.o.node) {
-      for (const p of peers) if (this.lost.has(p.node) && p.snatAddress && p.snatAddress !== own) want.set(p.snatAddress, p.node);
+      for (const p of peers) if (this.lost.has(p.node) && p.snatAddress && !held.has(p.snatAddress) && !want.has(p.snatAddress)) want.set(p.snatAddress, p.node);
     }
     for (const [address, owner] of want) {
       const s = this.served.get(address);
