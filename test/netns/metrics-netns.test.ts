@@ -2,7 +2,7 @@
 // flows: per-service and per-real packet counters equal exactly what the client sent, in DSR and in SNAT mode;
 // a health flip shows on the first scrape after the daemon logged it; and every metric the Grafana dashboard and
 // the Prometheus alert rules name exists on a live /metrics; docs/metrics.md's tables match a live /metrics (names,
-// types, drop/pass/backend label values), and `gitlb top --drops` matches them.
+// types, drop/pass/backend label values), echo requests to a VIP are counted, and `gitlb top --drops` matches.
 import test from 'ava';
 import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -155,6 +155,13 @@ test('netns: /metrics counts exactly what the client sent (DSR and SNAT), shows 
     for (const r of ['martian', 'l2_not_unicast', 'bad_ip_csum']) t.true(labelValues(rawLb, 'gitlb_drops_total', 'reason').includes(r), r);
     t.deepEqual(labelValues(rawLb, 'gitlb_passes_total', 'reason'), [...docOf('gitlb_passes_total').values].sort());
     t.deepEqual(labelValues(rawBe, 'gitlb_backend_events_total', 'event'), [...docOf('gitlb_backend_events_total').values].sort());
+
+    // icmp_echo_reply: three echo requests to the VIP from the client, answered by lb-1's XDP program, each counted
+    const echoBefore = sumOf(await samplesOf(state, 'lb-1'), 'gitlb_icmp_echo_replies_total', {});
+    const ping = await nsExec(labNs(state, 'client'), ['ping', '-c', '3', '-W', '3', '203.0.113.10'], { timeoutMs: 15_000 });
+    t.is(ping.code, 0, `the VIP answers ping: ${ping.stdout}${ping.stderr}`);
+    await new Promise((r) => setTimeout(r, 500)); // past the scrape memo (one read of the maps serves a scrape's metrics)
+    t.is(sumOf(await samplesOf(state, 'lb-1'), 'gitlb_icmp_echo_replies_total', {}) - echoBefore, 3, 'three echo replies counted');
 
     // gitlb top --drops --all: a row per documented drop reason, each total between two scrapes around it
     const dropsBefore = await samplesOf(state, 'lb-1');
