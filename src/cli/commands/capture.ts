@@ -4,10 +4,11 @@
 // received and as sent on with its verdict (the real it went to, the drop reason), or written to a pcapng file
 // whose packet comments carry the verdict. While it runs, the node's link runs xdp_lb_capture.o over the same maps
 // (src/bpf/capture/index.ts); on exit the original program is back.
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { defineCommand, InvalidArgumentError, UsageError } from '../command.js';
 import { lbPinDir } from '../lb-pin-dir.js';
+import { openCaptureFile } from '../capture-file.js';
 import {
   CAPTURE_SNAPLEN, NO_FILTER, PinnedCapture, pcapHeader, pcapRecord, pcapngHeader, pcapngPacket, summarizeFrame, verdictText,
   type CaptureRecord,
@@ -133,8 +134,15 @@ pcap instead (no verdicts).`,
     if (backendDir && (o.vip.length || o.client.length || o.real.length))
       throw new UsageError('--vip, --client and --real select frames of an lb node; a backend\'s capture takes --reason, --action, --sample and --rate');
     const { node, dir } = backendDir ? { node: o.node!, dir: backendDir } : lbPinDir(o);
-    const capture = backendDir ? await PinnedCapture.backend(dir, filter) : await PinnedCapture.xdp(dir, filter, o.real);
-    const out = o.write ? openSync(o.write, 'w') : null;
+    // the file before the capture program goes in: a refused file leaves the link as it was
+    const out = o.write ? openCaptureFile(o.write) : null;
+    let capture;
+    try {
+      capture = backendDir ? await PinnedCapture.backend(dir, filter) : await PinnedCapture.xdp(dir, filter, o.real);
+    } catch (e) {
+      if (out !== null) closeSync(out);
+      throw e;
+    }
     if (out !== null) writeSync(out, o.format === 'pcap' ? pcapHeader(CAPTURE_SNAPLEN) : pcapngHeader(CAPTURE_SNAPLEN, `${backendDir ? 'tc' : 'xdp'}:${node}`));
     // bpf_ktime_get_ns is CLOCK_MONOTONIC, like process.hrtime: map it to wall time once
     const wallOffsetNs = BigInt(Date.now()) * 1_000_000n - process.hrtime.bigint();
