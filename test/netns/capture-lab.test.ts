@@ -229,6 +229,28 @@ test.serial('filters on real traffic: --vip and --client select only that VIP\'s
   t.regex(stderr, /10 matched, 10 captured, 0 not captured/);
 });
 
+test.serial('--real on real traffic: only the frames the balancer sent to that real, all of them; an address no real has is refused', async (t) => {
+  reset();
+  const cap = await startCapture(['--real', ADDR.b2, '--point', 'exit', '--rate', '0']);
+  send([{ src: ADDR.client, vip: VIP.l2, port: 46000, count: 20, tag: 'x' }, { src: ADDR.client, vip: VIP.ipip, port: 46100, count: 20, tag: 'y' }]);
+  await receivedAll(40);
+  const { code, stdout, stderr } = await cap.stop();
+  t.is(code, 0, stderr);
+  t.is(received.b1.length + received.b2.length, 40);
+  const lines = stdout.trim().split('\n').filter(Boolean);
+  t.is(lines.length, received.b2.length, stdout);
+  for (const l of lines) t.regex(l, / exit  TX .*\| TX to real 198\.51\.100\.12 \(id 2\)/);
+  t.deepEqual(lines.map((l) => /192\.0\.2\.2:(\d+) >/.exec(l)![1]).sort(), received.b2.map((l) => l.split(' ')[1]).sort());
+  const unknown = await new Promise<{ code: number; stderr: string }>((resolve) => {
+    const c = spawn(process.execPath, ['--import', 'tsx', MAIN, 'capture', '--pin-root', '/sys/fs/bpf', '--node', NS.lb, '--real', '198.51.100.99'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    c.stderr!.on('data', (d) => (err += d));
+    c.on('close', (code) => resolve({ code: code ?? -1, stderr: err }));
+  });
+  t.is(unknown.code, 1);
+  t.regex(unknown.stderr, /--real 198\.51\.100\.99: the running data plane has no real with this address/);
+});
+
 test.serial('the rate bound on real traffic: at most burst + rate x time captured, the rest counted, every datagram forwarded', async (t) => {
   reset();
   const started = Date.now();
