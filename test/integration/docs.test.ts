@@ -1,12 +1,15 @@
-// docs/ are code: every YAML example in them validates, and every field of every config schema is documented in
-// docs/config.md. Examples are checked with `gitlb validate` inside a copy of sample-config-repo/.
+// docs/ are code: every YAML example in them validates, every field of every config schema is documented in
+// docs/config.md, every file they name exists, and every `gitlb` command line they show is one the CLI accepts.
+// Examples are checked with `gitlb validate` inside a copy of sample-config-repo/.
 import test from 'ava';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse, parseDocument } from 'yaml';
 import { tempDir, writeTree } from '../helpers/cli-repo.js';
 import { runCli } from '../../src/cli/main.js';
+import { cliTree, codeSpans, docCommands, docFiles } from '../lib/docs-cli.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const KINDS = ['Cluster', 'Node', 'Service'];
@@ -140,4 +143,55 @@ test('every field of every config schema is documented in docs/config.md', (t) =
     const missing = leaves.filter((f) => !doc.includes('`' + f + '`'));
     t.deepEqual(missing, [], `${kind}: fields without a row in docs/config.md`);
   }
+});
+
+/** Repository files the docs name: `src/...` and the like (a .js import path names its .ts source), and bare
+ * `name.ts`/`.c`/`.h` file names, which must be some file's name. Globs, placeholders and build outputs are not files. */
+function namedPaths(): { where: string; path: string; bare: boolean }[] {
+  const out: { where: string; path: string; bare: boolean }[] = [];
+  for (const file of docFiles(root)) {
+    for (const [i, line] of readFileSync(join(root, file), 'utf8').split('\n').entries()) {
+      const where = `${file}:${i + 1}`;
+      for (const m of line.matchAll(/(?<![\w./-])((?:src|test|bench|schemas|bin|sample-config-repo)\/[\w./-]*[\w])(?![\w*<{-])/g)) {
+        out.push({ where, path: m[1]!.replace(/^(src\/.*)\.js$/, '$1.ts'), bare: false });
+      }
+      for (const m of line.matchAll(/`([\w-]+\.(?:ts|c|h))`/g)) out.push({ where, path: m[1]!, bare: true });
+    }
+  }
+  return out;
+}
+
+test('every repository path and source file name in README and docs/ exists (src/reconciler/reconcile.ts is gone)', (t) => {
+  const tracked = execFileSync('git', ['ls-files'], { cwd: root, encoding: 'utf8' }).split('\n');
+  const names = new Set(tracked.map((p) => p.split('/').pop()));
+  const named = namedPaths();
+  t.true(named.length > 100, `${named.length} paths named`);
+  const missing = named.filter((n) => (n.bare ? !names.has(n.path) : !existsSync(join(root, n.path)))).map((n) => `${n.where} ${n.path}`);
+  t.deepEqual(missing, []);
+});
+
+test('every `gitlb <command>` in README and docs/ is a command, and each --option after it is one that command accepts', async (t) => {
+  const tree = await cliTree();
+  for (const c of ['run', 'capture', 'monitor', 'lab up', 'plan', 'status', 'top']) t.true(tree.has(c), `the CLI tree has ${c}`);
+  const used = docCommands(codeSpans(root), tree);
+  t.true(used.length > 150, `${used.length} command lines found`);
+  t.deepEqual(used.filter((c) => !c.known).map((c) => `${c.where} gitlb ${c.command}`), [], 'no such command');
+  const refused = used.flatMap((c) => (c.known ? c.flags.filter((f) => !tree.get(c.command)!.has(f)).map((f) => `${c.where} gitlb ${c.command} ${f}`) : []));
+  t.deepEqual(refused, [], 'options the command does not accept');
+  const readmeCommands = new Set(used.filter((c) => c.where.startsWith('README.md')).map((c) => c.command.split(' ')[0]));
+  const cliCommands = [...tree.keys()].filter((k) => !k.includes(' ') && k !== 'help' && k !== 'monitor');
+  t.deepEqual(cliCommands.filter((c) => !readmeCommands.has(c)), [], 'commands the README does not show');
+});
+
+test('every --option named on its own in README and docs/ belongs to a gitlb command or to a script that takes it', async (t) => {
+  const tree = await cliTree();
+  const accepted = new Set([...tree.values()].flatMap((s) => [...s]));
+  // Options of other programs the docs run: the bench scripts and bin/gitlb's node flags.
+  const scripts = execFileSync('git', ['grep', '-hoE', '--', "--[a-z][a-z0-9-]+", 'bench', 'bin'], { cwd: root, encoding: 'utf8' });
+  for (const o of scripts.split('\n')) accepted.add(o);
+  const unknown = codeSpans(root).flatMap((s) => {
+    const m = /^(--[a-z][a-z0-9-]*)(?:[ =]|$)/.exec(s.text);
+    return m && !accepted.has(m[1]!) ? [`${s.where} ${s.text}`] : [];
+  });
+  t.deepEqual(unknown, []);
 });
