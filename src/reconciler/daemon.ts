@@ -33,7 +33,7 @@ export const LAST_STATUS_WRITE_MS = 5_000;
 /** Options the daemon hands to its Reconciler unchanged are declared (and documented) on ReconcilerOptions. */
 export interface DaemonOptions extends Pick<ReconcilerOptions,
   'node' | 'branch' | 'dataPlane' | 'reopenDataPlane' | 'health' | 'preApplyGate' | 'postApplyGate' | 'onApplied' | 'statusHealth' |
-  'statusBgp' | 'retry' | 'role' | 'teardown' | 'configPath' | 'trust' | 'signer' | 'trustFrom' | 'allowRewindTo' | 'log'> {
+  'statusBgp' | 'statusFlows' | 'retry' | 'role' | 'teardown' | 'configPath' | 'trust' | 'signer' | 'trustFrom' | 'allowRewindTo' | 'log'> {
   repo: string; // URL or local path
   cacheDir: string; // per node: Git cache and local state
   credentialsFile?: string;
@@ -107,6 +107,7 @@ export async function startDaemon(o: DaemonOptions): Promise<Daemon> {
     onApplied: o.onApplied,
     statusHealth: o.statusHealth,
     statusBgp: o.statusBgp,
+    statusFlows: o.statusFlows,
     retry: o.retry,
     role: o.role,
     teardown: o.teardown,

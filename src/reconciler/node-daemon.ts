@@ -14,6 +14,7 @@ import { healthPeers, PEER_SILENT_MS, type HealthPeers } from './health/peer-wir
 import { lbPeers } from './health/peer-exchange.js';
 import type { PeerSyncReport } from './flows/flow-sync.js';
 import type { SnatTakeover } from './flows/snat-takeover.js';
+import type { StatusDrain } from './flows/drain-watch.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
 import { agreementMode } from './health/agreement.js';
@@ -37,7 +38,8 @@ export interface NodeDaemonHooks {
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null;
-    flowSync?: { report(): Record<string, PeerSyncReport> } | null; peerChannel?: PeerChannel | null }): void;
+    flowSync?: { report(): Record<string, PeerSyncReport>; drain?(): StatusDrain | null; serving?(): Record<string, string> } | null;
+    peerChannel?: PeerChannel | null }): void;
   /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
   peerMetrics?: PeerChannelMetrics;
 }
@@ -149,6 +151,45 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): 
   return t;
 }
 
+/** A drained lb node's remaining traffic (flows/drain-watch.ts): sampled every 5 s; the status is written when the
+ * node becomes stoppable or carries traffic again. */
+async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Promise<{ stop(): void; report(): StatusDrain | null }> {
+  const { DrainWatch, ACTIVE_TRANSLATION_S } = await import('./flows/drain-watch.js');
+  const { readLbStats } = await import('../bpf/dataplane/pinned-stats.js');
+  const { listSnat, monotonicNs, SNAT_STATE } = await import('../bpf/dataplane/snat.js');
+  const watch = new DrainWatch();
+  let couldStop: boolean | null = null;
+  const timer = setInterval(() => {
+    try {
+      const me = d.reconciler.appliedConfig?.nodes.find((n) => n.metadata.name === o.node);
+      const obj = (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null;
+      const stats = me?.spec.state === 'drain' && obj ? readLbStats(join(o.pinRoot, o.node)) : null;
+      if (!stats || !obj) {
+        watch.observe(null, Date.now());
+        couldStop = null;
+        return;
+      }
+      const now = monotonicNs();
+      const recent = BigInt(ACTIVE_TRANSLATION_S) * 1_000_000_000n;
+      const activeTranslations = listSnat(obj).filter((x) => !x.rev.owner && x.rev.state === SNAT_STATE.open && now - x.rev.lastSeenNs < recent).length;
+      const vipPackets = [...stats.services.values()].reduce((n, t) => n + t.packets, 0);
+      watch.observe({ vipPackets, activeTranslations }, Date.now());
+      const r = watch.report(Date.now());
+      if (r && r.canStop !== couldStop) {
+        const line = r.canStop ? 'drain: no VIP traffic and no active SNAT translation: this node can be stopped'
+          : `drain: still carrying traffic (${r.packetsPerSecond} packets/s, ${r.activeTranslations} active SNAT translations)`;
+        log.info(line, { stage: 'drain' });
+        d.reconciler.publishStatus(line);
+        couldStop = r.canStop;
+      }
+    } catch (err) {
+      log.warn(`drain watch: ${(err as Error).message}`);
+    }
+  }, 5000);
+  timer.unref();
+  return { stop: () => clearInterval(timer), report: () => watch.report(Date.now()) };
+}
+
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
   : Promise<{ stop(): void; report(): Record<string, PeerSyncReport> }> {
@@ -214,6 +255,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   let daemon: Daemon | undefined;
   // With flow sync: the SNAT addresses of lost lb nodes this node took over (announced by BGP too).
   let takeover: SnatTakeover | null = null;
+  // With flow sync: the status file's `flows` mapping (sync per peer, takeover, drain).
+  let flowsStatus: (() => unknown) | null = null;
   // Peer trust (who may speak, with which key) comes only from the applied or adopted config, which passed
   // verification; never from the branch head read above, which nothing verified (one unsigned commit would name
   // an attacker's key). Until something is applied every peer message is refused as unknown-sender.
@@ -300,6 +343,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
         statusHealth: () => health.status(),
       }),
       ...(bgp && { statusBgp: () => (bgp.configured() ? bgp.status() : null) }),
+      ...(runFlowSync && { statusFlows: () => flowsStatus?.() ?? null }),
     });
   } catch (err) {
     await health?.checker.stop();
@@ -312,7 +356,11 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (flippedBeforeStart) d.refreshHealth('health change');
   const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
-  o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync, peerChannel });
+  // the drain watch and the takeover start below: read at scrape time
+  let drainWatch: { report(): StatusDrain | null } | null = null;
+  const flowSyncParts = flowSync && { report: () => flowSync.report(), drain: () => drainWatch?.report() ?? null,
+    serving: () => takeover?.report().serving ?? {} };
+  o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync: flowSyncParts, peerChannel });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
     // XDP cannot resolve next hops: keep the reals' neighbour entries usable (neighbours.ts).
@@ -325,6 +373,11 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     takeover = await startSnatTakeover(o, d, log);
     const t = takeover;
     tasks.push({ stop: () => void t.stop() });
+    const drain = await startDrainWatch(o, d, log);
+    drainWatch = drain;
+    tasks.push(drain);
+    const sync = flowSync;
+    flowsStatus = () => ({ sync: sync.report(), snatTakeover: t.report(), ...(drain.report() && { drain: drain.report() }) });
   }
   if (health && o.passiveHealth !== false) {
     // Unanswered new connections seen in the reals' counters move their checks forward (health/passive.ts).

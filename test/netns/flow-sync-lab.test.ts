@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { commitAndPush, routeVipsVia, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
 import { runTraffic } from '../../src/demo/traffic.js';
 import type { FlowsResult } from '../../src/demo/traffic-client.js';
-import { nsExec, sleep } from '../../src/lab/netns.js';
+import { exec, nsExec, sleep } from '../../src/lab/netns.js';
 import { labNs } from '../../src/lab/lab.js';
 import { spawnDetached, stopLabProcess, type LabProcess } from '../../src/lab/processes.js';
 import { LAB_METRICS_PORT } from '../../src/lab/prometheus.js';
@@ -168,6 +168,16 @@ const metric = (text: string, name: string, ...labels: string[]) => {
   return line ? Number(line.split(' ').pop()) : NaN;
 };
 
+/** lb-1 found again: its link up with what the lab gave it (a link down drops its IPv6 addresses and its routes). */
+async function bringBack(l: E2eLab): Promise<void> {
+  const ns = labNs(l.state, 'lb1');
+  await nsExec(ns, ['ip', 'link', 'set', 'eth0', 'up']);
+  const link = l.state.plan.links.find((x) => x.a.ns === 'lb1')!;
+  for (const a of link.a.addrs) await nsExec(ns, ['ip', 'addr', 'replace', a, 'dev', 'eth0', ...(a.includes(':') ? ['nodad'] : [])]);
+  for (const r of l.state.plan.routes.filter((x) => x.ns === 'lb1'))
+    await nsExec(ns, ['ip', ...(r.dest.includes(':') ? ['-6'] : []), 'route', 'replace', r.dest, ...r.spec]);
+}
+
 const holds = async (l: E2eLab, ns: string, a: string) => (await nsExec(labNs(l.state, ns), ['ip', '-o', 'addr', 'show', 'dev', 'eth0'])).stdout.includes(` ${a}/32 `);
 
 test.serial('drain and undrain of lb-1 after the table changed, 40 keep-alive connections per mode: every connection survives on its backend', async (t) => {
@@ -256,7 +266,7 @@ test.serial('loss of lb-1 (its link down, its route gone) after the table change
     t.true(tookOver, 'lb-2 took lb-1\'s SNAT address over');
     assertSurvived(t, r, 10);
   } finally {
-    await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'up']).catch(() => undefined);
+    await bringBack(l).catch(() => undefined);
     await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
   }
   let released = false;
@@ -265,4 +275,45 @@ test.serial('loss of lb-1 (its link down, its route gone) after the table change
     released = !(await holds(l, 'lb2', LB1_SNAT));
   }
   t.true(released, 'lb-2 gave lb-1\'s SNAT address back once lb-1 answered again');
+});
+
+test.serial('graceful drain: lb-1 drained by commit keeps forwarding and reports its traffic; once nothing arrives gitlb status says it can be stopped', async (t) => {
+  t.timeout(150_000);
+  const l = need();
+  const lb1 = '198.51.100.11';
+  const statusOf = () => exec([process.execPath, join(import.meta.dirname, '..', '..', 'bin', 'gitlb'), 'status', '--repo', l.state.git!.bare], { timeoutMs: 30_000 });
+  const rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'drain lb-1');
+  try {
+    await waitApplied(l, rev, ['lb-1', 'lb-2'], 60_000);
+    // the router still sends lb-1 traffic (as until BGP withdraws): it forwards it and says so
+    const r = await phase(t, l, 'graceful drain', async () => {
+      let seen = NaN;
+      for (let i = 0; i < 40 && !(seen === 0); i++) {
+        await sleep(500);
+        seen = metric(await metricsOf(l, lb1), 'gitlb_drain_can_stop');
+      }
+      t.is(seen, 0, 'drained, still carrying traffic: not stoppable');
+      t.true(metric(await metricsOf(l, lb1), 'gitlb_drain_vip_packets_per_second') > 0, 'VIP packets still arrive');
+      await routeVipsVia(l, ['lb-2']); // the router moves every flow away (BGP withdrawal)
+    }, 2000);
+    assertSurvived(t, r, 5);
+    // nothing arrives any more: 30 s quiet and no active translation
+    let canStop = NaN;
+    for (let i = 0; i < 120 && canStop !== 1; i++) {
+      await sleep(500);
+      canStop = metric(await metricsOf(l, lb1), 'gitlb_drain_can_stop');
+    }
+    t.is(canStop, 1, 'lb-1 can be stopped');
+    let out = '';
+    for (let i = 0; i < 40 && !/lb-1: drained since .*it can be stopped/.test(out); i++) {
+      await sleep(500);
+      out = (await statusOf()).stdout;
+    }
+    t.regex(out, /lb-1: drained since .*carries no more traffic.*it can be stopped/);
+    t.regex(out, /Flow sync:\n.*NODE\s+PEER\s+IN SYNC/);
+    t.regex(out, /lb-1\s+lb-2\s+yes\s+\d+/);
+    t.log(out.split('\n').filter((x) => /Flow sync|lb-[12]\s+lb-|drained/.test(x)).join('\n'));
+  } finally {
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
 });

@@ -119,6 +119,11 @@ export class Reconciler {
     return this.s.snapshot();
   }
 
+  /** Writes the status now (without waiting for the push): something it reports changed outside a reconcile. */
+  publishStatus(why: string): void {
+    this.s.publish(why);
+  }
+
   /**
    * Rewrites the status when nothing else did for `maxAgeMs`, so an idle healthy node's status stays fresh and
    * `gitlb status` can tell a quiet node from a dead one (its UPDATED column and --stale-after).

@@ -3,9 +3,18 @@
 // lag of the last batch and whether the peer has the whole table.
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { PeerSyncReport } from '../flows/flow-sync.js';
+import type { StatusDrain } from '../flows/drain-watch.js';
+
+/** What the lb node's drain watch and SNAT takeover report (node-daemon.ts). */
+export interface FlowExtras {
+  drain?: () => StatusDrain | null;
+  /** SNAT address -> the lost node it belonged to. */
+  serving?: () => Record<string, string>;
+}
 
 export class FlowSyncMetrics {
   private source: (() => Record<string, PeerSyncReport>) | null = null;
+  private extras: FlowExtras = {};
 
   constructor(reg: Registry) {
     const self = this;
@@ -41,6 +50,32 @@ export class FlowSyncMetrics {
         this.reset();
         for (const [peer, r] of reports()) this.set({ peer }, r.inSync ? 1 : 0);
       } });
+    const drain = () => self.extras.drain?.() ?? null;
+    new Gauge({ name: 'gitlb_drain_can_stop', help: 'A drained lb node (Node.spec.state: drain): 1 when no VIP packet arrived for 30 s and no own SNAT translation is active (it can be stopped); absent when not drained',
+      registers: [reg],
+      collect() {
+        this.reset();
+        const d = drain();
+        if (d) this.set(d.canStop ? 1 : 0);
+      } });
+    new Gauge({ name: 'gitlb_drain_vip_packets_per_second', help: 'A drained lb node: VIP packets per second it still receives (last 5 s)', registers: [reg],
+      collect() {
+        this.reset();
+        const d = drain();
+        if (d) this.set(d.packetsPerSecond);
+      } });
+    new Gauge({ name: 'gitlb_drain_active_snat_translations', help: 'A drained lb node: its own SNAT translations that saw a packet in the last 30 s', registers: [reg],
+      collect() {
+        this.reset();
+        const d = drain();
+        if (d) this.set(d.activeTranslations);
+      } });
+    new Gauge({ name: 'gitlb_snat_takeover_serving', help: 'A lost lb node\'s SNAT address this node serves (1), by address and owner', labelNames: ['address', 'owner'],
+      registers: [reg],
+      collect() {
+        this.reset();
+        for (const [address, owner] of Object.entries(self.extras.serving?.() ?? {})) this.set({ address, owner }, 1);
+      } });
     new Gauge({ name: 'gitlb_flow_sync_queued', help: 'Entries waiting to be sent to each lb peer', labelNames: ['peer'], registers: [reg],
       collect() {
         this.reset();
@@ -48,7 +83,8 @@ export class FlowSyncMetrics {
       } });
   }
 
-  attach(source: () => Record<string, PeerSyncReport>): void {
+  attach(source: () => Record<string, PeerSyncReport>, extras: FlowExtras = {}): void {
     this.source = source;
+    this.extras = extras;
   }
 }

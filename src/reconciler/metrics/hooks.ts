@@ -73,7 +73,7 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
         fetchFailing: () => daemon.reconciler.fetchFailing });
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
       if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
-      if (flowSync) metrics.flowSync.attach(() => flowSync.report());
+      if (flowSync) metrics.flowSync.attach(() => flowSync.report(), { drain: () => flowSync.drain?.() ?? null, serving: () => flowSync.serving?.() ?? {} });
     },
     isStarted: () => up,
     servedRevision: () => served(),

@@ -85,6 +85,8 @@ export interface ReconcilerOptions {
   statusHealth?: () => unknown;
   /** The `bgp` mapping of the status file (per VIP announced or withdrawn, from the BGP announcer). */
   statusBgp?: () => StatusBgp | null;
+  /** The `flows` mapping of the status file (lb nodes with --flow-sync: sync per peer, SNAT takeover, drain). */
+  statusFlows?: () => unknown;
   retry?: { baseMs: number; maxMs: number };
   /** This node's data plane (default: the Node document's role). Only lb nodes push automatic reverts. */
   role?: 'lb' | 'backend';
@@ -202,6 +204,7 @@ export class NodeState {
       updatedAt: now,
       ...this.statusSection('health', this.o.statusHealth),
       ...this.statusSection('bgp', this.o.statusBgp),
+      ...this.statusSection('flows', this.o.statusFlows),
       ...(this.fetchOutage && { fetchOutage: this.fetchOutage }),
       ...(this.verification && { verification: this.verification }),
       ...(this.appliedCommit && { appliedCommit: this.appliedCommit }),

@@ -10,6 +10,7 @@ import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
 import { digestKey, formatTable, healthView, lbDigestsByService, lbRevisions } from './status-report.js';
 import { bgpOfStatus, formatBgpSection, type NodeBgpVerdict } from './bgp-report.js';
+import { flowsOfStatus, formatFlowsSection, type NodeFlowsVerdict } from './flows-report.js';
 import { describeXdp, readStatusXdp, xdpColumn, type StatusXdp } from './xdp-report.js';
 
 export interface AssessInput {
@@ -62,6 +63,8 @@ export interface NodeVerdict {
   lagging: string | null;
   /** lb nodes with BGP: per VIP announced or withdrawn (and why), BIRD's last error (docs/bgp.md). */
   bgp?: NodeBgpVerdict;
+  /** lb nodes with --flow-sync: sync per peer, SNAT addresses served for lost peers, a drained node's traffic. */
+  flows?: NodeFlowsVerdict;
   /** lb nodes on an interface: the XDP attach mode in use, and whether native fell back to generic. */
   xdp?: StatusXdp;
   /** One line per reason this node makes the exit status non-zero. */
@@ -162,6 +165,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
     if (degraded && !input.ignoreDegraded) problems.push(`${s.node}: degraded: ${degraded}`);
     const bgp = bgpOfStatus(s);
     const xdp = readStatusXdp(s.xdp);
+    const flows = flowsOfStatus(s);
     if (bgp?.birdError) problems.push(`${s.node}: BIRD did not take the announcements: ${bgp.birdError}`);
     return {
       node: s.node,
@@ -185,6 +189,7 @@ export function assessStatus(input: AssessInput): StatusVerdict {
       lagging: lagging?.text ?? null,
       ...(bgp ? { bgp } : {}),
       ...(xdp ? { xdp } : {}),
+      ...(flows ? { flows } : {}),
       problems,
     };
   });
@@ -336,7 +341,7 @@ export function formatStatusVerdict(v: StatusVerdict, now: Date): string {
   // Status files are written by whoever can push the status branch and quote config text (failure reasons): every
   // line built from them is escaped on its own (escape.ts) before the lines are joined, so a field cannot end its
   // line and fake another ('verdict: OK'), move the cursor or read differently (bidi overrides).
-  return [...out, ...details.map((d) => escapeControl(d) + '\n'), formatBgpSection(v.nodes), escapeControl(summary) + '\n', verdict + '\n'].join('');
+  return [...out, ...details.map((d) => escapeControl(d) + '\n'), formatBgpSection(v.nodes), formatFlowsSection(v.nodes), escapeControl(summary) + '\n', verdict + '\n'].join('');
 }
 
 /** health.peers.silent of a node's status: the peer lb nodes it has not heard from, and since when (bounded). */

@@ -108,6 +108,9 @@ export interface NodeStatus {
   health?: unknown;
   /** lb nodes with BGP: per VIP `announced` or `withdrawn: <reason>`, and BIRD's last reload (docs/bgp.md). */
   bgp?: StatusBgp;
+  /** lb nodes with --flow-sync: sync health per peer, SNAT addresses taken over, a drained node's remaining traffic
+   * (src/reconciler/flows/flows-report.ts). */
+  flows?: unknown;
   verification?: StatusVerification;
   appliedCommit?: AppliedCommit;
   /** The last time fetching the config branch failed in a row: first failure, the fetch that ended it, failed
