@@ -207,6 +207,36 @@ test('a probe whose answer arrived while the event loop was blocked past its tim
   }
 });
 
+test('a peer whose answers come and go cannot make the address flap: each return within a minute doubles the misses needed, up to 8x (attacker)', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  let takeovers = 0;
+  let serving = false;
+  // 3 probes lost, 2 answered, over and over (a lossy path, or someone dropping the probes): 50 rounds, 25 s
+  for (let round = 0; round < 50; round++) {
+    w.answer('198.51.100.12', round % 5 >= 3);
+    await w.ticks(1);
+    const now = '198.51.100.112' in w.t.report().serving;
+    if (now && !serving) takeovers++;
+    serving = now;
+  }
+  t.true(takeovers <= 3, `taken over ${takeovers} times in 25 s (10 without damping)`);
+  t.true(takeovers >= 1, 'the first loss is taken over as before');
+});
+
+test('damping fades: a peer answering for a minute after its flaps is taken over after 3 misses again (benign)', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111');
+  for (let i = 0; i < 3; i++) {
+    w.answer('198.51.100.12', false);
+    await w.ticks(24);
+    w.answer('198.51.100.12', true);
+    await w.ticks(2);
+  }
+  await w.ticks(130); // 65 s of answers
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+});
+
 /** RFC 1071 sum over the pseudo header and the ICMPv6 message: 0xffff when the checksum is right. */
 function icmp6Sum(frame: Buffer): number {
   const ip = frame.subarray(14, 54);

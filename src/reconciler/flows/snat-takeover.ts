@@ -9,7 +9,7 @@
 // "Lost" is the node's kernel not answering, not its daemon: a TCP connection to the peer's channel port either
 // connects or is refused (RST) while the node lives, so a killed daemon, whose pinned data plane keeps translating,
 // is never taken over. A probe that times out (500 ms) or finds no route 3 times in a row (500 ms apart) marks the peer lost; 2
-// answers mark it back. The survivor that takes over is the first, by name, of the lb nodes this node sees alive
+// answers mark it back; a peer back within a minute of its last return needs twice the misses (up to 8x): no flapping. The survivor that takes over is the first, by name, of the lb nodes this node sees alive
 // (itself included); a node whose own link is down takes nothing over. When the owner is back the taker drops the
 // address from its interface at once and keeps translating replies to it for a few seconds (some still arrive
 // until the owner's announcement reaches every real), and the owner announces its own address again whenever it
@@ -60,6 +60,8 @@ export interface SnatTakeoverOptions {
   backAfter?: number;
   /** How long replies to a returned owner's address are still translated here. */
   releaseGraceMs?: number;
+  /** A peer back within this long of its last return needs twice the misses to be lost again (at most 8x). */
+  dampingMs?: number;
 }
 
 export interface ServedAddresses {
@@ -149,6 +151,8 @@ export class SnatTakeover {
   private readonly misses = new Map<string, number>();
   private readonly answers = new Map<string, number>();
   private readonly lost = new Set<string>();
+  /** Per peer: how often it came back lately, and when last (damping, lostAfterFor). */
+  private readonly returns = new Map<string, { n: number; at: number }>();
   private readonly served = new Map<string, Served>();
   private ownAnnounce = 3; // announced at start: a restarted node may have been taken over
   private timer: NodeJS.Timeout | null = null;
@@ -181,6 +185,21 @@ export class SnatTakeover {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     await this.running;
+  }
+
+  /**
+   * Misses that make `node` lost: lostAfter, doubled for each time it came back within dampingMs of the one before
+   * (at most 8x), so a peer whose answers come and go (a lossy path, probes being dropped) cannot make its address
+   * move back and forth every few seconds; a minute of answers since its last return and it is 3 misses again.
+   */
+  private lostAfterFor(node: string, now: number): number {
+    const base = this.o.lostAfter ?? 3;
+    const r = this.returns.get(node);
+    return r && now - r.at < this.dampingMs ? base * 2 ** Math.min(r.n, 3) : base;
+  }
+
+  private get dampingMs(): number {
+    return this.o.dampingMs ?? 60_000;
   }
 
   report(): TakeoverReport {
@@ -228,6 +247,8 @@ export class SnatTakeover {
           this.answers.set(node, n);
           if (this.lost.has(node) && n >= (this.o.backAfter ?? 2)) {
             this.lost.delete(node);
+            const r = this.returns.get(node);
+            this.returns.set(node, { n: r && now - r.at < this.dampingMs ? r.n + 1 : 1, at: now });
             this.ownAnnounce = 3; // it may have taken this node's address over while this node was the one cut off
             this.o.log?.info(`snat takeover: ${node} answers again`);
           }
@@ -235,7 +256,7 @@ export class SnatTakeover {
           this.answers.set(node, 0);
           const n = (this.misses.get(node) ?? 0) + 1;
           this.misses.set(node, n);
-          if (!this.lost.has(node) && n >= (this.o.lostAfter ?? 3)) {
+          if (!this.lost.has(node) && n >= this.lostAfterFor(node, now)) {
             this.lost.add(node);
             this.o.log?.info(`snat takeover: ${node} lost (its kernel did not answer ${n} probes)`);
           }
@@ -243,6 +264,7 @@ export class SnatTakeover {
       }
     }
     for (const node of [...this.lost]) if (!peers.some((p) => p.node === node)) this.lost.delete(node);
+    for (const node of [...this.returns.keys()]) if (!peers.some((p) => p.node === node)) this.returns.delete(node);
     const own = this.o.ownSnatAddress();
 
     // What this node should serve: the addresses of lost peers whose first living node (by name) is this one, but
