@@ -13,12 +13,14 @@ export interface VipProbeRoute {
   port: number;
   sourcePort: number;
   real: string;
-  encap: 'l2' | 'ipip';
+  encap: 'l2' | 'ipip' | 'ipopt';
   /** ipip outer source; absent: the probe's own source address. */
   outerSource?: string;
+  /** ipopt: the service port the option names (`port` is the real's targetPort, where the probe connects). */
+  vipPort?: number;
 }
 
-const ENCAP = { l2: 1, ipip: 2 } as const;
+const ENCAP = { l2: 1, ipip: 2, ipopt: 3 } as const;
 
 function ipv4(addr: string, what: string): Buffer {
   const parts = addr.split('.').map(Number);
@@ -35,18 +37,30 @@ function encodeKey(addr: string, what: string, r: VipProbeRoute): Buffer {
   return b;
 }
 
-/** probe_out entry: the probe leaving towards the real becomes a packet to the VIP. */
+/** probe_out entry: the probe leaving towards the real becomes a packet to the VIP (ipopt: carries the VIP:port
+ * option). struct probe_out {vip, outer_src, encap u32, vip_port be16, pad}. */
 export function encodeOut(r: VipProbeRoute): [Buffer, Buffer] {
-  const v = Buffer.alloc(12);
+  const v = Buffer.alloc(16);
   ipv4(r.vip, 'VIP').copy(v, 0);
   if (r.outerSource) ipv4(r.outerSource, 'outer source').copy(v, 4);
   v.writeUInt32LE(ENCAP[r.encap], 8);
+  if (r.encap === 'ipopt') v.writeUInt16BE(vipPortOf(r), 12);
   return [encodeKey(r.real, 'real', r), v];
 }
 
-/** probe_in entry: the real's answer from the VIP is given back the real's address. */
+/** probe_in entry: the real's answer from the VIP is given back the real's address (ipopt: and the targetPort the
+ * probe connected to, the answer coming from the service port). struct probe_in {real, real_port be16, pad}. */
 export function encodeIn(r: VipProbeRoute): [Buffer, Buffer] {
-  return [encodeKey(r.vip, 'VIP', r), ipv4(r.real, 'real')];
+  const v = Buffer.alloc(8);
+  ipv4(r.real, 'real').copy(v, 0);
+  if (r.encap !== 'ipopt') return [encodeKey(r.vip, 'VIP', r), v];
+  v.writeUInt16BE(r.port, 4);
+  return [encodeKey(r.vip, 'VIP', { ...r, port: vipPortOf(r) }), v];
+}
+
+function vipPortOf(r: VipProbeRoute): number {
+  if (!r.vipPort) throw new Error(`vip probe: an ipopt route to ${r.real}:${r.port} needs the service port`);
+  return r.vipPort;
 }
 
 export class VipProbePath {

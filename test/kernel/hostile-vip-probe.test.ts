@@ -19,6 +19,7 @@ const ROUTES: ProbeRoute[] = [
   { vip: '192.0.2.11', port: 443, sourcePort: 61002, real: '198.51.100.13', encap: 'ipip' },
   // an entry vip-probe.ts never writes: the program must drop the probe rather than let it reach the real's address
   { vip: '192.0.2.12', port: 80, sourcePort: 61003, real: '198.51.100.14', encap: 'unknown' },
+  { vip: '192.0.2.13', port: 8080, vipPort: 80, sourcePort: 61004, real: '198.51.100.15', encap: 'ipopt' },
 ];
 
 let obj: BpfObject;
@@ -33,7 +34,7 @@ test.before(async () => {
     const real = { ...r, encap: r.encap === 'unknown' ? 'l2' as const : r.encap };
     const [ik, iv] = encodeIn(real);
     const [ok, ov] = encodeOut(real);
-    if (r.encap === 'unknown') ov.writeUInt32LE(3, 8);
+    if (r.encap === 'unknown') ov.writeUInt32LE(0xff, 8);
     obj.map('probe_in').update(ik, iv);
     obj.map('probe_out').update(ok, ov);
   }
@@ -42,9 +43,11 @@ test.after.always(() => obj?.close());
 
 const tcp = (src: string, dst: string, sport: number, dport: number, flags: number, payload = '', v4 = {}) =>
   frame(ETH, ipPacket({ src, dst, v4: { df: true, id: 7, ...v4 }, l4: { tcp: { sport, dport, flags, seq: 100, ack: flags & TCP_FLAGS.ACK ? 200 : 0, payload: Buffer.from(payload) } } }));
-const [L2, IPIP, IPIP_NO_SRC, UNKNOWN] = ROUTES as [ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute];
+const [L2, IPIP, IPIP_NO_SRC, UNKNOWN, OPT] = ROUTES as [ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute];
 const probe = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '', v4 = {}) => tcp(NODE, r.real, r.sourcePort, r.port, flags, payload, v4);
-const answer = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE, r.port, r.sourcePort, flags, payload);
+const answer = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE, r.vipPort ?? r.port, r.sourcePort, flags, payload);
+/** ipopt: an answer straight from the real's address and targetPort (the backend did not rewrite it) */
+const unrewritten = (r: ProbeRoute) => tcp(r.real, NODE, r.port, r.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK);
 
 function check(t: import('ava').ExecutionContext, prog: BpfProgram, which: 'egress' | 'ingress', f: Buffer) {
   const r = prog.testRun({ data: f, dataOutSize: f.length + 256 });
@@ -64,6 +67,23 @@ test('the model and the program agree on every path: l2 rewrite, IPIP with and w
   t.is(check(t, ingress, 'ingress', answer(L2)).want.kind, 'rewrite');
   t.is(check(t, ingress, 'ingress', answer(IPIP, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'HTTP/1.0 200 OK\r\n\r\n')).want.kind, 'rewrite');
   t.is(check(t, ingress, 'ingress', tcp(L2.vip, NODE, L2.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK)).want.kind, 'pass');
+});
+
+test('ipopt: the SYN gets the option (VIP:port) and nothing else changes, later segments pass; answers from VIP:port get the real and targetPort back, answers from the real itself are dropped', (t) => {
+  const syn = check(t, egress, 'egress', probe(OPT));
+  t.is(syn.want.kind, 'option');
+  t.is(syn.out.length, probe(OPT).length + 8);
+  t.is(syn.out.subarray(14 + 20, 14 + 28).toString('hex'), '9a080050c000020d', 'type 0x9a, length 8, port 80, VIP 192.0.2.13');
+  t.is(check(t, egress, 'egress', probe(OPT, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n')).want.kind, 'pass');
+  const bad = probe(OPT);
+  bad.writeUInt16BE(bad.readUInt16BE(14 + 10) ^ 0x0100, 14 + 10);
+  t.is(check(t, egress, 'egress', bad).action, TcAction.shot, 'a SYN whose header checksum is wrong is not re-checksummed');
+  const a = check(t, ingress, 'ingress', answer(OPT));
+  t.is(a.want.kind, 'rewrite');
+  t.is(a.out.readUInt16BE(14 + 20), OPT.port, 'source port back to the targetPort');
+  t.is(check(t, ingress, 'ingress', unrewritten(OPT)).action, TcAction.shot);
+  // the same answer to another source port is not the probe's
+  t.is(check(t, ingress, 'ingress', tcp(OPT.real, NODE, OPT.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK)).want.kind, 'pass');
 });
 
 // ---------------------------------------------------------------- the named defects
@@ -100,12 +120,16 @@ const EGRESS_KINDS: Record<string, Buffer> = {
   'probe request ipip, own source': probe(IPIP_NO_SRC, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
   'probe RST l2': probe(L2, TCP_FLAGS.RST | TCP_FLAGS.ACK),
   'probe SYN unknown encap': probe(UNKNOWN),
+  'probe SYN ipopt': probe(OPT),
+  'probe request ipopt': probe(OPT, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
   'other TCP': tcp(NODE, L2.real, 40000, L2.port, TCP_FLAGS.SYN),
 };
 const INGRESS_KINDS: Record<string, Buffer> = {
   'answer SYN-ACK l2': answer(L2),
   'answer data ipip': answer(IPIP, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'HTTP/1.0 200 OK\r\n\r\n'),
   'answer RST ipip': answer(IPIP_NO_SRC, TCP_FLAGS.RST),
+  'answer SYN-ACK ipopt': answer(OPT),
+  'answer from the real ipopt': unrewritten(OPT),
   'other TCP from a VIP': tcp(L2.vip, NODE, L2.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK),
 };
 
@@ -124,7 +148,7 @@ for (const [which, kinds, seed] of [['egress', EGRESS_KINDS, 0x3000], ['ingress'
     t.deepEqual([...a.problems, ...b.problems].slice(0, 20), []);
     // every path of the program was reached by the mutated and flipped frames too (the suite is not all passes)
     const reached = Object.keys({ ...a.outcomes, ...b.outcomes }).map((k) => k.split(':')[0]);
-    for (const kind of which === 'egress' ? ['pass', 'rewrite', 'encap', 'shot'] : ['pass', 'rewrite'])
+    for (const kind of which === 'egress' ? ['pass', 'rewrite', 'encap', 'option', 'shot'] : ['pass', 'rewrite', 'shot'])
       t.true(reached.includes(kind), `${kind} reached`);
   });
 }

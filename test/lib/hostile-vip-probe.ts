@@ -18,6 +18,7 @@ export type Expect =
   | { kind: 'pass'; why: string }
   | { kind: 'rewrite'; out: Buffer; why: string } // l2 egress, ingress: one address changed, checksums updated
   | { kind: 'encap'; outer: Buffer; inner: Buffer; why: string } // ipip egress: outer IPv4 + the rewritten packet
+  | { kind: 'option'; out: Buffer; why: string } // ipopt egress: the SYN with the DSR option, byte for byte
   | { kind: 'shot'; why: string };
 
 /** The frame is a whole IPv4 TCP packet the programs act on: Ethernet type IPv4, version 4, IHL 5, protocol TCP,
@@ -39,16 +40,38 @@ export function expected(prog: 'egress' | 'ingress', f: Buffer, routes: readonly
   const sport = f.readUInt16BE(L3 + 20);
   const dport = f.readUInt16BE(L3 + 22);
   if (prog === 'ingress') {
-    // an answer from (VIP, port) to a reserved source port gets the real's address back as its source
-    const r = routes.find((x) => same(src, x.vip) && sport === x.port && dport === x.sourcePort);
-    if (!r) return { kind: 'pass', why: 'no probe route' };
+    // an answer from (VIP, port) to a reserved source port gets the real's address back as its source (ipopt: from
+    // the service port, and it gets the targetPort back too)
+    const r = routes.find((x) => same(src, x.vip) && sport === (x.encap === 'ipopt' ? x.vipPort : x.port) && dport === x.sourcePort);
+    if (!r) {
+      // ipopt: an answer from the real's own address and targetPort skipped the backend's rewrite
+      if (routes.some((x) => x.encap === 'ipopt' && same(src, x.real) && sport === x.port && dport === x.sourcePort))
+        return { kind: 'shot', why: 'ipopt answer not from the VIP' };
+      return { kind: 'pass', why: 'no probe route' };
+    }
     const out = Buffer.from(f);
     ipBytes(r.real).copy(out, L3 + 12);
-    return { kind: 'rewrite', out, why: 'answer source restored' };
+    if (r.encap === 'ipopt') out.writeUInt16BE(r.port, L3 + 20);
+    return { kind: 'rewrite', out, why: r.encap === 'ipopt' ? 'ipopt answer source and port restored' : 'answer source restored' };
   }
   const r = routes.find((x) => same(dst, x.real) && dport === x.port && sport === x.sourcePort);
   if (!r) return { kind: 'pass', why: 'no probe route' };
   if (r.encap === 'unknown') return { kind: 'shot', why: 'route with an unknown encap' };
+  if (r.encap === 'ipopt') {
+    const flags = f[L3 + 33]!;
+    if ((flags & 0x12) !== 0x02) return { kind: 'pass', why: 'ipopt probe segment after the SYN' };
+    if (onesSum(f.subarray(L3, L3 + 20)) !== 0xffff) return { kind: 'shot', why: 'ipopt SYN with a wrong IPv4 header checksum' };
+    // the DSR option (0x9a, 8, port, VIP) after the 20-byte header: IHL 7, total length + 8, checksum anew
+    const len = f.readUInt16BE(L3 + 2);
+    const hdr = Buffer.from(f.subarray(L3, L3 + 20));
+    hdr[0] = 0x47;
+    hdr.writeUInt16BE(len + 8, 2);
+    hdr.writeUInt16BE(0, 10);
+    const opt = Buffer.from([0x9a, 8, 0, 0, ...ipBytes(r.vip)]);
+    opt.writeUInt16BE(r.vipPort!, 2);
+    hdr.writeUInt16BE(~onesSum(hdr, opt) & 0xffff, 10);
+    return { kind: 'option', out: Buffer.concat([f.subarray(0, L3), hdr, opt, f.subarray(L3 + 20)]), why: 'ipopt SYN with the option' };
+  }
   const rewritten = Buffer.from(f);
   ipBytes(r.vip).copy(rewritten, L3 + 16);
   if (r.encap === 'l2') return { kind: 'rewrite', out: rewritten, why: 'probe to the VIP (l2)' };
@@ -78,6 +101,7 @@ export function problemsOf(f: Buffer, action: number, out: Buffer, want: Expect)
   if (want.kind === 'shot') return action === TcAction.shot ? [] : [`${want.why}: not dropped`];
   if (action === TcAction.shot) return [`dropped (${want.why})`];
   if (want.kind === 'pass') return out.equals(f) ? [] : [`${want.why}: changed`];
+  if (want.kind === 'option') return out.equals(want.out) ? [] : [`${want.why}: ${out.toString('hex')}, want ${want.out.toString('hex')}`];
   const p: string[] = [];
   // the rewritten packet: the model's bytes, checksums as valid as they came (updated, neither laundered nor
   // broken), lengths within the frame (outputProblems, as for the other programs)

@@ -15,6 +15,8 @@ import type { DesiredState } from '../../src/render/state.js';
 
 const VIP = '203.0.113.10';
 const VIP_IPIP = '203.0.113.20';
+const VIP_OPT = '203.0.113.30';
+const TARGET_PORT = 8081; // the ipopt service's targetPort: the backend listens there, clients reach VIP:PORT
 const PORT = 8001;
 const lab = bridgeLab('v');
 const pinRoot = `/sys/fs/bpf/gitlb-test-${runPrefix()}health-via-vip`;
@@ -75,12 +77,14 @@ test.serial('l2: a real that lost its VIP is down via vip, up via real; it comes
   }
 });
 
-/** What `gitlb run` does on a backend node for one dsr-ipip VIP (test/lib/backend-lab-node.ts), in backend 1. */
+/** What `gitlb run` does on a backend node for one dsr-ipip VIP and one dsr-ipopt VIP (test/lib/backend-lab-node.ts),
+ * in backend 1. */
 async function backendDataPlane(): Promise<void> {
   const desired: DesiredState = {
     node: 'be1', role: 'backend', interface: 'eth0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
-    vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false }],
-    localVips: [VIP_IPIP],
+    vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false },
+      { vip: VIP_OPT, family: 4, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 2, forwarding: 'dsr-ipopt', hashSourcePort: false }],
+    localVips: [VIP_IPIP, VIP_OPT],
     addresses: [ADDR.b1],
     lbAddresses: [ADDR.lb],
   };
@@ -116,6 +120,45 @@ test.serial('ipip: a real whose decapsulation program is gone is down via vip, u
 
     await backendDataPlane(); // re-attaches
     await runner.change('tunvip', ADDR.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+test.serial('ipopt: the probe SYN names VIP:port; a real that stops taking the option is down via vip, up via real', async (t) => {
+  const hc = { type: 'tcp' as const, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', TARGET_PORT);
+  const ipopt = (name: string, via: 'vip' | 'real') => {
+    const s = service(name, { ...hc, via }, [ADDR.b1], PORT);
+    return { ...s, spec: { ...s.spec, vip: VIP_OPT, ports: [{ port: PORT, protocol: 'TCP' as const, targetPort: TARGET_PORT }],
+      dispatch: { mode: 'dsr' as const, encap: 'ipopt' as const } } };
+  };
+  const runner = await Runner.start(lab.ns.lb, model([ipopt('optvip', 'vip'), ipopt('optreal', 'real')]), 64, 'eth0');
+  try {
+    await runner.change('optvip', ADDR.b1, 'up', 5000);
+    await runner.change('optreal', ADDR.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.optvip.reals[ADDR.b1].check, `tcp ${VIP_OPT}:${PORT} via ipopt to ${ADDR.b1}:${TARGET_PORT}`);
+
+    // without the backend's programs the option is ignored and the real answers from its own address and
+    // targetPort, which a client of the VIP would never accept: the probe must fail the same way. (Both go: with the
+    // egress program alone left, the probe's fixed 4-tuple would still be rewritten from the flow recorded before,
+    // docs/health.md "ipopt")
+    for (const name of ['tc_ingress_link', 'tc_egress_link']) {
+      const link = join(pinRoot, name);
+      t.true(existsSync(link), name);
+      rmSync(link);
+    }
+    const down = await runner.change('optvip', ADDR.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    const snap = (await runner.snapshot()).snapshot.services;
+    t.is(snap.optvip.reals[ADDR.b1].state, 'down');
+    t.is(snap.optreal.reals[ADDR.b1].state, 'up', 'the real itself answers');
+
+    await backendDataPlane(); // re-attaches
+    await runner.change('optvip', ADDR.b1, 'up', 5000);
   } finally {
     await runner.stop();
     await backend.stop();

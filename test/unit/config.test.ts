@@ -133,7 +133,7 @@ test('health check port defaults to the first targetPort, http path to /; durati
   t.deepEqual(hc('{type: tcp, port: 9, rise: 1, fall: 10}'), { type: 'tcp', port: 9, intervalMs: 2000, timeoutMs: 1000, rise: 1, fall: 10 });
 });
 
-test('healthCheck.via defaults to vip exactly where the VIP path works (dsr l2/ipip, IPv4, tcp/http), else real', (t) => {
+test('healthCheck.via defaults to vip for dsr l2/ipip, IPv4, tcp/http, else real; ipopt takes vip when asked', (t) => {
   const svc = (vip: string, dispatch: string, hc: string) =>
     `apiVersion: gitlb/v1\nkind: Service\nmetadata: {name: s}\nspec:\n  vip: ${vip}\n  ports: [{port: 80}]\n  dispatch: ${dispatch}\n  healthCheck: ${hc}\n  reals: [{address: ${vip.includes(':') ? '2001:db8::21' : '198.51.100.21'}}]\n`;
   const parse = (vip: string, dispatch: string, hc = '{type: tcp}') =>
@@ -153,9 +153,15 @@ test('healthCheck.via defaults to vip exactly where the VIP path works (dsr l2/i
   t.is(via('203.0.113.1', '{mode: dsr, encap: l2}', '{type: none}'), 'real');
   // vip probes the VIP's port by default; an explicit via: vip where it cannot work stays an error
   t.is(parse('203.0.113.1', '{mode: dsr, encap: l2}').model!.services[0]!.spec.healthCheck.port, 80);
-  const bad = parse('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}');
+  const bad = parse('203.0.113.1', '{mode: dsr, encap: gue}', '{type: tcp, via: vip}');
   t.is(bad.model, null);
-  t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message === 'spec.healthCheck.via: vip: dispatch.encap ipopt is not supported yet; use via: real'));
+  t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message === 'spec.healthCheck.via: vip: dispatch.encap gue is not supported yet; use via: real'));
+  // ipopt: through the VIP when asked for (not the default), at a TCP listener's targetPort only
+  t.is(via('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}'), 'vip');
+  const port = parse('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, port: 9, via: vip}');
+  t.is(port.model, null);
+  t.true(port.diagnostics.some((d) => d.severity === 'error' &&
+    d.message === 'spec.healthCheck.via: vip: with encap ipopt the checked port (9) must be the targetPort of a TCP port of the service'));
 });
 
 test('addresses are canonical and lists sorted by name, whatever the file order', async (t) => {

@@ -8,8 +8,10 @@
  * from VIP:port straight to the lb node (DSR); vip_probe_ingress (TC ingress, after the XDP program passed the
  * packet: its destination is the node's own address) finds (VIP, port, source port) in probe_in and puts the
  * real's address back as the source, so the socket sees its own connection. A real that lost its VIP (l2) or
- * its decapsulation (ipip) never answers from the VIP, and the probe fails. Every other packet passes untouched.
- * IPv4 TCP only. */
+ * its decapsulation (ipip) never answers from the VIP, and the probe fails. ipopt: the probe stays addressed to
+ * REAL:targetPort and its SYN carries the DSR option naming VIP:port; the backend answers from VIP:port only when it
+ * trusted the option, and vip_probe_ingress gives the answer back the real's address and targetPort (an answer from
+ * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP only. */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -22,12 +24,16 @@
 
 #define PROBE_ENCAP_L2 1
 #define PROBE_ENCAP_IPIP 2
+#define PROBE_ENCAP_IPOPT 3
+#define DSR_OPT_TYPE 0x9a /* the LB's ipopt option (lb_consts.h LB_DSR_OPT_TYPE), Cilium's layout */
+#define DSR_OPT_LEN 8
 
 #define IP_OFF sizeof(struct ethhdr)
 #define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
 #define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
 #define TCP_CSUM_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, check))
+#define TCP_SPORT_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, source))
 #define IP_FRAG_MASK 0x3fff /* more fragments, fragment offset */
 
 struct probe_key {
@@ -40,10 +46,14 @@ struct probe_out {
 	__be32 vip;
 	__be32 outer_src; /* ipip: outer source; 0 = the probe's own source address */
 	__u32 encap;      /* PROBE_ENCAP_* */
+	__be16 vip_port;  /* ipopt: the service port the option names (the probe goes to the real's targetPort) */
+	__u16 pad;
 };
 
 struct probe_in {
 	__be32 real;
+	__be16 real_port; /* ipopt: the port the probe connected to (the answer comes from vip_port); 0 = unchanged */
+	__u16 pad;
 };
 
 struct {
@@ -105,6 +115,34 @@ static __always_inline int rewrite_addr(struct __sk_buff *skb, __u32 off, __be32
 	return bpf_skb_store_bytes(skb, off, &to, sizeof(to), 0) ? -1 : 0;
 }
 
+/* ipopt: the probe's SYN gets the option naming VIP:port right after its 20-byte header, as xdp_lb writes it for a
+ * client's SYN; the destination stays the real's address and targetPort (what the LB rewrites a client's to). The
+ * TCP checksum does not change (the pseudo-header has no IP options). Later segments need nothing: the backend
+ * recorded the flow from the SYN. */
+static __always_inline int insert_option(struct __sk_buff *skb, const struct iphdr *ip, const struct tcphdr *tcp,
+					 __be32 vip, __be16 vip_port)
+{
+	if (!tcp->syn || tcp->ack)
+		return TC_ACT_OK;
+	struct iphdr h = *ip;
+
+	/* the header checksum is computed anew below: a header that is not whole and right never leaves laundered */
+	if (csum_fold(bpf_csum_diff(0, 0, (__be32 *)&h, sizeof(h), 0)) != 0)
+		return TC_ACT_SHOT;
+	__u32 opt[2] = { bpf_htonl(((__u32)DSR_OPT_TYPE << 24) | ((__u32)DSR_OPT_LEN << 16) | bpf_ntohs(vip_port)), vip };
+
+	h.ihl = 7;
+	h.tot_len = bpf_htons(bpf_ntohs(ip->tot_len) + DSR_OPT_LEN);
+	h.check = 0;
+	h.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&h, sizeof(h), bpf_csum_diff(0, 0, opt, sizeof(opt), 0)));
+	if (bpf_skb_adjust_room(skb, DSR_OPT_LEN, BPF_ADJ_ROOM_NET, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, IP_OFF, &h, sizeof(h), 0) ||
+	    bpf_skb_store_bytes(skb, IP_OFF + sizeof(h), opt, sizeof(opt), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int vip_probe_egress(struct __sk_buff *skb)
 {
@@ -122,6 +160,9 @@ int vip_probe_egress(struct __sk_buff *skb)
 	__u32 encap = r->encap;
 	__u8 tos = ip->tos;
 	__u16 len = bpf_ntohs(ip->tot_len);
+
+	if (encap == PROBE_ENCAP_IPOPT)
+		return insert_option(skb, ip, tcp, vip, r->vip_port);
 
 	/* the MACs already lead to the real's next hop: the kernel routed the probe to the real's address */
 	if (rewrite_addr(skb, IP_DST_OFF, real, vip))
@@ -161,9 +202,24 @@ int vip_probe_ingress(struct __sk_buff *skb)
 	struct probe_key key = { .addr = ip->saddr, .port = tcp->source, .sport = tcp->dest };
 	struct probe_in *r = bpf_map_lookup_elem(&probe_in, &key);
 
-	if (!r)
+	if (!r) {
+		/* ipopt: an answer straight from the real's address and targetPort skipped the backend's rewrite to
+		 * VIP:port, which clients would never accept: the probe must not take it either */
+		struct probe_out *o = bpf_map_lookup_elem(&probe_out, &key);
+
+		return o && o->encap == PROBE_ENCAP_IPOPT ? TC_ACT_SHOT : TC_ACT_OK;
+	}
+	__be16 from_port = tcp->source, to_port = r->real_port;
+
+	if (rewrite_addr(skb, IP_SRC_OFF, ip->saddr, r->real))
+		return TC_ACT_SHOT;
+	if (!to_port || to_port == from_port)
 		return TC_ACT_OK;
-	return rewrite_addr(skb, IP_SRC_OFF, ip->saddr, r->real) ? TC_ACT_SHOT : TC_ACT_OK;
+	/* ipopt: the answer comes from the service port, the probe's socket knows the targetPort */
+	if (bpf_l4_csum_replace(skb, TCP_CSUM_OFF, from_port, to_port, sizeof(to_port)) ||
+	    bpf_skb_store_bytes(skb, TCP_SPORT_OFF, &to_port, sizeof(to_port), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "GPL";

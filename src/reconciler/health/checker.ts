@@ -154,7 +154,9 @@ export class HealthChecker {
         used.add(port);
         this.vipPorts.set(t.key, port);
       }
-      routes.push({ vip: t.probe.via!.vip, port: t.probe.port, sourcePort: port, real: t.probe.address, encap: t.probe.via!.encap });
+      const via = t.probe.via!;
+      routes.push({ vip: via.vip, port: t.probe.port, sourcePort: port, real: t.probe.address, encap: via.encap,
+        ...(via.vipPort !== undefined && { vipPort: via.vipPort }) });
     }
     const router = this.vipRouter;
     if (!router) {

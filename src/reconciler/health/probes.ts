@@ -7,12 +7,14 @@ import type { CheckResult } from './hysteresis.js';
 
 /**
  * healthCheck.via: vip — the probe connects to the real's address from a source port the checker reserved for it;
- * the TC programs of src/bpf/vip-probe.ts turn it into a packet to `vip` on the wire (l2 or ipip) and the real's
- * answer from the VIP back into one from the real.
+ * the TC programs of src/bpf/vip-probe.ts turn it into a packet to `vip` on the wire (l2 or ipip; ipopt: to the real
+ * with the option naming vip:vipPort) and the real's answer from the VIP back into one from the real.
  */
 export interface ViaVip {
   vip: string;
-  encap: 'l2' | 'ipip';
+  encap: 'l2' | 'ipip' | 'ipopt';
+  /** ipopt: the service port whose targetPort the probe connects to (the option names vip:vipPort). */
+  vipPort?: number;
 }
 
 interface ProbeBase {
@@ -38,8 +40,10 @@ export type Probe = TcpProbe | HttpProbe;
 
 export function describeProbe(p: Probe): string {
   const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
-  const via = p.via ? ` via ${p.via.encap} to ${p.address}` : '';
-  return (p.type === 'tcp' ? `tcp ${host}:${p.port}` : `http GET ${host}:${p.port}${p.path}`) + via;
+  // ipopt: the client's view is VIP:port, the probe goes to the real's targetPort
+  const via = p.via ? ` via ${p.via.encap} to ${p.address}${p.via.vipPort ? `:${p.port}` : ''}` : '';
+  const port = p.via?.vipPort ?? p.port;
+  return (p.type === 'tcp' ? `tcp ${host}:${port}` : `http GET ${host}:${port}${p.path}`) + via;
 }
 
 /**

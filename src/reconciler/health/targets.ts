@@ -30,9 +30,11 @@ export function checkTargets(model: ConfigModel): CheckTarget[] {
     const encap = svc.spec.dispatch.encap ?? 'l2';
     for (const real of svc.spec.reals) {
       if (real.state === 'disabled') continue;
-      // via: vip probes VIP:port as clients reach it; validation admits it only for dsr l2/ipip IPv4 services
+      // via: vip probes VIP:port as clients reach it; validation admits it only for dsr l2/ipip/ipopt IPv4 services
+      // (ipopt: at a TCP listener's targetPort, the option naming that listener's port)
       const address = real.address;
-      const via = viaVip ? { via: { vip: svc.spec.vip, encap: encap as 'l2' | 'ipip' } } : {};
+      const vipPort = encap === 'ipopt' ? svc.spec.ports.find((p) => p.protocol === 'TCP' && (p.targetPort ?? p.port) === port)?.port : undefined;
+      const via = viaVip ? { via: { vip: svc.spec.vip, encap: encap as 'l2' | 'ipip' | 'ipopt', ...(vipPort !== undefined && { vipPort }) } } : {};
       const probe: Probe = hc.type === 'tcp'
         ? { type: 'tcp', address, port, timeoutMs: hc.timeoutMs, ...via }
         : {

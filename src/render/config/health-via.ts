@@ -1,6 +1,7 @@
 // Where `healthCheck.via: vip` works: the TC egress program of src/bpf/vip-probe.ts steers IPv4 probes by MAC
-// (dsr l2) or by an outer IPv4 header (dsr ipip). One answer for validation (an explicit `vip` elsewhere is an
-// error) and for the model builder (the default is `vip` exactly where it works, `real` elsewhere). Pure.
+// (dsr l2), by an outer IPv4 header (dsr ipip) or with the DSR option (dsr ipopt, at a TCP listener's targetPort).
+// One answer for validation (an explicit `vip` elsewhere is an error) and for the model builder (the default is `vip`
+// for l2 and ipip, `real` elsewhere: ipopt takes `vip` when asked for). Pure.
 import type { RawService } from './raw.js';
 
 /** Why this service cannot be probed through the VIP path, or null when it can. */
@@ -8,12 +9,18 @@ export function vipProbeUnsupported(spec: RawService['spec']): string | null {
   if (spec.healthCheck.type === 'none') return 'no check is run with type none';
   if (spec.dispatch.mode !== 'dsr') return `only dsr services are probed through the VIP (dispatch.mode is ${spec.dispatch.mode})`;
   const encap = spec.dispatch.encap ?? 'l2';
-  if (encap === 'ipopt' || encap === 'gue') return `dispatch.encap ${encap} is not supported yet; use via: real`;
+  if (encap === 'gue') return `dispatch.encap ${encap} is not supported yet; use via: real`;
   if (spec.vip.includes(':')) return 'IPv6 VIPs are not supported yet; use via: real';
+  if (encap === 'ipopt') {
+    // the probe connects to the real's targetPort and its SYN names the listener of that targetPort
+    const port = spec.healthCheck.port ?? spec.ports[0]?.targetPort ?? spec.ports[0]?.port;
+    if (!spec.ports.some((p) => p.protocol === 'TCP' && (p.targetPort ?? p.port) === port))
+      return `with encap ipopt the checked port (${port}) must be the targetPort of a TCP port of the service`;
+  }
   return null;
 }
 
 /** The effective `via`: what the config says, else `vip` where supported (docs/health.md), else `real`. */
 export function effectiveVia(spec: RawService['spec']): 'vip' | 'real' {
-  return spec.healthCheck.via ?? (vipProbeUnsupported(spec) === null ? 'vip' : 'real');
+  return spec.healthCheck.via ?? ((spec.dispatch.encap ?? 'l2') !== 'ipopt' && vipProbeUnsupported(spec) === null ? 'vip' : 'real');
 }
