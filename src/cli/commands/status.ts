@@ -42,11 +42,12 @@ the same reals down; behind: the others serve another revision; not compared: th
 other reals down, e.g. its file predates a health flip), READY (the Ready condition), UNHEALTHY (active reals its
 health checks report down), LAST ERROR. Below: unhealthy reals per service, warnings (force-push, decommission),
 conditions that are not fine, and a verdict listing every problem. Nodes the config names that wrote no status are
-listed as problems; so is an lb node whose status predates a health flip another reports (it cannot reach Git).`,
+listed as problems; so is an lb node whose status predates a health flip another reports (it cannot reach Git), and
+an lb node another lb node has not heard on the peer channel for 10 s (docs/health.md, "Status layout").`,
   exitStatus: `Exit status: 0 OK; 1 on any problem: a node failed its last attempt, is degraded (reals down, drift repaired;
 not with --ignore-degraded), is behind the branch longer than --behind-grace, is stale, wrote no status, was stopped or
 taken down (gitlb down) while the config still names it, cannot write its status since a health flip (consensus mode),
-lb nodes at one revision and health view hold different digests, or the lb nodes serve different revisions longer
+is silent on the peer channel to another lb node, lb nodes at one revision and health view hold different digests, or the lb nodes serve different revisions longer
 than --behind-grace (also when the status cannot be read); 2 usage error.`,
   define: (cmd) =>
     addStatusReadOptions(cmd)
