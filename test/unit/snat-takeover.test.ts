@@ -14,7 +14,7 @@ const PEERS: TakeoverPeer[] = [
 ];
 
 /** A takeover of `self` whose world is scripted: which peers answer, what the interface holds, what was announced. */
-function world(self: string, peers: TakeoverPeer[], own?: string, nodeAddresses: string[] = []) {
+function world(self: string, peers: TakeoverPeer[], own?: string | (() => string), nodeAddresses: string[] = []) {
   const answers = new Map<string, boolean>(peers.map((p) => [p.probe.host, true]));
   const served = new Set<string>();
   const onIface = new Set<string>();
@@ -24,7 +24,7 @@ function world(self: string, peers: TakeoverPeer[], own?: string, nodeAddresses:
   const o: SnatTakeoverOptions = {
     node: self,
     peers: () => peers,
-    ownSnatAddress: () => own,
+    ownSnatAddress: () => (typeof own === 'function' ? own() : own),
     nodeAddresses: () => nodeAddresses,
     interface: () => 'eth0',
     object: () => ({}) as BpfObject,
@@ -235,6 +235,20 @@ test('damping fades: a peer answering for a minute after its flaps is taken over
   w.answer('198.51.100.12', false);
   await w.ticks(3);
   t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+});
+
+test('a served address that becomes this node\'s own SNAT address (config change) stays on its interface (attacker: it was removed)', async (t) => {
+  const peers: TakeoverPeer[] = [{ ...PEERS[0]! }, PEERS[1]!];
+  let own = '198.51.100.111';
+  const w = world('lb-1', peers, () => own);
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  t.deepEqual([...w.onIface], ['198.51.100.112']);
+  own = '198.51.100.112'; // the operator gives lb-2's old address to lb-1, and lb-2 a new one
+  peers[0] = { ...peers[0]!, snatAddress: '198.51.100.122' };
+  await w.ticks(14);
+  t.true(w.onIface.has('198.51.100.112'), 'this node\'s own SNAT address is not taken off its interface');
+  t.deepEqual(w.t.report().serving, { '198.51.100.122': 'lb-2' }, 'benign: lb-2\'s new address is served');
 });
 
 /** RFC 1071 sum over the pseudo header and the ICMPv6 message: 0xffff when the checksum is right. */

@@ -298,7 +298,8 @@ export class SnatTakeover {
         // stop drawing replies here at once; keep translating what still arrives for a while
         s.releaseAt = now + (this.o.releaseGraceMs ?? 5000);
         s.announce = 0;
-        if (s.added) await (this.o.removeAddress ?? removeInterfaceAddress)(iface, address);
+        // an address that has become this node's own (a config change) stays: it is no longer a takeover's
+        if (s.added && address !== own) await (this.o.removeAddress ?? removeInterfaceAddress)(iface, address);
         this.o.log?.info(`snat takeover: giving ${s.owner}'s SNAT address ${address} back`);
       } else if (now >= s.releaseAt) {
         dp.unserve(address);
