@@ -6,6 +6,7 @@ import { cluster, model, node, real, service } from '../helpers/model-builder.js
 import { renderDesiredState } from '../../src/render/desired.js';
 import { EMPTY_LIVE, desiredBackendVips, type LiveState } from '../../src/render/ops.js';
 import { planOps } from '../../src/render/ops-plan.js';
+import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 import { effectiveVia, vipProbeUnsupported } from '../../src/render/config/health-via.js';
 
@@ -61,4 +62,13 @@ test('health: gue services are probed at the real (the VIP probe path does not s
   const svc = service('g', { vip: '192.0.2.10', dispatch: { mode: 'dsr', encap: 'gue' }, reals: [], healthCheck: { type: 'tcp', intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 } });
   t.regex(vipProbeUnsupported(svc.spec as never) ?? '', /gue is not supported yet/);
   t.is(effectiveVia(svc.spec as never), 'real');
+});
+
+test('data-plane validation: a dsr-gue listener without its GUE port is refused before anything is written; with it, accepted', (t) => {
+  const lb = renderDesiredState(build(), 'lb-1');
+  t.notThrows(() => validateDesired(lb));
+  for (const bad of [undefined, 0, 65536, 1.5]) {
+    const vips = lb.vips.map((v) => (v.forwarding === 'dsr-gue' ? { ...v, guePort: bad } : v));
+    t.regex(t.throws(() => validateDesired({ ...lb, vips }))!.message, /guePort: a dsr-gue listener needs its GUE port/, String(bad));
+  }
 });

@@ -54,6 +54,9 @@ export function validateDesired(d: DesiredState, rings?: ReadonlySet<number>): v
     if (!services.has(v.serviceId)) einval(`${where}.serviceId: service ${v.serviceId} is not in services`);
     if (familyOf(v.vip) !== v.family) einval(`${where}.family: ${v.family} does not match ${v.vip}`);
     if (!(v.forwarding in MODE)) einval(`${where}.forwarding: unknown '${v.forwarding}'`);
+    // dsr-gue sends to this port (lb_vip_value.target_port): 0 would put every packet of the listener on port 0
+    if (v.forwarding === 'dsr-gue' && !(Number.isInteger(v.guePort) && v.guePort! >= 1 && v.guePort! <= 65535))
+      einval(`${where}.guePort: a dsr-gue listener needs its GUE port (1..65535), got ${v.guePort}`);
   }
   if (!Number.isInteger(d.mtu) || d.mtu < 576 || d.mtu > 65535) einval(`mtu: ${d.mtu} out of range`);
   if (d.role !== 'lb') einval(`role: the LB data plane applies 'lb' nodes, node '${d.node}' is '${d.role}'`);
