@@ -15,7 +15,8 @@ export function docFiles(root: string): string[] {
   return ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).sort().map((f) => `docs/${f}`)];
 }
 
-/** Code the docs show: every line of a fenced block, and every `inline` span of prose (one span per entry). */
+/** Code the docs show: every line of a fenced block, and every `inline` span of prose (one span per entry); and the
+ * command lines of the systemd unit. */
 export function codeSpans(root: string): DocText[] {
   const out: DocText[] = [];
   for (const file of docFiles(root)) {
@@ -30,6 +31,11 @@ export function codeSpans(root: string): DocText[] {
       if (fenced) out.push({ where, text: line });
       else for (const m of line.matchAll(/`([^`]+)`/g)) out.push({ where, text: m[1]! });
     }
+  }
+  // The systemd unit's command lines are docs a machine runs (the DaemonSet's and the CI snippets' are run by
+  // test/kernel/deploy.test.ts).
+  for (const [i, line] of readFileSync(join(root, 'deploy/systemd/gitlb.service'), 'utf8').split('\n').entries()) {
+    if (/^Exec\w*=/.test(line)) out.push({ where: `deploy/systemd/gitlb.service:${i + 1}`, text: line });
   }
   return out;
 }
@@ -68,8 +74,8 @@ export interface DocCommand {
 export function docCommands(spans: DocText[], tree: Map<string, Set<string>>): DocCommand[] {
   const out: DocCommand[] = [];
   for (const span of spans) {
-    // `gitlb` as a word of its own that starts a command: not gitlb-lab, gitlb_drops_total, /run/gitlb/...
-    const starts = [...span.text.matchAll(/(?<![\w.\/-])(?:bin\/|\/usr\/local\/bin\/)?gitlb\s+/g)];
+    // `gitlb`, `bin/gitlb`, `/opt/gitlb/bin/gitlb` starting a command: not gitlb-lab, gitlb_drops_total, /sys/fs/bpf/gitlb
+    const starts = [...span.text.matchAll(/(?<![\w.\/-])(?:(?:[\w.-]*\/)*bin\/)?gitlb\s+/g)];
     for (const [k, start] of starts.entries()) {
       const after = span.text.slice(start.index! + start[0].length, starts[k + 1]?.index ?? span.text.length);
       const rest = after.split(/\s*(?:&&|\|\||[;|<>`])\s*/)[0]!; // up to a shell separator or redirect
