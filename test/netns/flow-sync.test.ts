@@ -21,6 +21,7 @@ import { stateToJson } from '../lib/xdp-harness.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import { LB_C_SNAT, runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { ringSlot } from '../../src/bpf/dataplane/flow-hash.js';
 
 const TAG = 'fsync';
 const SECRET = 'Zk3q9V0xW1rT8mN2bC4yH6jL5pD7sG0aE3uI9oK1fQ2='; // a test secret (44 base64 chars, 264 bits)
@@ -70,6 +71,11 @@ const add = (name: string, step: FlowSyncStep) => { at[name] = steps.length; ste
 const ct = (src: string, dst: string, sport: number, dport: number, realId: number) => [src, dst, sport, dport, 6, realId];
 const snatE = (cport: number, snatAddress: string, snatPort: number, realId = 1) => [CLIENT, VIP_SNAT, cport, 80, 6, realId, 8080, snatAddress, snatPort, false];
 const ID1 = 1;
+/** A client port whose ring slot in the 'both' table ([1, 2, 1, 2, 1, 2, 1], seed 7) holds real 1. */
+const PICK1_PORT = (() => {
+  for (let p = 9000; p < 9100; p++) if ([1, 2, 1, 2, 1, 2, 1][ringSlot({ src: CLIENT, dst: VIP_DSR, sport: p, dport: 80, proto: 6 }, true, 7, 7)] === 1) return p;
+  throw new Error('no port for real 1');
+})();
 
 // ---- established flows survive a move to the other lb node after the table changed
 add('apply real1', { op: 'apply', state: 'real1' });
@@ -128,6 +134,17 @@ add('overwrite with a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VI
 add('b ack of its own flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7100, ACK) });
 add('new flow to a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7103, 80, 2)], snat: [] } });
 add('b ack of the synced flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7103, ACK) });
+// ---- the stale entry as the issue met it: the stale real is still in the ring (for other flows). lb-b recorded real 2
+// for a 5-tuple while real 1 was out; real 1 is back (both in the ring); the client reconnects through lb-a, whose SYN
+// gets the ring's real for it (1). lb-b keeps its entry ('exists': an entry of a real the ring names cannot be told
+// from an established connection of an older table without a recency mark), so ECMP moving the connection to lb-b
+// resets it. Known gap: test.failing below.
+add('apply real2 (real 1 out)', { op: 'apply', state: 'real2' });
+add('b syn while real 1 out (stale real in ring)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT, SYN) });
+add('apply both again', { op: 'apply', state: 'both' });
+add('a reconnect syn (ring pick 1)', { op: 'run', node: 'a', data: tcp(VIP_DSR, PICK1_PORT, SYN) });
+add('a tick 2b', { op: 'tick', node: 'a' });
+add('b ack after the reconnect (stale real in ring)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT, ACK) });
 // ---- each lb node its own SNAT address: a moved SNAT flow keeps its owner's address and port; replies go to the owner
 add('apply own addresses', { op: 'apply', state: 'own' });
 add('a snat syn (own address)', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5101, SYN) });
@@ -250,7 +267,7 @@ test('own SNAT addresses: lb-b sends lb-a\'s moved SNAT flow from lb-a\'s addres
   const a = await r('a snat syn (own address)');
   t.is(a.retval, TX);
   t.is(srcAddr(a.data), SNAT);
-  t.is((await r('a tick 3')).report['lb-b'].sent - (await r('a tick 2')).report['lb-b'].sent, 1, 'the new translation only');
+  t.is((await r('a tick 3')).report['lb-b'].sent - (await r('a tick 2b')).report['lb-b'].sent, 1, 'the new translation only');
   const b = await r('b snat ack of a\'s translation');
   t.is(b.retval, TX);
   t.is(dstMac(b.data), MAC1);
@@ -301,6 +318,13 @@ test('a translation that closes (FIN) and is reopened by a SYN of the same 5-tup
   t.is(await sent('a tick after fin') - await sent('a tick 3'), 1, 'closing: sent');
   t.is((await r('a snat syn reopens')).retval, TX);
   t.is(await sent('a tick after reopen') - await sent('a tick after fin'), 1, 'reopened: sent again (the peer\'s closing copy would expire in 10 s)');
+});
+
+test.failing('KNOWN GAP (issue 24, third case as met): the stale real still in the ring: lb-b keeps its stale entry, so the reconnected connection would reset on lb-b', async (t) => {
+  t.is(dstMac((await r('b syn while real 1 out (stale real in ring)')).data), MAC2, 'lb-b recorded real 2');
+  t.is(dstMac((await r('a reconnect syn (ring pick 1)')).data), MAC1, 'the reconnect through lb-a gets real 1');
+  // fails today (lb-b sends it to real 2): needs a recency mark (the SYN's time) in the entry and the sync message
+  t.is(dstMac((await r('b ack after the reconnect (stale real in ring)')).data), MAC1);
 });
 
 test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {
