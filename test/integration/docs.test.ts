@@ -201,3 +201,10 @@ test('every --option named on its own in README and docs/ belongs to a gitlb com
   });
   t.deepEqual(unknown, []);
 });
+
+test('README names every page of docs/', (t) => {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const pages = readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md'));
+  t.true(pages.length > 10);
+  t.deepEqual(pages.filter((p) => !readme.includes('`' + p + '`') && !readme.includes(`docs/${p}`)), []);
+});
