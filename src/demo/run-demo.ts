@@ -153,7 +153,7 @@ function intro(n: Narrator): void {
   n.say('gitlb is a layer-4 load balancer: an XDP program on each lb node forwards packets to backends, and a\n' +
     'daemon on each node keeps that program\'s maps equal to a Git repository. Change the repository, and the\n' +
     'traffic follows. Lines starting with `operator$` (run in the lab\'s router namespace, which reaches the lab Git server) or\n' +
-    '`host$` are real commands, run as shown.');
+    '`host$` are real commands, run as shown (`gitlb` is this checkout\'s bin/gitlb; `make install` puts it on the PATH).');
 }
 
 /** Stops the lab's server process of `node` with a plain `kill`, as an operator would; returns its pid. */
