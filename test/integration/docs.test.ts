@@ -208,3 +208,40 @@ test('README names every page of docs/', (t) => {
   t.true(pages.length > 10);
   t.deepEqual(pages.filter((p) => !readme.includes('`' + p + '`') && !readme.includes(`docs/${p}`)), []);
 });
+
+/** Schema defaults of leaf fields as dotted paths (objects defaulting to {} are containers, not values). */
+function schemaDefaults(schema: Record<string, unknown>): [string, unknown][] {
+  const defs = (schema.$defs ?? {}) as Record<string, Record<string, unknown>>;
+  const out: [string, unknown][] = [];
+  const walk = (node: Record<string, unknown> | undefined, path: string) => {
+    if (!node) return;
+    if (typeof node.$ref === 'string') return walk(defs[node.$ref.split('/').pop()!], path);
+    const props = node.properties as Record<string, Record<string, unknown>> | undefined;
+    if ('default' in node && !props) out.push([path.replace(/\[\]$/, ''), node.default]);
+    if (props) for (const [k, v] of Object.entries(props)) walk(v, path ? `${path}.${k}` : k);
+    else if (node.items) walk(node.items as Record<string, unknown>, `${path}[]`);
+  };
+  walk(schema, '');
+  return out;
+}
+
+test("docs/config.md's default column states each field's schema default (in that kind's section)", (t) => {
+  const doc = readFileSync(join(root, 'docs/config.md'), 'utf8');
+  let checked = 0;
+  for (const [kind, file] of [['Cluster', 'cluster'], ['Node', 'node'], ['Service', 'service']] as const) {
+    const section = doc.split(/^## /m).find((s) => s.startsWith(`${kind}\n`))!;
+    t.truthy(section, kind);
+    const defaultCell = new Map<string, string>();
+    for (const line of section.split('\n').filter((l) => l.startsWith('| `'))) {
+      const cells = line.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim());
+      for (const m of cells[0]!.matchAll(/`([^`]+)`/g)) defaultCell.set(m[1]!, cells[2] ?? '');
+    }
+    const schema = JSON.parse(readFileSync(join(root, 'schemas', `${file}.schema.json`), 'utf8'));
+    for (const [field, value] of schemaDefaults(schema)) {
+      const cell = defaultCell.get(field);
+      t.true(cell !== undefined && cell.includes(String(value)), `${kind} ${field}: schema default ${String(value)}, docs/config.md says ${cell}`);
+      checked++;
+    }
+  }
+  t.true(checked > 20, `${checked} defaults`);
+});
