@@ -64,7 +64,7 @@ function clock(wallNs: bigint): string {
 
 export const command = defineCommand<CaptureOptions>({
   name: 'capture',
-  summary: 'capture what XDP does on this lb node, filtered in the program: frames as received and sent, verdict per frame (lines or pcapng)',
+  summary: 'capture what XDP (lb node) or TC (backend node) does, filtered in the program: frames as received and sent, verdict per frame (lines or pcapng)',
   description: `tcpdump cannot see frames that xdp_lb transmits (TX), redirects or drops: they never reach the kernel's
 capture points. While gitlb capture runs, the node's XDP link runs xdp_lb_capture.o: the same program over the same
 maps (connection table, rings, counters), which also hands the frames the filters select to this command, as they

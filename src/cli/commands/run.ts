@@ -85,7 +85,7 @@ function defineRun(cmd: Command): void {
     .option('--no-status', 'do not write status to Git')
     .option('--no-health', 'lb nodes: do not run health checks (every real counts as healthy)')
     .option('--no-passive-health', 'lb nodes: do not use the reals\' traffic counters to check a real at once when its new connections go unanswered (active checks only; docs/health.md)')
-    .option('--peer-poll <spec>', "lb nodes, consensus mode: how often to read the peers' health observations", schedule, '2')
+    .option('--peer-poll <spec>', "lb nodes with a peer channel: how often to ask the other lb nodes for their health observations (votes in consensus mode; in every mode a peer unheard for 10 s is reported silent)", schedule, '2')
     .option('--peer-secret-file <file>', "lb nodes: the cluster's peer secret (at least 32 random bytes: head -c 32 /dev/urandom | base64); authenticates every message between lb daemons (consensus votes, --flow-sync); consensus mode is refused without it or --peer-key")
     .option('--peer-key <file>', "lb nodes, instead of --peer-secret-file: this node's own ed25519 key (unencrypted OpenSSH private key); every peer message is signed with it and checked against the sender's Node spec.peerKey, so no shared secret exists")
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
