@@ -245,3 +245,10 @@ test("docs/config.md's default column states each field's schema default (in tha
   }
   t.true(checked > 20, `${checked} defaults`);
 });
+
+test('every `make TARGET` in the code of README and docs/ is a target of the Makefile', (t) => {
+  const targets = new Set([...readFileSync(join(root, 'Makefile'), 'utf8').matchAll(/^([a-z][\w-]*):/gm)].map((m) => m[1]!));
+  const used = codeSpans(root).flatMap((s) => [...s.text.matchAll(/(?<![\w-])make ([a-z][\w-]*)/g)].map((m) => ({ where: s.where, target: m[1]! })));
+  t.true(used.length > 5, `${used.length} make lines`);
+  t.deepEqual(used.filter((u) => !targets.has(u.target)).map((u) => `${u.where} make ${u.target}`), []);
+});
