@@ -252,3 +252,32 @@ test('every `make TARGET` in the code of README and docs/ is a target of the Mak
   t.true(used.length > 5, `${used.length} make lines`);
   t.deepEqual(used.filter((u) => !targets.has(u.target)).map((u) => `${u.where} make ${u.target}`), []);
 });
+
+test('cross-references between pages name sections that exist: [x](page.md#anchor) a heading, page.md "Section" a heading or bold lead', (t) => {
+  const slug = (h: string) => h.toLowerCase().replace(/[^\w\- ]/g, '').replace(/ /g, '-');
+  const pages = new Map(docFiles(root).map((f) => {
+    const text = readFileSync(join(root, f), 'utf8');
+    const headings = [...text.matchAll(/^#+ (.+)$/gm)].map((m) => m[1]!.trim());
+    const leads = [...text.matchAll(/\*\*([^*]+)\*\*/g)].map((m) => m[1]!);
+    return [f.replace(/^docs\//, ''), { headings, named: [...headings, ...leads].map((h) => h.replace(/`/g, '')) }] as const;
+  }));
+  const broken: string[] = [];
+  let checked = 0;
+  for (const f of docFiles(root)) {
+    for (const [i, line] of readFileSync(join(root, f), 'utf8').split('\n').entries()) {
+      const where = `${f}:${i + 1}`;
+      for (const m of line.matchAll(/\]\(([\w-]+\.md)?#([\w-]+)\)/g)) {
+        const page = pages.get(m[1] ?? f.replace(/^docs\//, ''));
+        checked++;
+        if (!page?.headings.some((h) => slug(h) === m[2])) broken.push(`${where} ${m[1] ?? ''}#${m[2]}`);
+      }
+      for (const m of line.matchAll(/(?:docs\/)?([\w-]+\.md)[,:]? "([^"]+)"/g)) {
+        const page = pages.get(m[1]!);
+        checked++;
+        if (!page?.named.some((h) => h.includes(m[2]!.replace(/`/g, '')))) broken.push(`${where} ${m[1]} "${m[2]}"`);
+      }
+    }
+  }
+  t.true(checked > 20, `${checked} references`);
+  t.deepEqual(broken, []);
+});
