@@ -281,3 +281,34 @@ test('cross-references between pages name sections that exist: [x](page.md#ancho
   t.true(checked > 20, `${checked} references`);
   t.deepEqual(broken, []);
 });
+
+test("docs/config.md's type column lists every value of each field's schema enum (in that kind's section)", (t) => {
+  const doc = readFileSync(join(root, 'docs/config.md'), 'utf8');
+  let checked = 0;
+  for (const [kind, file] of [['Cluster', 'cluster'], ['Node', 'node'], ['Service', 'service']] as const) {
+    const section = doc.split(/^## /m).find((s) => s.startsWith(`${kind}\n`))!;
+    const typeCell = new Map<string, string>();
+    for (const line of section.split('\n').filter((l) => l.startsWith('| `'))) {
+      const cells = line.split(/(?<!\\)\|/).slice(1, -1).map((c) => c.trim());
+      for (const m of cells[0]!.matchAll(/`([^`]+)`/g)) typeCell.set(m[1]!, cells[1] ?? '');
+    }
+    const schema = JSON.parse(readFileSync(join(root, 'schemas', `${file}.schema.json`), 'utf8'));
+    const defs = (schema.$defs ?? {}) as Record<string, Record<string, unknown>>;
+    const walk = (node: Record<string, unknown> | undefined, path: string) => {
+      if (!node) return;
+      if (typeof node.$ref === 'string') return walk(defs[node.$ref.split('/').pop()!], path);
+      if (Array.isArray(node.enum)) {
+        const field = path.replace(/\[\]$/, '');
+        const cell = typeCell.get(field) ?? '';
+        const missing = (node.enum as unknown[]).filter((v) => !cell.includes('`' + String(v) + '`'));
+        t.deepEqual(missing, [], `${kind} ${field}: type column "${cell}"`);
+        checked++;
+      }
+      const props = node.properties as Record<string, Record<string, unknown>> | undefined;
+      if (props) for (const [k, v] of Object.entries(props)) walk(v, path ? `${path}.${k}` : k);
+      else if (node.items) walk(node.items as Record<string, unknown>, `${path}[]`);
+    };
+    walk(schema, '');
+  }
+  t.true(checked >= 10, `${checked} enums`);
+});
