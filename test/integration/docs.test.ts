@@ -312,3 +312,33 @@ test("docs/config.md's type column lists every value of each field's schema enum
   }
   t.true(checked >= 10, `${checked} enums`);
 });
+
+test("docs/config.md states each schema bound (minimum, maximum, maxItems, maxLength) in the field's row", (t) => {
+  const doc = readFileSync(join(root, 'docs/config.md'), 'utf8');
+  let checked = 0;
+  for (const [kind, file] of [['Cluster', 'cluster'], ['Node', 'node'], ['Service', 'service']] as const) {
+    const section = doc.split(/^## /m).find((s) => s.startsWith(`${kind}\n`))!;
+    const rowOf = new Map<string, string>();
+    for (const line of section.split('\n').filter((l) => l.startsWith('| `'))) {
+      for (const m of line.split(/(?<!\\)\|/)[1]!.matchAll(/`([^`]+)`/g)) rowOf.set(m[1]!, line);
+    }
+    const schema = JSON.parse(readFileSync(join(root, 'schemas', `${file}.schema.json`), 'utf8'));
+    const defs = (schema.$defs ?? {}) as Record<string, Record<string, unknown>>;
+    const walk = (node: Record<string, unknown> | undefined, path: string) => {
+      if (!node) return;
+      if (typeof node.$ref === 'string') return walk(defs[node.$ref.split('/').pop()!], path);
+      for (const bound of ['minimum', 'maximum', 'maxItems', 'maxLength']) {
+        const n = node[bound];
+        if (typeof n !== 'number') continue;
+        const row = rowOf.get(path) ?? rowOf.get(path.replace(/\[\]$/, '')) ?? rowOf.get(`${path}[]`) ?? '';
+        t.true([String(n), n.toLocaleString('en-US')].some((s) => row.includes(s)), `${kind} ${path} ${bound} ${n}: ${row.slice(0, 120)}`);
+        checked++;
+      }
+      const props = node.properties as Record<string, Record<string, unknown>> | undefined;
+      if (props) for (const [k, v] of Object.entries(props)) walk(v, path ? `${path}.${k}` : k);
+      else if (node.items) walk(node.items as Record<string, unknown>, `${path}[]`);
+    };
+    walk(schema, '');
+  }
+  t.true(checked > 20, `${checked} bounds`);
+});
