@@ -3,6 +3,7 @@
 // probe_in ((VIP, port, probe source port) -> real). Not pinned: the programs only serve this process's probes,
 // so they leave with the process (their links close with the fds).
 import { BpfObject, type BpfMap, type TcAttachment } from './libbpf.js';
+import { parseIp } from '../render/ip.js';
 
 export const VIP_PROBE_OBJECT = 'tc_vip_probe';
 /** max_entries of probe_out and probe_in (tc_vip_probe.c). */
@@ -58,6 +59,36 @@ export function encodeIn(r: VipProbeRoute): [Buffer, Buffer] {
   return [encodeKey(r.vip, 'VIP', { ...r, port: vipPortOf(r) }), v];
 }
 
+/** IPv6 (l2, ipip): struct probe6_key {addr[16], port be16, sport be16}. */
+function encodeKey6(addr: string, r: VipProbeRoute): Buffer {
+  const b = Buffer.alloc(20);
+  ipv6(addr).copy(b, 0);
+  b.writeUInt16BE(r.port, 16);
+  b.writeUInt16BE(r.sourcePort, 18);
+  return b;
+}
+
+function ipv6(addr: string): Buffer {
+  const ip = parseIp(addr);
+  if (!ip || ip.family !== 6) throw new Error(`vip probe: ${addr} is not an IPv6 address`);
+  return Buffer.from(ip.bytes);
+}
+
+/** probe6_out {vip[16], outer_src[16] (zero: the probe's own source), encap u32}. */
+export function encodeOut6(r: VipProbeRoute): [Buffer, Buffer] {
+  if (r.encap === 'ipopt') throw new Error(`vip probe: ipopt to ${r.real} is IPv4 only`);
+  const v = Buffer.alloc(36);
+  ipv6(r.vip).copy(v, 0);
+  if (r.outerSource) ipv6(r.outerSource).copy(v, 16);
+  v.writeUInt32LE(ENCAP[r.encap], 32);
+  return [encodeKey6(r.real, r), v];
+}
+
+/** probe6_in {real[16]}. */
+export function encodeIn6(r: VipProbeRoute): [Buffer, Buffer] {
+  return [encodeKey6(r.vip, r), ipv6(r.real)];
+}
+
 function vipPortOf(r: VipProbeRoute): number {
   if (!r.vipPort) throw new Error(`vip probe: an ipopt route to ${r.real}:${r.port} needs the service port`);
   return r.vipPort;
@@ -82,7 +113,8 @@ export class VipProbePath {
     }
   }
 
-  /** Makes probe_in and probe_out exactly `want` (ingress entries written before egress ones, removed after). */
+  /** Makes probe_in and probe_out (IPv6 routes: probe6_in, probe6_out) exactly `want` (ingress entries written
+   * before egress ones, removed after). */
   set(want: readonly VipProbeRoute[]): void {
     if (want.length > MAX_VIP_PROBE_ROUTES) throw new Error(`vip probe: ${want.length} routes exceed the limit of ${MAX_VIP_PROBE_ROUTES}`);
     const into = (map: BpfMap, entries: [Buffer, Buffer][]) => {
@@ -92,10 +124,16 @@ export class VipProbePath {
     const prune = (map: BpfMap, keep: Set<string>) => {
       for (const k of map.keys()) if (!keep.has(k.toString('hex'))) map.delete(k);
     };
-    const keepIn = into(this.obj.map('probe_in'), want.map(encodeIn));
-    const keepOut = into(this.obj.map('probe_out'), want.map(encodeOut));
+    const v4 = want.filter((r) => !r.real.includes(':'));
+    const v6 = want.filter((r) => r.real.includes(':'));
+    const keepIn = into(this.obj.map('probe_in'), v4.map(encodeIn));
+    const keepIn6 = into(this.obj.map('probe6_in'), v6.map(encodeIn6));
+    const keepOut = into(this.obj.map('probe_out'), v4.map(encodeOut));
+    const keepOut6 = into(this.obj.map('probe6_out'), v6.map(encodeOut6));
     prune(this.obj.map('probe_out'), keepOut);
+    prune(this.obj.map('probe6_out'), keepOut6);
     prune(this.obj.map('probe_in'), keepIn);
+    prune(this.obj.map('probe6_in'), keepIn6);
   }
 
   close(): void {

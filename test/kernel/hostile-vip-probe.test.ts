@@ -2,12 +2,13 @@
 // every IPv4 TCP packet of an lb node's interface once a `via: vip` check runs) through BPF_PROG_TEST_RUN: first
 // the named defects (each failed before its fix), then the suite of the other programs (test/lib/hostile.ts): every
 // truncation, named header mutations and 10,000 seeded bit flips per program of the packet kinds it handles, each
-// output checked against the model of docs/health.md (test/lib/hostile-vip-probe.ts), counts printed.
+// output checked against the model of docs/health.md (test/lib/hostile-vip-probe.ts), counts printed; IPv6 frames
+// (l2, ipip routes in the programs' IPv6 maps) against their own rule (v6Problems).
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../../src/bpf/libbpf.js';
-import { VIP_PROBE_OBJECT, encodeIn, encodeOut } from '../../src/bpf/vip-probe.js';
-import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
-import { bitFlips, fixIpv4Checksum, mutations, truncations } from '../lib/hostile.js';
+import { VIP_PROBE_OBJECT, encodeIn, encodeIn6, encodeOut, encodeOut6, type VipProbeRoute } from '../../src/bpf/vip-probe.js';
+import { TCP_FLAGS, frame, ipBytes, ipPacket } from '../lib/packets.js';
+import { bitFlips, fixIpv4Checksum, ipView, mutations, truncations } from '../lib/hostile.js';
 import { expected, fuzz, problemsOf, type ProbeRoute } from '../lib/hostile-vip-probe.js';
 
 const FLIPS_PER_PROGRAM = 10_000;
@@ -38,7 +39,18 @@ test.before(async () => {
     obj.map('probe_in').update(ik, iv);
     obj.map('probe_out').update(ok, ov);
   }
+  for (const r of ROUTES6) {
+    obj.map('probe6_in').update(...encodeIn6(r));
+    obj.map('probe6_out').update(...encodeOut6(r));
+  }
 });
+
+// IPv6 routes (l2, ipip), in the programs' IPv6 maps
+const NODE6 = '2001:db8:1::1';
+const ROUTES6: VipProbeRoute[] = [
+  { vip: '2001:db8:f::10', port: 80, sourcePort: 61010, real: '2001:db8:1::11', encap: 'l2' },
+  { vip: '2001:db8:f::11', port: 80, sourcePort: 61011, real: '2001:db8:1::12', encap: 'ipip', outerSource: '2001:db8:1::5' },
+];
 test.after.always(() => obj?.close());
 
 const tcp = (src: string, dst: string, sport: number, dport: number, flags: number, payload = '', v4 = {}) =>
@@ -152,3 +164,71 @@ for (const [which, kinds, seed] of [['egress', EGRESS_KINDS, 0x3000], ['ingress'
       t.true(reached.includes(kind), `${kind} reached`);
   });
 }
+
+// ---------------------------------------------------------------- IPv6 (l2, ipip)
+
+/** What may come out of a v6 frame: the frame itself, or (on a route) the frame with one address rewritten and the
+ * TCP checksum exactly as valid as it came, ipip behind a whole outer IPv6 header to the real whose payload length is
+ * the probe's IP length (bytes after it, a trailer, stay after it, as for IPv4). */
+function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out: Buffer): string[] {
+  if (action !== TcAction.ok) return [`action ${action}`];
+  if (out.equals(f)) return [];
+  const i = ipView(f, 14);
+  if (!i || i.family !== 6) return ['changed a frame that is no IPv6 packet'];
+  const sport = f.readUInt16BE(54);
+  const dport = f.readUInt16BE(56);
+  const r = which === 'egress'
+    ? ROUTES6.find((x) => i.dst.equals(ipBytes(x.real)) && dport === x.port && sport === x.sourcePort)
+    : ROUTES6.find((x) => i.src.equals(ipBytes(x.vip)) && sport === x.port && dport === x.sourcePort);
+  if (!r) return ['changed a frame of no route'];
+  let packet = out;
+  if (which === 'egress' && r.encap === 'ipip') {
+    const o = ipView(out, 14);
+    if (!o || o.family !== 6 || o.proto !== 41 || o.ipLen !== i.ipLen + 40 || o.ipLen > out.length - 14 || !o.dst.equals(ipBytes(r.real)) || !o.src.equals(ipBytes(r.outerSource!)))
+      return ['outer IPv6 header'];
+    packet = Buffer.concat([out.subarray(0, 14), out.subarray(54)]);
+  }
+  const want = Buffer.from(f);
+  ipBytes(which === 'egress' ? r.vip : r.real).copy(want, which === 'egress' ? 14 + 24 : 14 + 8);
+  for (let k = 0; k < want.length; k++) if (k !== 14 + 40 + 16 && k !== 14 + 40 + 17 && want[k] !== packet[k]) return [`byte ${k} changed`];
+  if (packet.length !== want.length) return ['length changed'];
+  const p = ipView(packet, 14)!;
+  if (i.l4Ok !== null && p.l4Ok !== i.l4Ok) return [`TCP checksum ${i.l4Ok ? 'broken' : 'laundered'}`];
+  return [];
+}
+
+test('hostile suite IPv6: truncations, mutations and bit flips of v6 probes and answers: only the route\'s address changes, checksums as valid as they came', (t) => {
+  const [L26, IPIP6] = ROUTES6 as [VipProbeRoute, VipProbeRoute];
+  const p6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '') => tcp(NODE6, r.real, r.sourcePort, r.port, flags, payload);
+  const a6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE6, r.port, r.sourcePort, flags, payload);
+  for (const [which, prog, kinds] of [
+    ['egress', egress, { 'v6 SYN l2': p6(L26), 'v6 request ipip': p6(IPIP6, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n') }],
+    ['ingress', ingress, { 'v6 SYN-ACK l2': a6(L26), 'v6 data ipip': a6(IPIP6, TCP_FLAGS.ACK, 'HTTP/1.0 200 OK\r\n\r\n') }],
+  ] as const) {
+    const frames = Object.entries(kinds).flatMap(([k, f], n) => [{ name: `${k}: as built`, frame: f }, ...truncations(f), ...mutations(f),
+      ...bitFlips(f, 0x5000 + n, 2000)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame })));
+    const problems: string[] = [];
+    const counts: Record<string, number> = {};
+    for (const { name, frame: f } of frames) {
+      let r;
+      try {
+        r = prog.testRun({ data: f, dataOutSize: f.length + 256 });
+      } catch (e) {
+        if ((e as { code?: string }).code !== 'EINVAL' || f.length >= 14 + 40) throw e;
+        continue;
+      }
+      const kind = r.data.equals(f) ? 'unchanged' : 'changed';
+      counts[kind] = (counts[kind] ?? 0) + 1;
+      for (const p of v6Problems(which, f, r.retval, r.data)) if (problems.length < 20) problems.push(`${name}: ${p}`);
+    }
+    console.log(`vip_probe_${which} IPv6: ${JSON.stringify(counts)}`);
+    t.deepEqual(problems, [], which);
+    t.true((counts.changed ?? 0) > 0 && (counts.unchanged ?? 0) > 0, JSON.stringify(counts));
+  }
+  // and byte for byte on the frames as built
+  const e = egress.testRun({ data: p6(L26), dataOutSize: 512 });
+  t.is(e.data.subarray(14 + 24, 14 + 40).toString('hex'), ipBytes(L26.vip).toString('hex'), 'l2: destination the VIP');
+  const tunnel = egress.testRun({ data: p6(IPIP6), dataOutSize: 512 });
+  t.is(tunnel.data.length, p6(IPIP6).length + 40, 'ipip: 40 bytes of outer header');
+  t.is(tunnel.data.readUInt16BE(12), 0x86dd);
+});

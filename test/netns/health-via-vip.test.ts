@@ -8,7 +8,7 @@ import test from 'ava';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ADDR, bridgeLab, sh } from '../lib/bridge-lab.js';
+import { ADDR, ADDR6, bridgeLab, sh } from '../lib/bridge-lab.js';
 import { Backend, Runner, model, service } from '../health-lab.js';
 import { nsExec, runPrefix } from '../../src/lab/netns.js';
 import type { DesiredState } from '../../src/render/state.js';
@@ -16,6 +16,8 @@ import type { DesiredState } from '../../src/render/state.js';
 const VIP = '203.0.113.10';
 const VIP_IPIP = '203.0.113.20';
 const VIP_OPT = '203.0.113.30';
+const VIP6 = '2001:db8:f::10';
+const VIP6_IPIP = '2001:db8:f::20';
 const TARGET_PORT = 8081; // the ipopt service's targetPort: the backend listens there, clients reach VIP:PORT
 const PORT = 8001;
 const lab = bridgeLab('v');
@@ -31,6 +33,8 @@ test.before(() => {
   }
   // without the program every probe to the VIP would go to backend 2
   sh(lab.ns.lb, ['ip', 'route', 'add', `${VIP}/32`, 'via', ADDR.b2]);
+  for (const b of [lab.ns.b1, lab.ns.b2]) sh(b, ['ip', 'addr', 'add', `${VIP6}/128`, 'dev', 'lo', 'nodad']);
+  sh(lab.ns.lb, ['ip', '-6', 'route', 'add', `${VIP6}/128`, 'via', ADDR6.b2]);
 });
 
 test.after.always(() => {
@@ -83,10 +87,11 @@ async function backendDataPlane(): Promise<void> {
   const desired: DesiredState = {
     node: 'be1', role: 'backend', interface: 'eth0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
     vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false },
-      { vip: VIP_OPT, family: 4, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 2, forwarding: 'dsr-ipopt', hashSourcePort: false }],
-    localVips: [VIP_IPIP, VIP_OPT],
-    addresses: [ADDR.b1],
-    lbAddresses: [ADDR.lb],
+      { vip: VIP_OPT, family: 4, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 2, forwarding: 'dsr-ipopt', hashSourcePort: false },
+      { vip: VIP6_IPIP, family: 6, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 3, forwarding: 'dsr-ipip', hashSourcePort: false }],
+    localVips: [VIP_IPIP, VIP_OPT, VIP6_IPIP],
+    addresses: [ADDR.b1, ADDR6.b1],
+    lbAddresses: [ADDR.lb, ADDR6.lb],
   };
   const args = { pinRoot, stateFile: join(work, 'backend-vips.json'), desired };
   const r = await nsExec(lab.ns.b1, [process.execPath, '--import', 'tsx', join(ROOT, 'test/lib/backend-lab-node.ts'), 'backend', JSON.stringify(args)], { cwd: ROOT, timeoutMs: 60_000 });
@@ -159,6 +164,60 @@ test.serial('ipopt: the probe SYN names VIP:port; a real that stops taking the o
 
     await backendDataPlane(); // re-attaches
     await runner.change('optvip', ADDR.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+test.serial('IPv6 l2: a real that lost its VIP is down via vip (asked for), up via real; back when the VIP returns', async (t) => {
+  const hc = { type: 'tcp' as const, port: PORT, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  const backends = [await Backend.start(lab.ns.b1, 'tcp', PORT), await Backend.start(lab.ns.b2, 'tcp', PORT)];
+  const v6 = (name: string, via: 'vip' | 'real') => {
+    const s = service(name, { ...hc, via }, [ADDR6.b1, ADDR6.b2], PORT);
+    return { ...s, spec: { ...s.spec, vip: VIP6 } };
+  };
+  const runner = await Runner.start(lab.ns.lb, model([v6('v6vip', 'vip'), v6('v6real', 'real')]), 64, 'eth0');
+  try {
+    for (const s of ['v6vip', 'v6real']) for (const a of [ADDR6.b1, ADDR6.b2]) await runner.change(s, a, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.v6vip.reals[ADDR6.b1].check, `tcp [${VIP6}]:${PORT} via l2 to ${ADDR6.b1}`);
+    sh(lab.ns.b1, ['ip', 'addr', 'del', `${VIP6}/128`, 'dev', 'lo']);
+    const down = await runner.change('v6vip', ADDR6.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    const snap = (await runner.snapshot()).snapshot.services;
+    t.is(snap.v6vip.reals[ADDR6.b2].state, 'up', 'the other real, through the VIP path');
+    t.is(snap.v6real.reals[ADDR6.b1].state, 'up', 'the real itself answers');
+    sh(lab.ns.b1, ['ip', 'addr', 'add', `${VIP6}/128`, 'dev', 'lo', 'nodad']);
+    await runner.change('v6vip', ADDR6.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    for (const b of backends) await b.stop();
+  }
+});
+
+test.serial('IPv6 ipip: a real whose decapsulation program is gone is down via vip (asked for), up via real', async (t) => {
+  const hc = { type: 'tcp' as const, port: PORT, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', PORT);
+  const ipip6 = (name: string, via: 'vip' | 'real') => {
+    const s = service(name, { ...hc, via }, [ADDR6.b1], PORT);
+    return { ...s, spec: { ...s.spec, vip: VIP6_IPIP, dispatch: { mode: 'dsr' as const, encap: 'ipip' as const } } };
+  };
+  const runner = await Runner.start(lab.ns.lb, model([ipip6('tun6vip', 'vip'), ipip6('tun6real', 'real')]), 64, 'eth0');
+  try {
+    await runner.change('tun6vip', ADDR6.b1, 'up', 5000);
+    await runner.change('tun6real', ADDR6.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.tun6vip.reals[ADDR6.b1].check, `tcp [${VIP6_IPIP}]:${PORT} via ipip to ${ADDR6.b1}`);
+    const link = join(pinRoot, 'tc_ingress_link');
+    t.true(existsSync(link));
+    rmSync(link);
+    const down = await runner.change('tun6vip', ADDR6.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    t.is((await runner.snapshot()).snapshot.services.tun6real.reals[ADDR6.b1].state, 'up');
+    await backendDataPlane(); // re-attaches
+    await runner.change('tun6vip', ADDR6.b1, 'up', 5000);
   } finally {
     await runner.stop();
     await backend.stop();

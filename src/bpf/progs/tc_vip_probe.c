@@ -11,11 +11,13 @@
  * its decapsulation (ipip) never answers from the VIP, and the probe fails. ipopt: the probe stays addressed to
  * REAL:targetPort and its SYN carries the DSR option naming VIP:port; the backend answers from VIP:port only when it
  * trusted the option, and vip_probe_ingress gives the answer back the real's address and targetPort (an answer from
- * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP only. */
+ * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP; IPv6 TCP for l2 and ipip (probe6_out,
+ * probe6_in). */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/tcp.h>
 #include <stddef.h>
@@ -35,6 +37,9 @@
 #define TCP_CSUM_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, check))
 #define TCP_SPORT_OFF (IP_OFF + sizeof(struct iphdr) + offsetof(struct tcphdr, source))
 #define IP_FRAG_MASK 0x3fff /* more fragments, fragment offset */
+#define IP6_SRC_OFF (IP_OFF + offsetof(struct ipv6hdr, saddr))
+#define IP6_DST_OFF (IP_OFF + offsetof(struct ipv6hdr, daddr))
+#define TCP6_CSUM_OFF (IP_OFF + sizeof(struct ipv6hdr) + offsetof(struct tcphdr, check))
 
 struct probe_key {
 	__be32 addr;  /* egress: the real; ingress: the VIP */
@@ -70,6 +75,37 @@ struct {
 	__type(value, struct probe_in);
 } probe_in SEC(".maps");
 
+/* IPv6 (l2, ipip): the same routes with 16-byte addresses, in maps of their own so the IPv4 layouts stay as they are */
+struct probe6_key {
+	__u8 addr[16]; /* egress: the real; ingress: the VIP */
+	__be16 port;
+	__be16 sport;
+};
+
+struct probe6_out {
+	__u8 vip[16];
+	__u8 outer_src[16]; /* ipip: outer source; all zero = the probe's own source address */
+	__u32 encap;        /* PROBE_ENCAP_L2 or PROBE_ENCAP_IPIP */
+};
+
+struct probe6_in {
+	__u8 real[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct probe6_key);
+	__type(value, struct probe6_out);
+} probe6_out SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct probe6_key);
+	__type(value, struct probe6_in);
+} probe6_in SEC(".maps");
+
 static __always_inline __u16 csum_fold(__u32 sum)
 {
 	sum = (sum & 0xffff) + (sum >> 16);
@@ -103,6 +139,107 @@ static __always_inline struct iphdr *tcp4(struct __sk_buff *skb, struct tcphdr *
 	if ((void *)(*tcp + 1) > data_end)
 		return 0;
 	return ip;
+}
+
+/* The IPv6 TCP header pair at the front of an Ethernet frame (TCP right after the fixed header), or NULL: version 6,
+ * payload length from the TCP header up to the bytes present. */
+static __always_inline struct ipv6hdr *tcp6(struct __sk_buff *skb, struct tcphdr **tcp)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+	if ((void *)(ip6 + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IPV6))
+		return 0;
+	if (ip6->version != 6 || ip6->nexthdr != IPPROTO_TCP)
+		return 0;
+	__u32 len = bpf_ntohs(ip6->payload_len);
+
+	if (len < sizeof(struct tcphdr) || len > skb->len - IP_OFF - sizeof(struct ipv6hdr))
+		return 0;
+	*tcp = (void *)(ip6 + 1);
+	if ((void *)(*tcp + 1) > data_end)
+		return 0;
+	return ip6;
+}
+
+/* Rewrites the 16-byte IPv6 address at `off` from `from` to `to`, fixing the TCP (pseudo-header) sum. */
+static __always_inline int rewrite_addr6(struct __sk_buff *skb, __u32 off, const __u8 *from, const __u8 *to)
+{
+	__s64 diff = bpf_csum_diff((__be32 *)from, 16, (__be32 *)to, 16, 0);
+
+	if (diff < 0 || bpf_l4_csum_replace(skb, TCP6_CSUM_OFF, 0, diff, BPF_F_PSEUDO_HDR))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, to, 16, 0) ? -1 : 0;
+}
+
+static __always_inline int vip_probe_egress6(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct ipv6hdr *ip6 = tcp6(skb, &tcp);
+
+	if (!ip6)
+		return TC_ACT_OK;
+	struct probe6_key key = { .port = tcp->dest, .sport = tcp->source };
+
+	__builtin_memcpy(key.addr, &ip6->daddr, 16);
+	struct probe6_out *r = bpf_map_lookup_elem(&probe6_out, &key);
+
+	if (!r)
+		return TC_ACT_OK;
+	__u8 real[16], src[16], vip[16], outer_src[16];
+	__u32 vtc = bpf_ntohl(*(__be32 *)ip6);
+	__u16 len = bpf_ntohs(ip6->payload_len);
+	__u32 encap = r->encap;
+
+	__builtin_memcpy(real, &ip6->daddr, 16);
+	__builtin_memcpy(src, &ip6->saddr, 16);
+	__builtin_memcpy(vip, r->vip, 16);
+	__builtin_memcpy(outer_src, r->outer_src, 16);
+	if (rewrite_addr6(skb, IP6_DST_OFF, real, vip))
+		return TC_ACT_SHOT;
+	if (encap == PROBE_ENCAP_L2)
+		return TC_ACT_OK;
+	if (encap != PROBE_ENCAP_IPIP)
+		return TC_ACT_SHOT; /* never let a probe we cannot steer reach the VIP's owner */
+
+	/* IPv6 in IPv6: version 6, the probe's traffic class, flow label 0, hop limit 64, next header 41 */
+	struct ipv6hdr outer = {};
+	__u64 any = *(__u64 *)outer_src | *(__u64 *)(outer_src + 8);
+
+	*(__be32 *)&outer = bpf_htonl((6u << 28) | (vtc & 0x0ff00000));
+	outer.payload_len = bpf_htons(len + sizeof(struct ipv6hdr));
+	outer.nexthdr = IPPROTO_IPV6;
+	outer.hop_limit = 64;
+	__builtin_memcpy(&outer.saddr, any ? outer_src : src, 16);
+	__builtin_memcpy(&outer.daddr, real, 16);
+	if (bpf_skb_adjust_room(skb, sizeof(struct ipv6hdr), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(outer), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+static __always_inline int vip_probe_ingress6(struct __sk_buff *skb)
+{
+	struct tcphdr *tcp;
+	struct ipv6hdr *ip6 = tcp6(skb, &tcp);
+
+	if (!ip6)
+		return TC_ACT_OK;
+	struct probe6_key key = { .port = tcp->source, .sport = tcp->dest };
+
+	__builtin_memcpy(key.addr, &ip6->saddr, 16);
+	struct probe6_in *r = bpf_map_lookup_elem(&probe6_in, &key);
+
+	if (!r)
+		return TC_ACT_OK;
+	__u8 vip[16], real[16];
+
+	__builtin_memcpy(vip, &ip6->saddr, 16);
+	__builtin_memcpy(real, r->real, 16);
+	return rewrite_addr6(skb, IP6_SRC_OFF, vip, real) ? TC_ACT_SHOT : TC_ACT_OK;
 }
 
 /* Rewrites the 4-byte address at `off` from `from` to `to`, fixing the IPv4 and the TCP (pseudo-header) sums. */
@@ -150,7 +287,7 @@ int vip_probe_egress(struct __sk_buff *skb)
 	struct iphdr *ip = tcp4(skb, &tcp);
 
 	if (!ip)
-		return TC_ACT_OK;
+		return vip_probe_egress6(skb);
 	struct probe_key key = { .addr = ip->daddr, .port = tcp->dest, .sport = tcp->source };
 	struct probe_out *r = bpf_map_lookup_elem(&probe_out, &key);
 
@@ -198,7 +335,7 @@ int vip_probe_ingress(struct __sk_buff *skb)
 	struct iphdr *ip = tcp4(skb, &tcp);
 
 	if (!ip)
-		return TC_ACT_OK;
+		return vip_probe_ingress6(skb);
 	struct probe_key key = { .addr = ip->saddr, .port = tcp->source, .sport = tcp->dest };
 	struct probe_in *r = bpf_map_lookup_elem(&probe_in, &key);
 

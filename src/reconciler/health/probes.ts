@@ -38,8 +38,10 @@ export interface HttpProbe extends ProbeBase {
 
 export type Probe = TcpProbe | HttpProbe;
 
+const hostText = (a: string) => (net.isIPv6(a) ? `[${a}]` : a);
+
 export function describeProbe(p: Probe): string {
-  const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
+  const host = hostText(p.via ? p.via.vip : p.address);
   // ipopt: the client's view is VIP:port, the probe goes to the real's targetPort
   const via = p.via ? ` via ${p.via.encap} to ${p.address}${p.via.vipPort ? `:${p.port}` : ''}` : '';
   const port = p.via?.vipPort ?? p.port;
@@ -111,7 +113,7 @@ export function tcpProbe(p: TcpProbe, signal?: AbortSignal, connect?: ConnectDea
 export function httpProbe(p: HttpProbe, signal?: AbortSignal, connect?: ConnectDeadline): Promise<CheckResult> {
   return withDeadline(p.timeoutMs, signal, (finish) => {
     // via: vip asks as a client of the VIP would
-    const host = p.via ? p.via.vip : net.isIPv6(p.address) ? `[${p.address}]` : p.address;
+    const host = hostText(p.via ? p.via.vip : p.address);
     const req = http.request({
       host: p.address,
       port: p.port,
