@@ -85,3 +85,43 @@ export function runHarnessScript(script: string, ns: string, input: unknown, tim
     child.stdin.end(JSON.stringify(input));
   });
 }
+
+/** One result of the harness's `run` op. */
+export interface CaseResult { retval: number; data: string; counters: Record<string, number>; error?: string }
+
+/**
+ * A table of packet cases over several desired states, in one harness run in a fresh lab namespace: each time the
+ * state a case names differs from the last, that state is applied and read back live (`lives[state]`); the
+ * connection table is cleared before every case that does not ask to keep it (`keepCt`). Resolves with each case's
+ * result, every apply's answer in order, and the live read-back per state.
+ */
+export function runStateCases<C extends { state: string; keepCt?: boolean; input: Buffer }>(
+  tag: string, cases: readonly C[], stateJson: (state: C['state']) => unknown,
+): Promise<{ byCase: Map<C, CaseResult>; applies: any[]; lives: Record<string, any> }> {
+  const { ns, pinRoot } = setupLab(tag);
+  const steps: unknown[] = [];
+  const index: Array<C | 'apply' | string | null> = [];
+  let current: string | undefined;
+  for (const c of cases) {
+    if (c.state !== current) {
+      steps.push({ op: 'apply', state: stateJson(c.state) }, { op: 'live' });
+      index.push('apply', `live:${c.state}`);
+      current = c.state;
+    }
+    if (!c.keepCt) { steps.push({ op: 'ctClear' }); index.push(null); }
+    steps.push({ op: 'run', data: c.input.toString('hex'), ifname: 'lbA' });
+    index.push(c);
+  }
+  return runHarness(ns, { pinRoot, steps }).then((out) => {
+    const byCase = new Map<C, CaseResult>();
+    const applies: any[] = [];
+    const lives: Record<string, any> = {};
+    out.forEach((r, i) => {
+      const what = index[i];
+      if (what === 'apply') applies.push(r);
+      else if (typeof what === 'string') lives[what.slice(5)] = r;
+      else if (what) byCase.set(what, r);
+    });
+    return { byCase, applies, lives };
+  });
+}

@@ -13,7 +13,7 @@
 // The program runs in a namespace of its own (test/lib/xdp-lab.ts) so bpf_fib_lookup has known neighbours.
 import test from 'ava';
 import { frame, hex, ipPacket, mac, type EthSpec } from '../lib/packets.js';
-import { LAB, runHarness, setupLab, teardownLab } from '../lib/xdp-lab.js';
+import { LAB, runStateCases, teardownLab, type CaseResult } from '../lib/xdp-lab.js';
 import { makeState, type SvcSpec } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { LONG_TYPE, QUIC_V1, QUIC_V2, cidWithServerId, quicLong, quicShort, quicVersionNegotiation } from '../lib/quic.js';
@@ -117,38 +117,10 @@ const cases: Case[] = [
   { name: 'the ids of the healthy reals still route', state: 'down', input: udp(quicShort(cidWithServerId(2, ID24))), real: 3, quic: 'quic_routed' },
 ];
 
-interface Result { retval: number; data: string; counters: Record<string, number>; error?: string }
-let results: Promise<{ byCase: Map<Case, Result>; applies: any[]; lives: Record<string, any> }>;
+let results: Promise<{ byCase: Map<Case, CaseResult>; applies: any[]; lives: Record<string, any> }>;
 
 test.before(() => {
-  const { ns, pinRoot } = setupLab(TAG);
-  const steps: unknown[] = [];
-  const index: Array<Case | 'apply' | string | null> = [];
-  let current: keyof typeof STATES | undefined;
-  for (const c of cases) {
-    if (c.state !== current) {
-      steps.push({ op: 'apply', state: stateToJson(STATES[c.state]) });
-      index.push('apply');
-      steps.push({ op: 'live' });
-      index.push(`live:${c.state}`);
-      current = c.state;
-    }
-    if (!c.keepCt) { steps.push({ op: 'ctClear' }); index.push(null); }
-    steps.push({ op: 'run', data: c.input.toString('hex'), ifname: 'lbA' });
-    index.push(c);
-  }
-  results = runHarness(ns, { pinRoot, steps }).then((out) => {
-    const byCase = new Map<Case, Result>();
-    const applies: any[] = [];
-    const lives: Record<string, any> = {};
-    out.forEach((r, i) => {
-      const what = index[i];
-      if (what === 'apply') applies.push(r);
-      else if (typeof what === 'string') lives[what.slice(5)] = r;
-      else if (what) byCase.set(what, r);
-    });
-    return { byCase, applies, lives };
-  });
+  results = runStateCases(TAG, cases, (state) => stateToJson(STATES[state]));
   results.catch(() => undefined);
 });
 
