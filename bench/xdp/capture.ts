@@ -9,46 +9,20 @@
 //   capture, no exit match  xdp_lb_capture.o capturing --reason drop_no_real: the address filters pass, the frame as
 //                   received is copied, the exit filter refuses it (the dearest frame that is still not captured)
 // BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1; every iteration checked to take the measured path.
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
-import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { CaptureProgram, NO_FILTER } from '../../src/bpf/capture/index.js';
 import { parseAddressMatch } from '../../src/bpf/capture/filter.js';
-import { makeState } from '../../test/lib/lb-state.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
-import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
-import { applyTo } from '../../test/lib/converge.js';
+import { twoVipBench } from './two-vip-bench.js';
 
 const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
 
-const ring = benchRing();
-const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
-const state = makeState({
-  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: 65536,
-  services: [
-    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: new Uint32Array(65537).fill(1) },
-    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
-  ],
-});
-const dp = await openLbDataPlane({ pinRoot });
-await applyTo(dp, state);
-const normal = dp.object()!.program('xdp_lb');
 // the same object loaded again over every pinned map (same sizes as pinned)
-const mapMaxEntries: Record<string, number> = {};
-for (const name of readdirSync(pinRoot)) {
-  try {
-    const m = BpfMap.open(join(pinRoot, name));
-    mapMaxEntries[name] = m.maxEntries;
-    m.close();
-  } catch {
-    /* a link or program pin, not a map */
-  }
-}
+const { dp, program: normal, mapMaxEntries } = await twoVipBench(pinRoot);
 const again = await BpfObject.load('xdp_lb', { pinRoot, reusePinnedMaps: true, mapMaxEntries });
 const noVip = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, vips: [parseAddressMatch('203.0.113.99', '--vip', true)] });
 const noExit = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, counters: ['drop_no_real'] });

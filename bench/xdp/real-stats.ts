@@ -2,45 +2,19 @@
 // The LB program is measured twice in the same run, alternating on the same harness, packets and maps: as built
 // (build/bpf/xdp_lb.o) and built with -DLB_BENCH_NO_REAL_STATS (per-real counting compiled out), each net of the
 // harness floor (an empty XDP program). BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1.
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { BpfMap, BpfObject } from '../../src/bpf/libbpf.js';
-import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { makeState } from '../../test/lib/lb-state.js';
+import { BpfObject } from '../../src/bpf/libbpf.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
-import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
-import { applyTo } from '../../test/lib/converge.js';
+import { twoVipBench } from './two-vip-bench.js';
 
 const pinRoot = process.argv[2]!;
 const variantPath = process.argv[3]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
 
-const ring = benchRing();
-const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
-const state = makeState({
-  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: 65536,
-  services: [
-    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: new Uint32Array(65537).fill(1) },
-    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
-  ],
-});
-const dp = await openLbDataPlane({ pinRoot });
-await applyTo(dp, state);
-const withStats = dp.object()!.program('xdp_lb');
 // the variant shares every pinned map (same sizes as pinned), so both programs see the same tables
-const mapMaxEntries: Record<string, number> = {};
-for (const name of readdirSync(pinRoot)) {
-  try {
-    const m = BpfMap.open(join(pinRoot, name));
-    mapMaxEntries[name] = m.maxEntries;
-    m.close();
-  } catch {
-    /* a link or program pin, not a map */
-  }
-}
+const { dp, program: withStats, mapMaxEntries } = await twoVipBench(pinRoot);
 const variant = await BpfObject.load(variantPath, { pinRoot, reusePinnedMaps: true, mapMaxEntries });
 const without = variant.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
