@@ -100,6 +100,11 @@ export function checkSemantics(input: SemanticInput, emit: Emit): void {
     const snat = data.spec.snatAddress ? parseIp(data.spec.snatAddress) : null;
     const owner = snat ? vipOwner.get(formatIp(snat)) : undefined;
     if (owner) emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is also the VIP of service '${owner}'`);
+    // Another node's address: this node would translate with it, and a survivor taking this node's SNAT address
+    // over when it is lost would draw that node's traffic (its own address is fine: it is this node's to use).
+    const node = snat ? nodeAddressOwner.get(formatIp(snat)) : undefined;
+    if (node && node !== data.metadata.name)
+      emit('error', doc, ['spec', 'snatAddress'], `spec.snatAddress: ${formatIp(snat!)} is an address of node '${node}'; give lb node '${data.metadata.name}' a SNAT address of its own`);
   }
   checkSharedSnat(emit, nodes);
   checkPeerKeys(emit, nodes);
