@@ -1,6 +1,6 @@
 // The lb node's side of `healthCheck.via: vip` (docs/health.md): build/bpf/tc_vip_probe.o on TC egress and
 // ingress of the node's interface, and its maps probe_out ((real, port, probe source port) -> (VIP, encap)) and
-// probe_in ((VIP, port, probe source port) -> real). Not pinned: the programs only serve this process's probes,
+// probe_in ((VIP, port, probe source port) -> real), probe6_out and probe6_in the same for IPv6. Not pinned: the programs only serve this process's probes,
 // so they leave with the process (their links close with the fds).
 import { BpfObject, type BpfMap, type TcAttachment } from './libbpf.js';
 import { parseIp } from '../render/ip.js';
@@ -74,19 +74,23 @@ function ipv6(addr: string): Buffer {
   return Buffer.from(ip.bytes);
 }
 
-/** probe6_out {vip[16], outer_src[16] (zero: the probe's own source), encap u32}. */
+/** probe6_out {vip[16], outer_src[16] (zero: the probe's own source), encap u32, vip_port be16, pad}. */
 export function encodeOut6(r: VipProbeRoute): [Buffer, Buffer] {
-  if (r.encap === 'ipopt') throw new Error(`vip probe: ipopt to ${r.real} is IPv4 only`);
-  const v = Buffer.alloc(36);
+  const v = Buffer.alloc(40);
   ipv6(r.vip).copy(v, 0);
   if (r.outerSource) ipv6(r.outerSource).copy(v, 16);
   v.writeUInt32LE(ENCAP[r.encap], 32);
+  if (r.encap === 'ipopt') v.writeUInt16BE(vipPortOf(r), 36);
   return [encodeKey6(r.real, r), v];
 }
 
-/** probe6_in {real[16]}. */
+/** probe6_in {real[16], real_port be16 (ipopt: the targetPort; else 0), pad}. */
 export function encodeIn6(r: VipProbeRoute): [Buffer, Buffer] {
-  return [encodeKey6(r.vip, r), ipv6(r.real)];
+  const v = Buffer.alloc(20);
+  ipv6(r.real).copy(v, 0);
+  if (r.encap !== 'ipopt') return [encodeKey6(r.vip, r), v];
+  v.writeUInt16BE(r.port, 16);
+  return [encodeKey6(r.vip, { ...r, port: vipPortOf(r) }), v];
 }
 
 function vipPortOf(r: VipProbeRoute): number {

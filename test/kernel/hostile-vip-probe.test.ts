@@ -50,6 +50,7 @@ const NODE6 = '2001:db8:1::1';
 const ROUTES6: VipProbeRoute[] = [
   { vip: '2001:db8:f::10', port: 80, sourcePort: 61010, real: '2001:db8:1::11', encap: 'l2' },
   { vip: '2001:db8:f::11', port: 80, sourcePort: 61011, real: '2001:db8:1::12', encap: 'ipip', outerSource: '2001:db8:1::5' },
+  { vip: '2001:db8:f::12', port: 8080, vipPort: 80, sourcePort: 61012, real: '2001:db8:1::13', encap: 'ipopt' },
 ];
 test.after.always(() => obj?.close());
 
@@ -171,16 +172,30 @@ for (const [which, kinds, seed] of [['egress', EGRESS_KINDS, 0x3000], ['ingress'
  * TCP checksum exactly as valid as it came, ipip behind a whole outer IPv6 header to the real whose payload length is
  * the probe's IP length (bytes after it, a trailer, stay after it, as for IPv4). */
 function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out: Buffer): string[] {
+  const i = ipView(f, 14);
+  const sport = f.length >= 58 ? f.readUInt16BE(54) : -1;
+  const dport = f.length >= 58 ? f.readUInt16BE(56) : -1;
+  // ipopt: an answer from the real's own address and targetPort (no backend rewrite) is dropped, nothing else is
+  const raw = which === 'ingress' && i && i.family === 6 && i.proto === 6 &&
+    ROUTES6.find((x) => x.encap === 'ipopt' && i.src.equals(ipBytes(x.real)) && sport === x.port && dport === x.sourcePort);
+  if (action === TcAction.shot && raw) return [];
   if (action !== TcAction.ok) return [`action ${action}`];
   if (out.equals(f)) return [];
-  const i = ipView(f, 14);
   if (!i || i.family !== 6) return ['changed a frame that is no IPv6 packet'];
-  const sport = f.readUInt16BE(54);
-  const dport = f.readUInt16BE(56);
   const r = which === 'egress'
     ? ROUTES6.find((x) => i.dst.equals(ipBytes(x.real)) && dport === x.port && sport === x.sourcePort)
-    : ROUTES6.find((x) => i.src.equals(ipBytes(x.vip)) && sport === x.port && dport === x.sourcePort);
+    : ROUTES6.find((x) => i.src.equals(ipBytes(x.vip)) && sport === (x.vipPort ?? x.port) && dport === x.sourcePort);
   if (!r) return ['changed a frame of no route'];
+  if (r.encap === 'ipopt' && which === 'egress') {
+    // the SYN with the 24-byte header (next header 6, length 2, type 0x1b, 20, VIP, port, 0) after the fixed header
+    if ((f[14 + 40 + 13]! & 0x12) !== 0x02) return ['ipopt: a segment after the SYN changed'];
+    const ext = Buffer.from([6, 2, 0x1b, 20, ...ipBytes(r.vip), r.vipPort! >> 8, r.vipPort! & 0xff, 0, 0]);
+    const hdr = Buffer.from(f.subarray(14, 54));
+    hdr[6] = 60;
+    hdr.writeUInt16BE(hdr.readUInt16BE(4) + 24, 4);
+    const want = Buffer.concat([f.subarray(0, 14), hdr, ext, f.subarray(54)]);
+    return out.equals(want) ? [] : ['ipopt: not the SYN with the option header'];
+  }
   let packet = out;
   if (which === 'egress' && r.encap === 'ipip') {
     const o = ipView(out, 14);
@@ -190,6 +205,7 @@ function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out:
   }
   const want = Buffer.from(f);
   ipBytes(which === 'egress' ? r.vip : r.real).copy(want, which === 'egress' ? 14 + 24 : 14 + 8);
+  if (which === 'ingress' && r.encap === 'ipopt') want.writeUInt16BE(r.port, 54);
   for (let k = 0; k < want.length; k++) if (k !== 14 + 40 + 16 && k !== 14 + 40 + 17 && want[k] !== packet[k]) return [`byte ${k} changed`];
   if (packet.length !== want.length) return ['length changed'];
   const p = ipView(packet, 14)!;
@@ -198,12 +214,14 @@ function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out:
 }
 
 test('hostile suite IPv6: truncations, mutations and bit flips of v6 probes and answers: only the route\'s address changes, checksums as valid as they came', (t) => {
-  const [L26, IPIP6] = ROUTES6 as [VipProbeRoute, VipProbeRoute];
+  const [L26, IPIP6, OPT6] = ROUTES6 as [VipProbeRoute, VipProbeRoute, VipProbeRoute];
   const p6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '') => tcp(NODE6, r.real, r.sourcePort, r.port, flags, payload);
-  const a6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE6, r.port, r.sourcePort, flags, payload);
+  const a6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE6, r.vipPort ?? r.port, r.sourcePort, flags, payload);
   for (const [which, prog, kinds] of [
-    ['egress', egress, { 'v6 SYN l2': p6(L26), 'v6 request ipip': p6(IPIP6, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n') }],
-    ['ingress', ingress, { 'v6 SYN-ACK l2': a6(L26), 'v6 data ipip': a6(IPIP6, TCP_FLAGS.ACK, 'HTTP/1.0 200 OK\r\n\r\n') }],
+    ['egress', egress, { 'v6 SYN l2': p6(L26), 'v6 request ipip': p6(IPIP6, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
+      'v6 SYN ipopt': p6(OPT6) }],
+    ['ingress', ingress, { 'v6 SYN-ACK l2': a6(L26), 'v6 data ipip': a6(IPIP6, TCP_FLAGS.ACK, 'HTTP/1.0 200 OK\r\n\r\n'),
+      'v6 SYN-ACK ipopt': a6(OPT6), 'v6 SYN-ACK ipopt from the real': tcp(OPT6.real, NODE6, OPT6.port, OPT6.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK) }],
   ] as const) {
     const frames = Object.entries(kinds).flatMap(([k, f], n) => [{ name: `${k}: as built`, frame: f }, ...truncations(f), ...mutations(f),
       ...bitFlips(f, 0x5000 + n, 2000)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame })));
@@ -231,4 +249,9 @@ test('hostile suite IPv6: truncations, mutations and bit flips of v6 probes and 
   const tunnel = egress.testRun({ data: p6(IPIP6), dataOutSize: 512 });
   t.is(tunnel.data.length, p6(IPIP6).length + 40, 'ipip: 40 bytes of outer header');
   t.is(tunnel.data.readUInt16BE(12), 0x86dd);
+  const opt = egress.testRun({ data: p6(OPT6), dataOutSize: 512 });
+  t.is(opt.data.length, p6(OPT6).length + 24, 'ipopt: 24 bytes of destination options');
+  t.is(opt.data[14 + 6], 60);
+  t.is(ingress.testRun({ data: tcp(OPT6.real, NODE6, OPT6.port, OPT6.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK) }).retval, TcAction.shot,
+    'ipopt: an answer straight from the real is dropped');
 });

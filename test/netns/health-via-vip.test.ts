@@ -18,6 +18,7 @@ const VIP_IPIP = '203.0.113.20';
 const VIP_OPT = '203.0.113.30';
 const VIP6 = '2001:db8:f::10';
 const VIP6_IPIP = '2001:db8:f::20';
+const VIP6_OPT = '2001:db8:f::30';
 const TARGET_PORT = 8081; // the ipopt service's targetPort: the backend listens there, clients reach VIP:PORT
 const PORT = 8001;
 const lab = bridgeLab('v');
@@ -88,8 +89,9 @@ async function backendDataPlane(): Promise<void> {
     node: 'be1', role: 'backend', interface: 'eth0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
     vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false },
       { vip: VIP_OPT, family: 4, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 2, forwarding: 'dsr-ipopt', hashSourcePort: false },
-      { vip: VIP6_IPIP, family: 6, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 3, forwarding: 'dsr-ipip', hashSourcePort: false }],
-    localVips: [VIP_IPIP, VIP_OPT, VIP6_IPIP],
+      { vip: VIP6_IPIP, family: 6, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 3, forwarding: 'dsr-ipip', hashSourcePort: false },
+      { vip: VIP6_OPT, family: 6, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 4, forwarding: 'dsr-ipopt', hashSourcePort: false }],
+    localVips: [VIP_IPIP, VIP_OPT, VIP6_IPIP, VIP6_OPT],
     addresses: [ADDR.b1, ADDR6.b1],
     lbAddresses: [ADDR.lb, ADDR6.lb],
   };
@@ -218,6 +220,33 @@ test.serial('IPv6 ipip: a real whose decapsulation program is gone is down via v
     t.is((await runner.snapshot()).snapshot.services.tun6real.reals[ADDR6.b1].state, 'up');
     await backendDataPlane(); // re-attaches
     await runner.change('tun6vip', ADDR6.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+test.serial('IPv6 ipopt: the probe SYN carries the destination-options header; a backend without its programs is down via vip', async (t) => {
+  const hc = { type: 'tcp' as const, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2 };
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', TARGET_PORT);
+  const opt6 = (name: string, via: 'vip' | 'real') => {
+    const s = service(name, { ...hc, via }, [ADDR6.b1], PORT);
+    return { ...s, spec: { ...s.spec, vip: VIP6_OPT, ports: [{ port: PORT, protocol: 'TCP' as const, targetPort: TARGET_PORT }],
+      dispatch: { mode: 'dsr' as const, encap: 'ipopt' as const } } };
+  };
+  const runner = await Runner.start(lab.ns.lb, model([opt6('opt6vip', 'vip'), opt6('opt6real', 'real')]), 64, 'eth0');
+  try {
+    await runner.change('opt6vip', ADDR6.b1, 'up', 5000);
+    await runner.change('opt6real', ADDR6.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.opt6vip.reals[ADDR6.b1].check, `tcp [${VIP6_OPT}]:${PORT} via ipopt to ${ADDR6.b1}:${TARGET_PORT}`);
+    for (const name of ['tc_ingress_link', 'tc_egress_link']) rmSync(join(pinRoot, name));
+    const down = await runner.change('opt6vip', ADDR6.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    t.is((await runner.snapshot()).snapshot.services.opt6real.reals[ADDR6.b1].state, 'up', 'the real itself answers');
+    await backendDataPlane(); // re-attaches
+    await runner.change('opt6vip', ADDR6.b1, 'up', 5000);
   } finally {
     await runner.stop();
     await backend.stop();

@@ -158,11 +158,10 @@ test('healthCheck.via defaults to vip for dsr l2/ipip, IPv4, tcp/http, else real
   t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message === 'spec.healthCheck.via: vip: dispatch.encap gue is not supported yet; use via: real'));
   // ipopt: through the VIP when asked for (not the default), at a TCP listener's targetPort only
   t.is(via('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}'), 'vip');
-  // IPv6: l2 and ipip through the VIP when asked for (not the default), ipopt not yet
+  // IPv6: l2, ipip and ipopt through the VIP when asked for (not the default)
   t.is(via('2001:db8:ff::1', '{mode: dsr, encap: l2}', '{type: tcp, via: vip}'), 'vip');
   t.is(via('2001:db8:ff::1', '{mode: dsr, encap: ipip}', '{type: http, via: vip}'), 'vip');
-  t.true(parse('2001:db8:ff::1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}').diagnostics.some((d) => d.severity === 'error' &&
-    d.message === 'spec.healthCheck.via: vip: IPv6 VIPs with encap ipopt are not supported yet; use via: real'));
+  t.is(via('2001:db8:ff::1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}'), 'vip');
   const port = parse('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, port: 9, via: vip}');
   t.is(port.model, null);
   t.true(port.diagnostics.some((d) => d.severity === 'error' &&

@@ -11,8 +11,7 @@
  * its decapsulation (ipip) never answers from the VIP, and the probe fails. ipopt: the probe stays addressed to
  * REAL:targetPort and its SYN carries the DSR option naming VIP:port; the backend answers from VIP:port only when it
  * trusted the option, and vip_probe_ingress gives the answer back the real's address and targetPort (an answer from
- * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP; IPv6 TCP for l2 and ipip (probe6_out,
- * probe6_in). */
+ * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP; IPv6 TCP (probe6_out, probe6_in). */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -40,6 +39,8 @@
 #define IP6_SRC_OFF (IP_OFF + offsetof(struct ipv6hdr, saddr))
 #define IP6_DST_OFF (IP_OFF + offsetof(struct ipv6hdr, daddr))
 #define TCP6_CSUM_OFF (IP_OFF + sizeof(struct ipv6hdr) + offsetof(struct tcphdr, check))
+#define TCP6_SPORT_OFF (IP_OFF + sizeof(struct ipv6hdr) + offsetof(struct tcphdr, source))
+#define DSR_EXT6_LEN 24 /* the LB's IPv6 ipopt destination-options header (lb_ipopt6.h), Cilium's dsr_opt_v6 */
 
 struct probe_key {
 	__be32 addr;  /* egress: the real; ingress: the VIP */
@@ -85,11 +86,15 @@ struct probe6_key {
 struct probe6_out {
 	__u8 vip[16];
 	__u8 outer_src[16]; /* ipip: outer source; all zero = the probe's own source address */
-	__u32 encap;        /* PROBE_ENCAP_L2 or PROBE_ENCAP_IPIP */
+	__u32 encap;        /* PROBE_ENCAP_* */
+	__be16 vip_port;    /* ipopt: the service port the option names */
+	__u16 pad;
 };
 
 struct probe6_in {
 	__u8 real[16];
+	__be16 real_port; /* ipopt: the port the probe connected to; 0 = unchanged */
+	__u16 pad;
 };
 
 struct {
@@ -174,6 +179,28 @@ static __always_inline int rewrite_addr6(struct __sk_buff *skb, __u32 off, const
 	return bpf_skb_store_bytes(skb, off, to, 16, 0) ? -1 : 0;
 }
 
+/* ipopt over IPv6: the probe's SYN gets the destination-options header naming VIP:port right after the fixed header,
+ * as xdp_lb writes it; the TCP checksum does not change (its pseudo-header has the TCP length and protocol). */
+static __always_inline int insert_option6(struct __sk_buff *skb, const struct ipv6hdr *ip6, const struct tcphdr *tcp,
+					  const __u8 *vip, __be16 vip_port)
+{
+	if (!tcp->syn || tcp->ack)
+		return TC_ACT_OK;
+	struct ipv6hdr h = *ip6;
+	__u8 ext[DSR_EXT6_LEN] = { IPPROTO_TCP, DSR_EXT6_LEN / 8 - 1, 0x1b, 20 };
+
+	__builtin_memcpy(ext + 4, vip, 16);
+	*(__be16 *)(ext + 20) = vip_port;
+	h.nexthdr = 60;
+	h.payload_len = bpf_htons(bpf_ntohs(ip6->payload_len) + DSR_EXT6_LEN);
+	if (bpf_skb_adjust_room(skb, DSR_EXT6_LEN, BPF_ADJ_ROOM_NET, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, IP_OFF, &h, sizeof(h), 0) ||
+	    bpf_skb_store_bytes(skb, IP_OFF + sizeof(h), ext, sizeof(ext), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
 static __always_inline int vip_probe_egress6(struct __sk_buff *skb)
 {
 	struct tcphdr *tcp;
@@ -197,6 +224,8 @@ static __always_inline int vip_probe_egress6(struct __sk_buff *skb)
 	__builtin_memcpy(src, &ip6->saddr, 16);
 	__builtin_memcpy(vip, r->vip, 16);
 	__builtin_memcpy(outer_src, r->outer_src, 16);
+	if (encap == PROBE_ENCAP_IPOPT)
+		return insert_option6(skb, ip6, tcp, vip, r->vip_port);
 	if (rewrite_addr6(skb, IP6_DST_OFF, real, vip))
 		return TC_ACT_SHOT;
 	if (encap == PROBE_ENCAP_L2)
@@ -233,13 +262,25 @@ static __always_inline int vip_probe_ingress6(struct __sk_buff *skb)
 	__builtin_memcpy(key.addr, &ip6->saddr, 16);
 	struct probe6_in *r = bpf_map_lookup_elem(&probe6_in, &key);
 
-	if (!r)
-		return TC_ACT_OK;
+	if (!r) {
+		/* ipopt: an answer straight from the real's address and targetPort skipped the backend's rewrite */
+		struct probe6_out *o = bpf_map_lookup_elem(&probe6_out, &key);
+
+		return o && o->encap == PROBE_ENCAP_IPOPT ? TC_ACT_SHOT : TC_ACT_OK;
+	}
 	__u8 vip[16], real[16];
+	__be16 from_port = tcp->source, to_port = r->real_port;
 
 	__builtin_memcpy(vip, &ip6->saddr, 16);
 	__builtin_memcpy(real, r->real, 16);
-	return rewrite_addr6(skb, IP6_SRC_OFF, vip, real) ? TC_ACT_SHOT : TC_ACT_OK;
+	if (rewrite_addr6(skb, IP6_SRC_OFF, vip, real))
+		return TC_ACT_SHOT;
+	if (!to_port || to_port == from_port)
+		return TC_ACT_OK;
+	if (bpf_l4_csum_replace(skb, TCP6_CSUM_OFF, from_port, to_port, sizeof(to_port)) ||
+	    bpf_skb_store_bytes(skb, TCP6_SPORT_OFF, &to_port, sizeof(to_port), 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
 }
 
 /* Rewrites the 4-byte address at `off` from `from` to `to`, fixing the IPv4 and the TCP (pseudo-header) sums. */

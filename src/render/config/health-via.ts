@@ -1,6 +1,6 @@
 // Where `healthCheck.via: vip` works: the TC egress program of src/bpf/vip-probe.ts steers IPv4 probes by MAC
 // (dsr l2), by an outer IPv4 header (dsr ipip) or with the DSR option (dsr ipopt, at a TCP listener's targetPort).
-// IPv6: l2 and ipip. One answer for validation (an explicit `vip` elsewhere is an error) and for the model builder
+// IPv4 and IPv6. One answer for validation (an explicit `vip` elsewhere is an error) and for the model builder
 // (the default is `vip` for IPv4 l2 and ipip, `real` elsewhere: ipopt and IPv6 take `vip` when asked for). Pure.
 import type { RawService } from './raw.js';
 
@@ -10,7 +10,6 @@ export function vipProbeUnsupported(spec: RawService['spec']): string | null {
   if (spec.dispatch.mode !== 'dsr') return `only dsr services are probed through the VIP (dispatch.mode is ${spec.dispatch.mode})`;
   const encap = spec.dispatch.encap ?? 'l2';
   if (encap === 'gue') return `dispatch.encap ${encap} is not supported yet; use via: real`;
-  if (spec.vip.includes(':') && encap === 'ipopt') return 'IPv6 VIPs with encap ipopt are not supported yet; use via: real';
   if (encap === 'ipopt') {
     // the probe connects to the real's targetPort and its SYN names the listener of that targetPort
     const port = spec.healthCheck.port ?? spec.ports[0]?.targetPort ?? spec.ports[0]?.port;
