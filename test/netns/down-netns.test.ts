@@ -6,6 +6,10 @@ import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cleanupRun, createNetns, exec, nsExec, nsName, nsSpawn, vethPair } from '../../src/lab/netns.js';
 import { commitFiles, configFiles, git, tempDir } from '../reconcile-helpers.js';
+import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
+import { serveSnatAddress } from '../../src/bpf/dataplane/flow-state.js';
+import { makeState } from '../lib/lb-state.js';
+import { applyTo } from '../lib/converge.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const MAIN = join(root, 'src/cli/main.ts');
@@ -68,5 +72,44 @@ test('gitlb down detaches and unpins an lb node, refuses while gitlb run holds t
   } finally {
     rmSync(repo, { recursive: true, force: true });
     rmSync(cache, { recursive: true, force: true });
+  }
+});
+
+test('gitlb down removes the SNAT addresses of lost lb nodes this node served from its interface; without --interface it refuses and removes nothing', async (t) => {
+  const ns = nsName('downs');
+  await createNetns(ns);
+  const SERVED = '198.51.100.77'; // a lost peer's snatAddress this node took over (src/reconciler/flows/snat-takeover.ts)
+  const OWN = '198.51.100.5'; // the node's own address: never touched
+  const peer = nsName('downsp');
+  await createNetns(peer);
+  await vethPair({ ns, name: 'eth0', addrs: [`${OWN}/24`] }, { ns: peer, name: 've1', addrs: ['198.51.100.6/24'] });
+  const added = await exec(['ip', '-n', ns, 'addr', 'add', `${SERVED}/32`, 'dev', 'eth0']);
+  t.is(added.code, 0, added.stderr);
+  const pinRoot = `${PIN_ROOT}-snat`;
+  const cache = await tempDir('down-snat-cache');
+  // The data plane as a daemon that served SERVED left it: pinned, SERVED in lb_snat_served.
+  const dp = await openLbDataPlane({ pinRoot: join(pinRoot, 'lb-2') });
+  try {
+    await applyTo(dp, makeState({ reals: { 1: '198.51.100.2' }, services: [{ id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: [1, 1, 1, 1, 1, 1, 1] }] }));
+    t.true(serveSnatAddress(dp.object()!, SERVED));
+  } finally {
+    dp.close();
+  }
+  const addrs = async () => (await exec(['ip', '-n', ns, '-br', 'addr', 'show', 'dev', 'eth0'])).stdout;
+  try {
+    const refused = await gitlbIn(ns, ['down', '--node', 'lb-2', '--pin-root', pinRoot, '--cache-dir', cache]);
+    t.is(refused.code, 1, refused.stdout + refused.stderr);
+    t.regex(refused.stderr, /serves the SNAT addresses of lost lb nodes \(198\.51\.100\.77\).*give --interface.*nothing was removed/);
+    t.true(existsSync(join(pinRoot, 'lb-2', 'lb_snat_served')), 'pins kept');
+    t.regex(await addrs(), /198\.51\.100\.77/);
+
+    const down = await gitlbIn(ns, ['down', '--node', 'lb-2', '--interface', 'eth0', '--pin-root', pinRoot, '--cache-dir', cache]);
+    t.is(down.code, 0, down.stdout + down.stderr);
+    t.regex(down.stdout, /removed SNAT addresses served for lost lb nodes: 198\.51\.100\.77/);
+    t.notRegex(await addrs(), /198\.51\.100\.77/, 'the served address left the interface');
+    t.regex(await addrs(), /198\.51\.100\.5\b/, 'the node\'s own address stays');
+    t.false(existsSync(join(pinRoot, 'lb-2')));
+  } finally {
+    rmSync(pinRoot, { recursive: true, force: true });
   }
 });

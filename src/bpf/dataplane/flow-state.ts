@@ -361,7 +361,11 @@ export function unserveSnatAddress(obj: BpfObject, address: string): void {
 
 /** The other nodes' SNAT addresses this node serves now. */
 export function servedSnatAddresses(obj: BpfObject): string[] {
-  const m = obj.map(SNAT_MAPS.served);
+  return servedAddressesIn(obj.map(SNAT_MAPS.served));
+}
+
+/** The addresses an lb_snat_served map lists (also read from its pin by `gitlb down`). */
+export function servedAddressesIn(m: BpfMap): string[] {
   return m.keys().map((k) => addrText(Buffer.from(k).subarray(0, 16), k[16] === 6 ? 6 : 4)).sort();
 }
 

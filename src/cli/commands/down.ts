@@ -114,6 +114,7 @@ nothing; otherwise it says that nothing was found there and what it recorded.`,
       process.stdout.write(`gitlb down: ${o.node} has no data plane under ${r.pinDir}; nothing to remove (nothing found at that pin root, and no sign of a running ${o.node}: no gitlb run process${o.interface ? `, no gitlb XDP program on ${o.interface}` : ''})\n`);
     } else {
       if (r.vips.length) process.stdout.write(`removed VIPs: ${r.vips.join(' ')}\n`);
+      if (r.snatAddresses.length) process.stdout.write(`removed SNAT addresses served for lost lb nodes: ${r.snatAddresses.join(' ')}\n`);
       for (const l of r.links) process.stdout.write(`detached ${l}\n`);
       process.stdout.write(`unpinned ${r.pins.length} objects under ${r.pinDir}\n`);
     }

@@ -6,6 +6,20 @@ import { join } from 'node:path';
 import { reconcileBackendVips } from '../host/backend-vips.js';
 import { runFile } from '../host/run-file.js';
 import { nodeAliveEvidence } from './node-alive.js';
+import { removeInterfaceAddress } from '../flows/snat-takeover.js';
+import { BpfMap } from '../../bpf/libbpf.js';
+import { servedAddressesIn } from '../../bpf/dataplane/flow-state.js';
+import { SNAT_MAPS } from '../../bpf/dataplane/snat.js';
+
+/** The addresses a pinned lb_snat_served map lists. */
+function servedAddressesAt(pin: string): string[] {
+  const m = BpfMap.open(pin);
+  try {
+    return servedAddressesIn(m);
+  } finally {
+    m.close();
+  }
+}
 
 export interface NodeDownOptions {
   node: string;
@@ -25,6 +39,8 @@ export interface NodeDownReport {
   pins: string[];
   /** VIPs removed from the local device. */
   vips: string[];
+  /** Lost lb nodes' SNAT addresses this node served (snat-takeover.ts), removed from its interface. */
+  snatAddresses: string[];
   nothingToDo: boolean;
 }
 
@@ -79,7 +95,7 @@ export async function takeNodeDown(o: NodeDownOptions): Promise<NodeDownReport> 
   const pinDir = join(o.pinRoot, o.node);
   const vipState = join(o.cacheDir, 'backend-vips.json');
   const pins = existsSync(pinDir) ? readdirSync(pinDir).sort() : [];
-  const report: NodeDownReport = { pinDir, links: [], pins, vips: [], nothingToDo: pins.length === 0 && !existsSync(vipState) };
+  const report: NodeDownReport = { pinDir, links: [], pins, vips: [], snatAddresses: [], nothingToDo: pins.length === 0 && !existsSync(vipState) };
   if (report.nothingToDo) {
     // Nothing here is also what a wrong --pin-root looks like: refuse when the node looks alive.
     const alive = await nodeAliveEvidence(o.node, o.interface, o.cacheDir);
@@ -102,12 +118,23 @@ export async function takeNodeDown(o: NodeDownOptions): Promise<NodeDownReport> 
   }
   const links = objects.filter((x) => x.kind === 'link');
 
+  // SNAT addresses of lost lb nodes this node took over are on its interface: once the data plane is gone its
+  // kernel would keep answering ARP for them and reset the replies. Read before anything is removed, so a missing
+  // --interface refuses with nothing changed.
+  const servedPin = join(pinDir, SNAT_MAPS.served);
+  const served = existsSync(servedPin) ? servedAddressesAt(servedPin) : [];
+  if (served.length && !o.interface)
+    throw new Error(`${servedPin}: this node serves the SNAT addresses of lost lb nodes (${served.join(', ')}) on its interface: give --interface (the node's interface) to remove them; nothing was removed`);
+
   if (existsSync(vipState)) {
     if (!o.interface) throw new Error(`${vipState} records VIPs this node added: give --interface (the node's interface) to remove them`);
     const r = await reconcileBackendVips([], { stateFile: vipState, nodeInterface: o.interface });
     report.vips = r.removed;
     rmSync(vipState, { force: true });
   }
+
+  for (const address of served) await removeInterfaceAddress(o.interface!, address);
+  report.snatAddresses = served;
 
   rmSync(pinDir, { recursive: true, force: true });
   for (const { pin, info } of links) {
