@@ -414,7 +414,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
         const heardAgain = silentNames.split(', ').filter((n) => n && !silent.some((p) => p.peer === n));
         silentNames = names;
         if (names) log.warn(`peers silent on the peer channel: ${names} (no valid answer for ${PEER_SILENT_MS / 1000} s or more)`, { stage: 'health', silent: names });
-        d.refreshHealth(names ? `peer channel: ${names} silent` : `peer channel: ${heardAgain.join(', ')} heard again`);
+        // Nothing to re-render (peers' silence changes no table): just write the status that names them.
+        d.reconciler.publishStatus(names ? `peer channel: ${names} silent` : `peer channel: ${heardAgain.join(', ')} heard again`);
       }, log),
     );
   }

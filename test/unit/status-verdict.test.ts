@@ -143,6 +143,9 @@ test('a killed lb daemon is named within seconds by the peer that no longer hear
   t.false(v.ok);
   t.deepEqual(v.problems, [`lb-b: silent on the peer channel to lb-a since ${iso(30_000)} (30s ago), and has not written its status since: its daemon stopped or was killed, or the node is cut off`]);
   t.false(v.nodes.find((n) => n.node === 'lb-b')!.stale, 'well inside --stale-after: only the peer can tell');
+  // Its last write landed just after lb-a last heard it (within one silence period): still its last breath.
+  const race = assess([sayingSilent(lb('lb-a', { writtenAgoMs: 5_000 }), 'lb-b', 30_000), lb('lb-b', { writtenAgoMs: 29_000 })]);
+  t.regex(race.problems.join('\n'), /lb-b: silent on the peer channel to lb-a since .*has not written its status since/);
 });
 
 test('benign: a peer that still writes its status is named as a broken channel; a stale reporter and an old claim of a node that wrote since do not accuse', (t) => {

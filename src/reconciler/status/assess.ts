@@ -6,6 +6,7 @@
 // skew, not a digest disagreement: a problem only when it outlasts the behind grace. A node whose file predates a
 // health flip another lb node reports is named: it has not been able to write to Git since.
 import { escapeControl } from '../../render/escape.js';
+import { PEER_SILENT_MS } from '../health/peer-wiring.js';
 import type { Condition } from './conditions.js';
 import type { NodeStatus } from './status-doc.js';
 import { digestKey, formatTable, healthView, lbDigestsByService, lbRevisions } from './status-report.js';
@@ -368,7 +369,9 @@ function silenceProblems(s: NodeStatus, updated: number | null, lbs: NodeStatus[
     const claim = silentPeersOf(o).find((p) => p.peer === s.node);
     if (!claim) continue;
     const since = `${new Date(claim.since).toISOString()} (${formatAge(Math.max(0, now - claim.since))} ago)`;
-    out.push(updated === null || updated <= claim.since
+    // A write within PEER_SILENT_MS of the last answer is the node's last breath, not proof of life: its daemon
+    // may have written and been killed before the next poll (a race e2e met). Only a later write shows it alive.
+    out.push(updated === null || updated <= claim.since + PEER_SILENT_MS
       ? `${s.node}: silent on the peer channel to ${o.node} since ${since}, and has not written its status since: its daemon stopped or was killed, or the node is cut off`
       : `${s.node}: ${o.node} has not heard it on the peer channel since ${since}, though it still writes its status: the channel between them is broken (addresses, firewall, keys)`);
   }
