@@ -12,9 +12,7 @@
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { CaptureProgram, NO_FILTER } from '../../src/bpf/capture/index.js';
 import { parseAddressMatch } from '../../src/bpf/capture/filter.js';
-import { LAB } from '../../test/lib/xdp-lab.js';
-import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
-import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { loadHarness, median, runChecked } from './measure-lib.js';
 import { twoVipBench } from './two-vip-bench.js';
 
 const pinRoot = process.argv[2]!;
@@ -22,24 +20,10 @@ const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
 
 // the same object loaded again over every pinned map (same sizes as pinned)
-const { dp, program: normal, mapMaxEntries } = await twoVipBench(pinRoot);
+const { dp, program: normal, mapMaxEntries, empty, restoreObj, varyObj, ctxFor, counter, cases } = await twoVipBench(pinRoot);
 const again = await BpfObject.load('xdp_lb', { pinRoot, reusePinnedMaps: true, mapMaxEntries });
 const noVip = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, vips: [parseAddressMatch('203.0.113.99', '--vip', true)] });
 const noExit = await CaptureProgram.loadOver(normal.fd, { ...NO_FILTER, rate: 0, counters: ['drop_no_real'] });
-const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
-const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
-const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
-const ctxFor = xdpContextFor(LAB.lbA.name);
-const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
-const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
-const counter = async (name: string) => (await dp.counters())[name] as number;
-
-const cases = [
-  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
-  { name: 'dsr-ipip connection-table hit', data: pkt('203.0.113.11', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
-  { name: 'dsr-ipip SYN, new flow every packet', data: pkt('203.0.113.11', TCP_FLAGS.SYN), harness: varyObj, counters: ['ct_miss', 'tx'] },
-];
-for (const c of cases) normal.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
 
 const programs: Array<[string, BpfProgram]> = [['normal', normal], ['again', again.program('xdp_lb')], ['noVip', noVip.program], ['noExit', noExit.program]];
 console.log(`gitlb capture support on the XDP hot path: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, CPU 1, ns/packet net of the floor`);

@@ -3,9 +3,7 @@
 // (build/bpf/xdp_lb.o) and built with -DLB_BENCH_NO_REAL_STATS (per-real counting compiled out), each net of the
 // harness floor (an empty XDP program). BPF_PROG_TEST_RUN repeat = 1e6, medians of RUNS runs, on CPU 1.
 import { BpfObject } from '../../src/bpf/libbpf.js';
-import { LAB } from '../../test/lib/xdp-lab.js';
-import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
-import { loadHarness, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { loadHarness, median, runChecked } from './measure-lib.js';
 import { twoVipBench } from './two-vip-bench.js';
 
 const pinRoot = process.argv[2]!;
@@ -14,23 +12,9 @@ const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
 
 // the variant shares every pinned map (same sizes as pinned), so both programs see the same tables
-const { dp, program: withStats, mapMaxEntries } = await twoVipBench(pinRoot);
+const { dp, program: withStats, mapMaxEntries, empty, restoreObj, varyObj, ctxFor, counter, cases } = await twoVipBench(pinRoot);
 const variant = await BpfObject.load(variantPath, { pinRoot, reusePinnedMaps: true, mapMaxEntries });
 const without = variant.program('xdp_lb');
-const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
-const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
-const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
-const ctxFor = xdpContextFor(LAB.lbA.name);
-const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
-const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.1', dst, l4: { tcp: { sport: 40000, dport: 80, flags } } }));
-const counter = async (name: string) => (await dp.counters())[name] as number;
-
-const cases = [
-  { name: 'dsr-l2 connection-table hit', data: pkt('203.0.113.10', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
-  { name: 'dsr-ipip connection-table hit', data: pkt('203.0.113.11', TCP_FLAGS.ACK), harness: restoreObj, counters: ['ct_hit', 'tx'] },
-  { name: 'dsr-ipip SYN, new flow every packet', data: pkt('203.0.113.11', TCP_FLAGS.SYN), harness: varyObj, counters: ['ct_miss', 'tx'] },
-];
-for (const c of cases) withStats.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
 
 console.log(`Per-real counters on the XDP hot path: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, CPU 1`);
 console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'with'.padStart(6)} ${'without'.padStart(8)} ${'cost'.padStart(6)}   (ns/packet net of the floor)`);
