@@ -147,3 +147,33 @@ test.serial('listeners pinned with 12-byte lb_vips values (before session affini
   }
   t.like(await run(ack('203.0.113.12', 44000)), { ct_miss: 1 });
 });
+
+test.serial('connection-table entries pinned with 12-byte values (before the recency mark) are carried over, marked "chosen at an unknown time"', async (t) => {
+  // the flow was given real 3 by an older table; the table now sends new flows to real 2
+  const older = state([{ id: 1, vip: '203.0.113.10', real: 3 }], { 2: REALS[2], 3: REALS[3] });
+  await applyTo(dp!, older);
+  const table = dp!.object()!.map('lb_conntrack');
+  for (const k of table.keys()) table.delete(k); // the earlier tests' flows
+  await run(frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
+    ipPacket({ src: '192.0.2.1', dst: '203.0.113.10', l4: { tcp: { sport: 45000, dport: 80, flags: TCP_FLAGS.SYN } } })));
+  const ct = dp!.object()!.map('lb_conntrack');
+  const entries = ct.entries().map(([k, v]) => [Buffer.from(k), Buffer.from(v.subarray(0, 12))] as const);
+  t.is(entries.length, 1);
+  t.is(entries[0]![1].readUInt32LE(0), 3);
+  const maxEntries = ct.maxEntries;
+  dp!.close();
+  dp = null;
+  rmSync(`${PIN}/lb_conntrack`);
+  const m = BpfMap.create({ name: 'lb_conntrack', type: MapType.lruHash, keySize: 40, valueSize: 12, maxEntries });
+  for (const [k, v] of entries) m.update(k, v);
+  m.pin(`${PIN}/lb_conntrack`);
+  m.close();
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  const now = dp.object()!.map('lb_conntrack');
+  t.is(now.valueSize, 24);
+  const v = Buffer.from(now.lookup(entries[0]![0])!);
+  t.deepEqual(v.subarray(0, 12), entries[0]![1], 'real, service and slot kept');
+  t.is(v.readBigUInt64LE(16), 0n, 'recency mark 0: chosen at an unknown time');
+  await applyTo(dp, state([{ id: 1, vip: '203.0.113.10', real: 2 }], { 2: REALS[2], 3: REALS[3] }));
+  t.like(await run(ack('203.0.113.10', 45000)), { ct_hit: 1, 'real:3': 1 }, 'the established flow keeps its real across the upgrade');
+});

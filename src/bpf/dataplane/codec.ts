@@ -33,7 +33,7 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_real: { size: 20, members: { addr: 0, family: 16, flags: 17, slot: 18 } },
   lb_real_slot: { size: 24, members: { real_id: 0, real: 4 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
-  lb_flow_value: { size: 12, members: { real_id: 0, service_id: 4, real_slot: 8 } },
+  lb_flow_value: { size: 24, members: { real_id: 0, service_id: 4, real_slot: 8, last_seen: 12, chosen_ns: 16 } },
   lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
   lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
@@ -189,9 +189,28 @@ export function decodeFlowKey(b: Buffer): FlowKey {
     sport: b.readUInt16BE(32), dport: b.readUInt16BE(34), proto: b[36]!, family };
 }
 
-export function decodeFlowValue(b: Buffer): { realId: number; serviceId: number } {
-  return { realId: b.readUInt32LE(0), serviceId: b.readUInt32LE(4) };
+/** lb_flow_value: the real a flow was given, and when (`chosenNs`, CLOCK_MONOTONIC of this node; 0n = unknown). */
+export interface FlowValue { realId: number; serviceId: number; realSlot: number; lastSeen: number; chosenNs: bigint }
+
+export const FLOW_VALUE_BYTES = 24;
+
+export function encodeFlowValue(v: FlowValue): Buffer {
+  const b = Buffer.alloc(FLOW_VALUE_BYTES);
+  b.writeUInt32LE(v.realId, 0);
+  b.writeUInt32LE(v.serviceId, 4);
+  b.writeUInt32LE(v.realSlot, 8);
+  b.writeUInt32LE(v.lastSeen, 12);
+  b.writeBigUInt64LE(v.chosenNs, 16);
+  return b;
 }
+
+export function decodeFlowValue(b: Buffer): FlowValue {
+  return { realId: b.readUInt32LE(0), serviceId: b.readUInt32LE(4), realSlot: b.readUInt32LE(8), lastSeen: b.readUInt32LE(12),
+    chosenNs: b.readBigUInt64LE(16) };
+}
+
+/** lb_flow_value.last_seen's unit: CLOCK_MONOTONIC >> 30 (1.07 s). */
+export const FLOW_LAST_SEEN_SHIFT = 30n;
 
 // ------------------------------------------------------------------ source ranges (lb_source_ranges.h)
 

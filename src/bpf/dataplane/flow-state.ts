@@ -6,18 +6,40 @@
 // Entries name reals by id and VIPs by listener, never by this node's slots: ids are rendered from the config, the
 // same on every node; a slot is each node's own and is looked up here on insert.
 import type { BpfMap, BpfObject } from '../libbpf.js';
-import { addr16, addrText, decodeFlowKey, decodeVipValue, encodeFlowKey, encodeU32, encodeVipKey, familyOf, MODE, realSlotOf,
-  type FlowKey } from './codec.js';
+import { addr16, addrText, decodeFlowKey, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
+  FLOW_LAST_SEEN_SHIFT, MODE, realSlotOf, type FlowKey } from './codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
   encodeSnatRevKey, monotonicNs, snatFwdKey } from './snat.js';
 
-/** A connection-table entry: the client's flow (dst = VIP) and the real it was given. */
-export interface CtEntry { src: string; dst: string; sport: number; dport: number; proto: number; realId: number }
+/**
+ * A connection-table entry: the client's flow (dst = VIP), the real it was given and how long ago (`ageMs`: the
+ * sender's now minus the entry's recency mark, null when unknown). Monotonic clocks differ between nodes, so a mark
+ * crosses the wire only as an age; the receiver turns it back into a mark on its own clock.
+ */
+export interface CtEntry { src: string; dst: string; sport: number; dport: number; proto: number; realId: number; ageMs: number | null }
 
-/** A SNAT translation: the client's flow, its real endpoint and the SNAT address and port it was given. */
+/** A SNAT translation: the client's flow, its real endpoint and the SNAT address and port it was given; `ageMs`: since
+ * the translation was made (or reopened by a SYN), null when unknown. */
 export interface SnatEntry {
   client: string; vip: string; clientPort: number; vipPort: number; proto: number;
-  realId: number; realPort: number; snatAddress: string; snatPort: number; closing: boolean;
+  realId: number; realPort: number; snatAddress: string; snatPort: number; closing: boolean; ageMs: number | null;
+}
+
+/** The oldest age a sync message may carry (7 days): a sender clamps older marks to it, a receiver refuses more. */
+export const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
+
+/** The age of a mark taken on this node's clock, in whole ms (clamped to MAX_AGE_MS); null for an unknown mark (0). */
+export function ageOf(markNs: bigint, nowNs: bigint): number | null {
+  if (markNs === 0n) return null;
+  const ms = markNs >= nowNs ? 0n : (nowNs - markNs) / 1_000_000n;
+  return ms > BigInt(MAX_AGE_MS) ? MAX_AGE_MS : Number(ms);
+}
+
+/** A peer's age as a mark on this node's clock (never before boot: at least 1 ns); 0n for an unknown age. */
+export function markOf(ageMs: number | null, nowNs: bigint): bigint {
+  if (ageMs === null) return 0n;
+  const m = nowNs - BigInt(ageMs) * 1_000_000n;
+  return m > 0n ? m : 1n;
 }
 
 export interface FlowEntries { ct: CtEntry[]; snat: SnatEntry[] }
@@ -30,6 +52,7 @@ export type RefuseReason =
   | 'snat-address' // the translation's SNAT address is not the sending node's own
   | 'snat-own-port' // the port lies in this node's own snatPorts range: this node allocates it itself
   | 'snat-port-taken' // this node holds the port towards that real endpoint for another client flow
+  | 'bad-age' // the age is negative, not a whole number of ms, or older than MAX_AGE_MS
   | 'table-full';
 
 export interface ImportResult {
@@ -38,20 +61,20 @@ export interface ImportResult {
   refused: Partial<Record<RefuseReason, number>>;
 }
 
-const CT_VALUE_BYTES = 12;
-
-function encodeCtValue(realId: number, serviceId: number, slot: number): Buffer {
-  const b = Buffer.alloc(CT_VALUE_BYTES);
-  b.writeUInt32LE(realId, 0);
-  b.writeUInt32LE(serviceId, 4);
-  b.writeUInt32LE(slot, 8);
-  return b;
+/** A connection-table value as xdp_lb writes it, with the recency mark `chosenNs` (this node's clock). */
+function encodeCtValue(realId: number, serviceId: number, slot: number, chosenNs: bigint): Buffer {
+  return encodeFlowValue({ realId, serviceId, realSlot: slot, lastSeen: Number(chosenNs >> FLOW_LAST_SEEN_SHIFT), chosenNs });
 }
+
+/** What identifies a connection-table value for the delta: its real and its recency mark (a SYN that re-read the
+ * table changes the mark even when the real stays, and the peers' copies must learn it). */
+const ctIdentity = (v: Buffer, at = 0) => `${v.readUInt32LE(at)}/${v.readBigUInt64LE(at + 16)}`;
 
 /** lb_snat_rev value bytes a change of which is sent: client, vip, ports, real id (0..39) and state (40). */
 const SNAT_DELTA_BYTES = 41;
 
-const ctOf = (k: FlowKey, realId: number): CtEntry => ({ src: k.src, dst: k.dst, sport: k.sport, dport: k.dport, proto: k.proto, realId });
+const ctOf = (k: FlowKey, v: Buffer, at: number, nowNs: bigint): CtEntry => ({ src: k.src, dst: k.dst, sport: k.sport, dport: k.dport,
+  proto: k.proto, realId: v.readUInt32LE(at), ageMs: ageOf(v.readBigUInt64LE(at + 16), nowNs) });
 
 /**
  * What a node has to tell its peers: every read returns the entries that are new or changed since the previous
@@ -60,8 +83,8 @@ const ctOf = (k: FlowKey, realId: number): CtEntry => ({ src: k.src, dst: k.dst,
  * translation's end is its idle timeout, which every node applies to its own copy.
  */
 export class FlowDelta {
-  /** lb_conntrack key (latin1 string of its bytes) -> the real id last seen */
-  private ct = new Map<string, number>();
+  /** lb_conntrack key (latin1 string of its bytes) -> the real id and recency mark last seen (ctIdentity) */
+  private ct = new Map<string, string>();
   /** lb_snat_rev key (latin1) -> the client flow key (latin1) and real id last seen */
   private snat = new Map<string, string>();
 
@@ -75,13 +98,14 @@ export class FlowDelta {
     const packed = ctMap.lookupBatch(4096);
     const ks = ctMap.keySize;
     const vs = ctMap.valueBufferSize;
-    const ct = new Map<string, number>();
+    const nowNs = monotonicNs();
+    const ct = new Map<string, string>();
     for (let i = 0; i < packed.count; i++) {
       const k = packed.keys.subarray(i * ks, (i + 1) * ks);
       const id = k.toString('latin1');
-      const realId = packed.values.readUInt32LE(i * vs);
-      ct.set(id, realId);
-      if (this.ct.get(id) !== realId) changed.ct.push(ctOf(decodeFlowKey(k), realId));
+      const what = ctIdentity(packed.values, i * vs);
+      ct.set(id, what);
+      if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), packed.values, i * vs, nowNs));
     }
     this.ct = ct;
     const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
@@ -92,7 +116,8 @@ export class FlowDelta {
       const snatAddress = key.family === 4 ? cfg?.addr4 : cfg?.addr6;
       if (!snatAddress) return null;
       return { client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto,
-        realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing };
+        realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing,
+        ageMs: ageOf(rev.createdNs, nowNs) };
     };
     const revEntries = obj.map(SNAT_MAPS.rev).entries();
     const snat = new Map<string, string>();
@@ -113,7 +138,7 @@ export class FlowDelta {
     const all = (): FlowEntries => {
       const out: FlowEntries = { ct: [], snat: [] };
       for (let i = 0; i < packed.count; i++)
-        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values.readUInt32LE(i * vs)));
+        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values, i * vs, nowNs));
       for (const [k, v] of revEntries) {
         if (v[41]) continue;
         const e = snatOf(k, v);
@@ -125,8 +150,8 @@ export class FlowDelta {
   }
 
   /** Entries inserted for a peer: seen, so the next read does not send them back. */
-  remember(keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> }): void {
-    for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), v);
+  remember(keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> }): void {
+    for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), ctIdentity(v));
     for (const [k, v] of keys.snat) this.snat.set(k.toString('latin1'), v.subarray(0, SNAT_DELTA_BYTES).toString('latin1'));
   }
 }
@@ -175,10 +200,13 @@ function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean 
  * 24's third case): then the peer's entry replaces it. Idempotent: an entry already present changes nothing.
  * Returns what happened and the keys inserted (for FlowDelta.remember).
  */
+/** An age a peer may send: unknown (null), or whole ms from 0 to MAX_AGE_MS. */
+const validAge = (a: number | null) => a === null || (Number.isInteger(a) && a >= 0 && a <= MAX_AGE_MS);
+
 export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals, senderSnatAddress?: string)
-  : ImportResult & { keys: { ct: Array<[Buffer, number]>; snat: Array<[Buffer, Buffer]> } } {
+  : ImportResult & { keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> } } {
   const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
-  const keys = { ct: [] as Array<[Buffer, number]>, snat: [] as Array<[Buffer, Buffer]> };
+  const keys = { ct: [] as Array<[Buffer, Buffer]>, snat: [] as Array<[Buffer, Buffer]> };
   const refuse = (r: RefuseReason) => { result.refused[r] = (result.refused[r] ?? 0) + 1; };
   const vips = obj.map('lb_vips');
   const reals = obj.map('lb_reals');
@@ -195,16 +223,19 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
   };
 
   const ct: BpfMap = obj.map('lb_conntrack');
+  const nowNs = monotonicNs();
   for (const e of entries.ct) {
+    if (!validAge(e.ageMs)) { refuse('bad-age'); continue; }
     const family = familyOf(e.dst);
     const l = listener(e.dst, e.dport, e.proto);
     if (!l || l.mode === MODE.snat) { refuse('no-listener'); continue; }
     const r = real(e.realId, family, l.serviceId);
     if (!r) { refuse('no-real'); continue; }
     const key = encodeFlowKey({ src: e.src, dst: e.dst, sport: e.sport, dport: e.dport, proto: e.proto, family });
-    const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r));
+    const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r), markOf(e.ageMs, nowNs));
     const old = ct.lookup(key);
-    if (old && Buffer.from(old).equals(value)) { result.unchanged++; continue; }
+    // the same real (a replay, or a SYN that chose it again): nothing to change
+    if (old && Buffer.from(old).subarray(0, 12).equals(value.subarray(0, 12))) { result.unchanged++; continue; }
     // this node's own entry stays while its real is in the current ring (value: real id, service id, slot)
     if (old && inRing(l.serviceId, Buffer.from(old).readUInt32LE(8))) { refuse('exists'); continue; }
     try {
@@ -215,7 +246,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
       continue;
     }
     result.applied++;
-    keys.ct.push([key, e.realId]);
+    keys.ct.push([key, value]);
   }
 
   if (entries.snat.length === 0) return { ...result, keys };
@@ -225,6 +256,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
   const owners = new SnatOwners(obj.map(SNAT_MAPS.owners));
   for (const e of entries.snat) {
+    if (!validAge(e.ageMs)) { refuse('bad-age'); continue; }
     const family = familyOf(e.vip);
     const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
     // this node's address (shared, the port from another node's range), or another lb node's (kept, with its owner)

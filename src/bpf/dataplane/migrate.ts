@@ -3,6 +3,8 @@
 // apply), and lb_config from 64 to 68 (the new-flow rate). The loader
 // re-creates such pins empty (replaceIncompatiblePins); without this, VIP traffic would go to the kernel until
 // the first apply after the upgrade. Read before the load, written into the new maps right after it.
+// lb_conntrack values grew from 12 to 24 bytes (the recency mark and a coarse last-seen): the established flows of
+// the old table are carried over with both 0 ("chosen at an unknown time", the oldest for the connection-state sync).
 // Rings changed meaning, not size: an older lb_rings (created without BPF_F_RDONLY_PROG) holds rings of real ids,
 // this version's rings of real slots. The loader replaces such a pin with an empty lb_rings; every old ring is
 // rebuilt in it from ids (openOldRings, restoreOldRings) before the new program is attached, and no ring of ids
@@ -20,12 +22,15 @@ export interface OldPins {
   /** Bytes of the old lb_vips values (8: without the stats slot, 12: without the affinity timeout). */
   vipValueSize?: number;
   config: Buffer | null;
+  /** lb_conntrack entries of the 12-byte layout (without recency mark) */
+  conntrack?: Array<[Buffer, Buffer]> | null;
 }
 
 /** Older lb_vips value sizes: without stats slot, without affinity timeout. */
 const OLD_VIP_VALUES = [8, 12] as const;
 const VIP_WITHOUT_SLOT = 8;
 const OLD_CONFIG = 64;
+const OLD_FLOW_VALUE = 12;
 
 /** Every entry of the pin `name` when its values are still `oldValueSize` bytes (an older layout); else null. */
 export function entriesOfOldLayout(pinRoot: string, name: string, oldValueSize: number): Array<[Buffer, Buffer]> | null {
@@ -42,6 +47,7 @@ export function readOldPins(pinRoot: string): OldPins {
   }
   return {
     vips,
+    conntrack: entriesOfOldLayout(pinRoot, 'lb_conntrack', OLD_FLOW_VALUE),
     ...(vipValueSize !== undefined && { vipValueSize }),
     config: withMap(pinRoot, 'lb_config', (m) => {
       if (m.valueSize !== OLD_CONFIG) return null;
@@ -54,8 +60,14 @@ export function readOldPins(pinRoot: string): OldPins {
 /** Writes what old pins held into the freshly created maps: listeners keep their bytes, without a stats slot get
  * one per service (zeroed), without an affinity timeout get 0 (none); address markers the all-zero value; the
  * settings keep their bytes with the rate guard off. */
-export function restoreOldPins(old: OldPins, maps: { vips: BpfMap; config: BpfMap; serviceStats: BpfMap }): void {
+export function restoreOldPins(old: OldPins, maps: { vips: BpfMap; config: BpfMap; serviceStats: BpfMap; conntrack?: BpfMap }): void {
   if (old.config) maps.config.update(encodeU32(0), Buffer.concat([old.config, Buffer.alloc(maps.config.valueSize - OLD_CONFIG)]));
+  if (old.conntrack?.length && maps.conntrack) {
+    const ct = maps.conntrack;
+    const keys = Buffer.concat(old.conntrack.map(([k]) => k));
+    const values = Buffer.concat(old.conntrack.map(([, v]) => Buffer.concat([v, Buffer.alloc(ct.valueBufferSize - OLD_FLOW_VALUE)])));
+    ct.updateBatch(keys, values, old.conntrack.length);
+  }
   if (!old.vips) return;
   const oldSize = old.vipValueSize ?? VIP_WITHOUT_SLOT;
   const slots = new Map<number, number>();

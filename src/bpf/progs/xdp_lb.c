@@ -267,6 +267,9 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 
 		*(__u64 *)&nv.real_id = real_id | ((__u64)service_id << 32);
 		nv.real_slot = real->slot;
+		/* the recency mark: when this real was chosen (a SYN always lands here), never touched on a hit */
+		nv.chosen_ns = bpf_ktime_get_ns();
+		nv.last_seen = nv.chosen_ns >> 30;
 
 		if (cfg->new_flow_rate && lb_over_new_flow_rate(cfg->new_flow_rate)) {
 			lb_count(LB_CNT_CT_RATE_LIMITED);

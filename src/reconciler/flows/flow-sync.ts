@@ -5,7 +5,7 @@
 // contact, or after a failed send) is sent the whole table, in batches across intervals. Nothing in the packet path
 // waits for this: the maps are read and written from here, never from XDP.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+import { FlowDelta, MAX_AGE_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { BadBody, type PeerChannel } from '../peer/index.js';
@@ -69,6 +69,14 @@ function addr(x: unknown, where: string): string {
   return a;
 }
 
+/** An entry's age: absent or null (unknown: a sender without recency marks), or a number that importFlows checks
+ * (a negative, fractional or too large age refuses that entry alone, counted as 'bad-age'). */
+function age(x: unknown, where: string): number | null {
+  if (x === undefined || x === null) return null;
+  if (typeof x !== 'number' || !Number.isFinite(x)) throw new BadBody(`${where}: ageMs not a number`);
+  return x;
+}
+
 /** The body of a 'flows.sync' message, checked field by field (BadBody names the first bad one). */
 export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new BadBody('body: not an object');
@@ -78,19 +86,21 @@ export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
   if (b.ct.length + b.snat.length > maxEntries) throw new BadBody(`more than ${maxEntries} entries`);
   const ct = b.ct.map((x, i): CtEntry => {
     const w = `ct[${i}]`;
-    if (!Array.isArray(x) || x.length !== 6) throw new BadBody(`${w}: not [src, dst, sport, dport, proto, realId]`);
-    const [src, dst, sport, dport, proto, realId] = x;
-    const e = { src: addr(src, `${w}.src`), dst: addr(dst, `${w}.dst`), sport, dport, proto, realId };
+    if (!Array.isArray(x) || (x.length !== 6 && x.length !== 7)) throw new BadBody(`${w}: not [src, dst, sport, dport, proto, realId, ageMs]`);
+    const [src, dst, sport, dport, proto, realId, ageMs] = x;
+    const e = { src: addr(src, `${w}.src`), dst: addr(dst, `${w}.dst`), sport, dport, proto, realId, ageMs: age(ageMs, w) };
     if (!isPort(sport) || !isPort(dport) || !isProto(proto) || !isU32(realId)) throw new BadBody(`${w}: bad port, protocol or real id`);
     if (e.src.includes(':') !== e.dst.includes(':')) throw new BadBody(`${w}: mixed address families`);
     return e as CtEntry;
   });
   const snat = b.snat.map((x, i): SnatEntry => {
     const w = `snat[${i}]`;
-    if (!Array.isArray(x) || x.length !== 10) throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing]`);
-    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing] = x;
+    if (!Array.isArray(x) || (x.length !== 10 && x.length !== 11)) {
+      throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing, ageMs]`);
+    }
+    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing, ageMs] = x;
     const e = { client: addr(client, `${w}.client`), vip: addr(vip, `${w}.vip`), clientPort, vipPort, proto, realId, realPort,
-      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing };
+      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing, ageMs: age(ageMs, w) };
     if (!isPort(clientPort) || !isPort(vipPort) || !isProto(proto) || !isU32(realId) || !isPort(realPort) || !isPort(snatPort) ||
       typeof closing !== 'boolean') throw new BadBody(`${w}: bad port, protocol, real id or state`);
     const v6 = e.vip.includes(':');
@@ -100,14 +110,17 @@ export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
   return { ct, snat };
 }
 
-export function encodeFlowSync(items: Item[]): Wire {
+export function encodeFlowSync(items: Item[], now: number): Wire {
   const ct: unknown[] = [];
   const snat: unknown[] = [];
   for (const it of items) {
-    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId]);
+    // the age as of sending, not of reading: an entry that waited in the queue is that much older
+    const waited = Math.max(0, now - it.at);
+    const ageMs = it.e.ageMs === null ? null : Math.min(MAX_AGE_MS, it.e.ageMs + waited);
+    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId, ageMs]);
     else {
       const e = it.e;
-      snat.push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress, e.snatPort, e.closing]);
+      snat.push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress, e.snatPort, e.closing, ageMs]);
     }
   }
   return { v: 1, ct, snat };
@@ -217,7 +230,7 @@ export class FlowSync {
     for (let m = 0; m < this.limits.maxMessagesPerTick && s.queue.length > 0; m++) {
       const batch = s.queue.slice(0, this.limits.maxEntriesPerMessage);
       try {
-        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch), { timeoutMs: this.limits.timeoutMs });
+        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now()), { timeoutMs: this.limits.timeoutMs });
       } catch (e) {
         s.report.lastError = (e as Error).message;
         // unknown what arrived: the table is sent again once the peer answers

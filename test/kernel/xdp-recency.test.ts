@@ -1,0 +1,56 @@
+// The recency mark of a connection-table entry (lb_flow_value.chosen_ns, docs/datapath.md "Connection-state sync"):
+// xdp_lb writes CLOCK_MONOTONIC when it chooses the flow's real (a new flow, and every SYN, which re-reads the
+// table), and never on a hit, so the mark tells which of two entries for one 5-tuple is the newer choice. The real
+// program through BPF_PROG_TEST_RUN; the packets stop at the next-hop lookup, after the connection table.
+import test from 'ava';
+import { rmSync } from 'node:fs';
+import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
+import { decodeFlowValue, encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
+import { monotonicNs } from '../../src/bpf/dataplane/snat.js';
+import { makeState } from '../lib/lb-state.js';
+import { runMoved } from '../lib/xdp-run-moved.js';
+import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
+import { applyTo } from '../lib/converge.js';
+
+const PIN = `/sys/fs/bpf/glb${process.pid}-xrec`;
+const VIP = '203.0.113.10';
+const tcp = (sport: number, flags: number) => frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
+  ipPacket({ src: '192.0.2.1', dst: VIP, l4: { tcp: { sport, dport: 80, flags, ack: flags & TCP_FLAGS.ACK ? 1 : 0 } } }));
+const key = (sport: number) => encodeFlowKey({ src: '192.0.2.1', dst: VIP, sport, dport: 80, proto: 6, family: 4 });
+
+let dp: LbDataPlaneHandle | null = null;
+test.before(async () => {
+  rmSync(PIN, { recursive: true, force: true });
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  await applyTo(dp, makeState({ reals: { 1: '198.51.100.11' }, hashSeed: 3, conntrackMaxEntries: 4096,
+    services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ring: Array(7).fill(1) }] }));
+});
+test.after.always(() => {
+  dp?.close();
+  rmSync(PIN, { recursive: true, force: true });
+});
+
+const value = (sport: number) => {
+  const v = dp!.object()!.map('lb_conntrack').lookup(key(sport));
+  return v ? decodeFlowValue(Buffer.from(v)) : null;
+};
+
+test.serial('a SYN marks the entry with the time its real was chosen; a hit leaves the mark; a new SYN on the 5-tuple marks it again', async (t) => {
+  const before = monotonicNs();
+  t.like(await runMoved(dp!, tcp(46000, TCP_FLAGS.SYN)), { ct_miss: 1 });
+  const after = monotonicNs();
+  const first = value(46000)!;
+  t.is(first.realId, 1);
+  t.true(first.chosenNs >= before && first.chosenNs <= after, 'CLOCK_MONOTONIC, the same clock as the daemon\'s');
+  t.is(BigInt(first.lastSeen), first.chosenNs >> 30n, 'the coarse last-seen starts at the mark');
+  t.like(await runMoved(dp!, tcp(46000, TCP_FLAGS.ACK)), { ct_hit: 1 });
+  t.is(value(46000)!.chosenNs, first.chosenNs, 'a connection-table hit writes nothing');
+  t.like(await runMoved(dp!, tcp(46000, TCP_FLAGS.SYN)), { ct_miss: 1 });
+  t.true(value(46000)!.chosenNs > first.chosenNs, 'the SYN re-read the table: a newer mark');
+});
+
+test.serial('a non-SYN first packet (a flow this node never saw) is a new choice too: marked', async (t) => {
+  const before = monotonicNs();
+  t.like(await runMoved(dp!, tcp(46001, TCP_FLAGS.ACK)), { ct_miss: 1 });
+  t.true(value(46001)!.chosenNs >= before);
+});
