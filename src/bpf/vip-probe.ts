@@ -1,5 +1,5 @@
 // The lb node's side of `healthCheck.via: vip` (docs/health.md): build/bpf/tc_vip_probe.o on TC egress and
-// ingress of the node's interface, and its maps probe_out ((real, port, probe source port) -> (VIP, encap)) and
+// ingress of the node's interface, and its maps probe_out ((real, port, probe source port) -> (VIP, encap, ports)) and
 // probe_in ((VIP, port, probe source port) -> real), probe6_out and probe6_in the same for IPv6. Not pinned: the programs only serve this process's probes,
 // so they leave with the process (their links close with the fds).
 import { BpfObject, type BpfMap, type TcAttachment } from './libbpf.js';
@@ -14,14 +14,16 @@ export interface VipProbeRoute {
   port: number;
   sourcePort: number;
   real: string;
-  encap: 'l2' | 'ipip' | 'ipopt';
-  /** ipip outer source; absent: the probe's own source address. */
+  encap: 'l2' | 'ipip' | 'ipopt' | 'gue';
+  /** ipip, gue outer source; absent: the probe's own source address. */
   outerSource?: string;
   /** ipopt: the service port the option names (`port` is the real's targetPort, where the probe connects). */
   vipPort?: number;
+  /** gue: the UDP destination port of the tunnel (Cluster spec.gue.port). */
+  guePort?: number;
 }
 
-const ENCAP = { l2: 1, ipip: 2, ipopt: 3 } as const;
+const ENCAP = { l2: 1, ipip: 2, ipopt: 3, gue: 4 } as const;
 
 function ipv4(addr: string, what: string): Buffer {
   const parts = addr.split('.').map(Number);
@@ -39,13 +41,14 @@ function encodeKey(addr: string, what: string, r: VipProbeRoute): Buffer {
 }
 
 /** probe_out entry: the probe leaving towards the real becomes a packet to the VIP (ipopt: carries the VIP:port
- * option). struct probe_out {vip, outer_src, encap u32, vip_port be16, pad}. */
+ * option). struct probe_out {vip, outer_src, encap u32, vip_port be16, gue_port be16}. */
 export function encodeOut(r: VipProbeRoute): [Buffer, Buffer] {
   const v = Buffer.alloc(16);
   ipv4(r.vip, 'VIP').copy(v, 0);
   if (r.outerSource) ipv4(r.outerSource, 'outer source').copy(v, 4);
   v.writeUInt32LE(ENCAP[r.encap], 8);
   if (r.encap === 'ipopt') v.writeUInt16BE(vipPortOf(r), 12);
+  if (r.encap === 'gue') v.writeUInt16BE(guePortOf(r), 14);
   return [encodeKey(r.real, 'real', r), v];
 }
 
@@ -74,13 +77,14 @@ function ipv6(addr: string): Buffer {
   return Buffer.from(ip.bytes);
 }
 
-/** probe6_out {vip[16], outer_src[16] (zero: the probe's own source), encap u32, vip_port be16, pad}. */
+/** probe6_out {vip[16], outer_src[16] (zero: the probe's own source), encap u32, vip_port be16, gue_port be16}. */
 export function encodeOut6(r: VipProbeRoute): [Buffer, Buffer] {
   const v = Buffer.alloc(40);
   ipv6(r.vip).copy(v, 0);
   if (r.outerSource) ipv6(r.outerSource).copy(v, 16);
   v.writeUInt32LE(ENCAP[r.encap], 32);
   if (r.encap === 'ipopt') v.writeUInt16BE(vipPortOf(r), 36);
+  if (r.encap === 'gue') v.writeUInt16BE(guePortOf(r), 38);
   return [encodeKey6(r.real, r), v];
 }
 
@@ -91,6 +95,12 @@ export function encodeIn6(r: VipProbeRoute): [Buffer, Buffer] {
   if (r.encap !== 'ipopt') return [encodeKey6(r.vip, r), v];
   v.writeUInt16BE(r.port, 16);
   return [encodeKey6(r.vip, { ...r, port: vipPortOf(r) }), v];
+}
+
+function guePortOf(r: VipProbeRoute): number {
+  // a zero port would send the probe to UDP port 0 (the program refuses such a route: never reaches the real)
+  if (!r.guePort) throw new Error(`vip probe: a gue route to ${r.real}:${r.port} needs the GUE port`);
+  return r.guePort;
 }
 
 function vipPortOf(r: VipProbeRoute): number {

@@ -3,7 +3,7 @@
 // the named defects (each failed before its fix), then the suite of the other programs (test/lib/hostile.ts): every
 // truncation, named header mutations and 10,000 seeded bit flips per program of the packet kinds it handles, each
 // output checked against the model of docs/health.md (test/lib/hostile-vip-probe.ts), counts printed; IPv6 frames
-// (l2, ipip routes in the programs' IPv6 maps) against their own rule (v6Problems).
+// (l2, ipip, ipopt, gue routes in the programs' IPv6 maps) against their own rule (v6Problems).
 import test from 'ava';
 import { BpfObject, TcAction, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { VIP_PROBE_OBJECT, encodeIn, encodeIn6, encodeOut, encodeOut6, type VipProbeRoute } from '../../src/bpf/vip-probe.js';
@@ -21,6 +21,9 @@ const ROUTES: ProbeRoute[] = [
   // an entry vip-probe.ts never writes: the program must drop the probe rather than let it reach the real's address
   { vip: '192.0.2.12', port: 80, sourcePort: 61003, real: '198.51.100.14', encap: 'unknown' },
   { vip: '192.0.2.13', port: 8080, vipPort: 80, sourcePort: 61004, real: '198.51.100.15', encap: 'ipopt' },
+  { vip: '192.0.2.14', port: 80, guePort: 6080, sourcePort: 61005, real: '198.51.100.16', encap: 'gue' },
+  // a gue entry without its port (vip-probe.ts refuses to write one): dropped, never sent to UDP port 0
+  { vip: '192.0.2.14', port: 81, guePort: 0, sourcePort: 61006, real: '198.51.100.16', encap: 'gue' },
 ];
 
 let obj: BpfObject;
@@ -32,10 +35,11 @@ test.before(async () => {
   egress = obj.program('vip_probe_egress');
   ingress = obj.program('vip_probe_ingress');
   for (const r of ROUTES) {
-    const real = { ...r, encap: r.encap === 'unknown' ? 'l2' as const : r.encap };
+    const real = { ...r, encap: r.encap === 'unknown' ? 'l2' as const : r.encap, ...(r.encap === 'gue' && { guePort: r.guePort || 1 }) };
     const [ik, iv] = encodeIn(real);
     const [ok, ov] = encodeOut(real);
     if (r.encap === 'unknown') ov.writeUInt32LE(0xff, 8);
+    if (r.encap === 'gue' && !r.guePort) ov.writeUInt16BE(0, 14);
     obj.map('probe_in').update(ik, iv);
     obj.map('probe_out').update(ok, ov);
   }
@@ -51,12 +55,13 @@ const ROUTES6: VipProbeRoute[] = [
   { vip: '2001:db8:f::10', port: 80, sourcePort: 61010, real: '2001:db8:1::11', encap: 'l2' },
   { vip: '2001:db8:f::11', port: 80, sourcePort: 61011, real: '2001:db8:1::12', encap: 'ipip', outerSource: '2001:db8:1::5' },
   { vip: '2001:db8:f::12', port: 8080, vipPort: 80, sourcePort: 61012, real: '2001:db8:1::13', encap: 'ipopt' },
+  { vip: '2001:db8:f::13', port: 80, guePort: 6080, sourcePort: 61013, real: '2001:db8:1::14', encap: 'gue' },
 ];
 test.after.always(() => obj?.close());
 
 const tcp = (src: string, dst: string, sport: number, dport: number, flags: number, payload = '', v4 = {}) =>
   frame(ETH, ipPacket({ src, dst, v4: { df: true, id: 7, ...v4 }, l4: { tcp: { sport, dport, flags, seq: 100, ack: flags & TCP_FLAGS.ACK ? 200 : 0, payload: Buffer.from(payload) } } }));
-const [L2, IPIP, IPIP_NO_SRC, UNKNOWN, OPT] = ROUTES as [ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute];
+const [L2, IPIP, IPIP_NO_SRC, UNKNOWN, OPT, GUE, GUE_NO_PORT] = ROUTES as [ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute, ProbeRoute];
 const probe = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '', v4 = {}) => tcp(NODE, r.real, r.sourcePort, r.port, flags, payload, v4);
 const answer = (r: ProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE, r.vipPort ?? r.port, r.sourcePort, flags, payload);
 /** ipopt: an answer straight from the real's address and targetPort (the backend did not rewrite it) */
@@ -99,6 +104,20 @@ test('ipopt: the SYN gets the option (VIP:port) and nothing else changes, later 
   t.is(check(t, ingress, 'ingress', tcp(OPT.real, NODE, OPT.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK)).want.kind, 'pass');
 });
 
+test('gue: the probe goes to the VIP inside outer IPv4 + UDP to the GUE port (source port from the probe\'s), answers get the real back; a route without its port is dropped', (t) => {
+  const syn = check(t, egress, 'egress', probe(GUE));
+  t.is(syn.want.kind, 'encap');
+  t.is(syn.out.length, probe(GUE).length + 28);
+  t.is(syn.out[14 + 9], 17, 'outer protocol UDP');
+  t.is(syn.out.readUInt16BE(14 + 20 + 0), 0xc000 | (GUE.sourcePort & 0x3fff));
+  t.is(syn.out.readUInt16BE(14 + 20 + 2), 6080, 'to the GUE port');
+  t.is(syn.out.readUInt16BE(14 + 20 + 4), probe(GUE).length - 14 + 8, 'UDP length: the probe + 8');
+  t.is(syn.out[14 + 28] >> 4, 4, 'GUE variant 1: the UDP payload is the IPv4 probe itself');
+  t.is(check(t, egress, 'egress', probe(GUE, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n')).want.kind, 'encap');
+  t.is(check(t, ingress, 'ingress', answer(GUE)).want.kind, 'rewrite');
+  t.is(check(t, egress, 'egress', probe(GUE_NO_PORT)).action, TcAction.shot);
+});
+
 // ---------------------------------------------------------------- the named defects
 
 const damaged: Array<[string, () => Buffer]> = [
@@ -134,6 +153,9 @@ const EGRESS_KINDS: Record<string, Buffer> = {
   'probe RST l2': probe(L2, TCP_FLAGS.RST | TCP_FLAGS.ACK),
   'probe SYN unknown encap': probe(UNKNOWN),
   'probe SYN ipopt': probe(OPT),
+  'probe SYN gue': probe(GUE),
+  'probe request gue': probe(GUE, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
+  'probe SYN gue without port': probe(GUE_NO_PORT),
   'probe request ipopt': probe(OPT, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
   'other TCP': tcp(NODE, L2.real, 40000, L2.port, TCP_FLAGS.SYN),
 };
@@ -142,6 +164,7 @@ const INGRESS_KINDS: Record<string, Buffer> = {
   'answer data ipip': answer(IPIP, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'HTTP/1.0 200 OK\r\n\r\n'),
   'answer RST ipip': answer(IPIP_NO_SRC, TCP_FLAGS.RST),
   'answer SYN-ACK ipopt': answer(OPT),
+  'answer SYN-ACK gue': answer(GUE),
   'answer from the real ipopt': unrewritten(OPT),
   'other TCP from a VIP': tcp(L2.vip, NODE, L2.port, 40000, TCP_FLAGS.SYN | TCP_FLAGS.ACK),
 };
@@ -203,6 +226,18 @@ function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out:
       return ['outer IPv6 header'];
     packet = Buffer.concat([out.subarray(0, 14), out.subarray(54)]);
   }
+  if (which === 'egress' && r.encap === 'gue') {
+    // outer IPv6 + UDP (the probe's source port's low 14 bits over 0xc000, to the GUE port, length = the outer payload),
+    // the UDP checksum as valid as the probe's TCP checksum came (lb_gue6_csum does not sum the probe itself)
+    const o = ipView(out, 14);
+    if (!o || o.family !== 6 || o.proto !== 17 || o.ipLen !== i.ipLen + 48 || o.ipLen > out.length - 14 || !o.dst.equals(ipBytes(r.real)) || !o.src.equals(i.src))
+      return ['outer IPv6 header'];
+    if (out.readUInt16BE(54) !== (0xc000 | (sport & 0x3fff)) || out.readUInt16BE(56) !== r.guePort || out.readUInt16BE(58) !== o.ipLen - 40)
+      return ['outer UDP header'];
+    packet = Buffer.concat([out.subarray(0, 14), out.subarray(62)]);
+    const p = ipView(packet, 14);
+    if (i.l4Ok !== null && p && p.l4Ok !== null && o.l4Ok !== p.l4Ok) return [`outer UDP checksum ${p.l4Ok ? 'wrong' : 'laundered'}`];
+  }
   const want = Buffer.from(f);
   ipBytes(which === 'egress' ? r.vip : r.real).copy(want, which === 'egress' ? 14 + 24 : 14 + 8);
   if (which === 'ingress' && r.encap === 'ipopt') want.writeUInt16BE(r.port, 54);
@@ -214,14 +249,14 @@ function v6Problems(which: 'egress' | 'ingress', f: Buffer, action: number, out:
 }
 
 test('hostile suite IPv6: truncations, mutations and bit flips of v6 probes and answers: only the route\'s address changes, checksums as valid as they came', (t) => {
-  const [L26, IPIP6, OPT6] = ROUTES6 as [VipProbeRoute, VipProbeRoute, VipProbeRoute];
+  const [L26, IPIP6, OPT6, GUE6] = ROUTES6 as [VipProbeRoute, VipProbeRoute, VipProbeRoute, VipProbeRoute];
   const p6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN, payload = '') => tcp(NODE6, r.real, r.sourcePort, r.port, flags, payload);
   const a6 = (r: VipProbeRoute, flags: number = TCP_FLAGS.SYN | TCP_FLAGS.ACK, payload = '') => tcp(r.vip, NODE6, r.vipPort ?? r.port, r.sourcePort, flags, payload);
   for (const [which, prog, kinds] of [
     ['egress', egress, { 'v6 SYN l2': p6(L26), 'v6 request ipip': p6(IPIP6, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n'),
-      'v6 SYN ipopt': p6(OPT6) }],
+      'v6 SYN ipopt': p6(OPT6), 'v6 SYN gue': p6(GUE6), 'v6 request gue': p6(GUE6, TCP_FLAGS.ACK | TCP_FLAGS.PSH, 'GET / HTTP/1.0\r\n\r\n') }],
     ['ingress', ingress, { 'v6 SYN-ACK l2': a6(L26), 'v6 data ipip': a6(IPIP6, TCP_FLAGS.ACK, 'HTTP/1.0 200 OK\r\n\r\n'),
-      'v6 SYN-ACK ipopt': a6(OPT6), 'v6 SYN-ACK ipopt from the real': tcp(OPT6.real, NODE6, OPT6.port, OPT6.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK) }],
+      'v6 SYN-ACK ipopt': a6(OPT6), 'v6 SYN-ACK gue': a6(GUE6), 'v6 SYN-ACK ipopt from the real': tcp(OPT6.real, NODE6, OPT6.port, OPT6.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK) }],
   ] as const) {
     const frames = Object.entries(kinds).flatMap(([k, f], n) => [{ name: `${k}: as built`, frame: f }, ...truncations(f), ...mutations(f),
       ...bitFlips(f, 0x5000 + n, 2000)].map((x) => ({ name: `${k}: ${x.name}`, frame: x.frame })));
@@ -252,6 +287,11 @@ test('hostile suite IPv6: truncations, mutations and bit flips of v6 probes and 
   const opt = egress.testRun({ data: p6(OPT6), dataOutSize: 512 });
   t.is(opt.data.length, p6(OPT6).length + 24, 'ipopt: 24 bytes of destination options');
   t.is(opt.data[14 + 6], 60);
+  const gue = egress.testRun({ data: p6(GUE6), dataOutSize: 512 });
+  t.is(gue.data.length, p6(GUE6).length + 48, 'gue: 40 bytes of outer header and 8 of UDP');
+  t.is(gue.data[14 + 6], 17);
+  t.is(gue.data.readUInt16BE(14 + 40 + 2), 6080);
+  t.true(ipView(gue.data, 14)!.l4Ok, 'gue: the outer UDP checksum is right (the probe\'s TCP checksum was)');
   t.is(ingress.testRun({ data: tcp(OPT6.real, NODE6, OPT6.port, OPT6.sourcePort, TCP_FLAGS.SYN | TCP_FLAGS.ACK) }).retval, TcAction.shot,
     'ipopt: an answer straight from the real is dropped');
 });

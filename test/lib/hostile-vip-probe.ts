@@ -17,7 +17,7 @@ export type ProbeRoute = Omit<VipProbeRoute, 'encap'> & { encap: VipProbeRoute['
 export type Expect =
   | { kind: 'pass'; why: string }
   | { kind: 'rewrite'; out: Buffer; why: string } // l2 egress, ingress: one address changed, checksums updated
-  | { kind: 'encap'; outer: Buffer; inner: Buffer; why: string } // ipip egress: outer IPv4 + the rewritten packet
+  | { kind: 'encap'; outer: Buffer; inner: Buffer; why: string } // ipip egress: outer IPv4 (gue: + UDP) + the rewritten packet
   | { kind: 'option'; out: Buffer; why: string } // ipopt egress: the SYN with the DSR option, byte for byte
   | { kind: 'shot'; why: string };
 
@@ -57,6 +57,7 @@ export function expected(prog: 'egress' | 'ingress', f: Buffer, routes: readonly
   const r = routes.find((x) => same(dst, x.real) && dport === x.port && sport === x.sourcePort);
   if (!r) return { kind: 'pass', why: 'no probe route' };
   if (r.encap === 'unknown') return { kind: 'shot', why: 'route with an unknown encap' };
+  if (r.encap === 'gue' && !r.guePort) return { kind: 'shot', why: 'gue route without its port' };
   if (r.encap === 'ipopt') {
     const flags = f[L3 + 33]!;
     if ((flags & 0x12) !== 0x02) return { kind: 'pass', why: 'ipopt probe segment after the SYN' };
@@ -76,16 +77,24 @@ export function expected(prog: 'egress' | 'ingress', f: Buffer, routes: readonly
   ipBytes(r.vip).copy(rewritten, L3 + 16);
   if (r.encap === 'l2') return { kind: 'rewrite', out: rewritten, why: 'probe to the VIP (l2)' };
   const len = f.readUInt16BE(L3 + 2);
-  const outer = Buffer.alloc(20);
+  // gue: the UDP header after the outer IPv4 one: source port 0xc000 | the probe's low 14 bits, the GUE port, the
+  // probe's length + 8, checksum 0 (IPv4)
+  const udp = r.encap === 'gue' ? 8 : 0;
+  const outer = Buffer.alloc(20 + udp);
   outer[0] = 0x45;
   outer[1] = f[L3 + 1]!; // the probe's TOS
-  outer.writeUInt16BE(len + 20, 2);
+  outer.writeUInt16BE(len + 20 + udp, 2);
   outer[8] = 64;
-  outer[9] = IPPROTO.IPIP;
+  outer[9] = udp ? IPPROTO.UDP : IPPROTO.IPIP;
   (r.outerSource ? ipBytes(r.outerSource) : src).copy(outer, 12);
   ipBytes(r.real).copy(outer, 16);
-  outer.writeUInt16BE(~onesSum(outer) & 0xffff, 10);
-  return { kind: 'encap', outer, inner: rewritten, why: 'probe to the VIP in IPIP' };
+  outer.writeUInt16BE(~onesSum(outer.subarray(0, 20)) & 0xffff, 10);
+  if (udp) {
+    outer.writeUInt16BE(0xc000 | (sport & 0x3fff), 20);
+    outer.writeUInt16BE(r.guePort!, 22);
+    outer.writeUInt16BE(len + 8, 24);
+  }
+  return { kind: 'encap', outer, inner: rewritten, why: udp ? 'probe to the VIP in GUE' : 'probe to the VIP in IPIP' };
 }
 
 /** Differences of `got` from `want` outside the IPv4 and TCP checksum fields (those are judged by validity). */
@@ -105,10 +114,11 @@ export function problemsOf(f: Buffer, action: number, out: Buffer, want: Expect)
   const p: string[] = [];
   // the rewritten packet: the model's bytes, checksums as valid as they came (updated, neither laundered nor
   // broken), lengths within the frame (outputProblems, as for the other programs)
-  const packet = want.kind === 'rewrite' ? out : Buffer.concat([out.subarray(0, L3), out.subarray(L3 + 20)]);
+  const added = want.kind === 'encap' ? want.outer.length : 0;
+  const packet = want.kind === 'rewrite' ? out : Buffer.concat([out.subarray(0, L3), out.subarray(L3 + added)]);
   if (want.kind === 'encap') {
-    const outer = out.subarray(L3, L3 + 20);
-    if (out.length !== f.length + 20) p.push(`encapsulated frame of ${out.length} bytes, want ${f.length + 20}`);
+    const outer = out.subarray(L3, L3 + added);
+    if (out.length !== f.length + added) p.push(`encapsulated frame of ${out.length} bytes, want ${f.length + added}`);
     else if (!outer.equals(want.outer)) p.push(`outer header ${outer.toString('hex')}, want ${want.outer.toString('hex')}`);
     if (out.readUInt16BE(12) !== 0x0800) p.push('Ethernet type of the tunnel not IPv4');
   }

@@ -4,6 +4,8 @@
 // program steers it there: removing the VIP from backend 1 must mark it down through the VIP path, while the
 // same real probed on its own address (via: real) stays up.
 // ipip: backend 1 runs the real backend data plane (tc_backend decapsulation); detaching it must mark it down.
+// gue: the probe is tunnelled in UDP to the cluster's GUE port; a backend decapsulating at another port, or not at
+// all, is down via vip while up via real.
 import test from 'ava';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +14,7 @@ import { ADDR, ADDR6, bridgeLab, sh } from '../lib/bridge-lab.js';
 import { Backend, Runner, model, service } from '../health-lab.js';
 import { nsExec, runPrefix } from '../../src/lab/netns.js';
 import type { DesiredState } from '../../src/render/state.js';
+import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 
 const VIP = '203.0.113.10';
 const VIP_IPIP = '203.0.113.20';
@@ -19,6 +22,8 @@ const VIP_OPT = '203.0.113.30';
 const VIP6 = '2001:db8:f::10';
 const VIP6_IPIP = '2001:db8:f::20';
 const VIP6_OPT = '2001:db8:f::30';
+const VIP_GUE = '203.0.113.40';
+const VIP6_GUE = '2001:db8:f::40';
 const TARGET_PORT = 8081; // the ipopt service's targetPort: the backend listens there, clients reach VIP:PORT
 const PORT = 8001;
 const lab = bridgeLab('v');
@@ -84,17 +89,22 @@ test.serial('l2: a real that lost its VIP is down via vip, up via real; it comes
 
 /** What `gitlb run` does on a backend node for one dsr-ipip VIP and one dsr-ipopt VIP (test/lib/backend-lab-node.ts),
  * in backend 1. */
-async function backendDataPlane(): Promise<void> {
+let lastDesired: DesiredState | undefined;
+async function backendDataPlane(guePort = DEFAULT_GUE_PORT): Promise<void> {
   const desired: DesiredState = {
     node: 'be1', role: 'backend', interface: 'eth0', mtu: 1500, hashSeed: 0, conntrackMaxEntries: 1024, reals: [], services: [],
     vips: [{ vip: VIP_IPIP, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 1, forwarding: 'dsr-ipip', hashSourcePort: false },
       { vip: VIP_OPT, family: 4, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 2, forwarding: 'dsr-ipopt', hashSourcePort: false },
       { vip: VIP6_IPIP, family: 6, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 3, forwarding: 'dsr-ipip', hashSourcePort: false },
-      { vip: VIP6_OPT, family: 6, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 4, forwarding: 'dsr-ipopt', hashSourcePort: false }],
-    localVips: [VIP_IPIP, VIP_OPT, VIP6_IPIP, VIP6_OPT],
+      { vip: VIP6_OPT, family: 6, port: PORT, protocol: 'TCP', targetPort: TARGET_PORT, serviceId: 4, forwarding: 'dsr-ipopt', hashSourcePort: false },
+      { vip: VIP_GUE, family: 4, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 5, forwarding: 'dsr-gue', hashSourcePort: false, guePort },
+      { vip: VIP6_GUE, family: 6, port: PORT, protocol: 'TCP', targetPort: PORT, serviceId: 6, forwarding: 'dsr-gue', hashSourcePort: false, guePort }],
+    localVips: [VIP_IPIP, VIP_OPT, VIP6_IPIP, VIP6_OPT, VIP_GUE, VIP6_GUE],
     addresses: [ADDR.b1, ADDR6.b1],
     lbAddresses: [ADDR.lb, ADDR6.lb],
+    guePort,
   };
+  lastDesired = desired;
   const args = { pinRoot, stateFile: join(work, 'backend-vips.json'), desired };
   const r = await nsExec(lab.ns.b1, [process.execPath, '--import', 'tsx', join(ROOT, 'test/lib/backend-lab-node.ts'), 'backend', JSON.stringify(args)], { cwd: ROOT, timeoutMs: 60_000 });
   if (r.code !== 0) throw new Error(`backend data plane in ${lab.ns.b1}: ${r.stderr}`);
@@ -252,3 +262,69 @@ test.serial('IPv6 ipopt: the probe SYN carries the destination-options header; a
     await backend.stop();
   }
 });
+
+const gueService = (name: string, vip: string, real: string, via: 'vip' | 'real') => {
+  const s = service(name, { type: 'tcp', port: PORT, intervalMs: 200, timeoutMs: 150, rise: 2, fall: 2, via }, [real], PORT);
+  return { ...s, spec: { ...s.spec, vip, dispatch: { mode: 'dsr' as const, encap: 'gue' as const } } };
+};
+
+test.serial('gue: the probe is tunnelled to the GUE port; a backend decapsulating at another port is down via vip, up via real; back when the ports agree', async (t) => {
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', PORT);
+  const runner = await Runner.start(lab.ns.lb, model([gueService('guevip', VIP_GUE, ADDR.b1, 'vip'), gueService('guereal', VIP_GUE, ADDR.b1, 'real')]), 64, 'eth0');
+  try {
+    await runner.change('guevip', ADDR.b1, 'up', 5000);
+    await runner.change('guereal', ADDR.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.guevip.reals[ADDR.b1].check, `tcp ${VIP_GUE}:${PORT} via gue to ${ADDR.b1}`);
+    // the backend's decapsulation is what answers: its GUE count grew with the probes
+    const before = await gueDecaps();
+    await new Promise((r) => setTimeout(r, 600));
+    t.true((await gueDecaps()).v4 > before.v4, 'the probes arrived as GUE and were decapsulated');
+
+    // the backend now decapsulates GUE at another port than the cluster's (Cluster spec.gue.port moved on one side
+    // only): every client packet the lb nodes tunnel to 6080 is lost there, the real's own address still answers
+    await backendDataPlane(DEFAULT_GUE_PORT + 1);
+    const down = await runner.change('guevip', ADDR.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    t.is((await runner.snapshot()).snapshot.services.guereal.reals[ADDR.b1].state, 'up', 'the real itself answers');
+
+    await backendDataPlane();
+    const up = await runner.change('guevip', ADDR.b1, 'up', 5000);
+    t.true(up.result.ok);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+test.serial('IPv6 gue: the probe is tunnelled in outer IPv6 + UDP; a real whose decapsulation program is gone is down via vip, up via real', async (t) => {
+  await backendDataPlane();
+  const backend = await Backend.start(lab.ns.b1, 'tcp', PORT);
+  const runner = await Runner.start(lab.ns.lb, model([gueService('gue6vip', VIP6_GUE, ADDR6.b1, 'vip'), gueService('gue6real', VIP6_GUE, ADDR6.b1, 'real')]), 64, 'eth0');
+  try {
+    await runner.change('gue6vip', ADDR6.b1, 'up', 5000);
+    await runner.change('gue6real', ADDR6.b1, 'up', 5000);
+    t.is((await runner.snapshot()).snapshot.services.gue6vip.reals[ADDR6.b1].check, `tcp [${VIP6_GUE}]:${PORT} via gue to ${ADDR6.b1}`);
+    t.true((await gueDecaps()).v6 > 0, 'the probes arrived as GUE over IPv6 and were decapsulated');
+    rmSync(join(pinRoot, 'tc_ingress_link'));
+    const down = await runner.change('gue6vip', ADDR6.b1, 'down', 5000);
+    t.false(down.result.ok);
+    await new Promise((r) => setTimeout(r, 800));
+    t.is((await runner.snapshot()).snapshot.services.gue6real.reals[ADDR6.b1].state, 'up', 'the real itself answers');
+    await backendDataPlane(); // re-attaches
+    await runner.change('gue6vip', ADDR6.b1, 'up', 5000);
+  } finally {
+    await runner.stop();
+    await backend.stop();
+  }
+});
+
+/** Backend 1's GUE decapsulation counters (decap_gue4, decap_gue6), as `gitlb run` reads them. */
+async function gueDecaps(): Promise<{ v4: number; v6: number }> {
+  const args = { pinRoot, stateFile: join(work, 'backend-vips.json'), desired: lastDesired! };
+  const r = await nsExec(lab.ns.b1, [process.execPath, '--import', 'tsx', join(ROOT, 'test/lib/backend-lab-node.ts'), 'backend', JSON.stringify(args)], { cwd: ROOT, timeoutMs: 60_000 });
+  if (r.code !== 0) throw new Error(`backend counters in ${lab.ns.b1}: ${r.stderr}`);
+  const counters = (JSON.parse(r.stdout.trim().split('\n').pop()!) as { counters: Record<string, number> }).counters;
+  return { v4: counters.decap_gue4 ?? 0, v6: counters.decap_gue6 ?? 0 };
+}

@@ -153,9 +153,13 @@ test('healthCheck.via defaults to vip for dsr l2/ipip, IPv4, tcp/http, else real
   t.is(via('203.0.113.1', '{mode: dsr, encap: l2}', '{type: none}'), 'real');
   // vip probes the VIP's port by default; an explicit via: vip where it cannot work stays an error
   t.is(parse('203.0.113.1', '{mode: dsr, encap: l2}').model!.services[0]!.spec.healthCheck.port, 80);
-  const bad = parse('203.0.113.1', '{mode: dsr, encap: gue}', '{type: tcp, via: vip}');
+  const bad = parse('203.0.113.1', '{mode: snat}', '{type: tcp, via: vip}');
   t.is(bad.model, null);
-  t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message === 'spec.healthCheck.via: vip: dispatch.encap gue is not supported yet; use via: real'));
+  t.true(bad.diagnostics.some((d) => d.severity === 'error' && d.message.startsWith('spec.healthCheck.via: vip: only dsr services are probed through the VIP')));
+  // gue: through the VIP when asked for (not the default), IPv4 and IPv6
+  t.is(via('203.0.113.1', '{mode: dsr, encap: gue}'), 'real');
+  t.is(via('203.0.113.1', '{mode: dsr, encap: gue}', '{type: tcp, via: vip}'), 'vip');
+  t.is(via('2001:db8:ff::1', '{mode: dsr, encap: gue}', '{type: http, via: vip}'), 'vip');
   // ipopt: through the VIP when asked for (not the default), at a TCP listener's targetPort only
   t.is(via('203.0.113.1', '{mode: dsr, encap: ipopt}', '{type: tcp, via: vip}'), 'vip');
   // IPv6: l2, ipip and ipopt through the VIP when asked for (not the default)

@@ -1,6 +1,7 @@
 // dsr-gue from config to desired state and plan (pure): the Cluster's GUE port reaches the lb node's gue listeners
 // (lb_vip_value.target_port) and every backend's address entries (be_vips), whatever encap its services name now;
-// a changed port is a listener put; health checks of gue services go to the real.
+// a changed port is a listener put; health checks of gue services go to the real unless they ask for via: vip,
+// whose probes are tunnelled to the cluster's GUE port.
 import test from 'ava';
 import { cluster, model, node, real, service } from '../helpers/model-builder.js';
 import { renderDesiredState } from '../../src/render/desired.js';
@@ -9,6 +10,9 @@ import { planOps } from '../../src/render/ops-plan.js';
 import { validateDesired } from '../../src/bpf/dataplane/validate.js';
 import { DEFAULT_GUE_PORT } from '../../src/render/model.js';
 import { effectiveVia, vipProbeUnsupported } from '../../src/render/config/health-via.js';
+import { checkTargets } from '../../src/reconciler/health/targets.js';
+import { checkFingerprint } from '../../src/reconciler/health/checker.js';
+import { describeProbe } from '../../src/reconciler/health/probes.js';
 
 const build = (gue?: { port: number }, encap: 'gue' | 'ipip' = 'gue') => model({
   cluster: { ...cluster({ tableSize: 251 }), spec: { ...cluster({ tableSize: 251 }).spec, ...(gue && { gue }) } },
@@ -58,10 +62,29 @@ test('plan: moving the GUE port is a put of each gue listener and nothing else; 
   t.true(moved.every((o) => o.op === 'vip.put' && (o as { vip: { guePort?: number } }).vip.guePort === 7777), JSON.stringify(moved));
 });
 
-test('health: gue services are probed at the real (the VIP probe path does not speak GUE yet)', (t) => {
-  const svc = service('g', { vip: '192.0.2.10', dispatch: { mode: 'dsr', encap: 'gue' }, reals: [], healthCheck: { type: 'tcp', intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 } });
-  t.regex(vipProbeUnsupported(svc.spec as never) ?? '', /gue is not supported yet/);
+test('health: gue services are probed at the real by default and through the VIP (tunnelled to the GUE port) when they ask', (t) => {
+  const hc = { type: 'tcp' as const, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1 };
+  const svc = service('g', { vip: '192.0.2.10', dispatch: { mode: 'dsr', encap: 'gue' }, reals: [], healthCheck: hc });
+  t.is(vipProbeUnsupported(svc.spec as never), null);
   t.is(effectiveVia(svc.spec as never), 'real');
+  const asked = service('g', { vip: '192.0.2.10', dispatch: { mode: 'dsr', encap: 'gue' }, reals: [], healthCheck: { ...hc, via: 'vip' } });
+  t.is(effectiveVia(asked.spec as never), 'vip');
+});
+
+test('health: a via: vip probe of a gue service carries the cluster\'s GUE port (default 6080); moving the port changes the check', (t) => {
+  const probed = (gue?: { port: number }) => {
+    const m = build(gue);
+    const services = m.services.map((s) => s.metadata.name === 'web'
+      ? { ...s, spec: { ...s.spec, healthCheck: { type: 'tcp' as const, port: 80, intervalMs: 1000, timeoutMs: 500, rise: 1, fall: 1, via: 'vip' as const } } }
+      : s);
+    return checkTargets({ ...m, services }).find((x) => x.service === 'web')!;
+  };
+  const t0 = probed();
+  t.deepEqual(t0.probe.via, { vip: '192.0.2.10', encap: 'gue', guePort: DEFAULT_GUE_PORT });
+  t.is(describeProbe(t0.probe), 'tcp 192.0.2.10:80 via gue to 203.0.113.2');
+  const t1 = probed({ port: 7777 });
+  t.is(t1.probe.via?.guePort, 7777);
+  t.not(checkFingerprint(t1), checkFingerprint(t0), 'a new GUE port is a changed check (probed again, probation)');
 });
 
 test('data-plane validation: a dsr-gue listener without its GUE port is refused before anything is written; with it, accepted', (t) => {

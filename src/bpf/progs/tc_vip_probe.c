@@ -11,7 +11,9 @@
  * its decapsulation (ipip) never answers from the VIP, and the probe fails. ipopt: the probe stays addressed to
  * REAL:targetPort and its SYN carries the DSR option naming VIP:port; the backend answers from VIP:port only when it
  * trusted the option, and vip_probe_ingress gives the answer back the real's address and targetPort (an answer from
- * REAL:targetPort itself is dropped). Every other packet passes untouched. IPv4 TCP; IPv6 TCP (probe6_out, probe6_in). */
+ * REAL:targetPort itself is dropped). gue: as ipip, with a UDP header to the cluster's GUE port between the outer
+ * header and the probe (GUE variant 1, as xdp_lb writes it), so the backend's GUE decapsulation is what answers.
+ * Every other packet passes untouched. IPv4 TCP; IPv6 TCP (probe6_out, probe6_in). */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <linux/if_ether.h>
@@ -19,13 +21,16 @@
 #include <linux/ipv6.h>
 #include <linux/in.h>
 #include <linux/tcp.h>
+#include <linux/udp.h>
 #include <stddef.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "lb_gue.h"
 
 #define PROBE_ENCAP_L2 1
 #define PROBE_ENCAP_IPIP 2
 #define PROBE_ENCAP_IPOPT 3
+#define PROBE_ENCAP_GUE 4
 #define DSR_OPT_TYPE 0x9a /* the LB's ipopt option (lb_consts.h LB_DSR_OPT_TYPE), Cilium's layout */
 #define DSR_OPT_LEN 8
 
@@ -53,7 +58,7 @@ struct probe_out {
 	__be32 outer_src; /* ipip: outer source; 0 = the probe's own source address */
 	__u32 encap;      /* PROBE_ENCAP_* */
 	__be16 vip_port;  /* ipopt: the service port the option names (the probe goes to the real's targetPort) */
-	__u16 pad;
+	__be16 gue_port;  /* gue: the UDP destination port of the tunnel (Cluster spec.gue.port) */
 };
 
 struct probe_in {
@@ -88,7 +93,7 @@ struct probe6_out {
 	__u8 outer_src[16]; /* ipip: outer source; all zero = the probe's own source address */
 	__u32 encap;        /* PROBE_ENCAP_* */
 	__be16 vip_port;    /* ipopt: the service port the option names */
-	__u16 pad;
+	__be16 gue_port;    /* gue: the UDP destination port of the tunnel */
 };
 
 struct probe6_in {
@@ -217,8 +222,11 @@ static __always_inline int vip_probe_egress6(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	__u8 real[16], src[16], vip[16], outer_src[16];
 	__u32 vtc = bpf_ntohl(*(__be32 *)ip6);
+	__u32 inner_vtf = *(__u32 *)ip6;                 /* gue: the outer UDP checksum's words of the probe's header */
+	__u16 inner_nh_hl = *(__u16 *)&ip6->nexthdr;
 	__u16 len = bpf_ntohs(ip6->payload_len);
 	__u32 encap = r->encap;
+	__be16 gue_port = r->gue_port, gue_sport = lb_gue_sport(bpf_ntohs(tcp->source));
 
 	__builtin_memcpy(real, &ip6->daddr, 16);
 	__builtin_memcpy(src, &ip6->saddr, 16);
@@ -230,22 +238,38 @@ static __always_inline int vip_probe_egress6(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (encap == PROBE_ENCAP_L2)
 		return TC_ACT_OK;
-	if (encap != PROBE_ENCAP_IPIP)
+	if (encap != PROBE_ENCAP_IPIP && (encap != PROBE_ENCAP_GUE || !gue_port))
 		return TC_ACT_SHOT; /* never let a probe we cannot steer reach the VIP's owner */
 
-	/* IPv6 in IPv6: version 6, the probe's traffic class, flow label 0, hop limit 64, next header 41 */
-	struct ipv6hdr outer = {};
+	/* IPv6 in IPv6: version 6, the probe's traffic class, flow label 0, hop limit 64, next header 41; gue: next
+	 * header 17 and the UDP header to the GUE port after it, its checksum as xdp_lb computes it (lb_gue6_csum:
+	 * without summing the probe, right once the probe's own TCP checksum is, which the stack completes) */
+	struct {
+		struct ipv6hdr ip6;
+		struct udphdr udp;
+	} outer = {};
 	__u64 any = *(__u64 *)outer_src | *(__u64 *)(outer_src + 8);
+	__u32 udp = encap == PROBE_ENCAP_GUE ? sizeof(struct udphdr) : 0;
+	__be16 udp_len = bpf_htons(len + sizeof(struct ipv6hdr) + sizeof(struct udphdr));
 
-	*(__be32 *)&outer = bpf_htonl((6u << 28) | (vtc & 0x0ff00000));
-	outer.payload_len = bpf_htons(len + sizeof(struct ipv6hdr));
-	outer.nexthdr = IPPROTO_IPV6;
-	outer.hop_limit = 64;
-	__builtin_memcpy(&outer.saddr, any ? outer_src : src, 16);
-	__builtin_memcpy(&outer.daddr, real, 16);
-	if (bpf_skb_adjust_room(skb, sizeof(struct ipv6hdr), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV6))
+	*(__be32 *)&outer.ip6 = bpf_htonl((6u << 28) | (vtc & 0x0ff00000));
+	outer.ip6.payload_len = bpf_htons(len + sizeof(struct ipv6hdr) + udp);
+	outer.ip6.nexthdr = udp ? IPPROTO_UDP : IPPROTO_IPV6;
+	outer.ip6.hop_limit = 64;
+	__builtin_memcpy(&outer.ip6.saddr, any ? outer_src : src, 16);
+	__builtin_memcpy(&outer.ip6.daddr, real, 16);
+	if (udp) {
+		outer.udp.source = gue_sport;
+		outer.udp.dest = gue_port;
+		outer.udp.len = udp_len;
+		outer.udp.check = lb_gue6_csum(&outer.ip6.saddr, real, udp_len, gue_sport, gue_port, inner_vtf, inner_nh_hl,
+					       IPPROTO_TCP);
+	}
+	__u64 flags = BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 | (udp ? BPF_F_ADJ_ROOM_ENCAP_L4_UDP : 0);
+
+	if (bpf_skb_adjust_room(skb, sizeof(struct ipv6hdr) + udp, BPF_ADJ_ROOM_MAC, flags))
 		return TC_ACT_SHOT;
-	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(outer), 0))
+	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(struct ipv6hdr) + udp, 0))
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }
@@ -338,6 +362,7 @@ int vip_probe_egress(struct __sk_buff *skb)
 	__u32 encap = r->encap;
 	__u8 tos = ip->tos;
 	__u16 len = bpf_ntohs(ip->tot_len);
+	__be16 gue_port = r->gue_port, gue_sport = lb_gue_sport(bpf_ntohs(tcp->source));
 
 	if (encap == PROBE_ENCAP_IPOPT)
 		return insert_option(skb, ip, tcp, vip, r->vip_port);
@@ -347,24 +372,38 @@ int vip_probe_egress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (encap == PROBE_ENCAP_L2)
 		return TC_ACT_OK;
-	if (encap != PROBE_ENCAP_IPIP)
+	if (encap != PROBE_ENCAP_IPIP && (encap != PROBE_ENCAP_GUE || !gue_port))
 		return TC_ACT_SHOT; /* never let a probe we cannot steer reach the VIP's owner */
 
-	struct iphdr outer = {
-		.version = 4,
-		.ihl = 5,
-		.tos = tos,
-		.tot_len = bpf_htons(len + sizeof(struct iphdr)),
-		.ttl = 64,
-		.protocol = IPPROTO_IPIP,
-		.saddr = outer_src ? outer_src : src,
-		.daddr = real,
+	/* gue: the UDP header to the GUE port after the outer header, source port from the probe's (the lb's flow
+	 * hash stands there for RSS), checksum 0 as xdp_lb and Linux fou send it over IPv4 */
+	__u32 udp = encap == PROBE_ENCAP_GUE ? sizeof(struct udphdr) : 0;
+	struct {
+		struct iphdr ip;
+		struct udphdr udp;
+	} outer = {
+		.ip = {
+			.version = 4,
+			.ihl = 5,
+			.tos = tos,
+			.tot_len = bpf_htons(len + sizeof(struct iphdr) + udp),
+			.ttl = 64,
+			.protocol = udp ? IPPROTO_UDP : IPPROTO_IPIP,
+			.saddr = outer_src ? outer_src : src,
+			.daddr = real,
+		},
+		.udp = {
+			.source = gue_sport,
+			.dest = gue_port,
+			.len = bpf_htons(len + sizeof(struct udphdr)),
+		},
 	};
+	__u64 flags = BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | (udp ? BPF_F_ADJ_ROOM_ENCAP_L4_UDP : 0);
 
-	outer.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&outer, sizeof(outer), 0));
-	if (bpf_skb_adjust_room(skb, sizeof(struct iphdr), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_ENCAP_L3_IPV4))
+	outer.ip.check = csum_fold(bpf_csum_diff(0, 0, (__be32 *)&outer.ip, sizeof(outer.ip), 0));
+	if (bpf_skb_adjust_room(skb, sizeof(struct iphdr) + udp, BPF_ADJ_ROOM_MAC, flags))
 		return TC_ACT_SHOT;
-	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(outer), 0))
+	if (bpf_skb_store_bytes(skb, IP_OFF, &outer, sizeof(struct iphdr) + udp, 0))
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }

@@ -156,7 +156,7 @@ export class HealthChecker {
       }
       const via = t.probe.via!;
       routes.push({ vip: via.vip, port: t.probe.port, sourcePort: port, real: t.probe.address, encap: via.encap,
-        ...(via.vipPort !== undefined && { vipPort: via.vipPort }) });
+        ...(via.vipPort !== undefined && { vipPort: via.vipPort }), ...(via.guePort !== undefined && { guePort: via.guePort }) });
     }
     const router = this.vipRouter;
     if (!router) {

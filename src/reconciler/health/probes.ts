@@ -7,14 +7,16 @@ import type { CheckResult } from './hysteresis.js';
 
 /**
  * healthCheck.via: vip — the probe connects to the real's address from a source port the checker reserved for it;
- * the TC programs of src/bpf/vip-probe.ts turn it into a packet to `vip` on the wire (l2 or ipip; ipopt: to the real
+ * the TC programs of src/bpf/vip-probe.ts turn it into a packet to `vip` on the wire (l2, ipip or gue; ipopt: to the real
  * with the option naming vip:vipPort) and the real's answer from the VIP back into one from the real.
  */
 export interface ViaVip {
   vip: string;
-  encap: 'l2' | 'ipip' | 'ipopt';
+  encap: 'l2' | 'ipip' | 'ipopt' | 'gue';
   /** ipopt: the service port whose targetPort the probe connects to (the option names vip:vipPort). */
   vipPort?: number;
+  /** gue: the UDP port the probe is tunnelled to (Cluster spec.gue.port, where backends decapsulate). */
+  guePort?: number;
 }
 
 interface ProbeBase {

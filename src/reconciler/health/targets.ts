@@ -1,6 +1,6 @@
 // Which probes a config asks for: one per (service, real) with a check type other than `none` and a real that is
 // not `disabled` (drained reals are still checked so status shows their health before they return). Pure.
-import type { ConfigModel, ServiceDoc } from '../../render/model.js';
+import { DEFAULT_GUE_PORT, type ConfigModel, type ServiceDoc } from '../../render/model.js';
 import type { Probe } from './probes.js';
 
 export interface CheckTarget {
@@ -28,13 +28,15 @@ export function checkTargets(model: ConfigModel): CheckTarget[] {
     const viaVip = hc.via === 'vip';
     const port = checkPort(svc);
     const encap = svc.spec.dispatch.encap ?? 'l2';
+    // gue: tunnelled to the cluster's GUE port, as xdp_lb sends clients' packets (a port change is a changed check)
+    const guePort = model.cluster.spec.gue?.port ?? DEFAULT_GUE_PORT;
     for (const real of svc.spec.reals) {
       if (real.state === 'disabled') continue;
-      // via: vip probes VIP:port as clients reach it; validation admits it only for dsr l2/ipip/ipopt IPv4 services
-      // (ipopt: at a TCP listener's targetPort, the option naming that listener's port)
+      // via: vip probes VIP:port as clients reach it; validation admits it only for dsr services (ipopt: at a TCP
+      // listener's targetPort, the option naming that listener's port; gue: tunnelled to the cluster's GUE port)
       const address = real.address;
       const vipPort = encap === 'ipopt' ? svc.spec.ports.find((p) => p.protocol === 'TCP' && (p.targetPort ?? p.port) === port)?.port : undefined;
-      const via = viaVip ? { via: { vip: svc.spec.vip, encap: encap as 'l2' | 'ipip' | 'ipopt', ...(vipPort !== undefined && { vipPort }) } } : {};
+      const via = viaVip ? { via: { vip: svc.spec.vip, encap, ...(vipPort !== undefined && { vipPort }), ...(encap === 'gue' && { guePort }) } } : {};
       const probe: Probe = hc.type === 'tcp'
         ? { type: 'tcp', address, port, timeoutMs: hc.timeoutMs, ...via }
         : {
