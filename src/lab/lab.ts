@@ -13,6 +13,7 @@ import { GIT_REPO_NAME, labSpecFromModel, planLab, type LabRouter, type LabSpec 
 import { frrAvailable, removeFrrTmp } from './frr.js';
 import { DEFAULT_CONFIG_DIR, DEFAULT_STATE_DIR, LAB_PIN_PARENT, labAlive, readLabState, statePath, writeLabState, type LabState } from './state.js';
 import { buildNetwork } from './network.js';
+import { cleanStalePins } from './stale-pins.js';
 import { startBackendServers, startBirds, startGitServer } from './services.js';
 import { startDaemons } from './daemons.js';
 
@@ -195,10 +196,11 @@ export async function labDown(stateDir = DEFAULT_STATE_DIR): Promise<{ stopped: 
 }
 
 /**
- * Removes stale labs and namespaces: a recorded lab whose anchor is gone is taken down (its processes and
- * files too), then every `glb<pid>-*` namespace whose creating pid is dead. A running lab is never touched.
+ * Removes stale labs, namespaces and pins: a recorded lab whose anchor is gone is taken down (its processes and
+ * files too), then every `glb<pid>-*` namespace whose creating pid is dead, then every bpffs pin of a dead run
+ * (stale-pins.ts: `glb<pid>-*`, `gitlb-test-glb<pid>-*`, `gitlb-test-<pid>-*`). A running lab is never touched.
  */
-export async function labClean(stateDir = DEFAULT_STATE_DIR): Promise<{ lab: string | null; namespaces: string[] }> {
+export async function labClean(stateDir = DEFAULT_STATE_DIR): Promise<{ lab: string | null; namespaces: string[]; pins: string[] }> {
   const state = readLabState(stateDir);
   let lab: string | null = null;
   const keep: string[] = [];
@@ -208,5 +210,6 @@ export async function labClean(stateDir = DEFAULT_STATE_DIR): Promise<{ lab: str
   } else if (state) {
     keep.push(...state.namespaces);
   }
-  return { lab, namespaces: await cleanStale('glb', { keep }) };
+  const namespaces = await cleanStale('glb', { keep });
+  return { lab, namespaces, pins: cleanStalePins() };
 }

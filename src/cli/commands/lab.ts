@@ -49,7 +49,7 @@ export const command: CliCommand = {
       .addOption(new Option('--router <daemon>', "the router's BGP daemon when the config has BGP settings: BIRD, or FRR (bgpd + zebra)").choices(['bird', 'frr']).default('bird'));
     sub(cmd, result, 'down', "remove exactly what 'up' made (recorded in the state file): processes, namespaces, files", down);
     sub(cmd, result, 'status', "namespaces, addresses, processes, daemons and the router's ECMP routes", status).option('--json', 'status as JSON', false);
-    sub(cmd, result, 'clean', 'remove stale namespaces with the gitlb prefix (their creating process is gone), and a dead lab', clean);
+    sub(cmd, result, 'clean', 'remove stale namespaces and /sys/fs/bpf pins with the gitlb prefixes (their creating process is gone), and a dead lab', clean);
     return cmd;
   },
 };
@@ -123,5 +123,6 @@ async function clean(o: LabOptions): Promise<number> {
   const r = await labClean(o.stateDir);
   if (r.lab) process.stdout.write(`removed dead lab ${r.lab}*\n`);
   process.stdout.write(r.namespaces.length ? `removed stale namespaces: ${r.namespaces.join(' ')}\n` : 'no stale namespaces\n');
+  process.stdout.write(r.pins.length ? `removed stale pins under /sys/fs/bpf: ${r.pins.join(' ')}\n` : 'no stale pins\n');
   return 0;
 }
