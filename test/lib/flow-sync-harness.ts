@@ -11,6 +11,8 @@ import { newNonce, PEER_PATH_PREFIX, seal } from '../../src/reconciler/peer/fram
 import { request as httpRequest } from 'node:http';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
+import { decodeFlowValue, encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
+import { monotonicNs } from '../../src/bpf/dataplane/snat.js';
 import { applyTo } from './converge.js';
 import { LAB, runHarnessScript } from './xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from './packets.js';
@@ -40,6 +42,11 @@ export type FlowSyncStep =
   | { op: 'sendRaw'; body: unknown; times: number; unsealed?: boolean }
   /** lb-b's sync clock moves on (its entry budget refills by the time, never by how slow the machine is) */
   | { op: 'advance'; ms: number }
+  /** real time passes (at least `ms` of CLOCK_MONOTONIC: recency marks taken before and after differ by that much) */
+  | { op: 'wait'; ms: number }
+  /** lb-a's channel sends lb-b one connection-table entry `ct` ([src, dst, sport, dport, proto, realId]) whose age
+   * makes its choice `offsetMs` newer (negative: older) than lb-b's own entry for that flow, as of sending */
+  | { op: 'sendAged'; ct: unknown[]; offsetMs: number }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
   | { op: 'restartA' }
   /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
@@ -109,6 +116,17 @@ async function main(): Promise<void> {
           for (let i = 0; i < step.times; i++)
             answers.push(await rawPost(url['lb-b']!, FLOW_SYNC_KIND, headers, body).catch((e: Error) => ({ error: e.message })));
           out.push({ answers });
+        } else if (step.op === 'wait') {
+          await new Promise((res) => setTimeout(res, step.ms));
+          out.push({});
+        } else if (step.op === 'sendAged') {
+          const [src, dst, sport, dport, proto] = step.ct as [string, string, number, number, number];
+          const held = dp.b.object()!.map('lb_conntrack').lookup(encodeFlowKey({ src, dst, sport, dport, proto, family: 4 }));
+          if (!held) throw new Error('lb-b holds no entry for the flow');
+          // both data planes run in this process: one CLOCK_MONOTONIC
+          const heldAge = Number((monotonicNs() - decodeFlowValue(Buffer.from(held)).chosenNs) / 1_000_000n);
+          const ageMs = Math.max(0, heldAge - step.offsetMs);
+          out.push({ ageMs, answer: await chA.request('lb-b', FLOW_SYNC_KIND, { v: 1, ct: [[...step.ct, ageMs]], snat: [] }, { timeoutMs: 60_000 }) });
         } else if (step.op === 'advance') {
           clockB += step.ms;
           out.push({});

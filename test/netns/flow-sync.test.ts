@@ -22,6 +22,7 @@ import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import { LB_C_SNAT, runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { ringSlot } from '../../src/bpf/dataplane/flow-hash.js';
+import { MAX_AGE_MS, RECENCY_MARGIN_MS } from '../../src/bpf/dataplane/flow-state.js';
 
 const TAG = 'fsync';
 const SECRET = 'Zk3q9V0xW1rT8mN2bC4yH6jL5pD7sG0aE3uI9oK1fQ2='; // a test secret (44 base64 chars, 264 bits)
@@ -71,11 +72,15 @@ const add = (name: string, step: FlowSyncStep) => { at[name] = steps.length; ste
 const ct = (src: string, dst: string, sport: number, dport: number, realId: number) => [src, dst, sport, dport, 6, realId];
 const snatE = (cport: number, snatAddress: string, snatPort: number, realId = 1) => [CLIENT, VIP_SNAT, cport, 80, 6, realId, 8080, snatAddress, snatPort, false];
 const ID1 = 1;
-/** A client port whose ring slot in the 'both' table ([1, 2, 1, 2, 1, 2, 1], seed 7) holds real 1. */
-const PICK1_PORT = (() => {
-  for (let p = 9000; p < 9100; p++) if ([1, 2, 1, 2, 1, 2, 1][ringSlot({ src: CLIENT, dst: VIP_DSR, sport: p, dport: 80, proto: 6 }, true, 7, 7)] === 1) return p;
+/** Longer than lb-b's recency margin (RECENCY_MARGIN_MS, the default): what separates an older choice from a newer one. */
+const RECENCY_WAIT_MS = RECENCY_MARGIN_MS + 200;
+/** A client port (from `from` on) whose ring slot in the 'both' table ([1, 2, 1, 2, 1, 2, 1], seed 7) holds real 1. */
+const pick1Port = (from: number) => {
+  for (let p = from; p < from + 100; p++) if ([1, 2, 1, 2, 1, 2, 1][ringSlot({ src: CLIENT, dst: VIP_DSR, sport: p, dport: 80, proto: 6 }, true, 7, 7)] === 1) return p;
   throw new Error('no port for real 1');
-})();
+};
+const PICK1_PORT = pick1Port(9000);
+const PICK1_PORT_B = pick1Port(9200);
 
 // ---- established flows survive a move to the other lb node after the table changed
 add('apply real1', { op: 'apply', state: 'real1' });
@@ -97,6 +102,7 @@ add('b tick 1', { op: 'tick', node: 'b' });
 // ---- the stale entry: lb-b picked real 2 while real 1 was out; the reconnect through lb-a picks real 1
 add('b dsr syn while real 1 out', { op: 'run', node: 'b', data: tcp(VIP_DSR, 6000, SYN) });
 add('apply real1 again', { op: 'apply', state: 'real1' });
+add('time passes (real 1 back)', { op: 'wait', ms: RECENCY_WAIT_MS });
 add('a dsr reconnect syn', { op: 'run', node: 'a', data: tcp(VIP_DSR, 6000, SYN) });
 add('a tick 2', { op: 'tick', node: 'a' });
 add('b dsr ack after reconnect', { op: 'run', node: 'b', data: tcp(VIP_DSR, 6000, ACK) });
@@ -136,15 +142,31 @@ add('new flow to a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_D
 add('b ack of the synced flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7103, ACK) });
 // ---- the stale entry as the issue met it: the stale real is still in the ring (for other flows). lb-b recorded real 2
 // for a 5-tuple while real 1 was out; real 1 is back (both in the ring); the client reconnects through lb-a, whose SYN
-// gets the ring's real for it (1). lb-b keeps its entry ('exists': an entry of a real the ring names cannot be told
-// from an established connection of an older table without a recency mark), so ECMP moving the connection to lb-b
-// resets it. Known gap: test.failing below.
+// gets the ring's real for it (1). Both entries name a real of the ring: the recency mark decides, lb-a's SYN being
+// the newer choice (by more than the margin), so ECMP moving the connection to lb-b finds real 1 there.
 add('apply real2 (real 1 out)', { op: 'apply', state: 'real2' });
 add('b syn while real 1 out (stale real in ring)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT, SYN) });
 add('apply both again', { op: 'apply', state: 'both' });
+add('time passes (real 1 back, both in the ring)', { op: 'wait', ms: RECENCY_WAIT_MS });
 add('a reconnect syn (ring pick 1)', { op: 'run', node: 'a', data: tcp(VIP_DSR, PICK1_PORT, SYN) });
 add('a tick 2b', { op: 'tick', node: 'a' });
 add('b ack after the reconnect (stale real in ring)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT, ACK) });
+add('b tick 2b', { op: 'tick', node: 'b' });
+add('a ack after b tick (stale real in ring)', { op: 'run', node: 'a', data: tcp(VIP_DSR, PICK1_PORT, ACK) });
+// ---- ages (lb-b's view): a peer's choice replaces lb-b's own only when newer by more than the margin, and only
+// with an age that makes sense
+add('b own flow (recency)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT_B, SYN) });
+add('older choice from a peer', { op: 'sendAged', ct: ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), offsetMs: -60_000 });
+add('choice at the same moment from a peer', { op: 'sendAged', ct: ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), offsetMs: 0 });
+add('negative age', { op: 'send', body: { v: 1, ct: [[...ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), -1]], snat: [] } });
+add('fractional age', { op: 'send', body: { v: 1, ct: [[...ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), 0.5]], snat: [] } });
+add('age over 7 days', { op: 'send', body: { v: 1, ct: [[...ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), MAX_AGE_MS + 1]], snat: [] } });
+add('age over 7 days, new flow', { op: 'send', body: { v: 1, ct: [[...ct(CLIENT, VIP_DSR, PICK1_PORT_B + 1, 80, 2), MAX_AGE_MS + 1]], snat: [] } });
+add('b ack of its own flow (recency)', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT_B, ACK) });
+add('time passes (b\'s choice gets old)', { op: 'wait', ms: RECENCY_WAIT_MS });
+add('newer choice from a peer', { op: 'sendAged', ct: ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), offsetMs: RECENCY_WAIT_MS - 50 });
+add('the newer choice again (replay)', { op: 'sendAged', ct: ct(CLIENT, VIP_DSR, PICK1_PORT_B, 80, 2), offsetMs: RECENCY_WAIT_MS - 50 });
+add('b ack after the newer choice', { op: 'run', node: 'b', data: tcp(VIP_DSR, PICK1_PORT_B, ACK) });
 // ---- each lb node its own SNAT address: a moved SNAT flow keeps its owner's address and port; replies go to the owner
 add('apply own addresses', { op: 'apply', state: 'own' });
 add('a snat syn (own address)', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5101, SYN) });
@@ -320,11 +342,31 @@ test('a translation that closes (FIN) and is reopened by a SYN of the same 5-tup
   t.is(await sent('a tick after reopen') - await sent('a tick after fin'), 1, 'reopened: sent again (the peer\'s closing copy would expire in 10 s)');
 });
 
-test.failing('KNOWN GAP (issue 24, third case as met): the stale real still in the ring: lb-b keeps its stale entry, so the reconnected connection would reset on lb-b', async (t) => {
+test('issue 24, third case as met: the stale real still in the ring; lb-a\'s newer SYN wins on lb-b, so the reconnected connection does not reset there', async (t) => {
   t.is(dstMac((await r('b syn while real 1 out (stale real in ring)')).data), MAC2, 'lb-b recorded real 2');
   t.is(dstMac((await r('a reconnect syn (ring pick 1)')).data), MAC1, 'the reconnect through lb-a gets real 1');
-  // fails today (lb-b sends it to real 2): needs a recency mark (the SYN's time) in the entry and the sync message
-  t.is(dstMac((await r('b ack after the reconnect (stale real in ring)')).data), MAC1);
+  const tick = await r('a tick 2b');
+  t.falsy(tick.error, tick.error);
+  const b = await r('b ack after the reconnect (stale real in ring)');
+  t.is(b.retval, TX);
+  t.is(b.counters.ct_hit, 1);
+  t.is(dstMac(b.data), MAC1, 'lb-b\'s entry (real 2, an older choice) gave way to lb-a\'s newer one');
+  t.falsy((await r('b tick 2b')).error);
+  t.is(dstMac((await r('a ack after b tick (stale real in ring)')).data), MAC1, 'nothing came back to lb-a');
+});
+
+test('recency: a peer\'s older choice, or one at the same moment, leaves lb-b\'s own entry; bad ages are refused and counted; a newer choice replaces it, once', async (t) => {
+  t.is(dstMac((await r('b own flow (recency)')).data), MAC1);
+  t.deepEqual((await r('older choice from a peer')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 } });
+  t.deepEqual((await r('choice at the same moment from a peer')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 } },
+    'within the margin: a SYN both nodes saw keeps each node\'s own');
+  for (const n of ['negative age', 'fractional age', 'age over 7 days', 'age over 7 days, new flow'])
+    t.deepEqual((await r(n)).answer, { applied: 0, unchanged: 0, refused: { 'bad-age': 1 } }, n);
+  t.is(dstMac((await r('b ack of its own flow (recency)')).data), MAC1, 'lb-b\'s connection stays on its real');
+  // benign: the peer chose later (a reconnect through it), for a real of the ring
+  t.deepEqual((await r('newer choice from a peer')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.deepEqual((await r('the newer choice again (replay)')).answer, { applied: 0, unchanged: 1, refused: {} });
+  t.is(dstMac((await r('b ack after the newer choice')).data), MAC2);
 });
 
 test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {

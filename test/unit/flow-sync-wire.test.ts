@@ -3,7 +3,7 @@
 // absolute monotonic time; unknown ages are null; a receiver turns an age back into a mark on its own clock.
 import test from 'ava';
 import { encodeFlowSync, parseFlowSync } from '../../src/reconciler/flows/flow-sync.js';
-import { MAX_AGE_MS, ageOf, markOf } from '../../src/bpf/dataplane/flow-state.js';
+import { MAX_AGE_MS, ageOf, markOf, newerChoice } from '../../src/bpf/dataplane/flow-state.js';
 import { BadBody } from '../../src/reconciler/peer/index.js';
 
 const CT = ['192.0.2.1', '203.0.113.10', 5000, 80, 6, 1];
@@ -40,4 +40,15 @@ test('ages and marks: whole ms, clamped; an unknown mark (0) is an unknown age a
   t.is(markOf(1, now), now - 1_000_000n);
   t.is(markOf(null, now), 0n);
   t.is(markOf(60_000, now), 1n, 'an age before this node\'s boot: the oldest known mark, never 0 (unknown) or negative');
+});
+
+test('a peer\'s choice is newer only by more than the margin; unknown marks never win and always lose', (t) => {
+  const s = 1_000_000_000n;
+  t.true(newerChoice(10n * s, 8n * s, 1000));
+  t.false(newerChoice(9n * s, 8n * s, 1000), 'exactly the margin: not newer');
+  t.false(newerChoice(8n * s + 500_000_000n, 8n * s, 1000), 'within the margin');
+  t.false(newerChoice(5n * s, 8n * s, 1000), 'older');
+  t.false(newerChoice(0n, 8n * s, 1000), 'a peer\'s unknown age never replaces');
+  t.true(newerChoice(1n, 0n, 1000), 'a held entry of unknown age is the oldest');
+  t.false(newerChoice(0n, 0n, 1000));
 });

@@ -6,7 +6,7 @@
 // Entries name reals by id and VIPs by listener, never by this node's slots: ids are rendered from the config, the
 // same on every node; a slot is each node's own and is looked up here on insert.
 import type { BpfMap, BpfObject } from '../libbpf.js';
-import { addr16, addrText, decodeFlowKey, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
+import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
   FLOW_LAST_SEEN_SHIFT, MODE, realSlotOf, type FlowKey } from './codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
   encodeSnatRevKey, monotonicNs, snatFwdKey } from './snat.js';
@@ -195,16 +195,44 @@ function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean 
  * node that the service's current ring names (a listed but drained or unhealthy real is refused: xdp_lb trusts any
  * non-SYN hit, so a synced entry must never steer a flow where the current table does not), and a translation must
  * use the sending node's own SNAT address (`senderSnatAddress`, from the applied config; never a third node's),
- * with a port outside this node's own range that no other client flow holds here. A connection-table entry of this
- * node is never overwritten ('exists') unless its real is one the current ring no longer names (a stale entry, issue
- * 24's third case): then the peer's entry replaces it. Idempotent: an entry already present changes nothing.
- * Returns what happened and the keys inserted (for FlowDelta.remember).
+ * with a port outside this node's own range that no other client flow holds here. A connection-table entry this node
+ * holds for the flow with another real is replaced only by a strictly newer choice: the peer's recency mark (its age
+ * turned into a mark on this clock) later than this node's by more than `marginMs`, for a real that is active and
+ * healthy in the applied state (`realServes`) besides being in the ring; otherwise it stays ('exists'). An entry of
+ * unknown age never replaces one; this node's entry of unknown age (mark 0) is the oldest. Idempotent: an entry with
+ * the real already held changes nothing. Returns what happened and the keys inserted (for FlowDelta.remember).
  */
+export interface ImportOptions {
+  /** The reals each service lists in the applied state (drained and unhealthy ones too); without it any real of the node. */
+  serviceReals?: ServiceReals;
+  /** The reals active and healthy in the applied state: only such a real may take over a flow this node holds. */
+  realServes?: ServiceReals;
+  /** The sending node's own SNAT address (the applied config); translations of any other address are refused. */
+  senderSnatAddress?: string;
+  /** How much newer a peer's choice must be to replace this node's (RECENCY_MARGIN_MS). */
+  marginMs?: number;
+}
+
+/**
+ * A peer's connection-table entry replaces this node's only when its choice is newer by more than this. The age a
+ * peer sends is taken when it sends; the time the message then takes to arrive makes the peer's choice look that much
+ * newer here, so the margin covers a slow delivery. Two choices of one 5-tuple within a second of each other (a SYN
+ * that reached both nodes) keep each node's own.
+ */
+export const RECENCY_MARGIN_MS = 1000;
+
 /** An age a peer may send: unknown (null), or whole ms from 0 to MAX_AGE_MS. */
 const validAge = (a: number | null) => a === null || (Number.isInteger(a) && a >= 0 && a <= MAX_AGE_MS);
 
-export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?: ServiceReals, senderSnatAddress?: string)
+/** Whether a peer's choice (mark on this clock) is strictly newer than the one held, by more than the margin. */
+export function newerChoice(peerMark: bigint, heldMark: bigint, marginMs: number): boolean {
+  if (peerMark === 0n) return false;
+  return heldMark === 0n || peerMark > heldMark + BigInt(marginMs) * 1_000_000n;
+}
+
+export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOptions = {})
   : ImportResult & { keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> } } {
+  const { serviceReals, realServes, senderSnatAddress, marginMs = RECENCY_MARGIN_MS } = opts;
   const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
   const keys = { ct: [] as Array<[Buffer, Buffer]>, snat: [] as Array<[Buffer, Buffer]> };
   const refuse = (r: RefuseReason) => { result.refused[r] = (result.refused[r] ?? 0) + 1; };
@@ -232,12 +260,15 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, serviceReals?:
     const r = real(e.realId, family, l.serviceId);
     if (!r) { refuse('no-real'); continue; }
     const key = encodeFlowKey({ src: e.src, dst: e.dst, sport: e.sport, dport: e.dport, proto: e.proto, family });
-    const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r), markOf(e.ageMs, nowNs));
+    const mark = markOf(e.ageMs, nowNs);
+    const value = encodeCtValue(e.realId, l.serviceId, realSlotOf(r), mark);
     const old = ct.lookup(key);
     // the same real (a replay, or a SYN that chose it again): nothing to change
     if (old && Buffer.from(old).subarray(0, 12).equals(value.subarray(0, 12))) { result.unchanged++; continue; }
-    // this node's own entry stays while its real is in the current ring (value: real id, service id, slot)
-    if (old && inRing(l.serviceId, Buffer.from(old).readUInt32LE(8))) { refuse('exists'); continue; }
+    // the entry held here (this node's choice, or an earlier peer's) stays unless the peer's is the newer choice,
+    // of a real that serves: a peer cannot move a flow this node chose later, nor to a real the table only lists
+    if (old && (!newerChoice(mark, decodeFlowValue(Buffer.from(old)).chosenNs, marginMs) ||
+      (realServes && !realServes(l.serviceId, e.realId)))) { refuse('exists'); continue; }
     try {
       if (old) ct.update(key, value, 'exist');
       else ct.update(key, value, 'noexist');

@@ -5,7 +5,7 @@
 // contact, or after a failed send) is sent the whole table, in batches across intervals. Nothing in the packet path
 // waits for this: the maps are read and written from here, never from XDP.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, MAX_AGE_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+import { FlowDelta, MAX_AGE_MS, RECENCY_MARGIN_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { BadBody, type PeerChannel } from '../peer/index.js';
@@ -23,6 +23,8 @@ export const FLOW_SYNC_DEFAULTS = {
   /** Entries waiting for one peer (its resync plus deltas); beyond it they are dropped and a resync is due. */
   maxQueued: 262_144,
   timeoutMs: 2_000,
+  /** A peer's connection-table entry replaces this node's only when its choice is this much newer (flow-state.ts). */
+  recencyMarginMs: RECENCY_MARGIN_MS,
 };
 
 export interface PeerSyncReport {
@@ -132,6 +134,14 @@ export function serviceRealsOf(d: DesiredState | null): ServiceReals | undefined
   const listed = new Set<string>();
   for (const s of d.services) for (const r of s.reals) listed.add(`${s.id}/${r.realId}`);
   return (serviceId, realId) => listed.has(`${serviceId}/${realId}`);
+}
+
+/** Which reals each service sends new flows to in the applied state: active and healthy. */
+export function servingRealsOf(d: DesiredState | null): ServiceReals | undefined {
+  if (!d) return undefined;
+  const serving = new Set<string>();
+  for (const s of d.services) for (const r of s.reals) if (r.state === 'active' && r.healthy) serving.add(`${s.id}/${r.realId}`);
+  return (serviceId, realId) => serving.has(`${serviceId}/${realId}`);
 }
 
 /** Entries a key may insert: `perSecond` sustained, twice that at once. */
@@ -259,7 +269,9 @@ export class FlowSync {
     const granted = this.budget.take(from, n, this.now());
     const over = n - granted;
     const take = { ct: entries.ct.slice(0, granted), snat: entries.snat.slice(0, Math.max(0, granted - entries.ct.length)) };
-    const r = importFlows(obj, take, serviceRealsOf(this.o.desired()), from === this.o.node ? undefined : this.o.snatAddressOf?.(from));
+    const desired = this.o.desired();
+    const r = importFlows(obj, take, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
+      senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs });
     this.delta.remember(r.keys);
     const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
     if (over > 0) refused['rate-limited'] = over;
