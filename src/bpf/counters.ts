@@ -18,6 +18,15 @@ export type Traffic = { packets: number; bytes: number; newFlows: number };
 
 export const trafficOf = (s: bigint[]): Traffic => ({ packets: Number(s[0]), bytes: Number(s[1]), newFlows: Number(s[2]) });
 
+/** A real's TCP part (struct lb_real_traffic after its lb_traffic fields): TCP packets, and SYNs (ACK clear) among them. */
+export type RealTcp = { tcpPackets: number; tcpSyns: number };
+
+/** The TCP part of lb_real_stats at `slot`, summed over CPUs, or null when the slot is out of range. */
+export function realTcpAt(m: BpfMap, slot: number): RealTcp | null {
+  const s = m.lookupPerCpuSum(u32.encode(slot));
+  return s && { tcpPackets: Number(s[3] ?? 0n), tcpSyns: Number(s[4] ?? 0n) };
+}
+
 /** The traffic at `slot` of a per-CPU traffic array, or null when the slot is out of range. */
 export function trafficAt(m: BpfMap, slot: number): Traffic | null {
   const s = m.lookupPerCpuSum(u32.encode(slot));

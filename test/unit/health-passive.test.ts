@@ -93,9 +93,17 @@ test('deficit: the worst start sample counts, SYNs younger than the settle time 
   t.is(deficit(h.slice(0, 1), 0, 100), 0, 'one sample: nothing to compare');
 });
 
-test('only reals every service of which is TCP and checked are judged', (t) => {
-  const svc = (protocol: string, type: string, address: string) => ({ spec: { ports: [{ protocol }], healthCheck: { type }, reals: [{ address }] } });
-  t.deepEqual([...passiveAddresses({ services: [svc('TCP', 'http', A), svc('UDP', 'tcp', B), svc('TCP', 'tcp', B), svc('TCP', 'none', '198.51.100.23')] })], [A]);
+test('reals of a checked service with a TCP port are judged, whatever UDP they also serve', (t) => {
+  const C = '198.51.100.23';
+  const D = '198.51.100.24';
+  const svc = (protocols: string[], type: string, address: string) => ({ spec: { ports: protocols.map((protocol) => ({ protocol })), healthCheck: { type }, reals: [{ address }] } });
+  const judged = passiveAddresses({ services: [
+    svc(['TCP'], 'http', A),
+    svc(['UDP'], 'tcp', B), svc(['TCP'], 'tcp', B), // a UDP service beside a TCP one: its TCP counters judge it
+    svc(['UDP', 'TCP'], 'tcp', C), // a mixed service (the sample config's dns and game)
+    svc(['TCP'], 'none', D), svc(['UDP'], 'tcp', D), // unchecked TCP, and a checked UDP-only service: no TCP check to confirm
+  ] });
+  t.deepEqual([...judged].sort(), [A, B, C]);
 });
 
 test('hysteresis: a failed check of a suspect real takes it down at once; coming back still takes rise', (t) => {

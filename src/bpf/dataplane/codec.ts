@@ -36,6 +36,7 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_flow_value: { size: 24, members: { real_id: 0, service_id: 4, real_slot: 8, last_seen: 12, chosen_ns: 16 } },
   lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
+  lb_real_traffic: { size: 40, members: { packets: 0, bytes: 8, new_flows: 16, tcp_packets: 24, tcp_syns: 32 } },
   lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
   lb_affinity_key: { size: 24, members: { client: 0, service_id: 16, family: 20 } },
   lb_affinity_value: { size: 16, members: { last_ns: 0, real_id: 8, real_slot: 12 } },

@@ -8,7 +8,7 @@ import { RingCache, createRing, ringDigest, ringIdentities, slotRing, type RingI
 import { encodeSnatConfig, snatSettingsToConfig, validateSnatPorts } from './snat.js';
 import { PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type ExecuteOptions, type Op } from './types.js';
 import { einval } from './validate.js';
-import { vipKeyOf, vipValueOf, markerKeyOf, MARKER_VALUE, ZERO_TRAFFIC, FREE_SLOT, type LbMaps, liveSlotOf } from './maps.js';
+import { vipKeyOf, vipValueOf, markerKeyOf, MARKER_VALUE, ZERO_TRAFFIC, ZERO_REAL_TRAFFIC, FREE_SLOT, type LbMaps, liveSlotOf } from './maps.js';
 import { ringReader } from './live.js';
 
 /** The ops of one kind that follow each other from `start` (the executor batches such a run into one kernel call). */
@@ -198,7 +198,7 @@ export function executeOps(m: LbMaps, ringCache: RingCache, ops: Op[], report: A
           const prev = m.reals.lookup(key);
           const slot = prev ? realSlotOf(prev) : freeSlot();
           const value = encodeReal(o.real.address, o.real.family, slot);
-          if (!prev) put(m.realStats, encodeU32(slot), ZERO_TRAFFIC);
+          if (!prev) put(m.realStats, encodeU32(slot), ZERO_REAL_TRAFFIC);
           put(m.realSlots, encodeU32(slot), encodeRealSlot(o.real.id, value));
           put(m.reals, key, value);
           break;

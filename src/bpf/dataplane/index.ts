@@ -20,7 +20,7 @@ import { addRingMembership, openOldRings, readOldPins, restoreOldPins, restoreOl
 import { RESIZABLE_TABLES, desiredTableSizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 import { einval } from './validate.js';
-import { OBJECT_NAME, serviceSlots, ZERO_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
+import { OBJECT_NAME, serviceSlots, ZERO_REAL_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
 import { LiveMemo, readLbLive } from './live.js';
 import { executeOps } from './execute.js';
 
@@ -122,7 +122,7 @@ class LbDataPlane implements DataPlane {
       owner.set(next, k.readUInt32LE(0));
       const value = Buffer.from(v);
       value.writeUInt16LE(next, 18);
-      m.realStats.update(encodeU32(next), ZERO_TRAFFIC);
+      m.realStats.update(encodeU32(next), ZERO_REAL_TRAFFIC);
       m.realSlots.update(encodeU32(next), encodeRealSlot(k.readUInt32LE(0), value));
       m.reals.update(k, value);
     }

@@ -42,6 +42,7 @@ export function serviceSlots(vips: BpfMap): Map<number, number> {
 export const markerKeyOf = (m: LiveVipMarker) => encodeVipKey({ addr: m.address, family: m.family, port: 0, proto: 0 });
 export const MARKER_VALUE = Buffer.alloc(VIP_VALUE_SIZE);
 export const ZERO_TRAFFIC = Buffer.alloc(24); // lb_traffic
+export const ZERO_REAL_TRAFFIC = Buffer.alloc(40); // lb_real_traffic
 export const FREE_SLOT = Buffer.alloc(24); // lb_real_slot with real id 0
 
 export type LbMaps = Record<'vips' | 'rings' | 'reals' | 'realSlots' | 'conntrack' | 'config' | 'snatConfig' | 'counters' | 'serviceStats' | 'realStats' | 'sourceRanges' | 'quicServers', BpfMap>;

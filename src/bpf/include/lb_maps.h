@@ -121,7 +121,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, LB_MAX_REALS);
 	__type(key, __u32);
-	__type(value, struct lb_traffic);
+	__type(value, struct lb_real_traffic);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } lb_real_stats SEC(".maps");
 

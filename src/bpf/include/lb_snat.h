@@ -579,7 +579,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		if (st)
 			st->new_flows += 1;
 	}
-	lb_traffic_add(&lb_real_stats, real->slot, p->frame_len, new_flow);
+	lb_real_traffic_add(real->slot, p, new_flow);
 	LB_CAP_REAL(real_id);
 
 	__u32 nh_reason = 0;

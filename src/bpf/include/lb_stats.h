@@ -4,6 +4,7 @@
 #define LB_STATS_H
 
 #include "lb_maps.h"
+#include "lb_parsing.h" /* LB_TCP_FLAG_*, struct lb_packet: lb_real_traffic_add */
 #include "lb_capture_hooks.h"
 
 static __always_inline void lb_count(__u32 reason)
@@ -19,18 +20,33 @@ static __always_inline void lb_count(__u32 reason)
  * lookup and no atomics. */
 static __always_inline void lb_traffic_add(void *map, __u32 slot, __u32 bytes, __u32 new_flow)
 {
-#ifdef LB_BENCH_NO_REAL_STATS
-	/* bench/xdp/real-stats-run only: the same program without per-real counters, to price them (the map
-	 * pointer is a constant after inlining, so this test costs nothing in the normal build: it is not there) */
-	if (map == (void *)&lb_real_stats)
-		return;
-#endif
 	struct lb_traffic *t = bpf_map_lookup_elem(map, &slot);
 
 	if (t) {
 		t->packets += 1;
 		t->bytes += bytes;
 		t->new_flows += new_flow;
+	}
+}
+
+/* Traffic of a real, by its slot: the same one array lookup, and its TCP packets and SYNs counted apart (two adds,
+ * no branch), so passive health can judge a real's TCP services whatever UDP it also serves. */
+static __always_inline void lb_real_traffic_add(__u32 slot, const struct lb_packet *p, __u32 new_flow)
+{
+#ifdef LB_BENCH_NO_REAL_STATS
+	/* bench/xdp/real-stats-run only: the same program without per-real counters, to price them */
+	return;
+#endif
+	struct lb_real_traffic *t = bpf_map_lookup_elem(&lb_real_stats, &slot);
+
+	if (t) {
+		__u32 tcp = p->proto == IPPROTO_TCP;
+
+		t->packets += 1;
+		t->bytes += p->frame_len;
+		t->new_flows += new_flow;
+		t->tcp_packets += tcp;
+		t->tcp_syns += tcp & ((p->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN);
 	}
 }
 

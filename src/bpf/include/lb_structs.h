@@ -96,11 +96,22 @@ struct lb_nexthop_entry {
 	__u8 pad[3];
 };
 
-/* per-CPU traffic of a service or a real */
+/* per-CPU traffic of a service */
 struct lb_traffic {
 	__u64 packets;
 	__u64 bytes;
 	__u64 new_flows;
+};
+
+/* per-CPU traffic of a real: lb_traffic's three fields, then its TCP part apart, which passive health judges
+ * (docs/health.md "Passive signals"): a UDP flow may be one packet with nothing behind it, and in the totals it
+ * would look like an unanswered SYN */
+struct lb_real_traffic {
+	__u64 packets;
+	__u64 bytes;
+	__u64 new_flows;
+	__u64 tcp_packets; /* TCP packets sent to the real, SYNs included */
+	__u64 tcp_syns;    /* among them SYNs (ACK clear): new connections and their retransmissions, in every mode */
 };
 
 /* What parsing learned about a packet; offsets are from ctx->data. */

@@ -286,7 +286,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 		new_flow = 1;
 	}
 	lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, new_flow);
-	lb_traffic_add(&lb_real_stats, real->slot, p.frame_len, new_flow);
+	lb_real_traffic_add(real->slot, &p, new_flow);
 	LB_CAP_REAL(real_id);
 
 	/* 5. dispatch */

@@ -1,14 +1,15 @@
-// The lb daemon's passive-signal loop: every PASSIVE.pollMs it reads each real's traffic counters from the loaded
-// xdp_lb object (lb_reals for id -> address and slot, lb_real_stats summed over CPUs: one lookup per real), feeds
-// them to PassiveSignals and hands the suspects to the health checker, which moves their checks forward.
+// The lb daemon's passive-signal loop: every PASSIVE.pollMs it reads each real's TCP counters from the loaded
+// xdp_lb object (lb_reals for id -> address and slot, lb_real_stats' TCP part summed over CPUs: one lookup per
+// real), feeds them to PassiveSignals and hands the suspects to the health checker, which moves their checks forward.
 // Nothing here writes to the data plane; a read that fails is logged once and tried again on the next tick.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { trafficAt } from '../../bpf/counters.js';
+import { realTcpAt } from '../../bpf/counters.js';
 import { decodeReal, realSlotOf } from '../../bpf/dataplane/codec.js';
 import type { ConfigModel } from '../../render/model.js';
 import { PASSIVE, PassiveSignals, passiveAddresses, type RealSample } from './passive.js';
 
-/** Per-real traffic by address, from the lb object's maps (reals sharing an address are summed). */
+/** Per-real TCP traffic by address, from the lb object's maps (reals sharing an address are summed): TCP packets
+ * and the SYNs among them; the real's UDP is not in these counters (lb_real_traffic). */
 export function readRealSamples(obj: BpfObject, only: ReadonlySet<string>): Map<string, RealSample> {
   const out = new Map<string, RealSample>();
   const stats = obj.map('lb_real_stats');
@@ -16,10 +17,10 @@ export function readRealSamples(obj: BpfObject, only: ReadonlySet<string>): Map<
     const value = Buffer.from(v);
     const address = decodeReal(value).address;
     if (!only.has(address)) continue;
-    const t = trafficAt(stats, realSlotOf(value));
+    const t = realTcpAt(stats, realSlotOf(value));
     if (!t) continue;
     const prev = out.get(address);
-    out.set(address, { packets: (prev?.packets ?? 0) + t.packets, newFlows: (prev?.newFlows ?? 0) + t.newFlows });
+    out.set(address, { packets: (prev?.packets ?? 0) + t.tcpPackets, newFlows: (prev?.newFlows ?? 0) + t.tcpSyns });
   }
   return out;
 }

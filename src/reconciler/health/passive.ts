@@ -1,6 +1,7 @@
 // Passive failure signals from the data plane (docs/health.md, "Passive signals"). Pure: the caller samples the
-// per-real traffic counters that xdp_lb already keeps (lb_real_stats: packets, and new flows = SYNs that took the
-// ring, a client's SYN retransmissions included) and passes them in with the time; nothing on the packet path.
+// per-real TCP counters that xdp_lb keeps (lb_real_stats' TCP part: TCP packets, and SYNs among them, a client's
+// SYN retransmissions included, in every mode) and passes them in with the time; nothing on the packet path. UDP
+// is not in them: a one-packet UDP flow has nothing behind it and would look like an unanswered SYN.
 //
 // A TCP connection to a live real sends at least one more packet through the lb node within a round trip of its
 // SYN: the handshake's ACK (in every dispatch mode the client -> real direction passes the lb). A real whose process
@@ -18,9 +19,9 @@
 // probe, hysteresis and consensus decide. A real with no new connections is never suspect.
 
 export interface RealSample {
-  /** Packets the lb node sent to the real (all CPUs, since the counters exist). */
+  /** TCP packets the lb node sent to the real (all CPUs, since the counters exist). */
   packets: number;
-  /** New flows among them (TCP SYNs and first packets of other flows that took the ring). */
+  /** SYNs (ACK clear) among them: new connections and their retransmissions. */
   newFlows: number;
 }
 
@@ -103,16 +104,16 @@ export function quiet(h: readonly Point[], at: number, recentMs: number): boolea
 }
 
 /**
- * The reals passive signals may judge: those every service of which is TCP-only and checked. A UDP flow may be
- * one packet (a DNS query) and so look unanswered, and an unchecked real has no probe to trigger.
+ * The reals passive signals may judge: those of at least one checked service with a TCP port (a mixed TCP/UDP
+ * service counts). The samples are the real's TCP traffic alone (lb_real_traffic's TCP part), so whatever UDP the
+ * real also serves (a one-packet DNS query has nothing behind it) never counts; a real with no checked TCP
+ * service has no TCP evidence that a probe would confirm, and an unchecked real has no probe to trigger.
  */
 export function passiveAddresses(model: { services: readonly { spec: { ports: readonly { protocol: string }[]; healthCheck: { type: string }; reals: readonly { address: string }[] } }[] }): Set<string> {
   const ok = new Set<string>();
-  const not = new Set<string>();
   for (const svc of model.services) {
-    const tcp = svc.spec.ports.length > 0 && svc.spec.ports.every((p) => p.protocol === 'TCP') && svc.spec.healthCheck.type !== 'none';
-    for (const r of svc.spec.reals) (tcp ? ok : not).add(r.address);
+    if (svc.spec.healthCheck.type === 'none' || !svc.spec.ports.some((p) => p.protocol === 'TCP')) continue;
+    for (const r of svc.spec.reals) ok.add(r.address);
   }
-  for (const a of not) ok.delete(a);
   return ok;
 }
