@@ -18,6 +18,8 @@ export const BE = { 'be-1': '198.51.100.21', 'be-2': '198.51.100.22', 'be-3': '1
 export const HEALTH = { intervalMs: 200, fall: 3, rise: 2 };
 /** The check defaults (a service giving only type, port and path): docs/health.md, Defaults. */
 export const DEFAULT_HEALTH = { intervalMs: 2000, fall: 3, rise: 2 };
+/** The UDP port of the mixed service (`udp: true`): the lab's backend servers answer it (src/lab/topology.ts). */
+export const UDP_PORT = 9000;
 
 export interface PartitionResult {
   partitioned: boolean;
@@ -38,11 +40,18 @@ export interface PartitionResult {
   /** Death -> the daemon's first `suspect` line for be-2 / its `-> down` line (the lines' own times), if any. */
   suspectMs?: number;
   downMs?: number;
+  /** be-2's first `suspect` line came before its first `-> down` line in the daemon's log (line order). */
+  suspectBeforeDown: boolean;
+  /** From the death (or the attack) on: every real the daemon called suspect, and every `<service> real <address>`
+   * it took down. */
+  suspects: string[];
+  downs: string[];
 }
 
 /** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs (or with the
- * default timings: `checks: 'defaults'`). */
-export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast'): void {
+ * default timings: `checks: 'defaults'`); `udp`: the service serves UDP_PORT too (a mixed TCP/UDP service, as the
+ * sample config's dns and game), which the lab's backend servers answer. */
+export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast', udp = false): void {
   const put = (rel: string, text: string) => {
     mkdirSync(join(dir, rel, '..'), { recursive: true });
     writeFileSync(join(dir, rel), text);
@@ -52,7 +61,7 @@ export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast'): 
   put('nodes/lb-1.yaml', `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: lb-1 }\nspec:\n  role: lb\n  interface: eth0\n  addresses: [198.51.100.11]\n  allowedVips: [203.0.113.0/24]\n`);
   for (const [name, addr] of Object.entries(BE))
     put(`nodes/${name}.yaml`, `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: ${name} }\nspec:\n  role: backend\n  interface: eth0\n  addresses: [${addr}]\n`);
-  put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }]\n  dispatch: { mode: dsr, encap: l2 }\n` +
+  put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }${udp ? `, { port: ${UDP_PORT}, protocol: UDP }` : ''}]\n  dispatch: { mode: dsr, encap: l2 }\n` +
     (checks === 'defaults'
       ? `  healthCheck: { type: http, port: 80, path: /healthz }\n`
       : `  healthCheck: { type: http, port: 80, path: /healthz, interval: ${intervalMs}ms, timeout: 150ms, rise: ${rise}, fall: ${fall} }\n`) +
@@ -86,12 +95,19 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
    * its namespace (a silent host: no answer at all; the health check's probes time out). */
   death?: 'kill' | 'close' | 'blackhole';
   /** Gap between new connections of the client (default 5 ms; the issue's operator probe is 20/s: 50). */
-  gapMs?: number }): Promise<PartitionResult> {
+  gapMs?: number;
+  /** The service serves UDP_PORT too, and the client also sends one-packet UDP flows (a new source port each, no
+   * answer awaited) to it every gapMs while it opens its connections. */
+  udp?: boolean;
+  /** No death: instead an attacker in the client namespace opens `synFlood` connections (gapMs apart) whose
+   * answers it drops (nftables in its own namespace), so the lb node sees its SYNs and their retransmissions and
+   * nothing behind them, while every backend is healthy. */
+  synFlood?: number }): Promise<PartitionResult> {
   const log = o.log ?? (() => {});
   const health = o.checks === 'defaults' ? DEFAULT_HEALTH : HEALTH;
   const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
   const configDir = join(work, 'config');
-  writeConfig(configDir, o.checks);
+  writeConfig(configDir, o.checks, o.udp);
   let state: LabState | undefined;
   let lb: ChildProcess | undefined;
   let client: ChildProcess | undefined;
@@ -112,6 +128,9 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     let downDetail: string | undefined;
     let suspectAt: number | undefined;
     let downAt: number | undefined;
+    let suspectBeforeDown = false;
+    const suspects: string[] = [];
+    const downs: string[] = [];
     let partial = '';
     const timeOf = (line: string) => {
       try {
@@ -130,11 +149,16 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       for (const line of lines) {
         if (Date.now() < deathAt) continue;
         const m = logMessage(line);
+        const suspect = /^health: (\S+) suspect/.exec(m);
+        if (suspect) suspects.push(suspect[1]!);
         if (m.startsWith(`health: ${BE['be-2']} suspect`) && !suspected) {
           suspected = true;
           suspectAt = timeOf(line);
+          suspectBeforeDown = downDetail === undefined;
         }
         const flip = ' -> down (';
+        const down = /^health: (\S+ real \S+) .* -> down \(/.exec(m);
+        if (down) downs.push(down[1]!);
         if (m.startsWith(`health: web real ${BE['be-2']} `) && m.includes(flip) && downDetail === undefined) {
           downDetail = m.slice(m.indexOf(flip) + flip.length, -1);
           downAt = timeOf(line);
@@ -168,8 +192,20 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       log('partitioned: fetches are failing');
     }
 
-    // New connections every gapMs for fall x interval + 2 s, at least 3 s; be-2 dies 400 ms in.
     const gap = o.gapMs ?? 5;
+    if (o.synFlood) {
+      deathAt = Date.now();
+      await synFlood(state, o.synFlood, gap);
+      // the suspicions' probes (one per real and interval) have had two intervals to run
+      await new Promise((r) => setTimeout(r, 2 * health.intervalMs));
+      const after = await burst(60, 10);
+      const reached = new Set(after.map((f) => f.result));
+      return { partitioned: o.partitioned, deathToZeroMs: 0, failedFlows: after.filter((f) => f.result.startsWith('error')).length,
+        lateFlowsToDead: 0, reviveToFlowMs: Object.keys(BE).every((b) => reached.has(b)) ? 0 : Infinity, fetchFailures, suspected,
+        suspectBeforeDown, suspects, downs };
+    }
+    // New connections every gapMs for fall x interval + 2 s, at least 3 s; be-2 dies 400 ms in.
+    const udpTrickle = o.udp ? udpFlows(state, Math.ceil(Math.max(3000, health.fall * health.intervalMs + 2000) / gap), gap) : null;
     const running = burst(Math.ceil(Math.max(3000, health.fall * health.intervalMs + 2000) / gap), gap);
     await new Promise((r) => setTimeout(r, 400));
     const server = state.processes.find((p) => p.role === 'backend-server' && p.node === 'be-2')!;
@@ -189,6 +225,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     else if (o.death === 'close') await nft('add', 'rule', 'inet', 'gitlbhole', 'in', 'tcp', 'dport', '80', 'reject', 'with', 'tcp', 'reset');
     else process.kill(server.pid, 'SIGKILL');
     const flows = await running;
+    await udpTrickle;
     const failed = flows.filter((f) => f.start >= killedAt && f.result.startsWith('error'));
     const lastHit = Math.max(killedAt, ...flows.filter((f) => f.start >= killedAt && (f.result === 'be-2' || f.result.startsWith('error'))).map((f) => f.start));
     // a silent real fails each check only at its timeout (1 s by default, 150 ms with HEALTH)
@@ -215,6 +252,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
       ...(downDetail !== undefined && { downDetail }),
       ...(suspectAt !== undefined && { suspectMs: suspectAt - killedAt }),
       ...(downAt !== undefined && { downMs: downAt - killedAt }),
+      suspectBeforeDown, suspects, downs,
     };
   } finally {
     if (revived) await stopChild(revived, 1000);
@@ -223,5 +261,35 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     if (state) await labDown(state.stateDir);
     rmSync(work, { recursive: true, force: true });
     if (pinRoot) rmSync(pinRoot, { recursive: true, force: true });
+  }
+}
+
+/** `count` one-packet UDP flows from the client namespace to VIP:UDP_PORT, `gapMs` apart, each from a socket (and
+ * source port) of its own that is closed right after sending: what DNS queries look like to the lb node. */
+async function udpFlows(state: LabState, count: number, gapMs: number): Promise<void> {
+  const script = `const d = require('node:dgram'); let i = 0; const t = setInterval(() => { const s = d.createSocket('udp4');
+    s.send('q' + i, ${UDP_PORT}, '${VIP}', () => s.close()); if (++i >= ${count}) clearInterval(t); }, ${gapMs});`;
+  const r = await nsExec(labNs(state, 'client'), [process.execPath, '-e', script], { timeoutMs: count * gapMs + 10_000 });
+  if (r.code !== 0) throw new Error(`udp flows: ${r.stderr}`);
+}
+
+/** The attacker of `synFlood`: `count` connections to VIP:80 from source ports 20000.. (outside the kernel's
+ * ephemeral range), `gapMs` apart, whose answers an nftables rule in the client namespace drops, so the client's
+ * kernel retransmits each SYN (after 1 s and 3 s) and never completes a handshake; each is given up after 3.5 s. */
+async function synFlood(state: LabState, count: number, gapMs: number): Promise<void> {
+  const ns = labNs(state, 'client');
+  for (const args of [['add', 'table', 'inet', 'gitlbflood'], ['add', 'chain', 'inet', 'gitlbflood', 'in', '{ type filter hook input priority 0; }'],
+    ['add', 'rule', 'inet', 'gitlbflood', 'in', 'tcp', 'sport', '80', 'tcp', 'dport', `20000-${20000 + count - 1}`, 'drop']]) {
+    const r = await nsExec(ns, ['nft', ...args]);
+    if (r.code !== 0) throw new Error(`nft ${args.join(' ')}: ${r.stderr}`);
+  }
+  try {
+    const script = `const net = require('node:net'); let i = 0; const t = setInterval(() => {
+      const s = net.connect({ host: '${VIP}', port: 80, localPort: 20000 + i }); s.on('error', () => {}); setTimeout(() => s.destroy(), 3500);
+      if (++i >= ${count}) clearInterval(t); }, ${gapMs});`;
+    const r = await nsExec(ns, [process.execPath, '-e', script], { timeoutMs: count * gapMs + 15_000 });
+    if (r.code !== 0) throw new Error(`syn flood: ${r.stderr}`);
+  } finally {
+    await nsExec(ns, ['nft', 'delete', 'table', 'inet', 'gitlbflood']);
   }
 }

@@ -4,9 +4,10 @@
 // node sees be-2's SYNs go unanswered in its per-real counters, checks it at once and takes it out; with
 // --no-passive-health it waits for its regular checks. Order and outcome are asserted here (which path took the
 // real out, fewer failed connections than active checks alone, none after the regular checks' bound); the times
-// are bench/health's (`bench/health/run passive`), quoted in docs/health.md.
+// are bench/health's (`bench/health/run passive`), quoted in docs/health.md. A real that serves UDP too is judged by
+// its TCP traffic alone; and an attacker's SYNs that are never answered make reals suspect, never down.
 import test from 'ava';
-import { partitionScenario, type PartitionResult } from '../partition-scenario.js';
+import { BE, partitionScenario, type PartitionResult } from '../partition-scenario.js';
 
 const SUSPECT_DETAIL = 'no answer to connect within 250 ms (suspect)';
 let passiveKill: PartitionResult | undefined;
@@ -48,4 +49,24 @@ test.serial('default checks with passive signals: a silent backend is out after 
   t.is(r.downDetail, SUSPECT_DETAIL, 'not the 1 s check timeout, nor three of them');
   t.is(r.lateFlowsToDead, 0);
   t.true(Number.isFinite(r.reviveToFlowMs), 'it gets new connections again once it answers');
+});
+
+test.serial('a real serving TCP and UDP (a mixed service, UDP one-packet flows beside the connections): a kill is seen by the passive path', async (t) => {
+  const r = await partitionScenario({ partitioned: false, checks: 'defaults', udp: true, log: (m) => t.log(m) });
+  t.log(`passive + active (defaults), TCP+UDP real, kill: death -> zero new flows ${r.deathToZeroMs} ms, failed flows ${r.failedFlows}; suspects ${r.suspects.join(', ')}`);
+  t.true(r.failedFlows > 0);
+  t.true(r.suspected, 'its TCP counters showed the unanswered SYNs (the UDP flows are not in them)');
+  t.true(r.suspectBeforeDown, 'the suspicion came first: the probe it moved forward took the real down');
+  t.is(r.downDetail, 'ECONNREFUSED');
+  t.true(r.downs.every((d) => d.endsWith(` ${BE['be-2']}`)), `only be-2 was taken down: ${r.downs.join(', ')}`);
+  t.is(r.lateFlowsToDead, 0);
+});
+
+test.serial('attacker: SYNs and their retransmissions that are never answered make healthy reals suspect, never down', async (t) => {
+  const r = await partitionScenario({ partitioned: false, checks: 'defaults', synFlood: 150, gapMs: 20, log: (m) => t.log(m) });
+  t.log(`SYN flood: suspects ${[...new Set(r.suspects)].join(', ')}; downs ${r.downs.join(', ') || 'none'}`);
+  t.true(r.suspects.length > 0, 'the flood did make reals suspect (else the test proves nothing)');
+  t.deepEqual(r.downs, [], 'their probes answered: nothing was taken down');
+  t.is(r.failedFlows, 0, 'and new connections afterwards all succeed');
+  t.is(r.reviveToFlowMs, 0, 'on every backend');
 });
