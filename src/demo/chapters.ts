@@ -208,10 +208,11 @@ export async function chapterRevert(ctx: DemoContext): Promise<void> {
 
 export async function chapterHealth(ctx: DemoContext, stopServer: (node: string) => Promise<number | null>): Promise<void> {
   ctx.n.chapter('A backend dies; health checks drain it');
-  // Passive signals (docs/health.md) judge only reals every service of which is TCP; be-3 is also a real of game
-  // (TCP and UDP; disabled there, but listed).
-  ctx.n.say('web checks GET /healthz on port 80 every 2 s; 3 failures in a row mark a backend down (be-3 is also\n' +
-    'a real of game, which has a UDP port, so its unanswered connections do not make the checks come sooner).\n' +
+  // Passive signals (docs/health.md) judge a real by its TCP traffic, whatever UDP it also serves (be-3 is also a
+  // real of game, TCP and UDP; disabled there, but listed).
+  ctx.n.say('web checks GET /healthz on port 80 every 2 s; 3 failures in a row mark a backend down, and one is\n' +
+    'enough once the lb node has seen its new TCP connections go unanswered: that evidence checks it at once\n' +
+    '(be-3 also serves game\'s UDP port; its UDP traffic is no evidence either way).\n' +
     'We stop the server of be-3 (the lab\'s HTTP server process in be-3\'s namespace):');
   const pid = await stopServer('be-3');
   if (pid === null) {
