@@ -20,6 +20,9 @@ export interface KatranSetup {
   routerMac: string;
   /** Total connection-table entries, split evenly over the per-CPU LRU maps as KatranLb splits LruSize. */
   lruSize: number;
+  /** A GUE build (-DGUE_ENCAP): the outer IPv4 source, pckt_srcs[V4_SRC_INDEX] as KatranLb's addSrcIpForPcktEncap
+   * writes it (without it Katran's gue_encap_v4 drops every packet). */
+  encapSource?: string;
 }
 
 const v4 = (a: string) => Buffer.from(a.split('.').map(Number));
@@ -64,6 +67,13 @@ export async function loadKatran(objPath: string, s: KatranSetup): Promise<Katra
     const vm = Buffer.alloc(vips.valueSize); // vip_meta: flags 0, vip_num
     vm.writeUInt32LE(vipNum, 4);
     vips.update(vk, vm);
+
+    if (s.encapSource) {
+      const srcs = o.map('pckt_srcs'); // key V4_SRC_INDEX 0 -> real_definition { dst, ... }
+      const v = Buffer.alloc(srcs.valueSize);
+      v4(s.encapSource).copy(v);
+      srcs.update(u32(0), v);
+    }
 
     const outer = o.map('lru_mapping');
     const cpus = Math.min(possibleCpus(), outer.maxEntries);

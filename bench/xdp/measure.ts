@@ -7,7 +7,8 @@
 //
 // With KATRAN_OBJ (built by bench/xdp/run from KATRAN_SRC) Katran's balancer runs beside gitlb on the same
 // harness and packets: for each run the floor, gitlb and Katran are measured one after the other (alternating,
-// so load on the shared machine hits all three alike), and the medians net of the floor are compared.
+// so load on the shared machine hits all three alike), and the medians net of the floor are compared. The GUE
+// cases run against KATRAN_GUE_OBJ, Katran built with GUE_ENCAP (its encapsulation is a build-time choice).
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { makeState } from '../../test/lib/lb-state.js';
@@ -22,6 +23,7 @@ const pinRoot = process.argv[2]!;
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 7);
 const KATRAN_OBJ = process.env.KATRAN_OBJ;
+const KATRAN_GUE_OBJ = process.env.KATRAN_GUE_OBJ;
 const CT_ENTRIES = 65536;
 const ring = benchRing();
 const single = (id: number) => new Uint32Array(65537).fill(id);
@@ -32,6 +34,7 @@ const state = makeState({
     { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: single(1) },
     { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
     { id: 3, vip: '203.0.113.12', forwarding: 'dsr-ipopt', ring: single(2), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
+    { id: 4, vip: '203.0.113.13', forwarding: 'dsr-gue', ring },
   ],
 });
 
@@ -41,9 +44,11 @@ const lb = dp.object()!.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
 const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
 const varyObj = await BpfObject.load(new URL('../../build/bench/xdp_snat_vary.o', import.meta.url).pathname);
-const katran: KatranPeer | null = KATRAN_OBJ
-  ? await loadKatran(KATRAN_OBJ, { vip: '203.0.113.11', port: 80, reals: Array.from({ length: BENCH_REAL_COUNT }, (_, i) => benchReal(i)),
-    ring, routerMac: LAB.gwMac, lruSize: CT_ENTRIES })
+const katranSetup = { port: 80, reals: Array.from({ length: BENCH_REAL_COUNT }, (_, i) => benchReal(i)), ring, routerMac: LAB.gwMac, lruSize: CT_ENTRIES };
+const katran: KatranPeer | null = KATRAN_OBJ ? await loadKatran(KATRAN_OBJ, { ...katranSetup, vip: '203.0.113.11' }) : null;
+// Katran's GUE build: the same reals and ring, the outer source gitlb's lb node uses (its address)
+const katranGue: KatranPeer | null = KATRAN_GUE_OBJ
+  ? await loadKatran(KATRAN_GUE_OBJ, { ...katranSetup, vip: '203.0.113.13', encapSource: '198.51.100.1' })
   : null;
 const ctxFor = xdpContextFor(LAB.lbA.name);
 const eth = { dst: LAB.lbA.mac, src: LAB.clientMac };
@@ -51,7 +56,7 @@ const pkt = (dst: string, flags: number) => frame(eth, ipPacket({ src: '192.0.2.
 const gitlbCounter = async (name: string) => (await dp.counters())[name] as number;
 
 interface Side { prog: BpfProgram; counters: string[]; counter: (n: string) => Promise<number> | number }
-interface PeerCase { name: string; data: Buffer; action: number; harness: BpfObject; gitlb: string[]; katran: string[] }
+interface PeerCase { name: string; data: Buffer; action: number; harness: BpfObject; gitlb: string[]; katran: string[]; gue?: true }
 const peerCases: PeerCase[] = [
   { name: 'non-VIP packet', data: pkt('203.0.113.99', TCP_FLAGS.ACK), action: 2, harness: restoreObj,
     gitlb: ['pass_not_vip'], katran: ['pass'] },
@@ -63,7 +68,13 @@ const peerCases: PeerCase[] = [
     gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
   { name: 'VIP SYN, new flow every packet, IPIP', data: pkt('203.0.113.11', TCP_FLAGS.SYN), action: 3, harness: varyObj,
     gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'] },
+  // dsr-gue: outer IPv4 + UDP to 6080 (gitlb: UDP checksum 0; Katran's gue_encap_v4 computes one from the inner's)
+  { name: 'VIP, connection-table hit, GUE', data: pkt('203.0.113.13', TCP_FLAGS.ACK), action: 3, harness: restoreObj,
+    gitlb: ['ct_hit', 'tx'], katran: ['ct_hit', 'tx'], gue: true },
+  { name: 'VIP SYN, new flow every packet, GUE', data: pkt('203.0.113.13', TCP_FLAGS.SYN), action: 3, harness: varyObj,
+    gitlb: ['ct_miss', 'tx'], katran: ['ct_miss', 'tx'], gue: true },
 ];
+const peerOf = (c: PeerCase) => (c.gue ? katranGue : katran);
 const harnessProg = (o: BpfObject) => o.programs()[0]!;
 // XDP_BENCH_ONLY=<text>: only the peer cases whose name contains it (case-insensitive), and not the other modes
 const ONLY = process.env.XDP_BENCH_ONLY?.toLowerCase();
@@ -71,6 +82,11 @@ const cases = ONLY ? peerCases.filter((c) => c.name.toLowerCase().includes(ONLY)
 
 /** Alternating runs: floor, gitlb, Katran; medians of each and of the net figures. */
 async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: number[]; katran: number[] }> {
+  const katran = peerOf(c);
+  // prime both connection tables for a hit case right before it (on this CPU: Katran's tables are per CPU): a
+  // new-flow case before it fills the table with millions of flows and evicts an entry primed earlier
+  lb.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
+  katran?.prog.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
   const sides: Array<['floor' | 'gitlb' | 'katran', Side]> = [
     ['floor', { prog: empty.program('xdp_empty'), counters: [], counter: () => 0 }],
     ['gitlb', { prog: lb, counters: c.gitlb, counter: gitlbCounter }],
@@ -88,11 +104,6 @@ async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: numbe
   return out;
 }
 
-// prime both connection tables for the hit case (on this CPU: Katran's tables are per CPU)
-for (const c of peerCases) {
-  lb.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
-  katran?.prog.testRun({ data: c.data, ctxIn: ctxFor(c.data.length) });
-}
 
 console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1`);
 console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'gitlb'.padStart(7)}${katran ? ` ${'Katran'.padStart(7)} ${'gitlb/Katran'.padStart(12)}` : ''}   (ns net of the floor; raw runs below)`);
@@ -102,8 +113,9 @@ for (const c of cases) {
     const r = await measureCase(c);
     const floor = median(r.floor);
     const g = median(r.gitlb) - floor;
-    const k = katran ? median(r.katran) - floor : 0;
-    console.log(`${c.name.padEnd(38)} ${String(floor).padStart(6)} ${String(g).padStart(7)}${katran ? ` ${String(k).padStart(7)} ${(g / k).toFixed(2).padStart(12)}` : ''}`);
+    const peer = peerOf(c) !== null;
+    const k = peer ? median(r.katran) - floor : 0;
+    console.log(`${c.name.padEnd(38)} ${String(floor).padStart(6)} ${String(g).padStart(7)}${peer ? ` ${String(k).padStart(7)} ${(g / k).toFixed(2).padStart(12)}` : ''}`);
     console.log(`${''.padEnd(38)} runs: floor ${r.floor.join(' ')} | gitlb ${r.gitlb.join(' ')}${katran ? ` | Katran ${r.katran.join(' ')}` : ''}`);
   } catch (e) {
     failed = true;
@@ -112,10 +124,11 @@ for (const c of cases) {
 }
 // Program sizes: the translated (verifier output) and JITed bytes each program asks the instruction cache to hold.
 const size = (p: BpfProgram) => { const i = p.info(); return `${(i.xlatedBytes / 1024).toFixed(1)} KiB translated, ${(i.jitedBytes / 1024).toFixed(1)} KiB JITed`; };
-console.log(`program size: gitlb xdp_lb ${size(lb)}${katran ? `; Katran balancer ${size(katran.prog)}` : ''}`);
+console.log(`program size: gitlb xdp_lb ${size(lb)}${katran ? `; Katran balancer ${size(katran.prog)}` : ''}${katranGue ? `; Katran balancer (GUE_ENCAP) ${size(katranGue.prog)}` : ''}`);
 if (!katran) console.log('(no Katran column: set KATRAN_SRC to a checkout of Katran\'s repository to run it beside gitlb)');
 else console.log('Katran: balancer.bpf.c from KATRAN_SRC, its build flags, new-connection rate guard off (MAX_CONN_RATE raised) so both insert every SYN;');
 if (katran) console.log('        maps as KatranLb fills them: per-CPU LRU tables (65536 entries in total, as gitlb\'s table), 100 IPIP reals, one VIP.');
+if (katranGue) console.log('        GUE cases: Katran built with -DGUE_ENCAP (GUE to 6080, its outer source in pckt_srcs), the same reals and ring.');
 
 // gitlb's other forwarding modes (no peer)
 const { measure } = measurer({ runs: RUNS, ctxFor, counter: gitlbCounter });
@@ -141,6 +154,7 @@ if (others.length) {
   }
 }
 katran?.close();
+katranGue?.close();
 restoreObj.close();
 varyObj.close();
 empty.close();
