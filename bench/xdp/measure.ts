@@ -123,8 +123,19 @@ for (const c of cases) {
   }
 }
 // Program sizes: the translated (verifier output) and JITed bytes each program asks the instruction cache to hold.
-const size = (p: BpfProgram) => { const i = p.info(); return `${(i.xlatedBytes / 1024).toFixed(1)} KiB translated, ${(i.jitedBytes / 1024).toFixed(1)} KiB JITed`; };
-console.log(`program size: gitlb xdp_lb ${size(lb)}${katran ? `; Katran balancer ${size(katran.prog)}` : ''}${katranGue ? `; Katran balancer (GUE_ENCAP) ${size(katranGue.prog)}` : ''}`);
+// The hot function (the program's main function: every path measured above runs in it without a call) beside the
+// whole program: the main function and every BPF-to-BPF subprogram it can call (neither program tail-calls).
+const kib = (b: number) => (b / 1024).toFixed(1);
+const size = (p: BpfProgram) => {
+  const i = p.info();
+  const main = i.funcs[0] ?? { xlatedBytes: i.xlatedBytes, jitedBytes: i.jitedBytes };
+  const subs = Math.max(0, i.funcs.length - 1);
+  return `hot function ${kib(main.xlatedBytes)} KiB translated, ${kib(main.jitedBytes)} KiB JITed; ` +
+    `everything it can call (main + ${subs} subprogram${subs === 1 ? '' : 's'}) ${kib(i.xlatedBytes)} KiB translated, ${kib(i.jitedBytes)} KiB JITed`;
+};
+console.log(`program size: gitlb xdp_lb: ${size(lb)}`);
+if (katran) console.log(`              Katran balancer: ${size(katran.prog)}`);
+if (katranGue) console.log(`              Katran balancer (GUE_ENCAP): ${size(katranGue.prog)}`);
 if (!katran) console.log('(no Katran column: set KATRAN_SRC to a checkout of Katran\'s repository to run it beside gitlb)');
 else console.log('Katran: balancer.bpf.c from KATRAN_SRC, its build flags, new-connection rate guard off (MAX_CONN_RATE raised) so both insert every SYN;');
 if (katran) console.log('        maps as KatranLb fills them: per-CPU LRU tables (65536 entries in total, as gitlb\'s table), 100 IPIP reals, one VIP.');

@@ -9,7 +9,8 @@ export interface NativeMapDesc {
 export interface NativeProgDesc { name: string; section: string; type: number; fd: number }
 export interface NativeLoaded { handle: unknown; maps: NativeMapDesc[]; programs: NativeProgDesc[] }
 export interface NativeBtfMember { name: string; offset: number; bitOffset: number; bitSize: number; size: number }
-export interface NativeProgInfo { id: number; type: number; name: string; tag: string; xlatedBytes: number; jitedBytes: number }
+export interface NativeProgInfo { id: number; type: number; name: string; tag: string; xlatedBytes: number; jitedBytes: number;
+  funcs: Array<{ xlatedBytes: number; jitedBytes: number }> }
 export interface NativeLinkInfo { id: number; type: number; progId: number; ifindex: number; attachType: number }
 export interface NativeXdpQuery { progId: number; drvProgId: number; skbProgId: number; hwProgId: number; attachMode: number }
 

@@ -428,8 +428,10 @@ export class BpfProgram {
     return this.#fd;
   }
 
-  /** Kernel id, tag and sizes (translated and JITed bytes) of the loaded program. */
-  info(): { id: number; name: string; tag: string; type: number; xlatedBytes: number; jitedBytes: number } {
+  /** Kernel id, tag and sizes (translated and JITed bytes) of the loaded program; `funcs`: the same per function,
+   * the main function first, then its BPF-to-BPF subprograms in instruction order (empty without BTF func info). */
+  info(): { id: number; name: string; tag: string; type: number; xlatedBytes: number; jitedBytes: number;
+    funcs: Array<{ xlatedBytes: number; jitedBytes: number }> } {
     return named(`program '${this.name}'`, () => native().progInfo(this.fd));
   }
 

@@ -78,6 +78,33 @@ Napi::Object ProgInfoObject(Napi::Env env, int fd) {
   // sizes of the verifier's translated program and of the JIT image: what the instruction cache has to hold
   o.Set("xlatedBytes", pi.xlated_prog_len);
   o.Set("jitedBytes", pi.jited_prog_len);
+  // per function (the main function first, then each BPF-to-BPF subprogram, in instruction order): the translated
+  // bytes from the func_info offsets, the JITed bytes from jited_func_lens
+  Napi::Array funcs = Napi::Array::New(env);
+  if (pi.nr_func_info > 0 && pi.func_info_rec_size >= sizeof(bpf_func_info)) {
+    uint32_t n = pi.nr_func_info, rec = pi.func_info_rec_size, nj = pi.nr_jited_func_lens;
+    std::vector<uint8_t> finfo(size_t(n) * rec);
+    std::vector<uint32_t> jlens(nj ? nj : 1);
+    bpf_prog_info p2 = {};
+    uint32_t len2 = sizeof p2;
+    p2.nr_func_info = n;
+    p2.func_info_rec_size = rec;
+    p2.func_info = reinterpret_cast<uint64_t>(finfo.data());
+    p2.nr_jited_func_lens = nj;
+    p2.jited_func_lens = reinterpret_cast<uint64_t>(jlens.data());
+    if (bpf_obj_get_info_by_fd(fd, &p2, &len2) == 0) {
+      for (uint32_t i = 0; i < n; i++) {
+        auto* f = reinterpret_cast<bpf_func_info*>(finfo.data() + size_t(i) * rec);
+        uint32_t end = i + 1 < n ? reinterpret_cast<bpf_func_info*>(finfo.data() + size_t(i + 1) * rec)->insn_off
+                                 : pi.xlated_prog_len / 8;
+        Napi::Object fo = Napi::Object::New(env);
+        fo.Set("xlatedBytes", (end - f->insn_off) * 8);
+        fo.Set("jitedBytes", i < nj ? jlens[i] : 0);
+        funcs.Set(i, fo);
+      }
+    }
+  }
+  o.Set("funcs", funcs);
   return o;
 }
 
