@@ -101,9 +101,10 @@ static __always_inline int lb_ring_names_slot(__u32 service_id, __u32 slot)
 
 /* The client's remembered real for this service when it may take a new flow now: its last new connection began
  * less than timeout_s ago and the current table names it (its last-seen time is then refreshed). Fills *k and
- * *now for lb_affinity_remember. Returns real id << 32 | real slot + 1, or 0. One BPF subprogram shared by the
- * DSR and SNAT paths (a call only on their new flows of affinity services), so the program carries this once. */
-static __attribute__((noinline)) __u64 lb_affinity_find(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
+ * *now for lb_affinity_remember. Returns real id << 32 | real slot + 1, or 0. The DSR path calls it as a BPF
+ * subprogram (lb_affinity_find, a call only on new flows of affinity services); the SNAT forward path, a subprogram
+ * itself, inlines it (a nested call would take its chain over the kernel's 512-byte stack bound). */
+static __always_inline __u64 lb_affinity_find_inline(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
 							 struct lb_affinity_key *k, __u64 *now)
 {
 	lb_affinity_key_of(p, service_id, k);
@@ -131,11 +132,19 @@ static __attribute__((noinline)) __u64 lb_affinity_find(const struct lb_packet *
 	return ((__u64)real_id << 32) | (slot + 1);
 }
 
-/* lb_affinity_find for the packet's client: the real (and *real_id), or 0. */
-static __always_inline struct lb_real *lb_affinity_lookup(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
-							  struct lb_affinity_key *k, __u64 *now, __u32 *real_id)
+static __attribute__((noinline)) __u64 lb_affinity_find(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
+							 struct lb_affinity_key *k, __u64 *now)
 {
-	__u64 found = lb_affinity_find(p, service_id, timeout_s, k, now);
+	return lb_affinity_find_inline(p, service_id, timeout_s, k, now);
+}
+
+/* lb_affinity_find for the packet's client: the real (and *real_id), or 0. `inl`: the SNAT path (itself a
+ * subprogram) inlines the lookup, so its call chain stays one frame deep under the kernel's stack bound. */
+static __always_inline struct lb_real *lb_affinity_lookup(const struct lb_packet *p, __u32 service_id, __u32 timeout_s,
+							  struct lb_affinity_key *k, __u64 *now, __u32 *real_id, int inl)
+{
+	__u64 found = inl ? lb_affinity_find_inline(p, service_id, timeout_s, k, now)
+			  : lb_affinity_find(p, service_id, timeout_s, k, now);
 
 	if (!found)
 		return 0;
@@ -150,12 +159,18 @@ static __always_inline struct lb_real *lb_affinity_lookup(const struct lb_packet
 }
 
 /* Remembers the real the ring gave the client's new flow (a subprogram too: one copy for both paths). */
-static __attribute__((noinline)) void lb_affinity_remember(const struct lb_affinity_key *k, __u32 real_id,
-							   __u32 real_slot, __u64 now)
+static __always_inline void lb_affinity_remember_inline(const struct lb_affinity_key *k, __u32 real_id,
+							__u32 real_slot, __u64 now)
 {
 	struct lb_affinity_value v = { .last_ns = now, .real_id = real_id, .real_slot = real_slot };
 
 	bpf_map_update_elem(&lb_affinity, k, &v, BPF_ANY);
+}
+
+static __attribute__((noinline)) void lb_affinity_remember(const struct lb_affinity_key *k, __u32 real_id,
+							   __u32 real_slot, __u64 now)
+{
+	lb_affinity_remember_inline(k, real_id, real_slot, now);
 }
 
 #endif

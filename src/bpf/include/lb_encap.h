@@ -27,32 +27,45 @@
 #define AF_INET6 10
 #endif
 
-/* One bpf_fib_lookup from the ingress interface to dst (4 or 16 bytes by family); fills nh.
+/* bpf_fib_lookup's 64-byte argument lives here, per CPU, not on the stack: lb_fib_next_hop is a subprogram called
+ * from other subprograms (the SNAT paths), and the kernel bounds the stack of a whole call chain (512 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bpf_fib_lookup);
+} lb_fib_scratch SEC(".maps");
+
+/* One bpf_fib_lookup (a subprogram: a next-hop cache miss is rare) from the ingress interface to dst (4 or 16 bytes by family); fills nh.
  * Returns 0 or the LB_CNT_DROP_* reason. Shared by the real path (below) and the SNAT client path (lb_snat.h). */
 static __always_inline int lb_fib_next_hop(struct xdp_md *ctx, __u8 family, const void *dst, __u32 flags,
 					   struct lb_next_hop *nh)
 {
-	struct bpf_fib_lookup fib = {};
+	__u32 zero = 0;
+	struct bpf_fib_lookup *fib = bpf_map_lookup_elem(&lb_fib_scratch, &zero);
 	int rc;
 
-	fib.ifindex = ctx->ingress_ifindex;
+	if (!fib)
+		return LB_CNT_DROP_FIB;
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->ifindex = ctx->ingress_ifindex;
 	if (family == 4) {
-		fib.family = AF_INET;
-		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
+		fib->family = AF_INET;
+		__builtin_memcpy(&fib->ipv4_dst, dst, 4);
 	} else {
-		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+		fib->family = AF_INET6;
+		__builtin_memcpy(fib->ipv6_dst, dst, 16);
 	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), flags);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), flags);
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return LB_CNT_DROP_FIB_NO_NEIGH;
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return LB_CNT_DROP_FIB;
-	__builtin_memcpy(nh->dmac, fib.dmac, 6);
-	__builtin_memcpy(nh->smac, fib.smac, 6);
-	nh->ifindex = fib.ifindex;
-	nh->src4 = fib.ipv4_src;
-	__builtin_memcpy(nh->src6, fib.ipv6_src, 16);
+	__builtin_memcpy(nh->dmac, fib->dmac, 6);
+	__builtin_memcpy(nh->smac, fib->smac, 6);
+	nh->ifindex = fib->ifindex;
+	nh->src4 = fib->ipv4_src;
+	__builtin_memcpy(nh->src6, fib->ipv6_src, 16);
 	return 0;
 }
 
@@ -145,6 +158,72 @@ struct lb_ipip_src {
 	__u32 v6[4];
 };
 
+/* The IPv6 outer header of lb_push_ipip (below): a subprogram, out of the IPv4 path's code. `w` packs the flow
+ * hash (bits 0-31), the inner TOS (32-39) and the GUE port (40-55, network order; 0 = IP-in-IP). */
+static __attribute__((noinline)) int lb_push_ip6_outer(struct xdp_md *ctx, const struct lb_packet *p,
+							const struct lb_real *real, const struct lb_ipip_src *src, __u64 w)
+{
+	void *data, *data_end;
+	__u32 hash = (__u32)w;
+	__u8 inner_tos = (__u8)(w >> 32);
+	__be16 gue_port = (__be16)(w >> 40);
+	__u32 l3_off = p->l3_off;
+	__u32 udp = gue_port ? LB_GUE_UDP_LEN : 0;
+	__u8 inner_proto = gue_port ? IPPROTO_UDP : p->family == 4 ? LB_IPPROTO_IPIP : LB_IPPROTO_IPV6;
+	__be16 udp_len = bpf_htons(p->l3_len + LB_GUE_UDP_LEN);
+	__be16 sport = lb_gue_sport(hash);
+	struct udphdr *uh;
+
+	/* IPv6 outer header, also stored field by field (no stack copy): version 6, traffic class = the inner TOS,
+	 * 20-bit flow label = per-flow entropy (RFC 6438) */
+	__u32 vtf = (6u << 28) | ((__u32)inner_tos << 20) | (hash & 0xfffff);
+	__be16 payload_len = bpf_htons(p->l3_len + udp);
+	__u32 inner_vtf = 0;
+	__u16 inner_nh_hl = 0;
+
+	if (gue_port) {
+		/* the UDP checksum needs two words of the inner IPv6 header (lb_gue6_csum), read before the push */
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (l3_off > 18)
+			return -1;
+		struct ipv6hdr *in6 = data + l3_off;
+
+		if ((void *)(in6 + 1) > data_end)
+			return -1;
+		inner_vtf = *(__u32 *)in6;
+		inner_nh_hl = *(__u16 *)&in6->nexthdr;
+	}
+	if (bpf_xdp_adjust_head(ctx, -(int)(LB_IPV6_HDR_LEN + udp)))
+		return -1;
+	if (lb_keep_vlan(ctx, l3_off, LB_IPV6_HDR_LEN + udp))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (l3_off > 18)
+		return -1;
+	struct ipv6hdr *ip6 = data + l3_off;
+
+	if ((void *)(ip6 + 1) > data_end)
+		return -1;
+	*(__be32 *)ip6 = bpf_htonl(vtf);
+	ip6->payload_len = payload_len;
+	ip6->nexthdr = inner_proto;
+	ip6->hop_limit = LB_DEFAULT_TTL;
+	__builtin_memcpy(&ip6->saddr, src->v6, 16);
+	__builtin_memcpy(&ip6->daddr, real->addr, 16);
+	if (!gue_port)
+		return 0;
+	uh = (void *)(ip6 + 1);
+	if ((void *)(uh + 1) > data_end)
+		return -1;
+	uh->source = sport;
+	uh->dest = gue_port;
+	uh->len = udp_len;
+	uh->check = lb_gue6_csum(src->v6, real->addr, udp_len, sport, gue_port, inner_vtf, inner_nh_hl, p->proto);
+	return 0;
+}
+
 /* Push the outer header: IP-in-IP, or with gue_port set (network order) outer IP + UDP to that port (dsr-gue,
  * lb_gue.h; the inner packet of the outer's family). The inner packet starts at l3_off; returns 0 or -1. */
 static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_packet *p,
@@ -203,54 +282,7 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 		return 0;
 	}
 
-	/* IPv6 outer header, also stored field by field (no stack copy): version 6, traffic class = the inner TOS,
-	 * 20-bit flow label = per-flow entropy (RFC 6438) */
-	__u32 vtf = (6u << 28) | ((__u32)inner_tos << 20) | (hash & 0xfffff);
-	__be16 payload_len = bpf_htons(p->l3_len + udp);
-	__u32 inner_vtf = 0;
-	__u16 inner_nh_hl = 0;
-
-	if (gue_port) {
-		/* the UDP checksum needs two words of the inner IPv6 header (lb_gue6_csum), read before the push */
-		data = (void *)(long)ctx->data;
-		data_end = (void *)(long)ctx->data_end;
-		if (l3_off > 18)
-			return -1;
-		struct ipv6hdr *in6 = data + l3_off;
-
-		if ((void *)(in6 + 1) > data_end)
-			return -1;
-		inner_vtf = *(__u32 *)in6;
-		inner_nh_hl = *(__u16 *)&in6->nexthdr;
-	}
-	if (bpf_xdp_adjust_head(ctx, -(int)(LB_IPV6_HDR_LEN + udp)))
-		return -1;
-	if (lb_keep_vlan(ctx, l3_off, LB_IPV6_HDR_LEN + udp))
-		return -1;
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	if (l3_off > 18)
-		return -1;
-	struct ipv6hdr *ip6 = data + l3_off;
-
-	if ((void *)(ip6 + 1) > data_end)
-		return -1;
-	*(__be32 *)ip6 = bpf_htonl(vtf);
-	ip6->payload_len = payload_len;
-	ip6->nexthdr = inner_proto;
-	ip6->hop_limit = LB_DEFAULT_TTL;
-	__builtin_memcpy(&ip6->saddr, src->v6, 16);
-	__builtin_memcpy(&ip6->daddr, real->addr, 16);
-	if (!gue_port)
-		return 0;
-	uh = (void *)(ip6 + 1);
-	if ((void *)(uh + 1) > data_end)
-		return -1;
-	uh->source = sport;
-	uh->dest = gue_port;
-	uh->len = udp_len;
-	uh->check = lb_gue6_csum(src->v6, real->addr, udp_len, sport, gue_port, inner_vtf, inner_nh_hl, p->proto);
-	return 0;
+	return lb_push_ip6_outer(ctx, p, real, src, hash | ((__u64)inner_tos << 32) | ((__u64)gue_port << 40));
 }
 
 /* One's-complement sum of an IPv4 header (hdr_len bytes, up to 60) in the packet; -1 when out of bounds. */

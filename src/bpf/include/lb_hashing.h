@@ -35,21 +35,11 @@
  *   IPv4: src, dst, ports, proto                      (4 words)
  *   IPv6: src[0..3], dst[0..3], ports, proto          (10 words)
  * ports = (sport << 16) | dport, sport = 0 when the VIP does not hash the source port. */
-static __always_inline __u32 lb_flow_hash(const struct lb_packet *p, int use_sport, __u32 seed)
+/* IPv6: a subprogram (BPF-to-BPF call), one copy out of the IPv4 path's code. */
+static __attribute__((noinline)) __u32 lb_flow_hash6(const struct lb_packet *p, __u32 ports, __u32 seed)
 {
-	__u32 ports = ((use_sport ? (__u32)bpf_ntohs(p->sport) : 0) << 16) | bpf_ntohs(p->dport);
 	__u32 a, b, c;
 
-	if (p->family == 4) {
-		a = b = c = 0xdeadbeef + (4 << 2) + seed;
-		a += bpf_ntohl(p->src[0]);
-		b += bpf_ntohl(p->dst[0]);
-		c += ports;
-		LB_MIX(a, b, c);
-		a += p->proto;
-		LB_FINAL(a, b, c);
-		return c;
-	}
 	a = b = c = 0xdeadbeef + (10 << 2) + seed;
 	a += bpf_ntohl(p->src[0]);
 	b += bpf_ntohl(p->src[1]);
@@ -61,6 +51,23 @@ static __always_inline __u32 lb_flow_hash(const struct lb_packet *p, int use_spo
 	LB_MIX(a, b, c);
 	a += bpf_ntohl(p->dst[2]);
 	b += bpf_ntohl(p->dst[3]);
+	c += ports;
+	LB_MIX(a, b, c);
+	a += p->proto;
+	LB_FINAL(a, b, c);
+	return c;
+}
+
+static __always_inline __u32 lb_flow_hash(const struct lb_packet *p, int use_sport, __u32 seed)
+{
+	__u32 ports = ((use_sport ? (__u32)bpf_ntohs(p->sport) : 0) << 16) | bpf_ntohs(p->dport);
+	__u32 a, b, c;
+
+	if (p->family != 4)
+		return lb_flow_hash6(p, ports, seed);
+	a = b = c = 0xdeadbeef + (4 << 2) + seed;
+	a += bpf_ntohl(p->src[0]);
+	b += bpf_ntohl(p->dst[0]);
 	c += ports;
 	LB_MIX(a, b, c);
 	a += p->proto;

@@ -28,7 +28,7 @@
 /* Rewrite an IPv6 packet to the real (and targetPort), inserting the option header when `insert`. The packet was
  * parsed with TCP/UDP directly after the fixed header (lb_parse), so the header goes there; the L4 pseudo-header
  * (upper-layer length, next header) does not change with it. Returns 0 or -1. */
-static __always_inline int lb_ipopt6(struct xdp_md *ctx, const struct lb_packet *p, const struct lb_real *real,
+static __attribute__((noinline)) int lb_ipopt6(struct xdp_md *ctx, const struct lb_packet *p, const struct lb_real *real,
 				__be16 target_port, int insert)
 {
 	void *data = (void *)(long)ctx->data;

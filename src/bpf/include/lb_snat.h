@@ -423,7 +423,8 @@ static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next
 /* The real the service's table gives the packet's flow now (the DSR path's choice on a miss), and the node's
  * hash seed for the port probe. Returns 0 (real, real id and seed set) or the LB_CNT_DROP_* reason. */
 static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 service_id, int use_sport,
-					  __u32 affinity_s, struct lb_real **real, __u32 *real_id, __u32 *seed)
+					  __u32 affinity_s, struct lb_real **real, __u32 *real_id, __u32 *seed,
+					  struct lb_affinity_key *ak)
 {
 	__u32 zero = 0, reason = 0;
 	struct lb_config *lcfg = bpf_map_lookup_elem(&lb_config, &zero);
@@ -432,21 +433,38 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
 		return LB_CNT_DROP_NO_SERVICE;
 	*seed = lcfg->hash_seed;
 	/* session affinity (lb_affinity.h): the client's remembered real while the table still names it */
-	struct lb_affinity_key ak __attribute__((aligned(8)));
 	__u64 now = 0;
 
 	if (affinity_s) {
-		*real = lb_affinity_lookup(p, service_id, affinity_s, &ak, &now, real_id);
+		*real = lb_affinity_lookup(p, service_id, affinity_s, ak, &now, real_id, 1);
 		if (*real)
 			return 0;
 	}
 	*real = lb_ring_pick(service_id, lb_flow_hash(p, use_sport, *seed), real_id, &reason);
 	if (*real && affinity_s)
-		lb_affinity_remember(&ak, *real_id, (*real)->slot, now);
+		lb_affinity_remember_inline(ak, *real_id, (*real)->slot, now);
 	return *real ? 0 : reason;
 }
 
-/* Forward path of a snat listener (xdp_lb.c, lb_forward_snat). Service traffic is already counted (in the
+/* Per-CPU scratch of lb_snat_forward: its keys and new entries (not pinned; nothing outlives a packet). */
+struct lb_snat_scratch {
+	struct lb_flow_key fk;
+	struct lb_snat_rev_key rk;
+	struct lb_snat_rev nv;
+	struct lb_snat_fwd nf;
+	__u32 snat_addr[4], real_addr[4];
+	struct lb_affinity_key ak __attribute__((aligned(8))); /* the client's session-affinity key (lb_affinity.h) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_snat_scratch);
+} lb_snat_scratch SEC(".maps");
+
+/* Forward path of a snat listener (xdp_lb.c; a BPF-to-BPF subprogram, one copy out of the DSR path's code; `vip`
+ * is the listener's entry as xdp_lb read it). Service traffic is already counted (in the
  * service's lb_service_stats slot, stats_slot).
  *
  * Which packets may reuse a translation (docs/datapath.md, SNAT "New connections"): every packet of an
@@ -454,12 +472,25 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
  * a TCP SYN (ACK clear) opens a connection and goes where the table sends it, as on the DSR path: the
  * translation is kept only when its real is the one the table gives the flow (a retransmitted SYN reaches the
  * same real from the same SNAT port), otherwise it is replaced; a UDP flow is new once its translation expired. */
-static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __u32 stats_slot, __be16 target_port, int use_sport, __u32 affinity_s)
+static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const struct lb_packet *p,
+						     const struct lb_vip_value *vip)
 {
+	__u32 service_id = vip->service_id;
+	__u32 stats_slot = vip->stats_slot;
+	__be16 target_port = vip->target_port;
+	int use_sport = vip->flags & LB_VIP_F_HASH_SRC_PORT;
+	__u32 affinity_s = vip->affinity_s;
 	__u32 zero = 0;
+	/* the keys, the new entries and the addresses live in this CPU's scratch (lb_snat_scratch), not on the
+	 * stack: with xdp_lb's own frame, the call chain's stack must stay within the kernel's 512 bytes */
+	struct lb_snat_scratch *scr = bpf_map_lookup_elem(&lb_snat_scratch, &zero);
+
+	if (!scr)
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 	struct lb_snat_config *cfg = bpf_map_lookup_elem(&lb_snat_config, &zero);
-	__u32 snat_addr[4] = {};
+	__u32 *snat_addr = scr->snat_addr;
+
+	__builtin_memset(snat_addr, 0, 16);
 
 	/* no SNAT address of this family on the node: the kernel gets the packet, as before XDP SNAT */
 	if (!cfg || !lb_snat_addr_of(cfg, p->family, snat_addr)) {
@@ -467,32 +498,35 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		return XDP_PASS;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	struct lb_flow_key fk = {};
-	struct lb_snat_rev_key rk = {};
+	struct lb_flow_key *fk = &scr->fk;
+	struct lb_snat_rev_key *rk = &scr->rk;
+
+	__builtin_memset(fk, 0, sizeof(*fk));
+	__builtin_memset(rk, 0, sizeof(*rk));
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
 	int new_flow = 0;
 	struct lb_snat_rev *rv = 0;
 
-	lb_snat_fwd_key_of(&fk, p->src, p->dst, p->sport, p->dport, p->proto, p->family);
-	rk.proto = p->proto;
-	rk.family = p->family;
+	lb_snat_fwd_key_of(fk, p->src, p->dst, p->sport, p->dport, p->proto, p->family);
+	rk->proto = p->proto;
+	rk->family = p->family;
 
 	/* 1. a known translation, trusted only while its reverse entry still names this client flow */
-	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, &fk);
+	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, fk);
 
 	if (fv) {
 		real_id = fv->real_id;
 		real = bpf_map_lookup_elem(&lb_reals, &real_id);
 		if (real) {
-			__builtin_memcpy(rk.real, real->addr, 16);
-			rk.real_port = fv->real_port;
-			rk.snat_port = fv->snat_port;
-			rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+			__builtin_memcpy(rk->real, real->addr, 16);
+			rk->real_port = fv->real_port;
+			rk->snat_port = fv->snat_port;
+			rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 			if (rv && rv->real_id == real_id && rv->client_port == p->sport && rv->vip_port == p->dport &&
 			    lb_snat_addr_eq(rv->client, p->src, p->family) && lb_snat_addr_eq(rv->vip, p->dst, p->family)) {
 				if (lb_snat_expired(rv, p->proto, cfg, now)) {
-					bpf_map_delete_elem(&lb_snat_rev, &rk);
+					bpf_map_delete_elem(&lb_snat_rev, rk);
 					real = 0;
 				}
 			} else {
@@ -500,7 +534,7 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 			}
 		}
 		if (!real)
-			bpf_map_delete_elem(&lb_snat_fwd, &fk);
+			bpf_map_delete_elem(&lb_snat_fwd, fk);
 	}
 
 	/* 2. the table's choice, read for a new flow and for a TCP SYN (ACK clear) only: a translation hit of an
@@ -510,14 +544,14 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 	__u32 pick_id = 0, seed = 0;
 
 	if (!real || syn) {
-		__u32 reason = lb_snat_pick(p, service_id, use_sport, affinity_s, &pick, &pick_id, &seed);
+		__u32 reason = lb_snat_pick(p, service_id, use_sport, affinity_s, &pick, &pick_id, &seed, &scr->ak);
 
 		if (reason)
 			return lb_snat_drop_lb(reason);
 		/* a new connection on a known 5-tuple whose real the table no longer gives it: replaced */
-		if (real && (real_id != pick_id || rk.real_port != target_port)) {
-			bpf_map_delete_elem(&lb_snat_rev, &rk);
-			bpf_map_delete_elem(&lb_snat_fwd, &fk);
+		if (real && (real_id != pick_id || rk->real_port != target_port)) {
+			bpf_map_delete_elem(&lb_snat_rev, rk);
+			bpf_map_delete_elem(&lb_snat_fwd, fk);
 			lb_snat_count(LB_SNAT_CNT_REPICKED);
 			real = 0;
 		}
@@ -547,28 +581,33 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 		if (real->family != p->family)
 			return lb_snat_drop(LB_SNAT_CNT_DROP_FAMILY);
 
-		struct lb_snat_rev nv = {
-			.client_port = p->sport,
-			.vip_port = p->dport,
-			.real_id = real_id,
-			.created_ns = now,
-			.last_seen_ns = now,
-		};
-		__builtin_memcpy(nv.client, p->src, 16);
-		__builtin_memcpy(nv.vip, p->dst, 16);
-		if (p->proto == IPPROTO_TCP && (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST)))
-			nv.state = LB_SNAT_ST_CLOSING;
-		__builtin_memcpy(rk.real, real->addr, 16);
-		rk.real_port = target_port;
+		struct lb_snat_rev *nv = &scr->nv;
 
-		int rc = lb_snat_alloc(&rk, &nv, cfg, lb_flow_hash(p, 1, seed), now);
+		__builtin_memset(nv, 0, sizeof(*nv));
+		nv->client_port = p->sport;
+		nv->vip_port = p->dport;
+		nv->real_id = real_id;
+		nv->created_ns = now;
+		nv->last_seen_ns = now;
+		__builtin_memcpy(nv->client, p->src, 16);
+		__builtin_memcpy(nv->vip, p->dst, 16);
+		if (p->proto == IPPROTO_TCP && (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST)))
+			nv->state = LB_SNAT_ST_CLOSING;
+		__builtin_memcpy(rk->real, real->addr, 16);
+		rk->real_port = target_port;
+
+		int rc = lb_snat_alloc(rk, nv, cfg, lb_flow_hash(p, 1, seed), now);
 
 		if (rc)
 			return lb_snat_drop(rc);
-		struct lb_snat_fwd nf = { .real_id = real_id, .snat_port = rk.snat_port, .real_port = target_port };
+		struct lb_snat_fwd *nf = &scr->nf;
 
-		if (bpf_map_update_elem(&lb_snat_fwd, &fk, &nf, BPF_ANY)) {
-			bpf_map_delete_elem(&lb_snat_rev, &rk);
+		nf->real_id = real_id;
+		nf->snat_port = rk->snat_port;
+		nf->real_port = target_port;
+
+		if (bpf_map_update_elem(&lb_snat_fwd, fk, nf, BPF_ANY)) {
+			bpf_map_delete_elem(&lb_snat_rev, rk);
 			return lb_snat_drop(LB_SNAT_CNT_DROP_TABLE_FULL);
 		}
 		lb_snat_count(LB_SNAT_CNT_NEW);
@@ -587,23 +626,47 @@ static __always_inline int lb_snat_forward(struct xdp_md *ctx, const struct lb_p
 
 	if (!nh)
 		return lb_snat_drop_lb(nh_reason);
-	__u32 real_addr[4];
+	__u32 *real_addr = scr->real_addr;
 
 	__builtin_memcpy(real_addr, real->addr, 16);
-	if (lb_snat_rewrite(ctx, p, snat_addr, rk.snat_port, real_addr, rk.real_port))
+	if (lb_snat_rewrite(ctx, p, snat_addr, rk->snat_port, real_addr, rk->real_port))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 	return lb_snat_send(ctx, nh, p);
 }
 
+/* Per-CPU scratch of lb_snat_reply and lb_snat_icmp (not pinned; nothing outlives a packet). */
+struct lb_snat_icmp_scratch {
+	__u32 isrc[4], idst[4], client[4], vip[4], osrc[4], odst[4];
+	struct lb_snat_rev_key rk;
+	struct lb_next_hop nh;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_snat_icmp_scratch);
+} lb_snat_icmp_scratch SEC(".maps");
+
 /* A reply from a real to snatAddress:port (owner 0), or to a lost node's address this node serves (owner n). */
-static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p,
+static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p,
 					 const struct lb_snat_config *cfg, __u32 owner)
 {
-	struct lb_snat_rev_key rk = { .real_port = p->sport, .snat_port = p->dport, .proto = p->proto,
-				      .family = p->family };
+	__u32 zero = 0;
+	struct lb_snat_icmp_scratch *scr = bpf_map_lookup_elem(&lb_snat_icmp_scratch, &zero);
 
-	__builtin_memcpy(rk.real, p->src, 16);
-	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+	if (!scr)
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	/* the key, the addresses and the next hop live in this CPU's scratch (the call chain's 512-byte bound) */
+	struct lb_snat_rev_key *rk = &scr->rk;
+
+	__builtin_memset(rk, 0, sizeof(*rk));
+	rk->real_port = p->sport;
+	rk->snat_port = p->dport;
+	rk->proto = p->proto;
+	rk->family = p->family;
+	__builtin_memcpy(rk->real, p->src, 16);
+	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 
 	/* another lb node's translation holds this (real, port): its replies go to that node's address, not ours */
 	if (!rv || rv->owner != owner)
@@ -611,14 +674,14 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
 	__u64 now = bpf_ktime_get_ns();
 
 	if (lb_snat_expired(rv, p->proto, cfg, now)) {
-		lb_snat_forget(&rk, rv);
-		bpf_map_delete_elem(&lb_snat_rev, &rk);
+		lb_snat_forget(rk, rv);
+		bpf_map_delete_elem(&lb_snat_rev, rk);
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
 	}
 	lb_snat_touch(rv, p, now);
 	LB_CAP_REAL(rv->real_id); /* gitlb capture: a reply from this real */
-	__u32 client[4], vip[4];
+	__u32 *client = scr->client, *vip = scr->vip;
 	__be16 cport = rv->client_port, vport = rv->vip_port;
 
 	__builtin_memcpy(client, rv->client, 16);
@@ -627,22 +690,25 @@ static __always_inline int lb_snat_reply(struct xdp_md *ctx, struct lb_packet *p
 	if (lb_trim_to_ip(ctx, p))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
-	struct lb_next_hop nh = {};
-	int rc = lb_snat_fib(ctx, p->family, client, &nh);
+	struct lb_next_hop *nh = &scr->nh;
+
+	__builtin_memset(nh, 0, sizeof(*nh));
+	int rc = lb_snat_fib(ctx, p->family, client, nh);
 
 	if (rc)
 		return lb_snat_drop_lb(rc);
 	if (lb_snat_rewrite(ctx, p, vip, vport, client, cport))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 	lb_snat_count(LB_SNAT_CNT_REPLY);
-	return lb_snat_send(ctx, &nh, p);
+	return lb_snat_send(ctx, nh, p);
 }
+
 
 /* An ICMP / ICMPv6 error sent to snatAddress. The quoted packet is one we sent:
  * snatAddress:snat_port -> real:real_port. Translated back: the outer destination becomes the client (the
  * outer source, when it is the real itself, the VIP), and the quote becomes client:cport -> VIP:vport, with
  * the quoted IPv4 and L4 checksums, the ICMP checksum and the outer IPv4 checksum updated incrementally. */
-static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
+static __attribute__((noinline)) int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 					const struct lb_snat_config *cfg, const __u32 *snat_addr, __u32 owner)
 {
 	void *data = (void *)(long)ctx->data;
@@ -699,7 +765,14 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 		return lb_snat_pass_local();
 
 	/* the quoted packet: src = snat address:snat port, dst = real:real port */
-	__u32 isrc[4] = {}, idst[4] = {};
+	__u32 zero = 0;
+	struct lb_snat_icmp_scratch *scr = bpf_map_lookup_elem(&lb_snat_icmp_scratch, &zero);
+
+	if (!scr)
+		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
+	/* addresses and keys live in this CPU's scratch, not on the stack (the call chain's 512-byte bound) */
+	__builtin_memset(scr, 0, sizeof(*scr));
+	__u32 *isrc = scr->isrc, *idst = scr->idst;
 
 	if (p->family == 4) {
 		struct iphdr *in4 = (void *)(icmp + 8);
@@ -718,11 +791,15 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 	}
 	if (!lb_snat_addr_eq(isrc, snat_addr, p->family))
 		return lb_snat_pass_local();
-	struct lb_snat_rev_key rk = { .real_port = iports[1], .snat_port = iports[0], .proto = inner_proto,
-				      .family = p->family };
+	struct lb_snat_rev_key *rk = &scr->rk;
 
-	__builtin_memcpy(rk.real, idst, 16);
-	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, &rk);
+	rk->real_port = iports[1];
+	rk->snat_port = iports[0];
+	rk->proto = inner_proto;
+	rk->family = p->family;
+
+	__builtin_memcpy(rk->real, idst, 16);
+	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 
 	if (!rv || rv->owner != owner)
 		return lb_snat_pass_local();
@@ -731,7 +808,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 		return XDP_PASS;
 	}
 	LB_CAP_REAL(rv->real_id); /* gitlb capture: an error about a flow of this real */
-	__u32 client[4], vip[4], osrc[4], odst[4];
+	__u32 *client = scr->client, *vip = scr->vip, *osrc = scr->osrc, *odst = scr->odst;
 	__be16 cport = rv->client_port, vport = rv->vip_port;
 
 	__builtin_memcpy(client, rv->client, 16);
@@ -744,8 +821,8 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 	if (lb_trim_to_ip(ctx, p))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
-	struct lb_next_hop nh = {};
-	int rc = lb_snat_fib(ctx, p->family, client, &nh);
+	struct lb_next_hop *nh = &scr->nh;
+	int rc = lb_snat_fib(ctx, p->family, client, nh);
 
 	if (rc)
 		return lb_snat_drop_lb(rc);
@@ -832,7 +909,7 @@ static __always_inline int lb_snat_icmp(struct xdp_md *ctx, struct lb_packet *p,
 		}
 	}
 	lb_snat_count(LB_SNAT_CNT_ICMP);
-	return lb_snat_send(ctx, &nh, p);
+	return lb_snat_send(ctx, nh, p);
 }
 
 /* IPv4 MF or fragment offset set, or an IPv6 fragment header right after the fixed header. */
@@ -869,9 +946,39 @@ static __always_inline __u32 lb_snat_served_owner(const struct lb_packet *p)
 	return slot && *slot > 0 && *slot < LB_SNAT_MAX_OWNERS ? *slot : 0;
 }
 
+/* The translation back (a BPF-to-BPF subprogram: packets to the SNAT address are a path of their own, so its
+ * code is one copy, out of the VIP path's instruction stream). `owner` 0: our own SNAT address (from cfg);
+ * otherwise the lost node's address `p->dst` that this node serves. */
+static __always_inline int lb_snat_reverse_to(struct xdp_md *ctx, struct lb_packet *p, int verdict,
+							const struct lb_snat_config *cfg, __u32 owner)
+{
+	__u32 snat_addr[4] = {};
+
+	if (owner)
+		__builtin_memcpy(snat_addr, p->dst, 16);
+	else if (!lb_snat_addr_of(cfg, p->family, snat_addr))
+		return -1;
+	/* nothing from a martian source or through a group MAC is translated (lb_sanity.h) */
+	__u32 bad = lb_hostile_reason(ctx, p);
+
+	if (bad)
+		return lb_snat_drop_lb(bad);
+
+	/* a fragment carries no (or not all of the) ports: the kernel reassembles it, nothing is translated */
+	if (verdict == LB_PARSE_BAD_IF_VIP && lb_snat_is_fragment(ctx, p))
+		return lb_snat_pass_fragment();
+	int icmp = verdict == LB_PARSE_PASS &&
+		   ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6));
+
+	if (verdict != LB_PARSE_OK && !icmp)
+		return lb_snat_pass_local();
+	return icmp ? lb_snat_icmp(ctx, p, cfg, snat_addr, owner) : lb_snat_reply(ctx, p, cfg, owner);
+}
+
 /* Early hook (xdp_lb.c, right after parsing): packets to a configured SNAT address are replies of NATed
  * flows, ICMP errors about them, or the node's own traffic (passed). Returns an XDP action, or -1 when
- * the packet is not addressed to a SNAT address (the LB path continues). */
+ * the packet is not addressed to a SNAT address (the LB path continues). Inline: the test costs a packet to
+ * another address one array lookup (and one hash lookup while a lost node's address is served), no call. */
 static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet *p, int verdict)
 {
 	__u32 zero = 0;
@@ -888,23 +995,8 @@ static __always_inline int lb_snat_reverse(struct xdp_md *ctx, struct lb_packet 
 		owner = lb_snat_served_owner(p);
 		if (!owner)
 			return -1;
-		__builtin_memcpy(snat_addr, p->dst, 16);
 	}
-	/* nothing from a martian source or through a group MAC is translated (lb_sanity.h) */
-	__u32 bad = lb_hostile_reason(ctx, p);
-
-	if (bad)
-		return lb_snat_drop_lb(bad);
-
-	/* a fragment carries no (or not all of the) ports: the kernel reassembles it, nothing is translated */
-	if (verdict == LB_PARSE_BAD_IF_VIP && lb_snat_is_fragment(ctx, p))
-		return lb_snat_pass_fragment();
-	int icmp = verdict == LB_PARSE_PASS &&
-		   ((p->family == 4 && p->proto == LB_IPPROTO_ICMP) || (p->family == 6 && p->proto == LB_IPPROTO_ICMPV6));
-
-	if (verdict != LB_PARSE_OK && !icmp)
-		return lb_snat_pass_local();
-	return icmp ? lb_snat_icmp(ctx, p, cfg, snat_addr, owner) : lb_snat_reply(ctx, p, cfg, owner);
+	return lb_snat_reverse_to(ctx, p, verdict, cfg, owner);
 }
 
 #endif

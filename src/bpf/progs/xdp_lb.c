@@ -66,7 +66,7 @@ static __always_inline void lb_vip_key_of(const struct lb_packet *p, struct lb_v
 }
 
 /* A damaged packet is ours to drop only if it was sent to one of our VIP addresses. */
-static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, int ports_known)
+static __attribute__((noinline)) int lb_damaged(const struct lb_packet *p, __u32 reason, int ports_known)
 {
 	struct lb_vip_key k LB_KEY_ALIGN;
 
@@ -84,7 +84,7 @@ static __always_inline int lb_damaged(const struct lb_packet *p, __u32 reason, i
 /* An echo request (lb_is_echo_request): answered when sent to one of our VIP addresses (its address marker),
  * screened like VIP traffic first (group MACs, martian sources, a wrong IPv4 header checksum get no answer).
  * -1: not to a VIP address, the caller goes on. */
-static __always_inline int lb_echo(struct xdp_md *ctx, struct lb_packet *p)
+static __attribute__((noinline)) int lb_echo(struct xdp_md *ctx, struct lb_packet *p)
 {
 	struct lb_vip_key k LB_KEY_ALIGN;
 	__u32 reason;
@@ -111,13 +111,6 @@ static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_
 	*(__u64 *)&k->sport = (__u64)p->sport | ((__u64)p->dport << 16) | ((__u64)p->proto << 32) | ((__u64)p->family << 40);
 }
 
-/* SNAT forwarding (address + port translation, NAT table): lb_snat.h */
-static __always_inline int lb_forward_snat(struct xdp_md *ctx, const struct lb_packet *p, __u32 service_id,
-					   __u32 stats_slot, __be16 target_port, int use_sport, __u32 affinity_s)
-{
-	return lb_snat_forward(ctx, p, service_id, stats_slot, target_port, use_sport, affinity_s);
-}
-
 /* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
  * among up to 8 IPv4 addresses), or 0 to let the kernel choose (BPF_FIB_LOOKUP_SRC). */
 static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 hash, __u8 real_family,
@@ -139,6 +132,19 @@ static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 has
 		return 1;
 	__builtin_memcpy(src->v6, cfg->src6, 16);
 	return 0;
+}
+
+/* Too big for the real's path after our encapsulation: the client gets an ICMP answer with the MTU it must fit
+ * in. A subprogram: rare, and one copy for both families. */
+static __attribute__((noinline)) int lb_too_big(struct xdp_md *ctx, const struct lb_packet *p, __u32 mtu)
+{
+	/* a host discards a datagram whose header checksum is wrong (RFC 1122 3.2.1.2): it gets no answer */
+	if (p->family == 4 && !lb_ipv4_csum_ok(ctx, p->l3_off, p->ihl_bytes))
+		return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
+	if (p->family == 4 ? lb_icmp4_frag_needed(ctx, p, mtu) : lb_icmp6_too_big(ctx, p, mtu))
+		return lb_drop(LB_CNT_DROP_ADJUST);
+	lb_count(LB_CNT_ICMP_SENT);
+	return XDP_TX;
 }
 
 /* The packet's whole path; xdp_lb (below) is this, or this between the capture's entry and exit (lb_capture.h). */
@@ -200,8 +206,10 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	int quic = vip->flags & LB_VIP_F_QUIC;
 
 	if (mode == LB_MODE_SNAT) {
+		/* SNAT forwarding (address + port translation, NAT table): lb_snat.h, a subprogram that reads the
+		 * listener's fields once on entry, as this path did above */
 		lb_traffic_add(&lb_service_stats, stats_slot, p.frame_len, 0);
-		return lb_forward_snat(ctx, &p, service_id, stats_slot, target_port, use_sport, affinity_s);
+		return lb_snat_forward(ctx, &p, vip);
 	}
 
 	/* 3. connection table: an established flow keeps its real whatever the ring says now */
@@ -249,7 +257,7 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 		int remember = 0;
 
 		if (affinity_s)
-			real = lb_affinity_lookup(&p, service_id, affinity_s, &ak, &now, &real_id);
+			real = lb_affinity_lookup(&p, service_id, affinity_s, &ak, &now, &real_id, 0);
 		if (!real) {
 			/* the service's Maglev ring picks the real */
 			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
@@ -386,16 +394,7 @@ too_big:
 		__u32 overhead = mode == LB_MODE_DSR_IPOPT ? (p.family == 4 ? LB_DSR_OPT_LEN : LB_DSR_EXT6_LEN)
 				 : (real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN) +
 				   (mode == LB_MODE_DSR_GUE ? LB_GUE_UDP_LEN : 0);
-		__u32 mtu = cfg->mtu - overhead;
-
-		/* a host discards a datagram whose header checksum is wrong (RFC 1122 3.2.1.2): it gets no answer */
-		if (p.family == 4 && !lb_ipv4_csum_ok(ctx, p.l3_off, p.ihl_bytes))
-			return lb_drop(LB_CNT_DROP_BAD_IP_CSUM);
-		rc = p.family == 4 ? lb_icmp4_frag_needed(ctx, &p, mtu) : lb_icmp6_too_big(ctx, &p, mtu);
-		if (rc)
-			return lb_drop(LB_CNT_DROP_ADJUST);
-		lb_count(LB_CNT_ICMP_SENT);
-		return XDP_TX;
+		return lb_too_big(ctx, &p, cfg->mtu - overhead);
 	}
 }
 
