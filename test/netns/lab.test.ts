@@ -225,6 +225,7 @@ test.serial('lab up from sample-config-repo (no daemons): routed client->backend
     const cleaned = await labClean(stateDir);
     t.is(cleaned.lab, null);
     t.false(cleaned.namespaces.some((n) => n.startsWith(prefix)));
+    t.false(cleaned.pins.some((n) => n.includes(prefix)), 'nor are its pins');
 
     // The integration step: `gitlb run` in every lb and backend namespace. Every daemon must be running, inside
     // its own node's network namespace; a daemon that exits at once is a failure, not an outcome.
