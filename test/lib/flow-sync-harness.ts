@@ -11,8 +11,8 @@ import { newNonce, PEER_PATH_PREFIX, seal } from '../../src/reconciler/peer/fram
 import { request as httpRequest } from 'node:http';
 import type { DesiredState } from '../../src/render/state.js';
 import { runPacket, stateFromJson } from './xdp-harness.js';
-import { decodeFlowValue, encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
-import { monotonicNs } from '../../src/bpf/dataplane/snat.js';
+import { decodeFlowValue, encodeFlowKey, encodeU32 } from '../../src/bpf/dataplane/codec.js';
+import { decodeSnatConfig, encodeSnatConfig, monotonicNs, sweepSnat } from '../../src/bpf/dataplane/snat.js';
 import { applyTo } from './converge.js';
 import { LAB, runHarnessScript } from './xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from './packets.js';
@@ -47,6 +47,15 @@ export type FlowSyncStep =
   /** lb-a's channel sends lb-b one connection-table entry `ct` ([src, dst, sport, dport, proto, realId]) whose age
    * makes its choice `offsetMs` newer (negative: older) than lb-b's own entry for that flow, as of sending */
   | { op: 'sendAged'; ct: unknown[]; offsetMs: number }
+  /** the node's SNAT idle timeout of established TCP (s), written into its lb_snat_config as an apply would */
+  | { op: 'snatTimeout'; node: 'a' | 'b'; tcpEstablishedS: number }
+  /** the node's SNAT sweep (src/reconciler/flows/snat-sweep.ts runs it every 10 s): how many entries it deleted */
+  | { op: 'snatSweep'; node: 'a' | 'b' }
+  /** whether the node holds a translation of the client port, and its owner slot */
+  | { op: 'snatHas'; node: 'a' | 'b'; clientPort: number }
+  /** lb-a's channel sends lb-b the end of a translation: `entry` (a 'gone' entry) with the SNAT source port of the packet
+   * step `ofStep` put out in place of its snatPort (index 8) */
+  | { op: 'sendGone'; ofStep: number; entry: unknown[] }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
   | { op: 'restartA' }
   /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
@@ -127,6 +136,22 @@ async function main(): Promise<void> {
           const heldAge = Number((monotonicNs() - decodeFlowValue(Buffer.from(held)).chosenNs) / 1_000_000n);
           const ageMs = Math.max(0, heldAge - step.offsetMs);
           out.push({ ageMs, answer: await chA.request('lb-b', FLOW_SYNC_KIND, { v: 1, ct: [[...step.ct, ageMs]], snat: [] }, { timeoutMs: 60_000 }) });
+        } else if (step.op === 'snatTimeout') {
+          const m = dp[step.node].object()!.map('lb_snat_config');
+          const cfg = decodeSnatConfig(Buffer.from(m.lookup(encodeU32(0))!));
+          m.update(encodeU32(0), encodeSnatConfig({ ...cfg, timeouts: { ...cfg.timeouts, tcpEstablishedNs: BigInt(step.tcpEstablishedS) * 1_000_000_000n } }));
+          out.push({});
+        } else if (step.op === 'snatSweep') {
+          out.push({ swept: sweepSnat(dp[step.node].object()!) });
+        } else if (step.op === 'snatHas') {
+          const held = dp[step.node].object()!.map('lb_snat_rev').entries().map(([, v]) => Buffer.from(v))
+            .filter((v) => v.readUInt16BE(32) === step.clientPort);
+          out.push({ has: held.length > 0, owners: held.map((v) => v[41]) });
+        } else if (step.op === 'sendGone') {
+          const sent = Buffer.from((out[step.ofStep] as { data: string }).data, 'hex');
+          const entry = [...step.entry];
+          entry[8] = sent.readUInt16BE(14 + 20);
+          out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], gone: [entry] }, { timeoutMs: 60_000 }) });
         } else if (step.op === 'advance') {
           clockB += step.ms;
           out.push({});

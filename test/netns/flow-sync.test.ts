@@ -74,6 +74,12 @@ const snatE = (cport: number, snatAddress: string, snatPort: number, realId = 1)
 const ID1 = 1;
 /** Longer than lb-b's recency margin (RECENCY_MARGIN_MS, the default): what separates an older choice from a newer one. */
 const RECENCY_WAIT_MS = RECENCY_MARGIN_MS + 200;
+/** The refresh and deletion scenario's established TCP idle timeout (s), its rounds and their spacing: refreshes come
+ * every SHORT_S / 2 s at most, so the rounds leave SHORT_S / 2 - ROUND_MS of slack for a slow machine, and last
+ * longer than SHORT_S (an unrefreshed copy expires meanwhile). */
+const SHORT_S = 4;
+const ROUND_MS = 500;
+const REFRESH_ROUNDS = 10;
 /** A client port (from `from` on) whose ring slot in the 'both' table ([1, 2, 1, 2, 1, 2, 1], seed 7) holds real 1. */
 const pick1Port = (from: number) => {
   for (let p = from; p < from + 100; p++) if ([1, 2, 1, 2, 1, 2, 1][ringSlot({ src: CLIENT, dst: VIP_DSR, sport: p, dport: 80, proto: 6 }, true, 7, 7)] === 1) return p;
@@ -205,6 +211,52 @@ add('one second later', { op: 'advance', ms: 1000 });
 add('flood a second later', { op: 'send', body: { v: 1, ct: Array.from({ length: 512 }, (_, j) => ct(CLIENT, VIP_DSR, 26000 + j, 80, ID1)), snat: [] } });
 add('b count after second flood', { op: 'count', node: 'b' });
 add('b report', { op: 'report', node: 'b' });
+
+// ---- refresh (each node its own SNAT address, established TCP idle timeout SHORT_S on both): a translation lb-a's
+// client keeps using is sent again before lb-b's copy would expire; one nobody uses is not, and expires on lb-b
+add('idle again: budget refilled after the floods', { op: 'advance', ms: 10_000 });
+add('a short timeout', { op: 'snatTimeout', node: 'a', tcpEstablishedS: SHORT_S });
+add('b short timeout', { op: 'snatTimeout', node: 'b', tcpEstablishedS: SHORT_S });
+add('a snat syn kept', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5301, SYN) });
+add('a snat syn idle', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5302, SYN) });
+add('a tick r0', { op: 'tick', node: 'a' });
+for (let i = 1; i <= REFRESH_ROUNDS; i++) {
+  add(`wait r${i}`, { op: 'wait', ms: ROUND_MS });
+  add(`a ack kept ${i}`, { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5301, ACK) });
+  add(`a tick r${i}`, { op: 'tick', node: 'a' });
+}
+add('b sweep r', { op: 'snatSweep', node: 'b' });
+add('b has kept', { op: 'snatHas', node: 'b', clientPort: 5301 });
+add('b has idle', { op: 'snatHas', node: 'b', clientPort: 5302 });
+// ---- deletions (lb-b back to the long timeout: its copies end only when lb-a says so): lb-a's translations expire
+// and are swept there; lb-b deletes its copies, except one whose flow moved to lb-b after lb-a's last packet
+add('b long timeout', { op: 'snatTimeout', node: 'b', tcpEstablishedS: 7440 });
+add('a snat syn ended', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5303, SYN) });
+add('a snat syn moved', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5304, SYN) });
+add('a tick d0', { op: 'tick', node: 'a' });
+add('b has ended (synced)', { op: 'snatHas', node: 'b', clientPort: 5303 });
+add('wait d1', { op: 'wait', ms: RECENCY_WAIT_MS });
+add('b ack of the moved flow', { op: 'run', node: 'b', data: tcp(VIP_SNAT, 5304, ACK) });
+add('wait d2', { op: 'wait', ms: SHORT_S * 1000 });
+add('a sweep d', { op: 'snatSweep', node: 'a' });
+add('a tick d1', { op: 'tick', node: 'a' });
+add('b has ended', { op: 'snatHas', node: 'b', clientPort: 5303 });
+add('b has moved', { op: 'snatHas', node: 'b', clientPort: 5304 });
+add('b report d', { op: 'report', node: 'b' });
+// ---- hostile ends (lb-b's view)
+add('b own snat syn 2', { op: 'run', node: 'b', data: tcp(VIP_SNAT, 5305, SYN) });
+add('forged end of b\'s own translation', { op: 'sendGone', ofStep: at['b own snat syn 2']!, entry: [...snatE(5305, SNAT, 0), 0, 0] });
+add('forged end naming b\'s address', { op: 'sendGone', ofStep: at['b own snat syn 2']!, entry: [...snatE(5305, SNAT_B, 0), 0, 0] });
+add('end of a translation of another client', { op: 'sendGone', ofStep: at['a snat syn moved']!, entry: [...snatE(5399, SNAT, 0), 0, 0] });
+add('end with a negative idle age', { op: 'sendGone', ofStep: at['a snat syn moved']!, entry: [...snatE(5304, SNAT, 0), 0, -1] });
+add('end without an idle age', { op: 'sendGone', ofStep: at['a snat syn moved']!, entry: [...snatE(5304, SNAT, 0), 0] });
+add('b has own after forged ends', { op: 'snatHas', node: 'b', clientPort: 5305 });
+add('end replayed', { op: 'sendGone', ofStep: at['a snat syn ended']!, entry: [...snatE(5303, SNAT, 0), 0, 0] });
+add('a snat syn 6', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5306, SYN) });
+add('a tick e', { op: 'tick', node: 'a' });
+add('end of the sender\'s translation', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
+add('the same end again', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
+add('b has 6', { op: 'snatHas', node: 'b', clientPort: 5306 });
 
 // ---- lb-a restarts: a new sync sends lb-b the whole table
 add('restart a', { op: 'restartA' });
@@ -444,6 +496,42 @@ test('a peer flooding more entries than lb-b\'s whole table inserts exactly its 
   t.is((await r('b count after second flood')).ct - after.ct, IMPORT_PER_SECOND);
   const report = (await r('b report')).report['lb-a'];
   t.is(report.refused['rate-limited'], FLOOD_MESSAGES * 512 + 512 - 3 * IMPORT_PER_SECOND, 'every entry over the budget counted');
+});
+
+test('refresh: a translation in use at its owner is sent again before the peer\'s copy would expire; one not in use is not, and expires there', async (t) => {
+  for (let i = 1; i <= REFRESH_ROUNDS; i++) t.is((await r(`a ack kept ${i}`)).counters.snat_hit, 1);
+  const sent = async (n: string) => (await r(n)).report['lb-b'].sent as number;
+  t.is(await sent('a tick r0') - await sent('a tick after reopen'), 2, 'the two new translations (and nothing else)');
+  const refreshes = await sent(`a tick r${REFRESH_ROUNDS}`) - await sent('a tick r0');
+  t.true(refreshes >= 2, `the kept translation was sent again (${refreshes} times in ${REFRESH_ROUNDS * ROUND_MS} ms)`);
+  t.true(refreshes <= REFRESH_ROUNDS / 2, `at most once per half idle timeout (${refreshes})`);
+  t.deepEqual((await r('b has kept')).has, true, 'refreshed: alive on lb-b after more than its idle timeout');
+  t.deepEqual((await r('b has idle')).has, false, 'not in use: expired on lb-b by its own idle timeout');
+  t.true((await r('b sweep r')).swept >= 2, 'the idle copy\'s two entries (and older ones of the scenario)');
+});
+
+test('deletions: lb-a\'s swept translations leave lb-b too, except one whose flow moved to lb-b after lb-a\'s last packet', async (t) => {
+  t.true((await r('b has ended (synced)')).has);
+  t.is((await r('b ack of the moved flow')).counters.snat_hit, 1, 'the moved flow uses lb-b\'s copy');
+  t.true((await r('a sweep d')).swept >= 4, 'lb-a swept the expired translations (two entries each)');
+  t.falsy((await r('a tick d1')).error);
+  t.false((await r('b has ended')).has, 'the end reached lb-b: its copy is deleted');
+  t.true((await r('b has moved')).has, 'alive here: kept (it ends by its own idle timeout)');
+  t.is((await r('b report d')).report['lb-a'].refused.newer, 1);
+});
+
+test('hostile ends: a peer cannot end lb-b\'s own translation, another client\'s, nor one with a bad or missing idle age; a replayed end changes nothing; a genuine end is applied once', async (t) => {
+  t.is((await r('b own snat syn 2')).retval, TX);
+  t.deepEqual((await r('forged end of b\'s own translation')).answer, { applied: 0, unchanged: 0, refused: { 'not-owner': 1 } });
+  t.deepEqual((await r('forged end naming b\'s address')).answer, { applied: 0, unchanged: 0, refused: { 'snat-address': 1 } });
+  t.deepEqual((await r('end of a translation of another client')).answer, { applied: 0, unchanged: 0, refused: { 'not-owner': 1 } });
+  t.deepEqual((await r('end with a negative idle age')).answer, { applied: 0, unchanged: 0, refused: { 'bad-age': 1 } });
+  t.deepEqual((await r('end without an idle age')).answer, { applied: 0, unchanged: 0, refused: { 'bad-age': 1 } });
+  t.true((await r('b has own after forged ends')).has);
+  t.deepEqual((await r('end replayed')).answer, { applied: 0, unchanged: 1, refused: {} });
+  t.deepEqual((await r('end of the sender\'s translation')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.deepEqual((await r('the same end again')).answer, { applied: 0, unchanged: 1, refused: {} });
+  t.false((await r('b has 6')).has);
 });
 
 test('a restarted lb-a sends lb-b its whole table', async (t) => {

@@ -52,3 +52,14 @@ test('a peer\'s choice is newer only by more than the margin; unknown marks neve
   t.true(newerChoice(1n, 0n, 1000), 'a held entry of unknown age is the oldest');
   t.false(newerChoice(0n, 0n, 1000));
 });
+
+test('ends of translations travel as `gone` (the snat fields, idleMs their last packet\'s age as of sending); they count towards the entry bound', (t) => {
+  const e = parseFlowSync({ v: 1, ct: [], snat: [], gone: [[...SNAT, 5, 300]] }, 10);
+  t.deepEqual(e.gone!.map((x) => [x.clientPort, x.ageMs, x.idleMs]), [[5001, 5, 300]]);
+  const wire = encodeFlowSync([{ kind: 'gone', e: e.gone![0]!, at: 1000 }], 1200);
+  t.deepEqual((wire.gone![0] as unknown[]).slice(9), [false, 205, 500]);
+  t.deepEqual(wire.snat, []);
+  t.is(parseFlowSync({ v: 1, ct: [], snat: [] }, 10).gone, undefined);
+  t.throws(() => parseFlowSync({ v: 1, ct: [], snat: [], gone: {} }, 10), { instanceOf: BadBody });
+  t.throws(() => parseFlowSync({ v: 1, ct: [CT], snat: [SNAT], gone: [SNAT, SNAT] }, 3), { instanceOf: BadBody }, '4 entries > 3');
+});

@@ -6,10 +6,11 @@
 // Entries name reals by id and VIPs by listener, never by this node's slots: ids are rendered from the config, the
 // same on every node; a slot is each node's own and is looked up here on insert.
 import type { BpfMap, BpfObject } from '../libbpf.js';
+import { deleteGone } from './flow-gone.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
   FLOW_LAST_SEEN_SHIFT, MODE, realSlotOf, type FlowKey } from './codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
-  encodeSnatRevKey, monotonicNs, snatFwdKey } from './snat.js';
+  encodeSnatRevKey, monotonicNs, snatFwdKey, type SnatConfig } from './snat.js';
 
 /**
  * A connection-table entry: the client's flow (dst = VIP), the real it was given and how long ago (`ageMs`: the
@@ -19,10 +20,11 @@ import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, 
 export interface CtEntry { src: string; dst: string; sport: number; dport: number; proto: number; realId: number; ageMs: number | null }
 
 /** A SNAT translation: the client's flow, its real endpoint and the SNAT address and port it was given; `ageMs`: since
- * the translation was made (or reopened by a SYN), null when unknown. */
+ * the translation was made, `idleMs`: since its last packet at the sender (null when unknown). */
 export interface SnatEntry {
   client: string; vip: string; clientPort: number; vipPort: number; proto: number;
   realId: number; realPort: number; snatAddress: string; snatPort: number; closing: boolean; ageMs: number | null;
+  idleMs: number | null;
 }
 
 /** The oldest age a sync message may carry (7 days): a sender clamps older marks to it, a receiver refuses more. */
@@ -42,7 +44,9 @@ export function markOf(ageMs: number | null, nowNs: bigint): bigint {
   return m > 0n ? m : 1n;
 }
 
-export interface FlowEntries { ct: CtEntry[]; snat: SnatEntry[] }
+/** `gone`: translations of this node that ended here (expired, swept, or their port given to another client), with
+ * their last packet's age as `idleMs`: peers delete their copies (flow-gone.ts). */
+export interface FlowEntries { ct: CtEntry[]; snat: SnatEntry[]; gone?: SnatEntry[] }
 
 /** Why an entry from a peer was not inserted (counted per reason). */
 export type RefuseReason =
@@ -53,6 +57,8 @@ export type RefuseReason =
   | 'snat-own-port' // the port lies in this node's own snatPorts range: this node allocates it itself
   | 'snat-port-taken' // this node holds the port towards that real endpoint for another client flow
   | 'bad-age' // the age is negative, not a whole number of ms, or older than MAX_AGE_MS
+  | 'not-owner' // a deletion of a translation that is not the sender's (this node's own, or another client flow's)
+  | 'newer' // a deletion of a copy that saw a packet here after the sender's last one: the flow moved here
   | 'table-full';
 
 export interface ImportResult {
@@ -72,6 +78,21 @@ const ctIdentity = (v: Buffer, at = 0) => `${v.readUInt32LE(at)}/${v.readBigUInt
 
 /** lb_snat_rev value bytes a change of which is sent: client, vip, ports, real id (0..39) and state (40). */
 const SNAT_DELTA_BYTES = 41;
+/** The translation's identity without its state: another value here is another translation (the old one is gone). */
+const SNAT_IDENTITY_BYTES = 40;
+const SNAT_OWNER_BYTE = 41;
+const SNAT_LAST_SEEN_AT = 56;
+
+/** A translation as FlowDelta last read it: its value, when it was last queued for the peers, and whether a peer
+ * sent it (then its end is not this node's to announce). */
+interface SnatSeen { v: Buffer; sentNs: bigint; fromPeer: boolean }
+
+/** How long after it was last sent a translation still in use is sent again: half its idle timeout, so the peers'
+ * copies (whose idle timeout runs from the sender's last packet) never expire while it is in use here. */
+function refreshAfterNs(proto: number, closing: boolean, cfg: SnatConfig): bigint {
+  const t = proto === 17 ? cfg.timeouts.udpNs : closing ? cfg.timeouts.tcpClosingNs : cfg.timeouts.tcpEstablishedNs;
+  return t / 2n;
+}
 
 const ctOf = (k: FlowKey, v: Buffer, at: number, nowNs: bigint): CtEntry => ({ src: k.src, dst: k.dst, sport: k.sport, dport: k.dport,
   proto: k.proto, realId: v.readUInt32LE(at), ageMs: ageOf(v.readBigUInt64LE(at + 16), nowNs) });
@@ -79,21 +100,23 @@ const ctOf = (k: FlowKey, v: Buffer, at: number, nowNs: bigint): CtEntry => ({ s
 /**
  * What a node has to tell its peers: every read returns the entries that are new or changed since the previous
  * read (the first read: all of them). Entries this node inserted for a peer are remembered as seen, so they are
- * not sent back. Connection-table entries leave by LRU eviction on each node on its own (not sent); a
- * translation's end is its idle timeout, which every node applies to its own copy.
+ * not sent back. Connection-table entries leave by LRU eviction on each node on its own (not sent: an eviction
+ * says that node's table was full, not that the connection ended). This node's translations are sent again while
+ * in use, at half their idle timeout (a peer's copy expires on its own otherwise), and their end (swept, expired,
+ * the port given to another client) is sent as `gone`.
  */
 export class FlowDelta {
   /** lb_conntrack key (latin1 string of its bytes) -> the real id and recency mark last seen (ctIdentity) */
   private ct = new Map<string, string>();
-  /** lb_snat_rev key (latin1) -> the client flow key (latin1) and real id last seen */
-  private snat = new Map<string, string>();
+  /** lb_snat_rev key (latin1) -> the translation last seen (this node's own: owner 0) */
+  private snat = new Map<string, SnatSeen>();
 
   /**
    * Reads both tables (batched) and returns what changed since the previous read, decoded; `all()` decodes the
    * whole table as read (for a peer's resync), only when asked: decoding is most of a read's cost.
    */
   read(obj: BpfObject): { changed: FlowEntries; all: () => FlowEntries } {
-    const changed: FlowEntries = { ct: [], snat: [] };
+    const changed: FlowEntries = { ct: [], snat: [], gone: [] };
     const ctMap = obj.map('lb_conntrack');
     const packed = ctMap.lookupBatch(4096);
     const ks = ctMap.keySize;
@@ -117,23 +140,42 @@ export class FlowDelta {
       if (!snatAddress) return null;
       return { client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto,
         realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing,
-        ageMs: ageOf(rev.createdNs, nowNs) };
+        ageMs: ageOf(rev.createdNs, nowNs), idleMs: ageOf(rev.lastSeenNs, nowNs) };
     };
     const revEntries = obj.map(SNAT_MAPS.rev).entries();
-    const snat = new Map<string, string>();
+    const snat = new Map<string, SnatSeen>();
+    const ended = (k: Buffer, was: SnatSeen) => {
+      // only what this node made: a copy a peer sent ends on its own (or by the peer's own word)
+      if (was.fromPeer) return;
+      const e = snatOf(k, was.v);
+      if (e) changed.gone!.push(e);
+    };
     for (const [k, v] of revEntries) {
-      if (v[41]) continue; // another node's translation (owner != 0): its owner sends it
+      if (v[SNAT_OWNER_BYTE]) continue; // another node's translation (owner != 0): its owner sends it
       const id = k.toString('latin1');
+      const was = this.snat.get(id);
       // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
       // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
       // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
       // leave the flow without a translation on the node ECMP moves it to.
-      const what = v.subarray(0, SNAT_DELTA_BYTES).toString('latin1');
-      snat.set(id, what);
-      if (this.snat.get(id) === what) continue;
+      const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
+      if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
+      const fromPeer = !!same && was.fromPeer;
+      if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) {
+        // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
+        const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
+        const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
+          nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_IDENTITY_BYTES] === SNAT_STATE.closing, cfg);
+        const e = due ? snatOf(k, v) : null;
+        if (e) changed.snat.push(e);
+        snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
+        continue;
+      }
+      snat.set(id, { v, sentNs: nowNs, fromPeer });
       const e = snatOf(k, v);
       if (e) changed.snat.push(e);
     }
+    for (const [id, was] of this.snat) if (!snat.has(id)) ended(Buffer.from(id, 'latin1'), was);
     this.snat = snat;
     const all = (): FlowEntries => {
       const out: FlowEntries = { ct: [], snat: [] };
@@ -152,7 +194,8 @@ export class FlowDelta {
   /** Entries inserted for a peer: seen, so the next read does not send them back. */
   remember(keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> }): void {
     for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), ctIdentity(v));
-    for (const [k, v] of keys.snat) this.snat.set(k.toString('latin1'), v.subarray(0, SNAT_DELTA_BYTES).toString('latin1'));
+    const nowNs = monotonicNs();
+    for (const [k, v] of keys.snat) if (!v[SNAT_OWNER_BYTE]) this.snat.set(k.toString('latin1'), { v, sentNs: nowNs, fromPeer: true });
   }
 }
 
@@ -250,8 +293,14 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     return inRing(serviceId, realSlotOf(b)) ? b : null;
   };
 
-  const ct: BpfMap = obj.map('lb_conntrack');
   const nowNs = monotonicNs();
+  // ends first: a port the sender gave to another client flow is free here before its new translation
+  if (entries.gone?.length) {
+    const d = deleteGone(obj, entries.gone, { senderSnatAddress, marginMs, validAge, markOf, nowNs }, refuse);
+    result.applied += d.deleted;
+    result.unchanged += d.unchanged;
+  }
+  const ct: BpfMap = obj.map('lb_conntrack');
   for (const e of entries.ct) {
     if (!validAge(e.ageMs)) { refuse('bad-age'); continue; }
     const family = familyOf(e.dst);
@@ -287,7 +336,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
   const owners = new SnatOwners(obj.map(SNAT_MAPS.owners));
   for (const e of entries.snat) {
-    if (!validAge(e.ageMs)) { refuse('bad-age'); continue; }
+    if (!validAge(e.ageMs) || !validAge(e.idleMs)) { refuse('bad-age'); continue; }
     const family = familyOf(e.vip);
     const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
     // this node's address (shared, the port from another node's range), or another lb node's (kept, with its owner)
@@ -308,9 +357,11 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const rkey = { real: addrText(r.subarray(0, 16), family), realPort: e.realPort, snatPort: e.snatPort, proto: e.proto, family };
     const rk = encodeSnatRevKey(rkey);
     const now = monotonicNs();
-    // this node's clock: the peer's monotonic time means nothing here; the idle timeout starts now
+    // the sender's times as ages, turned into marks on this node's clock: the copy's idle timeout runs from the
+    // sender's last packet (refreshes keep it alive while the flow is in use there); unknown ages: now
+    const lastSeenNs = markOf(e.idleMs, now) || now;
     const rv = { client: e.client, vip: e.vip, clientPort: e.clientPort, vipPort: e.vipPort, realId: e.realId,
-      state: e.closing ? SNAT_STATE.closing : SNAT_STATE.open, createdNs: now, lastSeenNs: now, owner };
+      state: e.closing ? SNAT_STATE.closing : SNAT_STATE.open, createdNs: markOf(e.ageMs, now) || now, lastSeenNs, owner };
     const fk = snatFwdKey(rkey, rv);
     const fv = encodeSnatFwd({ realId: e.realId, snatPort: e.snatPort, realPort: e.realPort });
     const held = rev.lookup(rk);
@@ -320,9 +371,13 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
         h.vipPort === e.vipPort && (h.owner ?? 0) === owner;
       if (!same) { refuse('snat-port-taken'); continue; }
       const f = fwd.lookup(fk);
-      if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing) { result.unchanged++; continue; }
-      // the same translation: its forward entry restored, its state taken from the sender (FIN seen there)
-      if (h.state !== rv.state) rev.update(rk, encodeSnatRev({ ...h, state: rv.state }), 'exist');
+      const fresher = lastSeenNs > h.lastSeenNs; // a refresh: the sender saw a packet after the last one seen here
+      if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing && !fresher) { result.unchanged++; continue; }
+      // the same translation: its forward entry restored, its state taken from the sender (FIN seen there), its
+      // last packet the later of both nodes'
+      if (h.state !== rv.state || fresher) {
+        rev.update(rk, encodeSnatRev({ ...h, state: rv.state, lastSeenNs: fresher ? lastSeenNs : h.lastSeenNs }), 'exist');
+      }
     } else {
       try {
         rev.update(rk, encodeSnatRev(rv), 'noexist');

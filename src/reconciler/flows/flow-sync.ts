@@ -58,8 +58,9 @@ export interface FlowSyncOptions {
   limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
 }
 
-type Wire = { v: 1; ct: unknown[]; snat: unknown[] };
-type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat'; e: SnatEntry; at: number };
+type Wire = { v: 1; ct: unknown[]; snat: unknown[]; gone?: unknown[] };
+/** 'gone': a translation of the sender that ended there (same fields as 'snat'; idleMs: its last packet's age). */
+type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat' | 'gone'; e: SnatEntry; at: number };
 
 const isPort = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 65535;
 const isU32 = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 0xffffffff;
@@ -85,7 +86,9 @@ export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
   const b = body as Partial<Wire>;
   if (b.v !== 1) throw new BadBody('v: not 1');
   if (!Array.isArray(b.ct) || !Array.isArray(b.snat)) throw new BadBody('ct, snat: not arrays');
-  if (b.ct.length + b.snat.length > maxEntries) throw new BadBody(`more than ${maxEntries} entries`);
+  if (b.gone !== undefined && !Array.isArray(b.gone)) throw new BadBody('gone: not an array');
+  const goneIn = b.gone ?? [];
+  if (b.ct.length + b.snat.length + goneIn.length > maxEntries) throw new BadBody(`more than ${maxEntries} entries`);
   const ct = b.ct.map((x, i): CtEntry => {
     const w = `ct[${i}]`;
     if (!Array.isArray(x) || (x.length !== 6 && x.length !== 7)) throw new BadBody(`${w}: not [src, dst, sport, dport, proto, realId, ageMs]`);
@@ -95,37 +98,40 @@ export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
     if (e.src.includes(':') !== e.dst.includes(':')) throw new BadBody(`${w}: mixed address families`);
     return e as CtEntry;
   });
-  const snat = b.snat.map((x, i): SnatEntry => {
-    const w = `snat[${i}]`;
-    if (!Array.isArray(x) || (x.length !== 10 && x.length !== 11)) {
-      throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing, ageMs]`);
+  const snatOf = (x: unknown, w: string): SnatEntry => {
+    if (!Array.isArray(x) || x.length < 10 || x.length > 12) {
+      throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing, ageMs, idleMs]`);
     }
-    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing, ageMs] = x;
+    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing, ageMs, idleMs] = x;
     const e = { client: addr(client, `${w}.client`), vip: addr(vip, `${w}.vip`), clientPort, vipPort, proto, realId, realPort,
-      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing, ageMs: age(ageMs, w) };
+      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing, ageMs: age(ageMs, w), idleMs: age(idleMs, w) };
     if (!isPort(clientPort) || !isPort(vipPort) || !isProto(proto) || !isU32(realId) || !isPort(realPort) || !isPort(snatPort) ||
       typeof closing !== 'boolean') throw new BadBody(`${w}: bad port, protocol, real id or state`);
     const v6 = e.vip.includes(':');
     if (e.client.includes(':') !== v6 || e.snatAddress.includes(':') !== v6) throw new BadBody(`${w}: mixed address families`);
     return e as SnatEntry;
-  });
-  return { ct, snat };
+  };
+  const snat = b.snat.map((x, i) => snatOf(x, `snat[${i}]`));
+  const gone = goneIn.map((x, i) => snatOf(x, `gone[${i}]`));
+  return gone.length ? { ct, snat, gone } : { ct, snat };
 }
 
 export function encodeFlowSync(items: Item[], now: number): Wire {
   const ct: unknown[] = [];
   const snat: unknown[] = [];
+  const gone: unknown[] = [];
   for (const it of items) {
-    // the age as of sending, not of reading: an entry that waited in the queue is that much older
+    // ages as of sending, not of reading: an entry that waited in the queue is that much older
     const waited = Math.max(0, now - it.at);
-    const ageMs = it.e.ageMs === null ? null : Math.min(MAX_AGE_MS, it.e.ageMs + waited);
-    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId, ageMs]);
+    const older = (a: number | null) => (a === null ? null : Math.min(MAX_AGE_MS, a + waited));
+    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId, older(it.e.ageMs)]);
     else {
       const e = it.e;
-      snat.push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress, e.snatPort, e.closing, ageMs]);
+      (it.kind === 'snat' ? snat : gone).push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress,
+        e.snatPort, e.closing, older(e.ageMs), older(e.idleMs)]);
     }
   }
-  return { v: 1, ct, snat };
+  return gone.length ? { v: 1, ct, snat, gone } : { v: 1, ct, snat };
 }
 
 /** Which reals each service lists in the applied state (drained and unhealthy ones included). */
@@ -219,7 +225,9 @@ export class FlowSync {
     if (!obj) return;
     const at = this.now();
     const { changed, all } = this.delta.read(obj);
-    const items = (e: FlowEntries): Item[] => [...e.ct.map((x): Item => ({ kind: 'ct', e: x, at })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at }))];
+    // ends first: a port given to another client flow is free on the peer before the new translation arrives
+    const items = (e: FlowEntries): Item[] => [...(e.gone ?? []).map((x): Item => ({ kind: 'gone', e: x, at })),
+      ...e.ct.map((x): Item => ({ kind: 'ct', e: x, at })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at }))];
     const fresh = items(changed);
     const peers = this.o.peers().filter((p) => p !== this.o.node);
     for (const p of [...this.peerState.keys()]) if (!peers.includes(p)) this.peerState.delete(p);
@@ -262,13 +270,16 @@ export class FlowSync {
   receive(from: string, body: unknown): ImportResult {
     const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
     const s = this.state(from);
-    const n = entries.ct.length + entries.snat.length;
+    const gone = entries.gone ?? [];
+    const n = gone.length + entries.ct.length + entries.snat.length;
     s.report.received += n;
     const obj = this.o.object();
     if (!obj) throw new Error('no data plane loaded');
     const granted = this.budget.take(from, n, this.now());
     const over = n - granted;
-    const take = { ct: entries.ct.slice(0, granted), snat: entries.snat.slice(0, Math.max(0, granted - entries.ct.length)) };
+    let left = granted;
+    const within = <T>(xs: T[]): T[] => { const t = xs.slice(0, left); left -= t.length; return t; };
+    const take: FlowEntries = { gone: within(gone), ct: within(entries.ct), snat: within(entries.snat) };
     const desired = this.o.desired();
     const r = importFlows(obj, take, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
       senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs });

@@ -32,7 +32,7 @@ export class FlowSyncMetrics {
         }
       } });
     new Counter({ name: 'gitlb_flow_sync_refused_total',
-      help: 'Synced entries from each lb peer not inserted here, by reason (no-listener, no-real, exists, snat-address, snat-own-port, snat-port-taken, bad-age, table-full, rate-limited)',
+      help: 'Synced entries from each lb peer not inserted here, by reason (no-listener, no-real, exists, snat-address, snat-own-port, snat-port-taken, bad-age, not-owner, newer, table-full, rate-limited)',
       labelNames: ['peer', 'reason'], registers: [reg],
       collect() {
         this.reset();
