@@ -280,6 +280,9 @@ test.serial('gue: the probe is tunnelled to the GUE port; a backend decapsulatin
     const before = await gueDecaps();
     await new Promise((r) => setTimeout(r, 600));
     t.true((await gueDecaps()).v4 > before.v4, 'the probes arrived as GUE and were decapsulated');
+    // healthy, it stays up: several intervals later no check of it has gone down
+    t.is((await runner.snapshot()).snapshot.services.guevip.reals[ADDR.b1].state, 'up');
+    t.deepEqual(runner.pendingChanges().filter((e) => e.service === 'guevip' && e.to === 'down'), []);
 
     // the backend now decapsulates GUE at another port than the cluster's (Cluster spec.gue.port moved on one side
     // only): every client packet the lb nodes tunnel to 6080 is lost there, the real's own address still answers
