@@ -2,7 +2,8 @@
 // counts the TCP packets it sends to a real and the SYNs among them apart from the real's other traffic, in DSR and
 // SNAT alike, so passive health judges a real's TCP services whatever UDP it also serves. The real program runs
 // through BPF_PROG_TEST_RUN (no interface: packets stop at the next-hop lookup, after the counters), and the
-// counters are read by the daemon's own reader (readRealSamples) and judged by PassiveSignals.
+// counters are read by the daemon's own reader (readRealSamples) and judged by PassiveSignals. Pins of the older,
+// 24-byte layout are replaced at load.
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
@@ -12,7 +13,8 @@ import { readRealSamples } from '../../src/reconciler/health/passive-poll.js';
 import { PASSIVE, PassiveSignals, type RealSample } from '../../src/reconciler/health/passive.js';
 import { makeState } from '../lib/lb-state.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
-import { applyTo } from '../lib/converge.js';
+import { applyTo, planOf } from '../lib/converge.js';
+import { BpfMap, MapType } from '../../src/bpf/libbpf.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-rtcp`;
 const REAL = '198.51.100.11';
@@ -128,4 +130,20 @@ test.serial('and the same real whose TCP service dies is suspect from its TCP pa
     send(tcp(DSR_VIP, port++, TCP_FLAGS.SYN));
   });
   t.true(v.tcp.includes(REAL));
+});
+
+test.serial('upgrade: lb_real_stats pinned in the 24-byte layout of earlier versions is replaced at load; counting goes on', async (t) => {
+  dp!.close();
+  dp = null;
+  rmSync(`${PIN}/lb_real_stats`);
+  const old = BpfMap.create({ name: 'lb_real_stats', type: MapType.percpuArray, keySize: 4, valueSize: 24, maxEntries: 65536 });
+  old.pin(`${PIN}/lb_real_stats`);
+  old.close();
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  t.is(dp.object()!.map('lb_real_stats').valueSize, 40);
+  t.deepEqual(await planOf(dp, STATE), [], 'listeners, reals and rings came across: nothing to re-apply');
+  const before = countersOf(REAL);
+  send(tcp(DSR_VIP, 38000, TCP_FLAGS.SYN));
+  send(udp(DSR_VIP, 38001));
+  t.like(delta(before, countersOf(REAL)), { packets: 2, tcpPackets: 1, tcpSyns: 1 });
 });
