@@ -153,15 +153,11 @@ static __always_inline int lb_keep_vlan(struct xdp_md *ctx, __u32 l3_off, __u32 
 	return 0;
 }
 
-struct lb_ipip_src {
-	__be32 v4;
-	__u32 v6[4];
-};
 
 /* The IPv6 outer header of lb_push_ipip (below): a subprogram, out of the IPv4 path's code. `w` packs the flow
  * hash (bits 0-31), the inner TOS (32-39) and the GUE port (40-55, network order; 0 = IP-in-IP). */
 static __attribute__((noinline)) int lb_push_ip6_outer(struct xdp_md *ctx, const struct lb_packet *p,
-							const struct lb_real *real, const struct lb_ipip_src *src, __u64 w)
+							const struct lb_real *real, const void *src6, __u64 w)
 {
 	void *data, *data_end;
 	__u32 hash = (__u32)w;
@@ -210,7 +206,7 @@ static __attribute__((noinline)) int lb_push_ip6_outer(struct xdp_md *ctx, const
 	ip6->payload_len = payload_len;
 	ip6->nexthdr = inner_proto;
 	ip6->hop_limit = LB_DEFAULT_TTL;
-	__builtin_memcpy(&ip6->saddr, src->v6, 16);
+	__builtin_memcpy(&ip6->saddr, src6, 16);
 	__builtin_memcpy(&ip6->daddr, real->addr, 16);
 	if (!gue_port)
 		return 0;
@@ -220,14 +216,14 @@ static __attribute__((noinline)) int lb_push_ip6_outer(struct xdp_md *ctx, const
 	uh->source = sport;
 	uh->dest = gue_port;
 	uh->len = udp_len;
-	uh->check = lb_gue6_csum(src->v6, real->addr, udp_len, sport, gue_port, inner_vtf, inner_nh_hl, p->proto);
+	uh->check = lb_gue6_csum(src6, real->addr, udp_len, sport, gue_port, inner_vtf, inner_nh_hl, p->proto);
 	return 0;
 }
 
 /* Push the outer header: IP-in-IP, or with gue_port set (network order) outer IP + UDP to that port (dsr-gue,
  * lb_gue.h; the inner packet of the outer's family). The inner packet starts at l3_off; returns 0 or -1. */
 static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_packet *p,
-					const struct lb_real *real, const struct lb_ipip_src *src,
+					const struct lb_real *real, __be32 src4, const void *src6,
 					__u32 hash, __u8 inner_tos, __be16 gue_port)
 {
 	void *data, *data_end;
@@ -247,7 +243,7 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 		__u16 ver_tos = 0x45 | ((__u16)inner_tos << 8);       /* bytes 0x45, tos in memory order */
 		__u16 ttl_proto = LB_DEFAULT_TTL | ((__u16)inner_proto << 8);
 		__be32 daddr = *(const __be32 *)real->addr;
-		__u64 sum = (__u64)ver_tos + tot_len + frag_off + ttl_proto + src->v4 + daddr;
+		__u64 sum = (__u64)ver_tos + tot_len + frag_off + ttl_proto + src4 + daddr;
 
 		if (bpf_xdp_adjust_head(ctx, -(int)(LB_IPV4_HDR_LEN + udp)))
 			return -1;
@@ -267,7 +263,7 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 		iph->frag_off = frag_off;
 		*(__u16 *)&iph->ttl = ttl_proto;
 		iph->check = lb_csum_fold(sum);
-		iph->saddr = src->v4;
+		iph->saddr = src4;
 		iph->daddr = daddr;
 		if (!gue_port)
 			return 0;
@@ -282,7 +278,7 @@ static __always_inline int lb_push_ipip(struct xdp_md *ctx, const struct lb_pack
 		return 0;
 	}
 
-	return lb_push_ip6_outer(ctx, p, real, src, hash | ((__u64)inner_tos << 32) | ((__u64)gue_port << 40));
+	return lb_push_ip6_outer(ctx, p, real, src6, hash | ((__u64)inner_tos << 32) | ((__u64)gue_port << 40));
 }
 
 /* One's-complement sum of an IPv4 header (hdr_len bytes, up to 60) in the packet; -1 when out of bounds. */

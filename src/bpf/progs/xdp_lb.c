@@ -111,27 +111,28 @@ static __always_inline void lb_flow_key_of(const struct lb_packet *p, struct lb_
 	*(__u64 *)&k->sport = (__u64)p->sport | ((__u64)p->dport << 16) | ((__u64)p->proto << 32) | ((__u64)p->family << 40);
 }
 
-/* Choose the IPv4/IPv6 outer source of dsr-ipip: one of the node's own addresses (by flow hash
- * among up to 8 IPv4 addresses), or 0 to let the kernel choose (BPF_FIB_LOOKUP_SRC). */
-static __always_inline int lb_ipip_source(const struct lb_config *cfg, __u32 hash, __u8 real_family,
-					  struct lb_ipip_src *src)
+/* The outer source of dsr-ipip: IPv4, one of the node's own addresses (by flow hash among up to 8), as its value;
+ * IPv6, 0 when cfg->src6 holds it. -1: the kernel chooses (BPF_FIB_LOOKUP_SRC). */
+static __always_inline __s64 lb_ipip_source(const struct lb_config *cfg, __u32 hash, __u8 real_family)
 {
 	if (real_family == 4) {
 		__u32 n = cfg->src4_count;
 
 		if (n == 0)
-			return 1;
+			return -1;
 		__u32 i = n > 1 ? (hash >> 16) % n : 0;
 
 		if (i >= LB_MAX_SRC4)
-			return 1;
-		src->v4 = cfg->src4[i];
-		return 0;
+			return -1;
+		return cfg->src4[i];
 	}
-	if (!cfg->src6_set)
-		return 1;
-	__builtin_memcpy(src->v6, cfg->src6, 16);
-	return 0;
+	return cfg->src6_set ? 0 : -1;
+}
+
+/* dsr-ipopt inserts its option into a flow's first packet: a TCP SYN (ACK clear), every UDP datagram */
+static __always_inline int lb_ipopt_inserts(const struct lb_packet *p)
+{
+	return p->proto == IPPROTO_UDP || (p->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
 }
 
 /* Too big for the real's path after our encapsulation: the client gets an ICMP answer with the MTU it must fit
@@ -297,73 +298,32 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 	lb_real_traffic_add(real->slot, &p, new_flow);
 	LB_CAP_REAL(real_id);
 
-	/* 5. dispatch */
+	/* 5. dispatch: per mode the checks before the next hop, then one next-hop lookup, the mode's rewrite and one
+	 * send (one copy of the next-hop cache and the send in the hot function, not one per mode). Few values
+	 * live across the next-hop lookup (its helper calls): what the rewrite needs is recomputed after it. */
 	const struct lb_next_hop *nh;
-	__u8 tos = 0;
+	__s64 outer_src = 0; /* dsr-ipip/gue: the IPv4 outer source (IPv6: 0 = cfg->src6), -1 = the kernel's */
 	int rc;
-
-	if (mode == LB_MODE_DSR_L2) {
-		nh = lb_next_hop(ctx, real, real_id, 0, &reason);
-		if (!nh)
-			return lb_drop(reason);
-		rc = lb_send(ctx, nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
-			     &reason);
-		if (rc < 0)
-			return lb_drop(LB_CNT_DROP_ADJUST);
-		lb_count(reason);
-		return rc;
-	}
 
 	if (mode == LB_MODE_DSR_IPIP || mode == LB_MODE_DSR_GUE) {
 		/* dsr-gue: the same outer header with UDP to the GUE port (target_port) after it, same family only */
-		__be16 gue_port = mode == LB_MODE_DSR_GUE ? target_port : 0;
-		__u32 overhead = (real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN) + (gue_port ? LB_GUE_UDP_LEN : 0);
+		int gue = mode == LB_MODE_DSR_GUE;
+		__u32 overhead = (real->family == 4 ? LB_IPV4_HDR_LEN : LB_IPV6_HDR_LEN) + (gue ? LB_GUE_UDP_LEN : 0);
 
-		if (gue_port && p.family != real->family)
+		if (gue && p.family != real->family)
 			return lb_drop(LB_CNT_DROP_UNSUPPORTED);
 		if (p.l3_len + overhead > cfg->mtu)
 			goto too_big;
 		/* the flow hash is entropy for the outer header: on a connection-table hit it is computed only when
 		 * something uses it (a choice among several IPv4 sources, the IPv6 flow label, the GUE source port) */
-		if (!have_hash && (gue_port || real->family != 4 || cfg->src4_count > 1))
+		if (!have_hash && (gue || real->family != 4 || cfg->src4_count > 1))
 			hash = lb_flow_hash(&p, use_sport, cfg->hash_seed);
-		struct lb_ipip_src src = {};
-		int want_src = lb_ipip_source(cfg, hash, real->family, &src);
-
-		nh = lb_next_hop(ctx, real, real_id, want_src, &reason);
-		if (!nh)
-			return lb_drop(reason);
-		if (want_src) {
-			src.v4 = nh->src4;
-			__builtin_memcpy(src.v6, nh->src6, 16);
-		}
-		{
-			void *data = (void *)(long)ctx->data;
-			void *data_end = (void *)(long)ctx->data_end;
-			__u8 *l3 = data + (p.l3_off & 0x1f);
-
-			if ((void *)(l3 + 2) > data_end)
-				return lb_drop(LB_CNT_DROP_ADJUST);
-			tos = p.family == 4 ? l3[1] : (__u8)((l3[0] << 4) | (l3[1] >> 4));
-		}
-		if (lb_push_ipip(ctx, &p, real, &src, hash, tos, gue_port))
-			return lb_drop(LB_CNT_DROP_ADJUST);
-		rc = lb_send(ctx, nh, p.l3_off, real->family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6),
-			     &reason);
-		if (rc < 0)
-			return lb_drop(LB_CNT_DROP_ADJUST);
-		lb_count(reason);
-		return rc;
-	}
-
-	if (mode == LB_MODE_DSR_IPOPT) {
+		outer_src = lb_ipip_source(cfg, hash, real->family);
+	} else if (mode == LB_MODE_DSR_IPOPT) {
 		/* the option names the VIP to a real of the VIP's family (IPv4 option, IPv6 destination options) */
 		if (p.family != real->family)
 			return lb_drop(LB_CNT_DROP_UNSUPPORTED);
-		int insert = p.proto == IPPROTO_UDP ||
-			     (p.tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN;
-
-		if (insert) {
+		if (lb_ipopt_inserts(&p)) {
 			if (p.family == 4) {
 				if (p.ihl_bytes + LB_DSR_OPT_LEN > LB_IPV4_MAX_HDR_LEN)
 					return lb_drop(LB_CNT_DROP_IPOPT_NO_ROOM);
@@ -374,19 +334,46 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 			if (p.l3_len + (p.family == 4 ? LB_DSR_OPT_LEN : LB_DSR_EXT6_LEN) > cfg->mtu)
 				goto too_big;
 		}
-		nh = lb_next_hop(ctx, real, real_id, 0, &reason);
-		if (!nh)
-			return lb_drop(reason);
+	} else if (mode != LB_MODE_DSR_L2) {
+		return lb_drop(LB_CNT_DROP_UNSUPPORTED);
+	}
+
+	nh = lb_next_hop(ctx, real, real_id, outer_src < 0, &reason);
+	if (!nh)
+		return lb_drop(reason);
+
+	if (mode == LB_MODE_DSR_IPIP || mode == LB_MODE_DSR_GUE) {
+		/* the outer source: the node's configured address, or the one the kernel chose for the next hop */
+		__be32 src4 = outer_src < 0 ? nh->src4 : (__be32)outer_src;
+		const void *src6 = outer_src < 0 ? (const void *)nh->src6 : (const void *)cfg->src6;
+		__u8 tos;
+
+		{
+			void *data = (void *)(long)ctx->data;
+			void *data_end = (void *)(long)ctx->data_end;
+			__u8 *l3 = data + (p.l3_off & 0x1f);
+
+			if ((void *)(l3 + 2) > data_end)
+				return lb_drop(LB_CNT_DROP_ADJUST);
+			tos = p.family == 4 ? l3[1] : (__u8)((l3[0] << 4) | (l3[1] >> 4));
+		}
+		if (lb_push_ipip(ctx, &p, real, src4, src6, hash, tos, mode == LB_MODE_DSR_GUE ? target_port : 0))
+			return lb_drop(LB_CNT_DROP_ADJUST);
+	} else if (mode == LB_MODE_DSR_IPOPT) {
+		int insert = lb_ipopt_inserts(&p);
+
 		if (p.family == 4 ? lb_ipopt(ctx, &p, real, p.dport, target_port, insert)
 				  : lb_ipopt6(ctx, &p, real, target_port, insert))
 			return lb_drop(LB_CNT_DROP_ADJUST);
-		rc = lb_send(ctx, nh, p.l3_off, p.family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6), &reason);
-		if (rc < 0)
-			return lb_drop(LB_CNT_DROP_ADJUST);
-		lb_count(reason);
-		return rc;
 	}
-	return lb_drop(LB_CNT_DROP_UNSUPPORTED);
+	/* dsr-l2: MACs only. The frame leaves in the real's family under an outer header, else in the packet's */
+	__u8 out_family = mode == LB_MODE_DSR_IPIP || mode == LB_MODE_DSR_GUE ? real->family : p.family;
+
+	rc = lb_send(ctx, nh, p.l3_off, out_family == 4 ? bpf_htons(LB_ETH_P_IP) : bpf_htons(LB_ETH_P_IPV6), &reason);
+	if (rc < 0)
+		return lb_drop(LB_CNT_DROP_ADJUST);
+	lb_count(reason);
+	return rc;
 
 too_big:
 	/* answer the client with the MTU its packets must fit in after our encapsulation */
