@@ -48,20 +48,20 @@ export interface PartitionResult {
   downs: string[];
 }
 
-/** The lab's config: lb-1 in front of be-1..3 (DSR over L2), http checks every HEALTH.intervalMs (or with the
+/** The lab's config: lb-1 in front of be-1..3 (DSR over L2, or SNAT: `mode`), http checks every HEALTH.intervalMs (or with the
  * default timings: `checks: 'defaults'`); `udp`: the service serves UDP_PORT too (a mixed TCP/UDP service, as the
  * sample config's dns and game), which the lab's backend servers answer. */
-export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast', udp = false): void {
+export function writeConfig(dir: string, checks: 'fast' | 'defaults' = 'fast', udp = false, mode: 'dsr' | 'snat' = 'dsr'): void {
   const put = (rel: string, text: string) => {
     mkdirSync(join(dir, rel, '..'), { recursive: true });
     writeFileSync(join(dir, rel), text);
   };
   const { intervalMs, fall, rise } = HEALTH;
   put('cluster.yaml', `apiVersion: gitlb/v1\nkind: Cluster\nmetadata: { name: partition }\nspec:\n  maglev: { tableSize: 1021, seed: JLfvgnHc2kaSUFaI }\n  conntrack: { maxEntries: 4096 }\n  status: { branch: gitlb-status }\n  rollback: { policy: manual }\n`);
-  put('nodes/lb-1.yaml', `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: lb-1 }\nspec:\n  role: lb\n  interface: eth0\n  addresses: [198.51.100.11]\n  allowedVips: [203.0.113.0/24]\n`);
+  put('nodes/lb-1.yaml', `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: lb-1 }\nspec:\n  role: lb\n  interface: eth0\n  addresses: [198.51.100.11]\n  allowedVips: [203.0.113.0/24]\n${mode === 'snat' ? '  snatAddress: 198.51.100.111\n' : ''}`);
   for (const [name, addr] of Object.entries(BE))
     put(`nodes/${name}.yaml`, `apiVersion: gitlb/v1\nkind: Node\nmetadata: { name: ${name} }\nspec:\n  role: backend\n  interface: eth0\n  addresses: [${addr}]\n`);
-  put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }${udp ? `, { port: ${UDP_PORT}, protocol: UDP }` : ''}]\n  dispatch: { mode: dsr, encap: l2 }\n` +
+  put('services/web.yaml', `apiVersion: gitlb/v1\nkind: Service\nmetadata: { name: web }\nspec:\n  vip: ${VIP}\n  ports: [{ port: 80, protocol: TCP }${udp ? `, { port: ${UDP_PORT}, protocol: UDP }` : ''}]\n  dispatch: ${mode === 'snat' ? '{ mode: snat }' : '{ mode: dsr, encap: l2 }'}\n` +
     (checks === 'defaults'
       ? `  healthCheck: { type: http, port: 80, path: /healthz }\n`
       : `  healthCheck: { type: http, port: 80, path: /healthz, interval: ${intervalMs}ms, timeout: 150ms, rise: ${rise}, fall: ${fall} }\n`) +
@@ -99,6 +99,9 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
   /** The service serves UDP_PORT too, and the client also sends one-packet UDP flows (a new source port each, no
    * answer awaited) to it every gapMs while it opens its connections. */
   udp?: boolean;
+  /** How the lb node dispatches (default dsr, L2): snat sends the reals the lb node's snatAddress as the source and
+   * translates their answers back. */
+  mode?: 'dsr' | 'snat';
   /** No death: instead an attacker in the client namespace opens `synFlood` connections (gapMs apart) whose
    * answers it drops (nftables in its own namespace), so the lb node sees its SYNs and their retransmissions and
    * nothing behind them, while every backend is healthy. */
@@ -107,7 +110,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
   const health = o.checks === 'defaults' ? DEFAULT_HEALTH : HEALTH;
   const work = mkdtempSync(join(tmpdir(), `gitlb-partition-${process.pid}-`));
   const configDir = join(work, 'config');
-  writeConfig(configDir, o.checks, o.udp);
+  writeConfig(configDir, o.checks, o.udp, o.mode);
   let state: LabState | undefined;
   let lb: ChildProcess | undefined;
   let client: ChildProcess | undefined;

@@ -6,7 +6,8 @@
 // port dropped: a silent host). Rounds interleave the cases and modes so the machine's load hits them alike.
 // Modes: passive signals with a TCP-only service; passive signals with the service serving UDP too (a mixed service:
 // the client also sends a one-packet UDP flow every gap ms, so be-2 is a real that serves TCP and UDP); active
-// checks alone on that TCP+UDP service (what such a real got before the per-real TCP counters).
+// the same TCP+UDP service dispatched by SNAT (the sample config's dns); active checks alone on the TCP+UDP service
+// in DSR (what such a real got before the per-real TCP counters).
 // Prints per case and mode the median of `rounds` (min-max), failed new connections, and which probe took it down.
 // Usage: bench/health/run passive [rounds=5] [gapMs=50]   (root; its own lab namespaces)
 import { partitionScenario, DEFAULT_HEALTH, type PartitionResult } from '../../test/partition-scenario.js';
@@ -17,6 +18,7 @@ const deaths = ['kill', 'close', 'blackhole'] as const;
 const modes = [
   { name: 'passive (TCP real)', passive: true, udp: false },
   { name: 'passive (TCP+UDP real)', passive: true, udp: true },
+  { name: 'passive (TCP+UDP, SNAT)', passive: true, udp: true, mode: 'snat' },
   { name: 'active only (TCP+UDP)', passive: false, udp: true },
 ] as const;
 
@@ -29,7 +31,7 @@ const results = new Map<string, PartitionResult[]>();
 for (let i = 0; i < rounds; i++) {
   for (const death of deaths) {
     for (const m of modes) {
-      const r = await partitionScenario({ partitioned: false, checks: 'defaults', passive: m.passive, udp: m.udp, death, gapMs });
+      const r = await partitionScenario({ partitioned: false, checks: 'defaults', passive: m.passive, udp: m.udp, mode: 'mode' in m ? m.mode : 'dsr', death, gapMs });
       console.error(`round ${i + 1} ${death.padEnd(9)} ${m.name.padEnd(26)}: death -> zero new flows ${r.deathToZeroMs} ms, ` +
         `failed ${r.failedFlows}, suspect ${r.suspectMs ?? '-'} ms, down ${r.downMs ?? '-'} ms by ${r.downDetail ?? '-'}`);
       const key = `${death}|${m.name}`;

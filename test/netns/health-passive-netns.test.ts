@@ -70,3 +70,14 @@ test.serial('attacker: SYNs and their retransmissions that are never answered ma
   t.is(r.failedFlows, 0, 'and new connections afterwards all succeed');
   t.is(r.reviveToFlowMs, 0, 'on every backend');
 });
+
+test.serial('the same under SNAT (the sample config\'s dns): a killed TCP+UDP real is suspect, then down by the probe', async (t) => {
+  const r = await partitionScenario({ partitioned: false, checks: 'defaults', udp: true, mode: 'snat', log: (m) => t.log(m) });
+  t.log(`passive + active (defaults), snat, TCP+UDP real, kill: death -> zero new flows ${r.deathToZeroMs} ms, failed flows ${r.failedFlows}; suspects ${r.suspects.join(', ')}`);
+  t.true(r.failedFlows > 0);
+  t.true(r.suspected, 'its SYNs, retransmissions included, with nothing behind them');
+  t.true(r.suspectBeforeDown);
+  t.is(r.downDetail, 'ECONNREFUSED');
+  t.true(r.downs.every((d) => d.endsWith(` ${BE['be-2']}`)), `only be-2 was taken down: ${r.downs.join(', ')}`);
+  t.is(r.lateFlowsToDead, 0);
+});
