@@ -154,7 +154,8 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): 
 /** A drained lb node's remaining traffic (flows/drain-watch.ts): sampled every 5 s; the status is written when the
  * node becomes stoppable or carries traffic again. */
 async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Promise<{ stop(): void; report(): StatusDrain | null }> {
-  const { DrainWatch, ACTIVE_TRANSLATION_S } = await import('./flows/drain-watch.js');
+  const { DrainWatch, ACTIVE_TRANSLATION_S, ACTIVE_CONNECTION_S } = await import('./flows/drain-watch.js');
+  const { connectionsSeenWithin } = await import('../bpf/dataplane/conntrack-seen.js');
   const { readLbStats } = await import('../bpf/dataplane/pinned-stats.js');
   const { listSnat, monotonicNs, SNAT_STATE } = await import('../bpf/dataplane/snat.js');
   const watch = new DrainWatch();
@@ -173,11 +174,12 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
       const recent = BigInt(ACTIVE_TRANSLATION_S) * 1_000_000_000n;
       const activeTranslations = listSnat(obj).filter((x) => !x.rev.owner && x.rev.state === SNAT_STATE.open && now - x.rev.lastSeenNs < recent).length;
       const vipPackets = [...stats.services.values()].reduce((n, t) => n + t.packets, 0);
-      watch.observe({ vipPackets, activeTranslations }, Date.now());
+      const activeConnections = connectionsSeenWithin(obj.map('lb_conntrack'), ACTIVE_CONNECTION_S, now);
+      watch.observe({ vipPackets, activeTranslations, activeConnections }, Date.now());
       const r = watch.report(Date.now());
       if (r && r.canStop !== couldStop) {
-        const line = r.canStop ? 'drain: no VIP traffic and no active SNAT translation: this node can be stopped'
-          : `drain: still carrying traffic (${r.packetsPerSecond} packets/s, ${r.activeTranslations} active SNAT translations)`;
+        const line = r.canStop ? 'drain: no VIP traffic, no active connection and no active SNAT translation: this node can be stopped'
+          : `drain: still carrying traffic (${r.packetsPerSecond} packets/s, ${r.activeConnections} connections seen in the last ${ACTIVE_CONNECTION_S} s, ${r.activeTranslations} active SNAT translations)`;
         log.info(line, { stage: 'drain' });
         d.reconciler.publishStatus(line);
         couldStop = r.canStop;

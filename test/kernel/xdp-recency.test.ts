@@ -1,11 +1,14 @@
 // The recency mark of a connection-table entry (lb_flow_value.chosen_ns, docs/datapath.md "Connection-state sync"):
 // xdp_lb writes CLOCK_MONOTONIC when it chooses the flow's real (a new flow, and every SYN, which re-reads the
-// table), and never on a hit, so the mark tells which of two entries for one 5-tuple is the newer choice. The real
-// program through BPF_PROG_TEST_RUN; the packets stop at the next-hop lookup, after the connection table.
+// table), and never on a hit, so the mark tells which of two entries for one 5-tuple is the newer choice; and the
+// coarse last-seen (lb_flow_value.last_seen, CLOCK_MONOTONIC >> 30), written on a hit only when its unit changed,
+// which a drained node counts its remaining connections by (conntrack-seen.ts). The real program through
+// BPF_PROG_TEST_RUN; the packets stop at the next-hop lookup, after the connection table.
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
-import { decodeFlowValue, encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
+import { decodeFlowValue, encodeFlowKey, encodeFlowValue } from '../../src/bpf/dataplane/codec.js';
+import { connectionsSeenWithin } from '../../src/bpf/dataplane/conntrack-seen.js';
 import { monotonicNs } from '../../src/bpf/dataplane/snat.js';
 import { makeState } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
@@ -53,4 +56,35 @@ test.serial('a non-SYN first packet (a flow this node never saw) is a new choice
   const before = monotonicNs();
   t.like(await runMoved(dp!, tcp(46001, TCP_FLAGS.ACK)), { ct_miss: 1 });
   t.true(value(46001)!.chosenNs >= before);
+});
+
+const UNIT_NS = 1n << 30n;
+
+test.serial('a hit moves the coarse last-seen forward once its unit (1.07 s) has passed, never the mark', async (t) => {
+  t.like(await runMoved(dp!, tcp(46002, TCP_FLAGS.SYN)), { ct_miss: 1 });
+  const first = value(46002)!;
+  // wait until CLOCK_MONOTONIC is in a later unit than the SYN's
+  while (monotonicNs() >> 30n <= BigInt(first.lastSeen)) await new Promise((r) => setTimeout(r, 50));
+  const before = monotonicNs() >> 30n;
+  t.like(await runMoved(dp!, tcp(46002, TCP_FLAGS.ACK)), { ct_hit: 1 });
+  const after = monotonicNs() >> 30n;
+  const v = value(46002)!;
+  t.true(BigInt(v.lastSeen) >= before - 1n && BigInt(v.lastSeen) <= after, 'the unit of the hit (coarse clock: up to a tick behind)');
+  t.true(v.lastSeen > first.lastSeen);
+  t.is(v.chosenNs, first.chosenNs, 'the recency mark stays');
+});
+
+test.serial('connections seen within N s: entries whose last-seen is recent; not an entry no packet of which was seen here (0), nor an old one', async (t) => {
+  const ct = dp!.object()!.map('lb_conntrack');
+  for (const k of ct.keys()) ct.delete(k);
+  await runMoved(dp!, tcp(46100, TCP_FLAGS.SYN));
+  await runMoved(dp!, tcp(46101, TCP_FLAGS.SYN));
+  const now = monotonicNs();
+  const base = { realId: 1, serviceId: 1, realSlot: value(46100)!.realSlot, chosenNs: now };
+  ct.update(key(46102), encodeFlowValue({ ...base, lastSeen: 0 })); // a peer's entry, never hit here
+  ct.update(key(46103), encodeFlowValue({ ...base, lastSeen: Number((now - 60n * 1_000_000_000n) / UNIT_NS) })); // a minute ago
+  t.is(connectionsSeenWithin(ct, 30, monotonicNs()), 2);
+  t.is(connectionsSeenWithin(ct, 120, monotonicNs()), 3, 'the old one within two minutes');
+  t.like(await runMoved(dp!, tcp(46102, TCP_FLAGS.ACK)), { ct_hit: 1 });
+  t.is(connectionsSeenWithin(ct, 30, monotonicNs()), 3, 'the peer\'s entry once a packet of it arrived here');
 });

@@ -290,15 +290,18 @@ test.serial('graceful drain: lb-1 drained by commit keeps forwarding and reports
       // the watch samples every 5 s: the rate needs two samples
       let canStop = NaN;
       let pps = NaN;
-      for (let i = 0; i < 60 && !(canStop === 0 && pps > 0); i++) {
+      let conns = NaN;
+      for (let i = 0; i < 60 && !(canStop === 0 && pps > 0 && conns > 0); i++) {
         await sleep(500);
         const m = await metricsOf(l, lb1);
         canStop = metric(m, 'gitlb_drain_can_stop');
         pps = metric(m, 'gitlb_drain_vip_packets_per_second');
+        conns = metric(m, 'gitlb_drain_active_connections');
       }
       t.is(canStop, 0, 'drained, still carrying traffic: not stoppable');
       t.true(pps > 0, 'VIP packets still arrive');
-      t.log(`drained lb-1 still receives ${pps} VIP packets/s`);
+      t.true(conns > 0, 'connections seen in the last 30 s (the DSR ones, by their last-seen)');
+      t.log(`drained lb-1 still receives ${pps} VIP packets/s of ${conns} connections seen in the last 30 s`);
       await routeVipsVia(l, ['lb-2']); // the router moves every flow away (BGP withdrawal)
     }, 2000);
     assertSurvived(t, r, 5);
@@ -309,6 +312,7 @@ test.serial('graceful drain: lb-1 drained by commit keeps forwarding and reports
       canStop = metric(await metricsOf(l, lb1), 'gitlb_drain_can_stop');
     }
     t.is(canStop, 1, 'lb-1 can be stopped');
+    t.is(metric(await metricsOf(l, lb1), 'gitlb_drain_active_connections'), 0, 'no connection seen for 30 s');
     let out = '';
     for (let i = 0; i < 40 && !/lb-1: drained since .*it can be stopped/.test(out); i++) {
       await sleep(500);

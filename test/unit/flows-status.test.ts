@@ -11,17 +11,17 @@ const T0 = Date.parse('2026-12-01T12:00:00Z');
 test('a drained node can be stopped only after QUIET_S s without a VIP packet and with no active own SNAT translation', (t) => {
   const w = new DrainWatch();
   t.is(w.report(T0), null, 'not drained: nothing reported');
-  w.observe({ vipPackets: 1000, activeTranslations: 2 }, T0);
+  w.observe({ vipPackets: 1000, activeTranslations: 2, activeConnections: 0 }, T0);
   t.like(w.report(T0), { canStop: false, activeTranslations: 2, lastPacketAt: null });
-  w.observe({ vipPackets: 1500, activeTranslations: 2 }, T0 + 5000);
+  w.observe({ vipPackets: 1500, activeTranslations: 2, activeConnections: 0 }, T0 + 5000);
   t.like(w.report(T0 + 5000), { canStop: false, packetsPerSecond: 100, lastPacketAt: new Date(T0 + 5000).toISOString() });
   // packets stop, but a translation is still active: not yet
-  w.observe({ vipPackets: 1500, activeTranslations: 1 }, T0 + 5000 + QUIET_S * 1000);
+  w.observe({ vipPackets: 1500, activeTranslations: 1, activeConnections: 0 }, T0 + 5000 + QUIET_S * 1000);
   t.like(w.report(T0 + 5000 + QUIET_S * 1000), { canStop: false, packetsPerSecond: 0 });
-  w.observe({ vipPackets: 1500, activeTranslations: 0 }, T0 + 10_000 + QUIET_S * 1000);
+  w.observe({ vipPackets: 1500, activeTranslations: 0, activeConnections: 0 }, T0 + 10_000 + QUIET_S * 1000);
   t.like(w.report(T0 + 10_000 + QUIET_S * 1000), { canStop: true });
   // one packet more: traffic again
-  w.observe({ vipPackets: 1501, activeTranslations: 0 }, T0 + 15_000 + QUIET_S * 1000);
+  w.observe({ vipPackets: 1501, activeTranslations: 0, activeConnections: 0 }, T0 + 15_000 + QUIET_S * 1000);
   t.like(w.report(T0 + 15_000 + QUIET_S * 1000), { canStop: false });
   // undrained: the watch forgets
   w.observe(null, T0 + 20_000 + QUIET_S * 1000);
@@ -30,11 +30,20 @@ test('a drained node can be stopped only after QUIET_S s without a VIP packet an
 
 test('a drained node that never sees a packet is stoppable QUIET_S s after the drain began, not before', (t) => {
   const w = new DrainWatch();
-  w.observe({ vipPackets: 7, activeTranslations: 0 }, T0);
-  w.observe({ vipPackets: 7, activeTranslations: 0 }, T0 + (QUIET_S - 1) * 1000);
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 0 }, T0);
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 0 }, T0 + (QUIET_S - 1) * 1000);
   t.false(w.report(T0 + (QUIET_S - 1) * 1000)!.canStop);
-  w.observe({ vipPackets: 7, activeTranslations: 0 }, T0 + QUIET_S * 1000);
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 0 }, T0 + QUIET_S * 1000);
   t.true(w.report(T0 + QUIET_S * 1000)!.canStop);
+});
+
+test('a drained node with connections still seen in the last 30 s is not stoppable, even without new VIP packets counted', (t) => {
+  const w = new DrainWatch();
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 3 }, T0);
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 3 }, T0 + QUIET_S * 1000);
+  t.like(w.report(T0 + QUIET_S * 1000), { canStop: false, activeConnections: 3 });
+  w.observe({ vipPackets: 7, activeTranslations: 0, activeConnections: 0 }, T0 + (QUIET_S + 5) * 1000);
+  t.like(w.report(T0 + (QUIET_S + 5) * 1000), { canStop: true, activeConnections: 0 });
 });
 
 const status = (flows: unknown) => ({ node: 'lb-1', flows }) as unknown as NodeStatus;
@@ -51,8 +60,8 @@ test('gitlb status: the sync per peer, the addresses served for lost peers, and 
   t.regex(out, /lb-1\s+lb-2\s+yes\s+120\s+80\s+78\s+2\s+0\s+0\s+12 ms/);
   t.regex(out, /lb-1: serves lb-3's SNAT address 198\.51\.100\.113 \(lb-3 lost\)/);
   t.regex(out, /lb-1: drained since 2026-12-01T12:00:00\.000Z; carries no more traffic .*: it can be stopped/);
-  t.regex(drainLine('lb-1', { ...v.drain!, canStop: false, packetsPerSecond: 12.5, activeTranslations: 3 }),
-    /still carries traffic: 12\.5 VIP packets\/s, 3 active SNAT translation\(s\); do not stop it yet/);
+  t.regex(drainLine('lb-1', { ...v.drain!, canStop: false, packetsPerSecond: 12.5, activeTranslations: 3, activeConnections: 40 }),
+    /still carries traffic: 12\.5 VIP packets\/s, 40 connection\(s\) seen in the last 30 s, 3 active SNAT translation\(s\); do not stop it yet/);
 });
 
 test('gitlb status: a hostile flows mapping cannot fake lines, overflow numbers or break the table; nothing reported without it', (t) => {
@@ -66,7 +75,7 @@ test('gitlb status: a hostile flows mapping cannot fake lines, overflow numbers 
   t.is(v.sync.length, 1);
   t.like(v.sync[0], { inSync: false, sent: 0, received: Number.MAX_SAFE_INTEGER, applied: 0 });
   t.deepEqual(v.serving, []);
-  t.like(v.drain, { canStop: false, packetsPerSecond: 0 });
+  t.like(v.drain, { canStop: false, packetsPerSecond: 0, activeConnections: 0 });
   const out = formatFlowsSection([{ node: 'lb-1', flows: v }]);
   t.false(out.split('\n').some((l) => l.startsWith('verdict:')), 'no line of its own');
   t.false(out.includes('\u202e'), 'bidi override escaped');

@@ -8,7 +8,7 @@
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import { deleteGone } from './flow-gone.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
-  FLOW_LAST_SEEN_SHIFT, MODE, realSlotOf, type FlowKey } from './codec.js';
+  MODE, realSlotOf, type FlowKey } from './codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
   encodeSnatRevKey, monotonicNs, snatFwdKey, type SnatConfig } from './snat.js';
 
@@ -67,9 +67,10 @@ export interface ImportResult {
   refused: Partial<Record<RefuseReason, number>>;
 }
 
-/** A connection-table value as xdp_lb writes it, with the recency mark `chosenNs` (this node's clock). */
+/** A connection-table value for a peer's entry, with the recency mark `chosenNs` (this node's clock) and no last-seen
+ * (0: no packet of it seen here yet; xdp_lb writes it on the first hit). */
 function encodeCtValue(realId: number, serviceId: number, slot: number, chosenNs: bigint): Buffer {
-  return encodeFlowValue({ realId, serviceId, realSlot: slot, lastSeen: Number(chosenNs >> FLOW_LAST_SEEN_SHIFT), chosenNs });
+  return encodeFlowValue({ realId, serviceId, realSlot: slot, lastSeen: 0, chosenNs });
 }
 
 /** What identifies a connection-table value for the delta: its real and its recency mark (a SYN that re-read the

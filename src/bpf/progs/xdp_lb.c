@@ -239,6 +239,13 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 				real_id = rs->real_id;
 				real = &rs->real;
 				lb_count(LB_CNT_CT_HIT);
+				/* coarse last-seen (a drained node counts the connections it still carries): written at
+				 * most once per 1.07 s per flow, so an established flow's packets leave its cache line alone;
+				 * only forward (the coarse clock may trail the insert's by a tick) */
+				__u32 seen = bpf_ktime_get_coarse_ns() >> 30;
+
+				if (seen > fv->last_seen)
+					fv->last_seen = seen;
 			}
 		}
 	}

@@ -1,20 +1,26 @@
 // Graceful drain (issue 24, docs/bgp.md "Graceful drain"): a node with `Node.spec.state: drain` withdraws its VIPs but
 // keeps its data plane and its connection-state sync, so the flows the routers still send it are served. This watch
 // tells the operator when nothing arrives any more: every round it reads the data plane's VIP packet counters (all
-// services, lb_service_stats) and counts this node's own SNAT translations that saw a packet in the last 30 s (the
-// connections it would still have to translate replies for). The node can be stopped once no VIP packet arrived for
-// QUIET_S seconds and no own translation is active. Pure over its inputs (the counters and the clock are passed in).
+// services, lb_service_stats), counts the connection-table entries that saw a packet here in the last 30 s (the DSR
+// connections it still forwards, by their coarse last-seen) and this node's own SNAT translations that saw a packet
+// in the last 30 s (the connections it would still have to translate replies for). The node can be stopped once no
+// VIP packet arrived for QUIET_S seconds and no connection or own translation is active. Pure over its inputs (the
+// counters and the clock are passed in).
 
 /** No VIP packet for this long, and no active own translation: the drained node carries no more traffic. */
 export const QUIET_S = 30;
 /** An own translation counts as active while it saw a packet this recently. */
 export const ACTIVE_TRANSLATION_S = 30;
+/** A connection-table entry counts as an active connection while it saw a packet this recently. */
+export const ACTIVE_CONNECTION_S = 30;
 
 export interface DrainSample {
   /** Sum of the VIP packets of every service (monotonic counter). */
   vipPackets: number;
   /** This node's own SNAT translations (owner 0), open, that saw a packet within ACTIVE_TRANSLATION_S. */
   activeTranslations: number;
+  /** Connection-table entries that saw a packet here within ACTIVE_CONNECTION_S. */
+  activeConnections: number;
 }
 
 export interface StatusDrain {
@@ -23,9 +29,11 @@ export interface StatusDrain {
   /** VIP packets per second over the last round. */
   packetsPerSecond: number;
   activeTranslations: number;
+  /** Connections (connection-table entries) that saw a packet here in the last ACTIVE_CONNECTION_S. */
+  activeConnections: number;
   /** The last time a VIP packet arrived (as seen by this daemon), or null when none arrived since the drain. */
   lastPacketAt: string | null;
-  /** No VIP packet for QUIET_S s and no active own translation: the node may be stopped. */
+  /** No VIP packet for QUIET_S s, no active connection and no active own translation: the node may be stopped. */
   canStop: boolean;
 }
 
@@ -35,12 +43,13 @@ export class DrainWatch {
   private lastPacketAt: number | null = null;
   private rate = 0;
   private active = 0;
+  private connections = 0;
 
   /** One round: `sample` is null when the node is not drained (the watch resets). */
   observe(sample: DrainSample | null, now: number): void {
     if (!sample) {
       this.since = this.last = this.lastPacketAt = null;
-      this.rate = this.active = 0;
+      this.rate = this.active = this.connections = 0;
       return;
     }
     if (this.since === null) {
@@ -54,6 +63,7 @@ export class DrainWatch {
     }
     this.last = { at: now, packets: sample.vipPackets };
     this.active = sample.activeTranslations;
+    this.connections = sample.activeConnections;
   }
 
   report(now: number): StatusDrain | null {
@@ -63,8 +73,9 @@ export class DrainWatch {
       since: new Date(this.since).toISOString(),
       packetsPerSecond: Math.round(this.rate * 10) / 10,
       activeTranslations: this.active,
+      activeConnections: this.connections,
       lastPacketAt: this.lastPacketAt !== null && this.lastPacketAt > this.since ? new Date(this.lastPacketAt).toISOString() : null,
-      canStop: this.active === 0 && quietMs >= QUIET_S * 1000,
+      canStop: this.active === 0 && this.connections === 0 && quietMs >= QUIET_S * 1000,
     };
   }
 }

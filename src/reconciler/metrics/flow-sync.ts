@@ -51,7 +51,7 @@ export class FlowSyncMetrics {
         for (const [peer, r] of reports()) this.set({ peer }, r.inSync ? 1 : 0);
       } });
     const drain = () => self.extras.drain?.() ?? null;
-    new Gauge({ name: 'gitlb_drain_can_stop', help: 'A drained lb node (Node.spec.state: drain): 1 when no VIP packet arrived for 30 s and no own SNAT translation is active (it can be stopped); absent when not drained',
+    new Gauge({ name: 'gitlb_drain_can_stop', help: 'A drained lb node (Node.spec.state: drain): 1 when no VIP packet arrived for 30 s and no connection nor own SNAT translation is active (it can be stopped); absent when not drained',
       registers: [reg],
       collect() {
         this.reset();
@@ -63,6 +63,12 @@ export class FlowSyncMetrics {
         this.reset();
         const d = drain();
         if (d) this.set(d.packetsPerSecond);
+      } });
+    new Gauge({ name: 'gitlb_drain_active_connections', help: 'A drained lb node: connection-table entries that saw a packet here in the last 30 s', registers: [reg],
+      collect() {
+        this.reset();
+        const d = drain();
+        if (d) this.set(d.activeConnections);
       } });
     new Gauge({ name: 'gitlb_drain_active_snat_translations', help: 'A drained lb node: its own SNAT translations that saw a packet in the last 30 s', registers: [reg],
       collect() {

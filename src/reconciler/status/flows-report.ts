@@ -16,7 +16,8 @@ export interface NodeFlowsVerdict {
   sync: PeerSyncLine[];
   /** SNAT address -> the lost node it belonged to. */
   serving: { address: string; owner: string }[];
-  drain?: { packetsPerSecond: number; activeTranslations: number; lastPacketAt: string | null; since: string; canStop: boolean };
+  drain?: { packetsPerSecond: number; activeTranslations: number; activeConnections: number; lastPacketAt: string | null; since: string;
+    canStop: boolean };
 }
 
 const obj = (x: unknown): Record<string, unknown> | null => (x && typeof x === 'object' && !Array.isArray(x) ? (x as Record<string, unknown>) : null);
@@ -39,7 +40,7 @@ export function flowsOfStatus(s: NodeStatus): NodeFlowsVerdict | undefined {
     .filter(([, owner]) => typeof owner === 'string').map(([address, owner]) => ({ address: address.slice(0, 45), owner: (owner as string).slice(0, 63) }));
   const d = obj(f.drain);
   const drain = d ? { packetsPerSecond: typeof d.packetsPerSecond === 'number' && d.packetsPerSecond >= 0 ? Math.min(d.packetsPerSecond, 1e12) : 0,
-    activeTranslations: count(d.activeTranslations), lastPacketAt: text(d.lastPacketAt, 40) ?? null, since: text(d.since, 40) ?? '?', canStop: d.canStop === true } : undefined;
+    activeTranslations: count(d.activeTranslations), activeConnections: count(d.activeConnections), lastPacketAt: text(d.lastPacketAt, 40) ?? null, since: text(d.since, 40) ?? '?', canStop: d.canStop === true } : undefined;
   return { sync, serving, ...(drain ? { drain } : {}) };
 }
 
@@ -48,8 +49,8 @@ const lag = (ms: number | null) => (ms === null ? '-' : ms < 1000 ? `${ms} ms` :
 /** The drained node's line: still carrying traffic, or stoppable. */
 export function drainLine(node: string, d: NonNullable<NodeFlowsVerdict['drain']>): string {
   return d.canStop
-    ? `${node}: drained since ${d.since}; carries no more traffic (no VIP packet${d.lastPacketAt ? ` since ${d.lastPacketAt}` : ''}, no active SNAT translation): it can be stopped`
-    : `${node}: drained since ${d.since}; still carries traffic: ${d.packetsPerSecond} VIP packets/s, ${d.activeTranslations} active SNAT translation(s); do not stop it yet`;
+    ? `${node}: drained since ${d.since}; carries no more traffic (no VIP packet${d.lastPacketAt ? ` since ${d.lastPacketAt}` : ''}, no active connection or SNAT translation): it can be stopped`
+    : `${node}: drained since ${d.since}; still carries traffic: ${d.packetsPerSecond} VIP packets/s, ${d.activeConnections} connection(s) seen in the last 30 s, ${d.activeTranslations} active SNAT translation(s); do not stop it yet`;
 }
 
 /** The "Flow sync" table and the drain / takeover lines below the status table; empty when no node reports them. */
