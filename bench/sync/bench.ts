@@ -8,14 +8,14 @@
 //   lag        from the batch that made a flow (lb-a's map) to its arrival in lb-b's map, p50 / p99 / max
 //   CPU        lb-a's CPU time with the sync minus without (same flows made), plus lb-b's (all sync), per second
 //   per core   synced entries per CPU-second of sync (both ends): the rate one core could keep in sync
-// Then the data-plane side (scan.ts): what publishing an entry costs in XDP (nothing: the program is the same with
-// and without the sync, which reads the tables), the XDP cost of a new flow itself, and the cost of the scan that
-// finds new entries instead, per entry.
+// Then the data-plane side (scan.ts): the XDP cost of a new flow with publishing off and on, the daemon's cost of
+// reading a published entry, and the cost of the scan (resync, safety net) per entry.
 // SYNC_BENCH_RATES (default 5000,20000 new flows/s), SYNC_BENCH_SECONDS (5).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { setupLab, teardownLab } from '../../test/lib/xdp-lab.js';
+import { FLOW_SYNC_DEFAULTS } from '../../src/reconciler/flows/flow-sync.js';
 
 const RATES = (process.env.SYNC_BENCH_RATES ?? '5000,20000').split(',').map(Number);
 const SECONDS = Number(process.env.SYNC_BENCH_SECONDS ?? 5);
@@ -45,7 +45,7 @@ const pct = (xs: number[], p: number) => xs.length ? xs[Math.min(xs.length - 1, 
 const { ns, pinRoot } = setupLab(TAG);
 let failed = false;
 try {
-  console.log(`bench/sync: ${SECONDS} s of new flows per run, lb-a on CPU 1, lb-b on CPU 0; sync interval 250 ms, real peer channel (HMAC per message)`);
+  console.log(`bench/sync: ${SECONDS} s of new flows per run, lb-a on CPU 1, lb-b on CPU 0; entries published by XDP (ring buffer), read every ${FLOW_SYNC_DEFAULTS.intervalMs} ms, tables scanned at (re)join and every ${FLOW_SYNC_DEFAULTS.scanIntervalMs / 1000} s; real peer channel (HMAC per message)`);
   console.log(`${'offered/s'.padStart(9)} ${'sync'.padEnd(4)} ${'made'.padStart(7)} ${'synced'.padStart(7)} ${'synced/s'.padStart(9)} ${'lag p50'.padStart(8)} ${'p99'.padStart(7)} ${'max'.padStart(7)}   ${'lb-a CPU'.padStart(9)} ${'lb-b CPU'.padStart(9)} ${'sync CPU/s'.padStart(10)} ${'per core/s'.padStart(10)}`);
   let run = 0;
   for (const rate of RATES) {

@@ -9,8 +9,9 @@
 //   receiver: serves the sync; for every entry it is handed notes when it arrived (by the flow's index, from its
 //             source address and port), and counts what it applied. Prints those and its CPU time on 'stop' (stdin).
 //
-// The XDP program publishes nothing: the sync reads the tables (FlowDelta), so the sender's CPU with and without
-// --sync differs by the sync alone; the receiver's is all sync.
+// With --sync the sender's FlowSync turns publishing on (lb_config flags: it has a peer) and reads the entries xdp_lb
+// publishes into its ring; without, nothing is published. The sender's CPU with and without --sync differs by the sync
+// alone (reading the ring, the first scan, sending); the receiver's is all sync.
 import { createInterface } from 'node:readline';
 import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';

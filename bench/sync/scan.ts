@@ -1,12 +1,15 @@
-// bench/sync, data-plane side (run by bench.ts inside its namespace, on CPU 1). The sync is scan-based: the XDP
-// program publishes nothing (no ring buffer, no extra map write: `grep -r ringbuf src/bpf` is empty), so a new flow
-// costs XDP the same with and without the sync; what the sync costs instead is its scan of the tables (FlowDelta,
-// every 250 ms). Printed: a new flow's XDP cost (bench/xdp's method: BPF_PROG_TEST_RUN, bench/xdp/snat_vary.c makes
-// every iteration a new flow, net of that harness's floor, median of runs, every iteration checked to have inserted
-// an entry), and the scan's cost per entry for tables of several sizes, with every entry new and with none.
+// bench/sync, data-plane side (run by bench.ts inside its namespace, on CPU 1). xdp_lb publishes every new
+// connection-table entry into a ring buffer while the node has sync peers (src/bpf/include/lb_sync.h); the daemon reads
+// the ring every interval and scans the tables only to resync a peer and as a safety net. Printed: a new flow's XDP
+// cost with publishing off and on (bench/xdp's method: BPF_PROG_TEST_RUN, bench/xdp/snat_vary.c makes every iteration
+// a new flow, net of that harness's floor, median of runs, every iteration checked to have inserted an entry; the
+// ring is read empty before every run and must lose nothing), what reading and decoding the published entries costs
+// the daemon per entry, and the scan's cost per entry for tables of several sizes, with every entry new and with none.
 import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { FlowDelta } from '../../src/bpf/dataplane/flow-state.js';
+import { SyncEventReader, setSyncPublish, syncLost } from '../../src/bpf/dataplane/flow-events.js';
+import { FLOW_SYNC_DEFAULTS } from '../../src/reconciler/flows/flow-sync.js';
 import { applyTo } from '../../test/lib/converge.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { loadHarness, measurer, median, xdpContextFor } from '../xdp/measure-lib.js';
@@ -17,6 +20,7 @@ const NEW_REPEAT = Number(process.env.XDP_BENCH_NEW_REPEAT ?? 20_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
 const SIZES = (process.env.SYNC_BENCH_SCAN_SIZES ?? '0,10000,100000').split(',').map(Number);
 
+// the default ring (4 MiB: room for one run's new flows; the reader empties it before each run)
 const dp = await openLbDataPlane({ pinRoot });
 await applyTo(dp, syncBenchState('lb-a'));
 const obj = dp.object()!;
@@ -37,9 +41,32 @@ try {
   const floor = await measure(prog, syn, 2, NEW_REPEAT);
   loadHarness(vary, syn, lb);
   const fresh = await measure(prog, syn, 3, NEW_REPEAT, ['ct_miss', 'tx'], () => ct.clear());
-  console.log(`  new flow (dsr-l2 SYN: ring + connection-table insert): ${fresh.ns - floor.ns} ns net of the harness floor ${floor.ns} ns (runs ${fresh.runs.join(' ')})`);
-  console.log('  publishing it for the sync: 0 ns in XDP, with or without the sync the program is the same (nothing is published');
-  console.log('  from XDP: the sync reads the tables), so there is no second XDP figure to put beside it; the scan below is the cost.');
+  console.log(`  new flow (dsr-l2 SYN: ring + connection-table insert), publishing off: ${fresh.ns - floor.ns} ns net of the harness floor ${floor.ns} ns (runs ${fresh.runs.join(' ')})`);
+  const reader = new SyncEventReader(obj);
+  setSyncPublish(obj, true);
+  let read = 0;
+  const published = await measure(prog, syn, 3, NEW_REPEAT, ['ct_miss', 'tx'], () => { ct.clear(); read += reader.read(10 * NEW_REPEAT).records; });
+  read += reader.read(10 * NEW_REPEAT).records;
+  const lost = syncLost(obj);
+  if (lost !== 0) throw new Error(`the ring lost ${lost} records`);
+  console.log(`  the same, publishing on (one ring record per new flow, ${read} read, 0 lost): ${published.ns - floor.ns} ns net (runs ${published.runs.join(' ')}): ` +
+    `${published.ns - fresh.ns} ns for publishing`);
+  // the daemon's side of it: reading and decoding what was published (FlowDelta.published), per entry
+  const times: number[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    ct.clear();
+    const k = prog.testRun({ data: syn, repeat: NEW_REPEAT, ctxIn: ctxFor(syn.length) });
+    if (k.retval !== 3) throw new Error(`new flow returned ${k.retval}`);
+    const delta = new FlowDelta();
+    const t = process.hrtime.bigint();
+    const raw = reader.read(10 * NEW_REPEAT);
+    const got = delta.published(obj, raw);
+    times.push(Number(process.hrtime.bigint() - t) / NEW_REPEAT);
+    if (got.ct.length !== NEW_REPEAT) throw new Error(`read ${got.ct.length} published entries, expected ${NEW_REPEAT}`);
+  }
+  console.log(`  the daemon reading them (ring read + decode, ${NEW_REPEAT} entries a read; wall time): ${Math.round(median(times))} ns/entry, whatever the table holds`);
+  setSyncPublish(obj, false);
+  reader.close();
 } catch (e) {
   failed = true;
   console.log(`  new flow FAILED: ${(e as Error).message}`);
@@ -47,7 +74,7 @@ try {
 
 // The scan instead: FlowDelta.read over a table of n entries, once when all are new (decoded and queued) and once
 // when none changed (only compared); median of RUNS.
-console.log(`  the sync's scan of the tables instead (FlowDelta.read every 250 ms, a ${SYNC_CT_ENTRIES}-entry connection table; wall time):`);
+console.log(`  the scan of the tables (FlowDelta.read: a peer's resync, a lost record, every ${FLOW_SYNC_DEFAULTS.scanIntervalMs / 1000} s as a safety net; a ${SYNC_CT_ENTRIES}-entry connection table; wall time):`);
 console.log(`    ${'entries'.padStart(8)} ${'all new'.padStart(10)} ${'ns/entry'.padStart(9)} ${'none new'.padStart(10)} ${'ns/entry'.padStart(9)}`);
 for (const n of SIZES) {
   try {
@@ -78,7 +105,7 @@ for (const n of SIZES) {
     console.log(`    ${String(n).padStart(8)} FAILED: ${(e as Error).message}`);
   }
 }
-console.log('  A round costs the table (its entries, and its buckets: the empty row), not the new flows; rounds take at most a fifth of the time (longer ones space out).');
+console.log('  A scan costs the table (its entries, and its buckets: the empty row), not the new flows; scans take at most a fifth of the time (longer ones space out).');
 vary.close();
 empty.close();
 dp.close();

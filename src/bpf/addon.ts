@@ -61,6 +61,11 @@ export interface NativeAddon {
   perfBufferOpen(mapFd: number, pagesPerCpu: number): unknown;
   perfBufferPoll(handle: unknown, timeoutMs: number): { samples: { cpu: number; data: Buffer }[]; lost: number };
   perfBufferClose(handle: unknown): void;
+  /** A BPF ring buffer (BPF_MAP_TYPE_RINGBUF) read without waiting: what it holds, up to maxRecords per call. */
+  ringBufferOpen(mapFd: number): unknown;
+  /** `data`: each record as a little-endian u32 length, its bytes, zero bytes up to the next multiple of 8. */
+  ringBufferConsume(handle: unknown, maxRecords: number): { data: Buffer; count: number };
+  ringBufferClose(handle: unknown): void;
   /** The names of an object file's maps (internal ones excluded), without loading it. */
   objectMapNames(path: string): string[];
   /** The ids of the maps a loaded program uses. */

@@ -12,7 +12,7 @@ import { everyExclusive } from './triggers/schedule.js';
 import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, PEER_SILENT_MS, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
-import type { PeerSyncReport } from './flows/flow-sync.js';
+import type { FlowSyncLocalReport, PeerSyncReport } from './flows/flow-sync.js';
 import type { SnatTakeover } from './flows/snat-takeover.js';
 import type { StatusDrain } from './flows/drain-watch.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
@@ -38,7 +38,7 @@ export interface NodeDaemonHooks {
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null;
-    flowSync?: { report(): Record<string, PeerSyncReport>; drain?(): StatusDrain | null; serving?(): Record<string, string> } | null;
+    flowSync?: { report(): Record<string, PeerSyncReport>; local?(): FlowSyncLocalReport; drain?(): StatusDrain | null; serving?(): Record<string, string> } | null;
     peerChannel?: PeerChannel | null }): void;
   /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
   peerMetrics?: PeerChannelMetrics;
@@ -77,6 +77,8 @@ export interface NodeDaemonOptions {
    * (`gitlb run --flow-sync`, off by default; needs `peer`; docs/datapath.md "Connection-state sync").
    */
   flowSync?: boolean;
+  /** lb nodes: bytes of the ring xdp_lb publishes new entries into for the sync (`--flow-sync-ring`). */
+  flowSyncRingBytes?: number;
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -117,7 +119,8 @@ async function openDataPlane(role: 'lb' | 'backend', o: NodeDaemonOptions): Prom
     return withBackendVips(dp, { stateFile: join(o.cacheDir, 'backend-vips.json'), nodeInterface: o.interface });
   }
   const { openLbDataPlane } = await import('../bpf/dataplane/index.js');
-  return openLbDataPlane({ pinRoot: pinDir, interface: o.interface, xdpMode: o.xdpMode });
+  return openLbDataPlane({ pinRoot: pinDir, interface: o.interface, xdpMode: o.xdpMode,
+    ...(o.flowSyncRingBytes !== undefined && { syncRingBytes: o.flowSyncRingBytes }) });
 }
 
 /** Decommission: the data plane handle is closed; remove VIPs we added, then the pins (which detaches links). */
@@ -194,7 +197,7 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
 
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
-  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport> }> {
+  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport }> {
   const { FlowSync } = await import('./flows/flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
@@ -208,7 +211,7 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
   });
   sync.start();
   log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
-  return { stop: () => void sync.stop(), report: () => sync.report() };
+  return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport() };
 }
 
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
@@ -360,7 +363,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
   // the drain watch and the takeover start below: read at scrape time
   let drainWatch: { report(): StatusDrain | null } | null = null;
-  const flowSyncParts = flowSync && { report: () => flowSync.report(), drain: () => drainWatch?.report() ?? null,
+  const flowSyncParts = flowSync && { report: () => flowSync.report(), local: () => flowSync.local(), drain: () => drainWatch?.report() ?? null,
     serving: () => takeover?.report().serving ?? {} };
   o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync: flowSyncParts, peerChannel });
   const tasks: { stop(): void }[] = [];

@@ -34,7 +34,7 @@ export const LAYOUTS: Record<string, { size: number; members: Record<string, num
   lb_real_slot: { size: 24, members: { real_id: 0, real: 4 } },
   lb_flow_key: { size: 40, members: { src: 0, dst: 16, sport: 32, dport: 34, proto: 36, family: 37 } },
   lb_flow_value: { size: 24, members: { real_id: 0, service_id: 4, real_slot: 8, last_seen: 12, chosen_ns: 16 } },
-  lb_config: { size: 68, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64 } },
+  lb_config: { size: 72, members: { hash_seed: 0, mtu: 4, src4_count: 8, src6_set: 12, src4: 16, src6: 48, new_flow_rate: 64, flags: 68 } },
   lb_traffic: { size: 24, members: { packets: 0, bytes: 8, new_flows: 16 } },
   lb_real_traffic: { size: 40, members: { packets: 0, bytes: 8, new_flows: 16, tcp_packets: 24, tcp_syns: 32 } },
   lb_src_range_key: { size: 28, members: { prefixlen: 0, service_id: 4, family: 8, addr: 12 } },
@@ -151,8 +151,20 @@ export interface ConfigValue {
   newFlowRate?: number;
 }
 
-export function encodeConfig(c: ConfigValue): Buffer {
-  const b = Buffer.alloc(68);
+/** lb_config.flags (lb_sync.h LB_CFG_F_*): not part of the planned settings; the flow sync sets them, and a settings
+ * write keeps what the map holds (configFlags). */
+export const CONFIG_FLAGS = { syncPublish: 1 } as const;
+export const CONFIG_BYTES = 72;
+const CONFIG_FLAGS_OFFSET = 68;
+
+/** The flags of an lb_config value (0 for a value of an older layout without them). */
+export function configFlags(b: Uint8Array | null | undefined): number {
+  return b && b.length >= CONFIG_FLAGS_OFFSET + 4 ? Buffer.from(b.buffer, b.byteOffset, b.length).readUInt32LE(CONFIG_FLAGS_OFFSET) : 0;
+}
+
+export function encodeConfig(c: ConfigValue, flags = 0): Buffer {
+  const b = Buffer.alloc(CONFIG_BYTES);
+  b.writeUInt32LE(flags >>> 0, CONFIG_FLAGS_OFFSET);
   b.writeUInt32LE(c.hashSeed >>> 0, 0);
   b.writeUInt32LE(c.mtu, 4);
   const src4 = c.src4.slice(0, MAX_SRC4);

@@ -3,7 +3,7 @@
 // "Plan and execute".
 import { BpfMap } from '../libbpf.js';
 import { ringRealIds } from '../../render/ops.js';
-import { SOURCE_RANGE_ALLOW, encodeSourceRangeKey, encodeQuicServer, encodeQuicServerKey, decodeVipValue, encodeConfig, encodeReal, encodeRealSlot, encodeU32, isMarkerKey, realSlotOf } from './codec.js';
+import { SOURCE_RANGE_ALLOW, encodeSourceRangeKey, encodeQuicServer, encodeQuicServerKey, decodeVipValue, configFlags, encodeConfig, encodeReal, encodeRealSlot, encodeU32, isMarkerKey, realSlotOf } from './codec.js';
 import { RingCache, createRing, ringDigest, ringIdentities, slotRing, type RingInfo } from './rings.js';
 import { encodeSnatConfig, snatSettingsToConfig, validateSnatPorts } from './snat.js';
 import { PROGRESS_INTERVAL_MS, UndoLog, undoableMapWrites, type ApplyReport, type ExecuteOptions, type Op } from './types.js';
@@ -185,7 +185,8 @@ export function executeOps(m: LbMaps, ringCache: RingCache, ops: Op[], report: A
       }
       switch (o.op) {
         case 'settings.set':
-          put(m.config, encodeU32(0), encodeConfig(o.value));
+          // the flags are the flow sync's (lb_sync.h), not the plan's: kept as the map holds them
+          put(m.config, encodeU32(0), encodeConfig(o.value, configFlags(m.config.lookup(encodeU32(0)))));
           break;
         case 'snat.set':
           validateSnatPorts({ min: o.value.portMin, max: o.value.portMax });

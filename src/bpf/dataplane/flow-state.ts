@@ -132,17 +132,38 @@ export class FlowDelta {
       if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), packed.values, i * vs, nowNs));
     }
     this.ct = ct;
+    const snatOf = snatDecoder(obj, nowNs);
+    const revEntries = this.readSnat(obj, nowNs, changed);
+    const all = (): FlowEntries => {
+      const out: FlowEntries = { ct: [], snat: [] };
+      for (let i = 0; i < packed.count; i++)
+        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values, i * vs, nowNs));
+      for (const [k, v] of revEntries) {
+        if (v[SNAT_OWNER_BYTE]) continue;
+        const e = snatOf(k, v);
+        if (e) out.snat.push(e);
+      }
+      return out;
+    };
+    return { changed, all };
+  }
+
+  /**
+   * The NAT table alone, as read() reads it: translations that changed or are new, the ones due for a refresh, and
+   * the ones that ended (`gone`). Its cost follows the NAT table, not the connection table (the sync reads it every
+   * second; the connection table's new entries come from the ring).
+   */
+  readTranslations(obj: BpfObject): FlowEntries {
+    const changed: FlowEntries = { ct: [], snat: [], gone: [] };
+    this.readSnat(obj, monotonicNs(), changed);
+    return changed;
+  }
+
+  /** Reads lb_snat_rev into `changed` (and this.snat); returns its entries as read. */
+  private readSnat(obj: BpfObject, nowNs: bigint, changed: FlowEntries): Array<[Buffer, Buffer]> {
     const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
     const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
-    const snatOf = (k: Buffer, v: Buffer): SnatEntry | null => {
-      const key = decodeSnatRevKey(k);
-      const rev = decodeSnatRev(v, key.family);
-      const snatAddress = key.family === 4 ? cfg?.addr4 : cfg?.addr6;
-      if (!snatAddress) return null;
-      return { client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto,
-        realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing,
-        ageMs: ageOf(rev.createdNs, nowNs), idleMs: ageOf(rev.lastSeenNs, nowNs) };
-    };
+    const snatOf = snatDecoder(obj, nowNs);
     const revEntries = obj.map(SNAT_MAPS.rev).entries();
     const snat = new Map<string, SnatSeen>();
     const ended = (k: Buffer, was: SnatSeen) => {
@@ -178,18 +199,42 @@ export class FlowDelta {
     }
     for (const [id, was] of this.snat) if (!snat.has(id)) ended(Buffer.from(id, 'latin1'), was);
     this.snat = snat;
-    const all = (): FlowEntries => {
-      const out: FlowEntries = { ct: [], snat: [] };
-      for (let i = 0; i < packed.count; i++)
-        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values, i * vs, nowNs));
-      for (const [k, v] of revEntries) {
-        if (v[41]) continue;
-        const e = snatOf(k, v);
-        if (e) out.snat.push(e);
+    return revEntries;
+  }
+
+  /**
+   * Entries the packet path published (lb_sync.h; read by flow-events.ts), decoded as a read decodes them; an entry
+   * identical to what was last seen (a retransmitted SYN writing the same real) is left out, and so is another node's
+   * translation (its owner sends it). A translation on a port that held another client flow ends that one (`gone`),
+   * as in a read. What is returned is remembered as seen: the next read does not send it again.
+   */
+  published(obj: BpfObject, raw: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> }): FlowEntries {
+    const out: FlowEntries = { ct: [], snat: [], gone: [] };
+    const nowNs = monotonicNs();
+    for (const [k, v] of raw.ct) {
+      const id = k.toString('latin1');
+      const what = ctIdentity(v);
+      if (this.ct.get(id) === what) continue;
+      this.ct.set(id, what);
+      out.ct.push(ctOf(decodeFlowKey(k), v, 0, nowNs));
+    }
+    if (raw.snat.length === 0) return out;
+    const snatOf = snatDecoder(obj, nowNs);
+    for (const [k, v] of raw.snat) {
+      if (v[SNAT_OWNER_BYTE]) continue;
+      const id = k.toString('latin1');
+      const was = this.snat.get(id);
+      const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
+      if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) continue;
+      if (was && !same && !was.fromPeer) {
+        const old = snatOf(k, was.v);
+        if (old) out.gone!.push(old);
       }
-      return out;
-    };
-    return { changed, all };
+      this.snat.set(id, { v: Buffer.from(v), sentNs: nowNs, fromPeer: !!same && was.fromPeer });
+      const e = snatOf(k, v);
+      if (e) out.snat.push(e);
+    }
+    return out;
   }
 
   /** Entries inserted for a peer: seen, so the next read does not send them back. */
@@ -198,6 +243,22 @@ export class FlowDelta {
     const nowNs = monotonicNs();
     for (const [k, v] of keys.snat) if (!v[SNAT_OWNER_BYTE]) this.snat.set(k.toString('latin1'), { v, sentNs: nowNs, fromPeer: true });
   }
+}
+
+/** Decodes lb_snat_rev entries of this node into translations (its SNAT address from lb_snat_config); null for an
+ * entry of a family the node has no SNAT address of. */
+function snatDecoder(obj: BpfObject, nowNs: bigint): (k: Buffer, v: Buffer) => SnatEntry | null {
+  const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
+  const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
+  return (k, v) => {
+    const key = decodeSnatRevKey(k);
+    const rev = decodeSnatRev(v, key.family);
+    const snatAddress = key.family === 4 ? cfg?.addr4 : cfg?.addr6;
+    if (!snatAddress) return null;
+    return { client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto,
+      realId: rev.realId, realPort: key.realPort, snatAddress, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing,
+      ageMs: ageOf(rev.createdNs, nowNs), idleMs: ageOf(rev.lastSeenNs, nowNs) };
+  };
 }
 
 /**

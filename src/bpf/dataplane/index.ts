@@ -20,6 +20,7 @@ import { addRingMembership, openOldRings, readOldPins, restoreOldPins, restoreOl
 import { RESIZABLE_TABLES, desiredTableSizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 import { einval } from './validate.js';
+import { SYNC_COUNTER_NAMES, SYNC_MAPS, SYNC_RING_BOUNDS, checkSyncRingBytes } from './flow-events.js';
 import { OBJECT_NAME, serviceSlots, ZERO_REAL_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
 import { LiveMemo, readLbLive } from './live.js';
 import { executeOps } from './execute.js';
@@ -33,6 +34,9 @@ export { LiveMemo, readPinnedLbLive } from './live.js';
 
 export interface LbDataPlaneOptions {
   pinRoot: string;
+  /** Bytes of the ring of published entries (lb_sync_events, connection-state sync): a power of two within
+   * SYNC_RING_BOUNDS; default SYNC_RING_BOUNDS.default. */
+  syncRingBytes?: number;
   interface?: string;
   xdpMode?: 'native' | 'generic' | 'auto';
   netns?: never;
@@ -66,6 +70,7 @@ class LbDataPlane implements DataPlane {
     if (desired) {
       for (const [name, n] of Object.entries(desiredTableSizes(desired))) mapMaxEntries[name] ??= n;
     }
+    Object.assign(mapMaxEntries, this.ringSize());
     // sizes come from the pins, so a pin is incompatible only when a newer program changed its layout or flags
     // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing; listeners and
     // settings in an older layout are carried over (migrate.ts)
@@ -100,6 +105,11 @@ class LbDataPlane implements DataPlane {
     } finally {
       oldRings?.close();
     }
+  }
+
+  /** The size of each loaded program's own ring of published entries (not pinned: every load makes one). */
+  private ringSize(): Record<string, number> {
+    return { [SYNC_MAPS.events]: checkSyncRingBytes(this.opts.syncRingBytes ?? SYNC_RING_BOUNDS.default) };
   }
 
   /** Gives every real in lb_reals a slot of its own that lb_real_slots names it in. Needed only when pins from a
@@ -199,7 +209,7 @@ class LbDataPlane implements DataPlane {
     const { obj, tables, ms } = await resizeTables({
       pinRoot, obj: this.obj!, resizes,
       load: async (mapFds) => {
-        const o = await BpfObject.load(OBJECT_NAME, { pinRoot, reusePinnedMaps: true, mapFds });
+        const o = await BpfObject.load(OBJECT_NAME, { pinRoot, reusePinnedMaps: true, mapFds, mapMaxEntries: this.ringSize() });
         try {
           checkedMaps(o);
         } catch (e) {
@@ -285,7 +295,7 @@ class LbDataPlane implements DataPlane {
       if (t) out[`real:${k.readUInt32LE(0)}`] = t;
     }
     Object.assign(out, snatCounters(this.obj), perCpuCounters(this.obj.map(AFFINITY_MAPS.stats), AFFINITY_COUNTER_NAMES),
-      perCpuCounters(this.obj.map(QUIC_MAPS.stats), QUIC_COUNTER_NAMES));
+      perCpuCounters(this.obj.map(QUIC_MAPS.stats), QUIC_COUNTER_NAMES), perCpuCounters(this.obj.map(SYNC_MAPS.stats), SYNC_COUNTER_NAMES));
     return out;
   }
 

@@ -1,6 +1,6 @@
 // Carries the listeners and node settings of pins written by an older layout across a load: lb_vips values grew
 // from 8 to 12 bytes (the service's stats slot), then to 16 (the session affinity timeout, 0 = none until the next
-// apply), and lb_config from 64 to 68 (the new-flow rate). The loader
+// apply), and lb_config from 64 to 68 (the new-flow rate), then to 72 (flags, lb_sync.h). The loader
 // re-creates such pins empty (replaceIncompatiblePins); without this, VIP traffic would go to the kernel until
 // the first apply after the upgrade. Read before the load, written into the new maps right after it.
 // lb_conntrack values grew from 12 to 24 bytes (the recency mark and a coarse last-seen): the established flows of
@@ -29,7 +29,8 @@ export interface OldPins {
 /** Older lb_vips value sizes: without stats slot, without affinity timeout. */
 const OLD_VIP_VALUES = [8, 12] as const;
 const VIP_WITHOUT_SLOT = 8;
-const OLD_CONFIG = 64;
+/** Older lb_config value sizes: without the new-flow rate, without the flags. */
+const OLD_CONFIGS = [64, 68];
 const OLD_FLOW_VALUE = 12;
 
 /** Every entry of the pin `name` when its values are still `oldValueSize` bytes (an older layout); else null. */
@@ -50,7 +51,7 @@ export function readOldPins(pinRoot: string): OldPins {
     conntrack: entriesOfOldLayout(pinRoot, 'lb_conntrack', OLD_FLOW_VALUE),
     ...(vipValueSize !== undefined && { vipValueSize }),
     config: withMap(pinRoot, 'lb_config', (m) => {
-      if (m.valueSize !== OLD_CONFIG) return null;
+      if (!OLD_CONFIGS.includes(m.valueSize)) return null;
       const v = m.lookup(encodeU32(0));
       return v ? Buffer.from(v) : null;
     }) ?? null,
@@ -61,7 +62,7 @@ export function readOldPins(pinRoot: string): OldPins {
  * one per service (zeroed), without an affinity timeout get 0 (none); address markers the all-zero value; the
  * settings keep their bytes with the rate guard off. */
 export function restoreOldPins(old: OldPins, maps: { vips: BpfMap; config: BpfMap; serviceStats: BpfMap; conntrack?: BpfMap }): void {
-  if (old.config) maps.config.update(encodeU32(0), Buffer.concat([old.config, Buffer.alloc(maps.config.valueSize - OLD_CONFIG)]));
+  if (old.config) maps.config.update(encodeU32(0), Buffer.concat([old.config, Buffer.alloc(maps.config.valueSize - old.config.length)]));
   if (old.conntrack?.length && maps.conntrack) {
     const ct = maps.conntrack;
     const keys = Buffer.concat(old.conntrack.map(([k]) => k));

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import { perCpuCounters, trafficAt, type Traffic } from '../counters.js';
 import { u32 } from '../codec.js';
+import { SYNC_COUNTER_NAMES, SYNC_MAPS } from './flow-events.js';
 import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, QUIC_COUNTER_NAMES, QUIC_MAPS, MODE_NAME, PROTO_NAME, decodeReal, decodeVipKey, decodeVipValue, realSlotOf, type CounterName } from './codec.js';
 import { SNAT_COUNTER_NAMES, SNAT_MAPS, decodeSnatConfig, decodeSnatRevKey } from './snat.js';
 import { STAT_NAMES as BACKEND_STAT_NAMES } from '../backend/codec.js';
@@ -38,6 +39,8 @@ export interface LbStats {
   affinity: { counters: Record<string, number>; entries: number; max: number };
   /** QUIC connection-ID routing (lb_quic_stats): counters by name (quic_routed, ...). */
   quic: { counters: Record<string, number> };
+  /** Connection-state sync's publishing (lb_sync_stats): counters by name (sync_lost). */
+  sync: { counters: Record<string, number> };
 }
 
 /** Opens the map pinned as `dir`/`name`, runs `fn` on it and closes it; undefined when nothing is pinned there. */
@@ -106,7 +109,8 @@ export function readLbStats(dir: string): LbStats | null {
     ...(withMap(dir, AFFINITY_MAPS.table, (m) => ({ entries: countEntries(m), max: m.maxEntries })) ?? { entries: 0, max: 0 }),
   };
   const quic = { counters: withMap(dir, QUIC_MAPS.stats, (m) => perCpuCounters(m, QUIC_COUNTER_NAMES)) ?? {} };
-  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir), affinity, quic };
+  const sync = { counters: withMap(dir, SYNC_MAPS.stats, (m) => perCpuCounters(m, SYNC_COUNTER_NAMES)) ?? {} };
+  return { counters, services, reals, realAddresses, listeners, conntrack, snat: readSnat(dir), affinity, quic, sync };
 }
 
 function readSnat(dir: string): LbStats['snat'] {

@@ -37,6 +37,7 @@
 #include "lb_icmp.h"
 #include "lb_sanity.h"
 #include "lb_affinity.h"
+#include "lb_sync.h"
 
 #define LB_SNAT_EEXIST 17
 /* ports tried per new flow, from a start derived from the flow hash */
@@ -252,16 +253,36 @@ static __always_inline int lb_snat_expired(const struct lb_snat_rev *rv, __u8 pr
 
 /* A packet of the flow was seen: refresh, and enter the closing state on FIN/RST. A SYN reaches this only when
  * the table still gives the flow the translation's real (lb_snat_forward), so reopening is a new connection to
- * a real of the current table, or a retransmitted SYN. */
-static __always_inline void lb_snat_touch(struct lb_snat_rev *rv, const struct lb_packet *p, __u64 now)
+ * a real of the current table, or a retransmitted SYN. Returns 1 when the state changed (closing, or reopened):
+ * the other lb nodes' copies must follow it (lb_snat_publish). */
+static __always_inline int lb_snat_touch(struct lb_snat_rev *rv, const struct lb_packet *p, __u64 now)
 {
+	__u8 state;
+
 	rv->last_seen_ns = now;
 	if (p->proto != IPPROTO_TCP)
-		return;
+		return 0;
 	if (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST))
-		rv->state = LB_SNAT_ST_CLOSING;
+		state = LB_SNAT_ST_CLOSING;
 	else if ((p->tcp_flags & (LB_TCP_FLAG_SYN | LB_TCP_FLAG_ACK)) == LB_TCP_FLAG_SYN)
-		rv->state = LB_SNAT_ST_OPEN;
+		state = LB_SNAT_ST_OPEN;
+	else
+		return 0;
+	if (rv->state == state)
+		return 0;
+	rv->state = state;
+	return 1;
+}
+
+/* A new translation, or one whose state changed (closing, reopened), goes to the other lb nodes (lb_sync.h): its
+ * reverse entry, key and value. */
+static __always_inline void lb_snat_publish(const struct lb_snat_rev_key *rk, const struct lb_snat_rev *rv)
+{
+	__u32 zero = 0;
+	struct lb_config *cfg = bpf_map_lookup_elem(&lb_config, &zero);
+
+	if (cfg)
+		lb_sync_publish(cfg, 1, LB_SYNC_EV_SNAT, rk, rv);
 }
 
 static __always_inline void lb_snat_fwd_key_of(struct lb_flow_key *k, const void *client, const void *vip,
@@ -449,7 +470,7 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
 /* Per-CPU scratch of lb_snat_forward: its keys and new entries (not pinned; nothing outlives a packet). */
 struct lb_snat_scratch {
 	struct lb_flow_key fk;
-	struct lb_snat_rev_key rk;
+	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
 	struct lb_snat_rev nv;
 	struct lb_snat_fwd nf;
 	__u32 snat_addr[4], real_addr[4];
@@ -558,7 +579,8 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 	}
 
 	if (real && rv) {
-		lb_snat_touch(rv, p, now);
+		if (lb_snat_touch(rv, p, now))
+			lb_snat_publish(rk, rv);
 		lb_snat_count(LB_SNAT_CNT_HIT);
 		/* another lb node's translation (the flow moved here): it keeps that node's address, whose replies go there */
 		if (rv->owner) {
@@ -611,6 +633,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 			return lb_snat_drop(LB_SNAT_CNT_DROP_TABLE_FULL);
 		}
 		lb_snat_count(LB_SNAT_CNT_NEW);
+		lb_snat_publish(rk, nv);
 		new_flow = 1;
 		/* xdp_lb.c counted the service's packet on entry; whether it starts a connection is known only here */
 		struct lb_traffic *st = bpf_map_lookup_elem(&lb_service_stats, &stats_slot);
@@ -637,7 +660,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 /* Per-CPU scratch of lb_snat_reply and lb_snat_icmp (not pinned; nothing outlives a packet). */
 struct lb_snat_icmp_scratch {
 	__u32 isrc[4], idst[4], client[4], vip[4], osrc[4], odst[4];
-	struct lb_snat_rev_key rk;
+	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
 	struct lb_next_hop nh;
 };
 
@@ -679,7 +702,8 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
 	}
-	lb_snat_touch(rv, p, now);
+	if (lb_snat_touch(rv, p, now))
+		lb_snat_publish(rk, rv);
 	LB_CAP_REAL(rv->real_id); /* gitlb capture: a reply from this real */
 	__u32 *client = scr->client, *vip = scr->vip;
 	__be16 cport = rv->client_port, vport = rv->vip_port;

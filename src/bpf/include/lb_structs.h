@@ -70,6 +70,7 @@ struct lb_config {
 	__be32 src4[8];        /* LB_MAX_SRC4 */
 	__u8 src6[16];
 	__u32 new_flow_rate;   /* new-flow rate guard: connection-table inserts per second per CPU; 0 = off */
+	__u32 flags;           /* LB_CFG_F_* (lb_sync.h); not planned: the flow sync owns them, settings writes keep them */
 };
 
 /* lb_new_flow_rate[0] (per CPU): the rate guard's current one-second window */

@@ -18,6 +18,7 @@
 #include "lb_ipopt6.h"
 #include "lb_icmp.h"
 #include "lb_affinity.h"
+#include "lb_sync.h"
 #include "lb_snat.h"
 #include "lb_sanity.h"
 #include "lb_source_ranges.h"
@@ -294,7 +295,10 @@ static __always_inline int lb_process(struct xdp_md *ctx)
 			if (new_flow)
 				bpf_map_delete_elem(&lb_conntrack, &fk);
 		} else {
-			bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY);
+			/* a new entry (a new flow, or a SYN that re-read the table) goes to the other lb nodes (lb_sync.h) */
+			long written = bpf_map_update_elem(&lb_conntrack, &fk, &nv, BPF_ANY) == 0;
+
+			lb_sync_publish(cfg, written, LB_SYNC_EV_CT, &fk, &nv);
 			/* the rate guard bounds affinity inserts too: a flood of new clients evicts no remembered client */
 			if (remember)
 				lb_affinity_remember(&ak, real_id, real->slot, now);

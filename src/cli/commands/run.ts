@@ -12,11 +12,14 @@ import { DEFAULT_METRICS_LISTEN, NodeMetrics, startMetricsServer, type MetricsSe
 import { nodeHooks } from '../../reconciler/metrics/hooks.js';
 import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.js';
 import { errorCode } from '../../errors.js';
+import { SYNC_RING_BOUNDS, checkSyncRingBytes } from '../../bpf/dataplane/flow-events.js';
 
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
   'repo' | 'branch' | 'node' | 'role' | 'interface' | 'xdpMode' | 'pinRoot' | 'credentialsFile' | 'drift' | 'statusBranch' |
   'health' | 'passiveHealth' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once' | 'flowSync'> {
+  /** --flow-sync-ring, in bytes */
+  flowSyncRing?: number;
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -58,6 +61,17 @@ function pollSpec(spec: string): string {
   return spec === 'off' ? spec : schedule(spec);
 }
 
+/** --flow-sync-ring: bytes (a power of two within the ring's bounds), with an optional K or M suffix. */
+function ringBytes(text: string): number {
+  const m = /^([0-9]+)([KM]?)$/i.exec(text);
+  const n = m ? Number(m[1]) * (m[2]!.toUpperCase() === 'M' ? 1 << 20 : m[2] ? 1 << 10 : 1) : NaN;
+  try {
+    return checkSyncRingBytes(n);
+  } catch (err) {
+    throw new InvalidArgumentError(`'${text}': ${(err as Error).message}`);
+  }
+}
+
 function port(text: string): number {
   const p = Number(text);
   if (!Number.isInteger(p) || p < 1 || p > 65535) throw new InvalidArgumentError(`'${text}' is not a port`);
@@ -90,7 +104,8 @@ function defineRun(cmd: Command): void {
     .option('--peer-key <file>', "lb nodes, instead of --peer-secret-file: this node's own ed25519 key (unencrypted OpenSSH private key); every peer message is signed with it and checked against the sender's Node spec.peerKey, so no shared secret exists")
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
     .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
-    .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-key or --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false);
+    .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-key or --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false)
+    .option('--flow-sync-ring <bytes>', `lb nodes with --flow-sync: the ring xdp_lb publishes new entries into (a power of two, 4K to 256M, K and M suffixes; default ${SYNC_RING_BOUNDS.default >> 20}M); a full ring loses records (counted) and the sync rescans the tables`, ringBytes);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
@@ -193,6 +208,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         peerPoll: values.peerPoll,
         ...((peerAuth || peerKey) && { peer: { auth: peerAuth, key: peerKey, port: values.peerPort, listen: values.peerListen } }),
         flowSync: values.flowSync,
+        ...(values.flowSyncRing !== undefined && { flowSyncRingBytes: values.flowSyncRing }),
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

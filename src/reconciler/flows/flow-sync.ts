@@ -1,18 +1,31 @@
-// Connection-state sync between lb nodes (issue 24; docs/datapath.md "Connection-state sync"): every interval each
-// lb node reads what is new or changed in its pinned connection table and NAT table (FlowDelta) and sends it, in
-// bounded batches, to every other lb node over the authenticated peer channel (src/reconciler/peer/, kind
-// 'flows.sync'); a peer inserts what its own current maps accept (importFlows). A peer not yet in sync (first
-// contact, or after a failed send) is sent the whole table, in batches across intervals. Nothing in the packet path
-// waits for this: the maps are read and written from here, never from XDP.
+// Connection-state sync between lb nodes (issue 24; docs/datapath.md "Connection-state sync"). xdp_lb publishes every
+// new connection-table entry and every new SNAT translation or change of its state into a ring buffer (lb_sync.h)
+// while this node has sync peers; every interval each lb node reads what the ring holds (flow-events.ts), decodes it
+// (FlowDelta) and sends it, in bounded batches, to every other lb node over the authenticated peer channel
+// (src/reconciler/peer/, kind 'flows.sync'); a peer inserts what its own current maps accept (importFlows). A scan
+// of the whole tables (FlowDelta.read) remains for what the ring cannot tell: a peer not yet in sync (first contact,
+// or after a failed send) is sent the whole table, in batches across intervals; records the ring had no room for and
+// a new program (restart, resize) are found by a scan, run then and every scanIntervalMs as a safety net. The NAT
+// table alone is read every natReadIntervalMs for what XDP does not publish: translations in use sent again at half
+// their idle timeout, and translations that ended. Nothing in the packet path waits for this: publishing never
+// blocks, and the maps are read and written from here, never from XDP.
 import type { BpfObject } from '../../bpf/libbpf.js';
 import { FlowDelta, MAX_AGE_MS, RECENCY_MARGIN_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
+import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/flow-events.js';
 import { BadBody, type PeerChannel } from '../peer/index.js';
 
 export const FLOW_SYNC_KIND = 'flows.sync';
 export const FLOW_SYNC_DEFAULTS = {
-  intervalMs: 250,
+  /** How often the ring of published entries is read and the batches sent. */
+  intervalMs: 100,
+  /** The scan of the whole tables as a safety net (it also runs on a resync, a lost record and a new program). */
+  scanIntervalMs: 10_000,
+  /** The NAT table alone between scans: translations' refreshes and ends (the ring carries new and changed ones). */
+  natReadIntervalMs: 1_000,
+  /** Records read from the ring per interval (the rest waits in the ring for the next). */
+  maxEventsPerTick: 65_536,
   /** Entries in one message; a body of this many entries stays under maxBodyBytes. */
   maxEntriesPerMessage: 2048,
   maxBodyBytes: 512 * 1024,
@@ -37,7 +50,7 @@ export interface PeerSyncReport {
   /** Entries dropped for this peer: queue full (a resync follows). */
   dropped: number;
   queued: number;
-  /** Time from reading an entry to the peer's answer, of the last batch sent (ms). */
+  /** Time from reading an entry (from the ring, or a scan) to the peer's answer, of the last batch sent (ms). */
   lagMs: number | null;
   lastError?: string;
 }
@@ -168,9 +181,32 @@ class EntryBudget {
 
 interface PeerState { queue: Item[]; inSync: boolean; report: PeerSyncReport }
 
+/** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
+export interface FlowSyncLocalReport {
+  /** Entries read from the ring of published entries. */
+  published: number;
+  /** Records the program could not publish (its ring was full; a scan followed), since the program was loaded. */
+  lost: number;
+  /** Scans of the whole tables, and when the last one ran (ms since the epoch; null: none yet). */
+  scans: number;
+  lastScanAt: number | null;
+  /** Whether xdp_lb publishes new entries now (this node has sync peers). */
+  publishing: boolean;
+}
+
 export class FlowSync {
   private readonly limits: typeof FLOW_SYNC_DEFAULTS;
   private readonly delta = new FlowDelta();
+  /** The ring reader of the loaded program (a new program, a new reader), and what it has seen. */
+  private events: SyncEventReader | null = null;
+  private lostSeen = 0;
+  private scanDue = true;
+  /** The least time between two scans: four times the last one's duration. */
+  private scanGapMs = 0;
+  /** The NAT table's own reads (between scans): when the last ran, and the least time to the next. */
+  private lastNatReadAt = -Infinity;
+  private natGapMs = 0;
+  private readonly local: FlowSyncLocalReport = { published: 0, lost: 0, scans: 0, lastScanAt: null, publishing: false };
   private readonly peerState = new Map<string, PeerState>();
   private readonly budget: EntryBudget;
   private readonly now: () => number;
@@ -193,21 +229,44 @@ export class FlowSync {
   start(): void {
     const loop = () => {
       if (this.stopped) return;
-      const began = this.now();
       this.running = this.tick().catch((e: unknown) => this.o.log?.warn(`flow sync: ${(e as Error).message}`))
         .finally(() => {
           this.running = null;
-          // reading a big table takes a while: at most a fifth of the time goes to the sync's rounds
-          if (!this.stopped) this.timer = setTimeout(loop, Math.max(this.limits.intervalMs, 4 * (this.now() - began)));
+          if (!this.stopped) this.timer = setTimeout(loop, this.limits.intervalMs);
         });
     };
     this.timer = setTimeout(loop, this.limits.intervalMs);
   }
 
+  /** Stops the rounds; the program stops publishing (nobody reads its ring any more). */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     await this.running;
+    const obj = this.o.object();
+    try {
+      if (obj) setSyncPublish(obj, false);
+    } catch (e) {
+      this.o.log?.warn(`flow sync: ${(e as Error).message}`);
+    }
+    this.events?.close();
+    this.events = null;
+  }
+
+  /** The ring reader of `obj` (a new one when the program changed: it has a ring of its own, and a scan finds what
+   * the old ring held unread); null when the program has no ring (then every round scans). */
+  private reader(obj: BpfObject): SyncEventReader | null {
+    if (this.events?.obj === obj) return this.events;
+    this.events?.close();
+    this.events = null;
+    this.lostSeen = 0;
+    this.scanDue = true;
+    try {
+      this.events = new SyncEventReader(obj);
+    } catch (e) {
+      this.o.log?.warn(`flow sync: no ring of published entries (${(e as Error).message}); scanning the tables every round`);
+    }
+    return this.events;
   }
 
   private state(peer: string): PeerState {
@@ -219,22 +278,62 @@ export class FlowSync {
     return s;
   }
 
-  /** One round: read the tables, queue what is new for every peer (everything for a peer out of sync), send. */
+  /**
+   * One round: read what the program published, scan the tables when due (a peer to resync, records lost, a new
+   * program, the safety interval), queue what is new for every peer (everything for a peer out of sync), send.
+   */
   async tick(): Promise<void> {
     const obj = this.o.object();
     if (!obj) return;
+    const peers = this.o.peers().filter((p) => p !== this.o.node);
+    for (const p of [...this.peerState.keys()]) if (!peers.includes(p)) this.peerState.delete(p);
+    // the packet path publishes only while someone reads: a node without sync peers pays one branch per new flow
+    setSyncPublish(obj, peers.length > 0);
+    this.local.publishing = peers.length > 0;
     const at = this.now();
-    const { changed, all } = this.delta.read(obj);
     // ends first: a port given to another client flow is free on the peer before the new translation arrives
     const items = (e: FlowEntries): Item[] => [...(e.gone ?? []).map((x): Item => ({ kind: 'gone', e: x, at })),
       ...e.ct.map((x): Item => ({ kind: 'ct', e: x, at })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at }))];
-    const fresh = items(changed);
-    const peers = this.o.peers().filter((p) => p !== this.o.node);
-    for (const p of [...this.peerState.keys()]) if (!peers.includes(p)) this.peerState.delete(p);
+    const events = this.reader(obj);
+    const fresh: Item[] = [];
+    if (events) {
+      const raw = events.read(this.limits.maxEventsPerTick);
+      const published = this.delta.published(obj, raw);
+      this.local.published += published.ct.length + published.snat.length;
+      fresh.push(...items(published));
+      const lost = syncLost(obj);
+      if (lost !== this.lostSeen) this.scanDue = true; // the ring had no room: only a scan finds those entries
+      this.lostSeen = lost;
+      this.local.lost = lost;
+    }
+    const resync = peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; });
+    let all: (() => FlowEntries) | null = null;
+    // a big table takes a while to read: scans (not the ring's rounds) get at most a fifth of the time
+    const since = this.local.lastScanAt === null ? Infinity : at - this.local.lastScanAt;
+    const wanted = !events || this.scanDue || resync;
+    if ((wanted && since >= this.scanGapMs) || since >= Math.max(this.limits.scanIntervalMs, this.scanGapMs)) {
+      const began = this.now();
+      const scan = this.delta.read(obj);
+      fresh.push(...items(scan.changed));
+      all = scan.all;
+      this.scanDue = false;
+      this.local.scans++;
+      this.local.lastScanAt = at;
+      this.scanGapMs = 4 * (this.now() - began);
+      this.lastNatReadAt = at;
+    } else if (at - this.lastNatReadAt >= Math.max(this.limits.natReadIntervalMs, this.natGapMs)) {
+      // the NAT table alone (its refreshes and ends, which the ring does not carry), spaced like the scans
+      const began = this.now();
+      fresh.push(...items(this.delta.readTranslations(obj)));
+      this.lastNatReadAt = at;
+      this.natGapMs = 4 * (this.now() - began);
+    }
     await Promise.all(peers.map(async (peer) => {
       const s = this.state(peer);
-      if (!s.inSync && s.queue.length === 0) s.queue = items(all()); // (re)join: the whole table, then deltas
-      else s.queue.push(...fresh);
+      if (!s.inSync && s.queue.length === 0) {
+        if (!all) return; // a resync waits for the next scan
+        s.queue = items(all()); // (re)join: the whole table, then deltas
+      } else s.queue.push(...fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
         s.queue = [];
@@ -289,6 +388,11 @@ export class FlowSync {
     s.report.applied += r.applied;
     for (const [k, v] of Object.entries(refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
     return { applied: r.applied, unchanged: r.unchanged, refused };
+  }
+
+  /** This node's reading: entries published, records lost, scans (metrics, bench/sync). */
+  localReport(): FlowSyncLocalReport {
+    return { ...this.local };
   }
 
   /** Per peer: sync health (status, metrics). */

@@ -130,6 +130,8 @@ export function registerDataPlaneMetrics(o: DataPlaneMetricsOptions): void {
   kernelCounter(reg, 'gitlb_quic_packets_total', 'Packets of QUIC connection-ID routing listeners, by outcome (routed, initial, no_id, unknown_id, malformed)',
     ['outcome'], () => Object.entries(lb()?.quic.counters ?? {})
       .map(([n, v]): [Labels, number] => [{ outcome: n.replace(/^quic_/, '') }, v]));
+  kernelCounter(reg, 'gitlb_flow_sync_publish_lost_total', 'New entries xdp_lb could not publish for connection-state sync: its ring was full (a scan of the tables follows)',
+    [], () => (lb() ? [[{}, lb()!.sync.counters.sync_lost ?? 0]] : []));
   kernelGauge(reg, 'gitlb_affinity_entries', 'Clients remembered by session affinity (lb_affinity entries)', [], one((s) => s.affinity.entries));
   kernelGauge(reg, 'gitlb_affinity_max_entries', 'Session affinity table capacity', [], one((s) => s.affinity.max));
   kernelCounter(reg, 'gitlb_backend_events_total', 'Backend-node decapsulation and reply-rewrite counters (tc programs)',

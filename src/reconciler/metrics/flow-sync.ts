@@ -2,7 +2,7 @@
 // read from FlowSync.report() at scrape time: entries sent, received, applied and dropped, refusals by reason, the
 // lag of the last batch and whether the peer has the whole table.
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { PeerSyncReport } from '../flows/flow-sync.js';
+import type { FlowSyncLocalReport, PeerSyncReport } from '../flows/flow-sync.js';
 import type { StatusDrain } from '../flows/drain-watch.js';
 
 /** What the lb node's drain watch and SNAT takeover report (node-daemon.ts). */
@@ -10,6 +10,8 @@ export interface FlowExtras {
   drain?: () => StatusDrain | null;
   /** SNAT address -> the lost node it belonged to. */
   serving?: () => Record<string, string>;
+  /** This node's reading of what its XDP program published (FlowSync.localReport). */
+  local?: () => FlowSyncLocalReport | null;
 }
 
 export class FlowSyncMetrics {
@@ -81,6 +83,23 @@ export class FlowSyncMetrics {
       collect() {
         this.reset();
         for (const [address, owner] of Object.entries(self.extras.serving?.() ?? {})) this.set({ address, owner }, 1);
+      } });
+    const local = () => self.extras.local?.() ?? null;
+    new Counter({ name: 'gitlb_flow_sync_published_total',
+      help: 'New connection-table entries and new or changed SNAT translations read from the ring xdp_lb publishes them into (each sent to every lb peer)',
+      registers: [reg],
+      collect() {
+        this.reset();
+        const l = local();
+        if (l) this.inc(l.published);
+      } });
+    new Counter({ name: 'gitlb_flow_sync_scans_total',
+      help: 'Scans of the whole connection and NAT tables by the sync: a peer\'s (re)join, records the ring lost, a new program, and the safety interval',
+      registers: [reg],
+      collect() {
+        this.reset();
+        const l = local();
+        if (l) this.inc(l.scans);
       } });
     new Gauge({ name: 'gitlb_flow_sync_queued', help: 'Entries waiting to be sent to each lb peer', labelNames: ['peer'], registers: [reg],
       collect() {

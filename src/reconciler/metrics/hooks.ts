@@ -73,7 +73,8 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
         fetchFailing: () => daemon.reconciler.fetchFailing });
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
       if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
-      if (flowSync) metrics.flowSync.attach(() => flowSync.report(), { drain: () => flowSync.drain?.() ?? null, serving: () => flowSync.serving?.() ?? {} });
+      if (flowSync) metrics.flowSync.attach(() => flowSync.report(), { drain: () => flowSync.drain?.() ?? null, serving: () => flowSync.serving?.() ?? {},
+        local: () => flowSync.local?.() ?? null });
     },
     isStarted: () => up,
     servedRevision: () => served(),
