@@ -24,6 +24,8 @@ export interface FlowSyncInput {
   states: Record<string, { a: unknown; b: unknown }>;
   steps: FlowSyncStep[];
   importPerSecond: number;
+  /** lb-a's ring of published entries (bytes; default: the data plane's) */
+  syncRingBytesA?: number;
 }
 
 export type FlowSyncStep =
@@ -70,7 +72,7 @@ export const LB_C_SNAT = '198.51.100.4';
 
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as FlowSyncInput;
-  const dp = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a` }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
+  const dp = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a`, ...(input.syncRingBytesA && { syncRingBytes: input.syncRingBytesA }) }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
   const applied: Record<'a' | 'b', DesiredState | null> = { a: null, b: null };
   const url: Record<string, string> = {};
   const peersOf = (self: string) => () => Object.entries(url).filter(([n]) => n !== self).map(([node, u]) => ({ node, url: u }));
@@ -114,7 +116,7 @@ async function main(): Promise<void> {
         }
         else if (step.op === 'tick') {
           await sync[step.node].tick();
-          out.push({ report: sync[step.node].report() });
+          out.push({ report: sync[step.node].report(), local: sync[step.node].localReport() });
         } else if (step.op === 'send') {
           out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, step.body, { timeoutMs: 60_000 }) });
         } else if (step.op === 'sendRaw') {

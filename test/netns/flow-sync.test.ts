@@ -257,6 +257,12 @@ add('a tick e', { op: 'tick', node: 'a' });
 add('end of the sender\'s translation', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
 add('the same end again', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
 add('b has 6', { op: 'snatHas', node: 'b', clientPort: 5306 });
+/** lb-a's ring of published entries: one page, about 34 records of 120 bytes; RING_FLOOD new flows overflow it. */
+const RING_BYTES_A = 4096;
+const RING_FLOOD = 60;
+// ---- lb-a's ring (one page, RING_BYTES_A) overflows: what it had no room for is counted, and the round's scan sends it
+for (let i = 0; i < RING_FLOOD; i++) add(`a new flow ${i} past the ring`, { op: 'run', node: 'a', data: tcp(VIP_DSR, 30000 + i, SYN) });
+add('a tick after the ring overflowed', { op: 'tick', node: 'a' });
 
 // ---- lb-a restarts: a new sync sends lb-b the whole table
 add('restart a', { op: 'restartA' });
@@ -273,7 +279,8 @@ test.before(() => {
   mkdirSync(`${pinRoot}/b`, { recursive: true });
   // clients are reached through the lab's gateway (SNAT replies go back to them)
   execFileSync('ip', ['-n', ns, 'route', 'add', '192.0.2.0/25', 'via', '198.51.100.254', 'dev', 'lbA']);
-  results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: IMPORT_PER_SECOND });
+  results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: IMPORT_PER_SECOND,
+    syncRingBytesA: RING_BYTES_A });
   results.catch(() => undefined);
 });
 test.after.always(() => teardownLab(TAG));
@@ -385,6 +392,29 @@ test('lb-a lost: lb-b serving lb-a\'s SNAT address translates the real\'s replie
   const after = await r('b reply to a\'s address (no longer served)');
   t.is(after.retval, 2, 'passed again: the owner answers its address');
   t.is(after.counters.snat_reply ?? 0, 0);
+});
+
+test('new entries go to the peer from the ring xdp_lb publishes them into, not from a scan of the tables', async (t) => {
+  const first = await r('a tick 1');
+  t.is(first.local.scans, 1, 'the first round scans (lb-b joins)');
+  t.true(first.local.publishing, 'lb-a has a peer: xdp_lb publishes');
+  const second = await r('a tick 2');
+  t.is(second.local.scans, 1, 'no scan since: the new flows came from the ring');
+  t.is(second.local.published - first.local.published, 2, 'the unsynced SYN and the reconnect SYN, one record each');
+  t.is(second.report['lb-b'].sent - first.report['lb-b'].sent, 2);
+  t.is(second.local.lost, 0);
+});
+
+test('a full ring: the records it had no room for are counted, the next round scans, and every new flow is sent', async (t) => {
+  const before = await r('a tick e'); // lb-a's last round before the flood
+  const after = await r('a tick after the ring overflowed');
+  for (let i = 0; i < RING_FLOOD; i++) t.is((await r(`a new flow ${i} past the ring`)).retval, TX, `forwarded: new flow ${i}`);
+  t.true(after.local.lost > 0 && after.local.lost < RING_FLOOD, `some records lost (${after.local.lost} of ${RING_FLOOD})`);
+  t.is(after.local.scans, before.local.scans + 1, 'the loss made the round scan');
+  t.is(after.local.published - before.local.published, RING_FLOOD - after.local.lost, 'what the ring held was read from it');
+  // every new flow sent (the scan may add a translation's refresh or end that fell due meanwhile)
+  t.true(after.report['lb-b'].sent - before.report['lb-b'].sent >= RING_FLOOD, 'the ring\'s and the scan\'s entries sent');
+  t.is(after.report['lb-b'].queued, 0);
 });
 
 test('a translation that closes (FIN) and is reopened by a SYN of the same 5-tuple is sent each time: the peer\'s copy follows its state', async (t) => {
