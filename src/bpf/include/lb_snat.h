@@ -285,16 +285,42 @@ static __always_inline void lb_snat_publish(const struct lb_snat_rev_key *rk, co
 		lb_sync_publish(cfg, 1, LB_SYNC_EV_SNAT, rk, rv);
 }
 
+/* Keys are written in 64-bit words from registers (as xdp_lb.c's lb_flow_key_of): the kernel hashes a key in 32-bit
+ * words and copies it in 64-bit ones, and a load spanning several narrower stores cannot be store-forwarded (a
+ * stall per word). The keys live in per-CPU scratch (8-byte aligned fields), where the compiler cannot merge
+ * narrow stores for us. Little-endian target (xdp_lb.c checks). */
+static __always_inline void lb_snat_put16(void *to, const void *from)
+{
+	const __u32 *f = from;
+	__u64 *w = to;
+
+	w[0] = f[0] | ((__u64)f[1] << 32);
+	w[1] = f[2] | ((__u64)f[3] << 32);
+}
+
 static __always_inline void lb_snat_fwd_key_of(struct lb_flow_key *k, const void *client, const void *vip,
 					       __be16 cport, __be16 vport, __u8 proto, __u8 family)
 {
-	__builtin_memcpy(k->src, client, 16);
-	__builtin_memcpy(k->dst, vip, 16);
-	k->sport = cport;
-	k->dport = vport;
-	k->proto = proto;
-	k->family = family;
-	k->pad = 0;
+	lb_snat_put16(k->src, client);
+	lb_snat_put16(k->dst, vip);
+	/* sport, dport (as on the wire), proto, family, pad 0 */
+	*(__u64 *)&k->sport = (__u64)cport | ((__u64)vport << 16) | ((__u64)proto << 32) | ((__u64)family << 40);
+}
+
+/* real, then real_port, snat_port (as on the wire), proto, family, pad 0 */
+static __always_inline void lb_snat_rev_key_of(struct lb_snat_rev_key *k, const void *real, __be16 real_port,
+					       __be16 snat_port, __u8 proto, __u8 family)
+{
+	lb_snat_put16(k->real, real);
+	*(__u64 *)&k->real_port = (__u64)real_port | ((__u64)snat_port << 16) | ((__u64)proto << 32) |
+				  ((__u64)family << 40);
+}
+
+/* the SNAT port of a key being probed (lb_snat_alloc): the whole tail word again */
+static __always_inline void lb_snat_rev_key_port(struct lb_snat_rev_key *k, __be16 snat_port)
+{
+	*(__u64 *)&k->real_port = (__u64)k->real_port | ((__u64)snat_port << 16) | ((__u64)k->proto << 32) |
+				  ((__u64)k->family << 40);
 }
 
 /* Delete the forward entry of the flow a reverse entry belonged to, if it still points at that entry
@@ -334,7 +360,7 @@ static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struc
 			break;
 		__u32 off = (start + (linear ? i : i * (i + 1) / 2)) % range;
 
-		rk->snat_port = bpf_htons((__u16)(min + off));
+		lb_snat_rev_key_port(rk, bpf_htons((__u16)(min + off)));
 		long rc = bpf_map_update_elem(&lb_snat_rev, rk, nv, BPF_NOEXIST);
 
 		if (rc == 0)
@@ -469,7 +495,7 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
 
 /* Per-CPU scratch of lb_snat_forward: its keys and new entries (not pinned; nothing outlives a packet). */
 struct lb_snat_scratch {
-	struct lb_flow_key fk;
+	struct lb_flow_key fk __attribute__((aligned(8)));
 	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
 	struct lb_snat_rev nv;
 	struct lb_snat_fwd nf;
@@ -522,7 +548,6 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 	struct lb_flow_key *fk = &scr->fk;
 	struct lb_snat_rev_key *rk = &scr->rk;
 
-	__builtin_memset(fk, 0, sizeof(*fk));
 	__builtin_memset(rk, 0, sizeof(*rk));
 	struct lb_real *real = 0;
 	__u32 real_id = 0;
@@ -530,8 +555,6 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 	struct lb_snat_rev *rv = 0;
 
 	lb_snat_fwd_key_of(fk, p->src, p->dst, p->sport, p->dport, p->proto, p->family);
-	rk->proto = p->proto;
-	rk->family = p->family;
 
 	/* 1. a known translation, trusted only while its reverse entry still names this client flow */
 	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, fk);
@@ -540,9 +563,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 		real_id = fv->real_id;
 		real = bpf_map_lookup_elem(&lb_reals, &real_id);
 		if (real) {
-			__builtin_memcpy(rk->real, real->addr, 16);
-			rk->real_port = fv->real_port;
-			rk->snat_port = fv->snat_port;
+			lb_snat_rev_key_of(rk, real->addr, fv->real_port, fv->snat_port, p->proto, p->family);
 			rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 			if (rv && rv->real_id == real_id && rv->client_port == p->sport && rv->vip_port == p->dport &&
 			    lb_snat_addr_eq(rv->client, p->src, p->family) && lb_snat_addr_eq(rv->vip, p->dst, p->family)) {
@@ -615,8 +636,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 		__builtin_memcpy(nv->vip, p->dst, 16);
 		if (p->proto == IPPROTO_TCP && (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST)))
 			nv->state = LB_SNAT_ST_CLOSING;
-		__builtin_memcpy(rk->real, real->addr, 16);
-		rk->real_port = target_port;
+		lb_snat_rev_key_of(rk, real->addr, target_port, 0, p->proto, p->family);
 
 		int rc = lb_snat_alloc(rk, nv, cfg, lb_flow_hash(p, 1, seed), now);
 
@@ -683,12 +703,7 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 	/* the key, the addresses and the next hop live in this CPU's scratch (the call chain's 512-byte bound) */
 	struct lb_snat_rev_key *rk = &scr->rk;
 
-	__builtin_memset(rk, 0, sizeof(*rk));
-	rk->real_port = p->sport;
-	rk->snat_port = p->dport;
-	rk->proto = p->proto;
-	rk->family = p->family;
-	__builtin_memcpy(rk->real, p->src, 16);
+	lb_snat_rev_key_of(rk, p->src, p->sport, p->dport, p->proto, p->family);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 
 	/* another lb node's translation holds this (real, port): its replies go to that node's address, not ours */
@@ -714,9 +729,8 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 	if (lb_trim_to_ip(ctx, p))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
+	/* every field of nh is written by a successful lookup, and a failed one leaves it unused */
 	struct lb_next_hop *nh = &scr->nh;
-
-	__builtin_memset(nh, 0, sizeof(*nh));
 	int rc = lb_snat_fib(ctx, p->family, client, nh);
 
 	if (rc)
@@ -817,12 +831,8 @@ static __attribute__((noinline)) int lb_snat_icmp(struct xdp_md *ctx, struct lb_
 		return lb_snat_pass_local();
 	struct lb_snat_rev_key *rk = &scr->rk;
 
-	rk->real_port = iports[1];
-	rk->snat_port = iports[0];
-	rk->proto = inner_proto;
-	rk->family = p->family;
+	lb_snat_rev_key_of(rk, idst, iports[1], iports[0], inner_proto, p->family);
 
-	__builtin_memcpy(rk->real, idst, 16);
 	struct lb_snat_rev *rv = bpf_map_lookup_elem(&lb_snat_rev, rk);
 
 	if (!rv || rv->owner != owner)
