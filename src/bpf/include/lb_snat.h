@@ -325,15 +325,14 @@ static __always_inline void lb_snat_rev_key_port(struct lb_snat_rev_key *k, __be
 
 /* Delete the forward entry of the flow a reverse entry belonged to, if it still points at that entry
  * (the client may since have been given a new translation, which must stay). */
-static __always_inline void lb_snat_forget(const struct lb_snat_rev_key *rk, const struct lb_snat_rev *rv)
+static __always_inline void lb_snat_forget(const struct lb_snat_rev_key *rk, const struct lb_snat_rev *rv,
+					   struct lb_flow_key *fk /* the caller's per-CPU scratch, not the stack */)
 {
-	struct lb_flow_key fk = {};
-
-	lb_snat_fwd_key_of(&fk, rv->client, rv->vip, rv->client_port, rv->vip_port, rk->proto, rk->family);
-	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, &fk);
+	lb_snat_fwd_key_of(fk, rv->client, rv->vip, rv->client_port, rv->vip_port, rk->proto, rk->family);
+	struct lb_snat_fwd *fv = bpf_map_lookup_elem(&lb_snat_fwd, fk);
 
 	if (fv && fv->snat_port == rk->snat_port && fv->real_port == rk->real_port && fv->real_id == rv->real_id)
-		bpf_map_delete_elem(&lb_snat_fwd, &fk);
+		bpf_map_delete_elem(&lb_snat_fwd, fk);
 }
 
 /* Claims a SNAT port for rk (real, real port, proto, family filled in): up to LB_SNAT_PROBES ports of the
@@ -341,7 +340,8 @@ static __always_inline void lb_snat_forget(const struct lb_snat_rev_key *rk, con
  * this real endpoint, or when the entry holding it has expired. Returns 0 (rk->snat_port set) or the
  * LB_SNAT_CNT_DROP_* reason. */
 static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struct lb_snat_rev *nv,
-					 const struct lb_snat_config *cfg, __u32 hash, __u64 now)
+					 const struct lb_snat_config *cfg, __u32 hash, __u64 now,
+					 struct lb_flow_key *forget_fk)
 {
 	__u32 min = cfg->port_min, max = cfg->port_max;
 	int full = 0;
@@ -370,7 +370,7 @@ static __always_inline int lb_snat_alloc(struct lb_snat_rev_key *rk, const struc
 		struct lb_snat_rev *old = bpf_map_lookup_elem(&lb_snat_rev, rk);
 
 		if (old && lb_snat_expired(old, rk->proto, cfg, now)) {
-			lb_snat_forget(rk, old);
+			lb_snat_forget(rk, old, forget_fk);
 			if (bpf_map_update_elem(&lb_snat_rev, rk, nv, BPF_EXIST) == 0) {
 				lb_snat_count(LB_SNAT_CNT_RECLAIMED);
 				return 0;
@@ -496,6 +496,7 @@ static __always_inline __u32 lb_snat_pick(const struct lb_packet *p, __u32 servi
 /* Per-CPU scratch of lb_snat_forward: its keys and new entries (not pinned; nothing outlives a packet). */
 struct lb_snat_scratch {
 	struct lb_flow_key fk __attribute__((aligned(8)));
+	struct lb_flow_key forget_fk __attribute__((aligned(8))); /* lb_snat_forget's key */
 	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
 	struct lb_snat_rev nv;
 	struct lb_snat_fwd nf;
@@ -638,7 +639,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 			nv->state = LB_SNAT_ST_CLOSING;
 		lb_snat_rev_key_of(rk, real->addr, target_port, 0, p->proto, p->family);
 
-		int rc = lb_snat_alloc(rk, nv, cfg, lb_flow_hash(p, 1, seed), now);
+		int rc = lb_snat_alloc(rk, nv, cfg, lb_flow_hash(p, 1, seed), now, &scr->forget_fk);
 
 		if (rc)
 			return lb_snat_drop(rc);
@@ -680,6 +681,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 /* Per-CPU scratch of lb_snat_reply and lb_snat_icmp (not pinned; nothing outlives a packet). */
 struct lb_snat_icmp_scratch {
 	__u32 isrc[4], idst[4], client[4], vip[4], osrc[4], odst[4];
+	struct lb_flow_key forget_fk __attribute__((aligned(8))); /* lb_snat_forget's key */
 	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
 	struct lb_next_hop nh;
 };
@@ -712,7 +714,7 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 	__u64 now = bpf_ktime_get_ns();
 
 	if (lb_snat_expired(rv, p->proto, cfg, now)) {
-		lb_snat_forget(rk, rv);
+		lb_snat_forget(rk, rv, &scr->forget_fk);
 		bpf_map_delete_elem(&lb_snat_rev, rk);
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
