@@ -27,6 +27,8 @@ export interface FlowsJob {
   kind: 'flows'; host: string; port: number; flows: number; durationMs: number; intervalMs: number; sources: string[]; timeoutMs?: number;
   /** Stop early (before durationMs) once this file exists: the caller decides when the interesting part is over. */
   stopFile?: string;
+  /** Fixed source ports, one per flow (flow i from sources[i % n] and ports[i], as a burst with the same lists). */
+  ports?: number[];
 }
 export interface UdpJob { kind: 'udp'; host: string; port: number; count: number; sources: string[]; timeoutMs?: number }
 export type TrafficJob = BurstJob | FlowsJob | UdpJob;
@@ -83,7 +85,7 @@ async function runBurst(job: BurstJob): Promise<BurstResult> {
 }
 
 /** A keep-alive connection that sends a request every intervalMs until the deadline, or until it breaks. */
-function runFlow(job: FlowsJob, src: string, deadline: number): Promise<FlowResult> {
+function runFlow(job: FlowsJob, src: string, deadline: number, sport?: number): Promise<FlowResult> {
   return new Promise((resolve) => {
     const r: FlowResult = { src, sport: 0, backends: [], requests: 0, failures: 0, survived: false };
     let buf = '';
@@ -91,7 +93,7 @@ function runFlow(job: FlowsJob, src: string, deadline: number): Promise<FlowResu
     let reqTimer: NodeJS.Timeout | undefined;
     let tick: NodeJS.Timeout | undefined;
     let done = false;
-    const sock: Socket = connect({ host: job.host, port: job.port, localAddress: src });
+    const sock: Socket = connect({ host: job.host, port: job.port, localAddress: src, ...(sport ? { localPort: sport } : {}) });
     const finish = (error?: string) => {
       if (done) return;
       done = true;
@@ -143,7 +145,7 @@ function runFlow(job: FlowsJob, src: string, deadline: number): Promise<FlowResu
 async function runFlows(job: FlowsJob): Promise<FlowsResult> {
   const deadline = Date.now() + job.durationMs;
   const flows = await Promise.all(
-    Array.from({ length: job.flows }, (_, i) => runFlow(job, job.sources[i % job.sources.length]!, deadline)),
+    Array.from({ length: job.flows }, (_, i) => runFlow(job, job.sources[i % job.sources.length]!, deadline, job.ports?.[i])),
   );
   return { kind: 'flows', flows };
 }

@@ -326,3 +326,56 @@ test.serial('graceful drain: lb-1 drained by commit keeps forwarding and reports
     await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
   }
 });
+
+// Issue 24's third case as met: connections from fixed ports through lb-1 while be-1 is out (lb-1 records other
+// backends for them), be-1 back, lb-1 drained (the router sends everything to lb-2), the client reconnects from the
+// same ports through lb-2 (its SYNs pick be-1 for some of them), then the router sends everything to lb-1 again:
+// lb-1 must forward them where lb-2 did. Without the recency mark lb-1 kept its entries of the older choice (other
+// backends, still in the table), and those connections were reset.
+test.serial('the stale entry as met: connections reconnected through lb-2 from the ports lb-1 recorded while be-1 was out survive the move back to lb-1', async (t) => {
+  t.timeout(180_000);
+  const l = need();
+  const web = VIPS[0];
+  const ports = Array.from({ length: FLOWS }, (_, i) => 20000 + i); // below the ephemeral range: no other flow takes them
+  if (readFileSync(join(l.clone, 'nodes/lb-1.yaml'), 'utf8').includes('state: drain')) { // left so by the graceful drain test
+    const undrain = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'lb-1 active');
+    await waitApplied(l, undrain, ['lb-1', 'lb-2'], 60_000);
+  }
+  const stopFile = join(l.scratch, 'stop-stale');
+  rmSync(stopFile, { force: true });
+  try {
+    await changeTable(l, { '198.51.100.21': 'drain', '198.51.100.22': 'active' }, 'be-1 out');
+    await routeVipsVia(l, ['lb-1']);
+    const first = await runTraffic(l.view.clientNs, { kind: 'burst', host: web.host, port: web.port, count: FLOWS, sources: l.view.clientsV4, ports, timeoutMs: 5000 });
+    t.deepEqual(first.records.filter((x) => !x.backend), [], 'every first connection answered');
+    t.false(first.records.some((x) => x.backend === 'be-1'), 'lb-1 recorded other backends while be-1 was out');
+    await changeTable(l, { '198.51.100.21': 'active' }, 'be-1 back');
+    await routeVipsVia(l, ['lb-2']); // lb-1 drained
+    const run = runTraffic(l.view.clientNs, { kind: 'flows', host: web.host, port: web.port, flows: FLOWS, durationMs: 100_000, intervalMs: 250,
+      sources: l.view.clientsV4, ports, timeoutMs: 5000, stopFile });
+    const end = Date.now() + 60_000;
+    let established = 0;
+    while (Date.now() < end && established < FLOWS) {
+      const r = await nsExec(l.view.clientNs, ['ss', '-Htn', 'state', 'established', `( sport >= :20000 and sport < :${20000 + FLOWS} )`]);
+      established = r.stdout.split('\n').filter((x) => x.includes(`${web.host}:${web.port}`)).length;
+      await sleep(250);
+    }
+    t.is(established, FLOWS, 'reconnected through lb-2');
+    await sleep(2000); // lb-2's entries reach lb-1 (rounds of 250 ms)
+    await routeVipsVia(l, ['lb-1']); // every flow moves back to lb-1
+    await sleep(4000);
+    await routeVipsVia(l, ['lb-1', 'lb-2']); // undrained
+    await sleep(2000);
+    writeFileSync(stopFile, '');
+    const r = await run;
+    const stale = r.flows.filter((f) => f.backends[0] === 'be-1' && first.records.find((x) => x.sport === f.sport)?.backend !== 'be-1');
+    t.log(`${stale.length} of ${FLOWS} reconnected connections went to be-1 where lb-1 had recorded another backend`);
+    for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+    t.true(stale.length > 0, 'the case occurred');
+    t.is(r.flows.filter((f) => f.backends.length > 1).length, 0, 'no connection changed backend');
+    t.is(r.flows.filter((f) => f.survived).length, FLOWS, 'every connection survived (0 resets)');
+  } finally {
+    writeFileSync(stopFile, '');
+    await routeVipsVia(l, ['lb-1', 'lb-2']).catch(() => undefined);
+  }
+});
