@@ -1,9 +1,9 @@
 // Shared fixture of the end-to-end tests: one lab (unique namespace prefix from its anchor pid, private state
 // directory) built from sample-config-repo/ with a `gitlb run` daemon on every node, torn down in teardown.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { labDown, labUp, labNs, type LabState } from '../src/lab/lab.js';
+import { DEFAULT_CONFIG_DIR, labDown, labUp, labNs, type LabState } from '../src/lab/lab.js';
 import { nsArgv, nsExec, run, sleep } from '../src/lab/netns.js';
 import { execGroup } from '../src/demo/shell.js';
 import { labView, loadModel, type LabView } from '../src/demo/lab-view.js';
@@ -35,18 +35,25 @@ const GIT_ENV = {
 /**
  * `routing`: 'static' (the default here) keeps static ECMP routes on the router even though the sample config has
  * BGP settings, because these tests steer the router's routes themselves (routeVipsVia); 'bgp' runs BIRD on the lb
- * nodes and, on the router, BIRD or FRR (`router`).
+ * nodes and, on the router, BIRD or FRR (`router`). `editConfig` changes a copy of sample-config-repo/ (in the scratch
+ * directory) before the lab is built from it.
  */
 export async function startE2eLab(log: (s: string) => void,
-  opts: { routing?: 'bgp' | 'static'; router?: 'bird' | 'frr'; daemonArgs?: (scratch: string) => string[] } = {}): Promise<E2eLab> {
+  opts: { routing?: 'bgp' | 'static'; router?: 'bird' | 'frr'; daemonArgs?: (scratch: string) => string[]; editConfig?: (dir: string) => void } = {}): Promise<E2eLab> {
   const scratch = mkdtempSync(join(tmpdir(), `gitlb-e2e-${process.pid}-`));
+  let configDir: string | undefined;
+  if (opts.editConfig) {
+    configDir = join(scratch, 'config');
+    cpSync(DEFAULT_CONFIG_DIR, configDir, { recursive: true, filter: (src) => !src.split('/').includes('.git') });
+    opts.editConfig(configDir);
+  }
   const stateDir = join(scratch, 'lab');
   const close = async () => {
     await labDown(stateDir).catch(() => {});
     rmSync(scratch, { recursive: true, force: true });
   };
   try {
-    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static', ...(opts.router && { router: opts.router }),
+    const state = await labUp({ stateDir, log, routing: opts.routing ?? 'static', ...(configDir && { configDir }), ...(opts.router && { router: opts.router }),
       ...(opts.daemonArgs && { daemonArgs: opts.daemonArgs(scratch) }) });
     const bad = state.daemons.filter((d) => !d.started);
     if (bad.length) throw new Error(`daemons not running: ${bad.map((d) => `${d.node}: ${d.reason}`).join('; ')}`);

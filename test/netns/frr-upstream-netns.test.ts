@@ -4,20 +4,20 @@
 // the lb nodes, FRR on the router), real traffic through the namespaces, one lab for the file:
 // - both lb nodes' sessions are Established at FRR, and zebra installed one multipath kernel route per VIP (both lb
 //   nodes as next hops, proto bgp), IPv4 and IPv6; requests through the VIP are answered;
-// - 40 keep-alive connections to the dsr-l2 VIP: lb-1 drained by commit (FRR drops its path), then undrained (the
-//   path comes back): all 40 survive both, on the backend they started on;
 // - lb-1's BIRD killed: FRR drops its paths as the session closes (graceful restart is off: no stale path kept), and
 //   takes them again when BIRD is back;
 // - taking the lab down stops zebra and bgpd and removes what they left (their crash-log directories).
+// Connections through drains, daemon kills and node loss under FRR: the survival matrix,
+// test/netns/flow-sync-lab-frr.test.ts (test/lib/survival-matrix.ts).
 import test from 'ava';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { labNs, restartBird, routerSessions } from '../../src/lab/lab.js';
 import { isAlive } from '../../src/lab/processes.js';
-import { nsExec, sleep } from '../../src/lab/netns.js';
+import { nsExec } from '../../src/lab/netns.js';
 import { routerNextHops, waitForHops } from '../../src/demo/failover.js';
 import { runTraffic } from '../../src/demo/traffic.js';
-import { commitAndPush, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
+import { startE2eLab, type E2eLab } from '../e2e-lab.js';
 
 const LB1 = '198.51.100.11';
 const LB2 = '198.51.100.12';
@@ -75,45 +75,6 @@ test.serial('FRR on the router: four Established sessions, one multipath kernel 
   t.deepEqual(await routerNextHops(l.state, VIP6), BOTH6);
   const r = await runTraffic(l.view.clientNs, { kind: 'burst', host: WEB, port: 80, count: 20, concurrency: 4, sources: l.view.clientsV4, timeoutMs: 5000 });
   t.is(r.records.filter((x) => x.backend).length, 20, 'every request through the VIP answered');
-});
-
-test.serial('dsr l2: lb-1 drained and undrained by commit under 40 keep-alive connections: FRR drops and restores its path, 40/40 survive', async (t) => {
-  t.timeout(240_000);
-  const l = need();
-  t.not(await waitForHops(l.state, [WEB], both, 30_000, 200), null, 'both paths before the drain');
-  const stopFile = join(l.scratch, 'frr-traffic.stop');
-  const flows = 40;
-  const running = runTraffic(l.view.clientNs, { kind: 'flows', host: WEB, port: 80, flows, durationMs: 120_000, intervalMs: 500,
-    sources: l.view.clientsV4, timeoutMs: 5000, stopFile });
-  running.catch(() => undefined);
-  let drained = false;
-  try {
-    await sleep(3000); // established through both lb nodes
-    const rev = await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: active/, 'state: drain'), 'Drain lb-1');
-    drained = true;
-    const drainMs = await waitForHops(l.state, [WEB], (h) => h.join() === LB2, 60_000, 100);
-    t.not(drainMs, null, 'FRR dropped lb-1\'s path');
-    await waitApplied(l, rev, ['lb-1']);
-    await sleep(3000); // the connections ECMP moved to lb-2 carry requests there
-    await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1');
-    drained = false;
-    const undrainMs = await waitForHops(l.state, [WEB], both, 60_000, 100);
-    t.not(undrainMs, null, 'FRR installed lb-1\'s path again');
-    t.log(`drain: route to lb-2 only ${drainMs} ms after the push; undrain: both paths again ${undrainMs} ms after the push`);
-    await sleep(3000); // the connections ECMP moved back to lb-1 carry requests there
-  } finally {
-    writeFileSync(stopFile, '');
-    if (drained) await commitAndPush(l, 'nodes/lb-1.yaml', (y) => y.replace(/state: drain/, 'state: active'), 'Undrain lb-1').catch(() => undefined);
-  }
-  const res = await running;
-  const survived = res.flows.filter((f) => f.survived);
-  const switched = res.flows.filter((f) => f.backends.length > 1);
-  t.log(`${survived.length}/${flows} connections survived the drain and the undrain; ${switched.length} changed backend`);
-  for (const f of res.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
-  t.is(res.flows.length, flows);
-  t.true(res.flows.every((f) => f.requests >= 10), 'every connection carried requests through the drain and the undrain');
-  t.is(switched.length, 0, 'no connection changed backend');
-  t.is(survived.length, flows);
 });
 
 test.serial('lb-1 BIRD killed (kill -9): FRR drops its path when the session closes, not after a graceful-restart hold; back once BIRD is restarted', async (t) => {

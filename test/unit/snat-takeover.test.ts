@@ -1,6 +1,7 @@
 // The takeover of a lost lb node's SNAT address (src/reconciler/flows/snat-takeover.ts): who takes it, when, and when it is
 // given back; the frames that announce it (src/bpf/address-announce.ts); its BGP route (src/render/bgp/bird.ts).
-// The end-to-end proof (a node's link down, 40 SNAT connections surviving) is test/netns/flow-sync-lab.test.ts.
+// The end-to-end proof (a node's link down, 40 SNAT connections surviving) is test/lib/survival-matrix.ts (BIRD and FRR on the router),
+// the IPv6 one test/netns/snat6-takeover-netns.test.ts.
 import test from 'ava';
 import { SnatTakeover, type SnatTakeoverOptions, type TakeoverPeer } from '../../src/reconciler/flows/snat-takeover.js';
 import { gratuitousArp, unsolicitedNa } from '../../src/bpf/address-announce.js';
