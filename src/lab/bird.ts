@@ -16,6 +16,8 @@ export const birdSocket = (stateDir: string, who: string): string => join(birdDi
 export const birdGenerated = (stateDir: string, node: string): string => join(birdDir(stateDir, node), 'gitlb.conf');
 
 const sym = (s: string) => s.replace(/[^0-9A-Za-z]/g, '_');
+/** The router's BIRD protocol for one lb node and family (`lb_1_v4`). */
+export const routerProtocolName = (node: string, family: 4 | 6): string => sym(`${node}_v${family}`);
 
 /** The router's BIRD: a session per lb node and family; equal paths merged into one multipath kernel route. */
 export function routerBirdConfig(b: PlannedBird): string {
@@ -33,7 +35,7 @@ export function routerBirdConfig(b: PlannedBird): string {
     out.push(`protocol kernel kernel${family} {`, `  ipv${family} { import none; export all; };`, '  merge paths on limit 16;', '}', '');
   }
   for (const s of b.sessions) {
-    out.push(`protocol bgp ${sym(`${s.node}_v${s.family}`)} {`);
+    out.push(`protocol bgp ${routerProtocolName(s.node, s.family)} {`);
     out.push(`  local ${s.routerAddress} as ${b.routerAsn};`);
     out.push(`  neighbor ${s.lbAddress} as ${s.lbAsn};`);
     out.push('  direct;');

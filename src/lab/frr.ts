@@ -126,6 +126,11 @@ export function vtysh(stateDir: string, daemon: 'zebra' | 'bgpd', command: strin
   return exec(['vtysh', '--vty_socket', frrDir(stateDir), '-d', daemon, '-c', command], { timeoutMs });
 }
 
+/** Configuration commands for one daemon, in order, from `configure terminal` (vtysh -c per line). */
+export function vtyshConfigure(stateDir: string, daemon: 'zebra' | 'bgpd', commands: string[], timeoutMs = 5000) {
+  return exec(['vtysh', '--vty_socket', frrDir(stateDir), '-d', daemon, ...['configure terminal', ...commands].flatMap((c) => ['-c', c])], { timeoutMs });
+}
+
 /** Resolves when the daemon answers on its vty socket; throws after `timeoutMs`. */
 export async function waitForFrr(stateDir: string, daemon: 'zebra' | 'bgpd', timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

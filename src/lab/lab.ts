@@ -19,7 +19,7 @@ import { startDaemons } from './daemons.js';
 
 export { DEFAULT_CONFIG_DIR, DEFAULT_STATE_DIR, PROJECT_ROOT, labAlive, labNs, readLabState, statePath, type DaemonReport, type LabState } from './state.js';
 export { warmNeighbours } from './network.js';
-export { restartBird, routerSessions } from './services.js';
+export { restartBird, routerSessions, setRouterSessions } from './services.js';
 export { labPeerSecret, startDaemons, type StartDaemonsOptions } from './daemons.js';
 export { bgpRoutes, formatLabStatus, labStatus, type LabStatus } from './status.js';
 

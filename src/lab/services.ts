@@ -4,9 +4,9 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { waitForPort } from './netns.js';
 import { describeProcess, isAlive, nodeScriptArgv, spawnDetached, type LabProcess } from './processes.js';
-import { spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
+import { birdc, routerProtocolName, spawnBird, waitForBird, writeBirdConfigs } from './bird.js';
 import { GIT_REPO_NAME } from './topology.js';
-import { frrSessions, spawnRouterFrr, waitForFrr, writeFrrConfigs } from './frr.js';
+import { frrSessions, spawnRouterFrr, vtyshConfigure, waitForFrr, writeFrrConfigs } from './frr.js';
 import { metricsAddress, prometheusAvailable, startPrometheus } from './prometheus.js';
 import { backendHaproxyConfig } from './servers/backend-haproxy.js';
 import { fullNs, labNs, PROJECT_ROOT, writeLabState, type LabState } from './state.js';
@@ -85,6 +85,28 @@ export async function startBirds(state: LabState, log: (s: string) => void): Pro
 export async function routerSessions(state: LabState): Promise<Record<string, string>> {
   if (state.plan.bird?.router !== 'frr') throw new Error('routerSessions: the lab router does not run FRR');
   return frrSessions(state.stateDir);
+}
+
+/**
+ * Shuts the router's BGP sessions to lb node `node` (`up` false) or opens them again, at the router's daemon (BIRD:
+ * `disable`/`enable` of its protocols; FRR: `neighbor ... shutdown`): the router drops or takes that node's paths
+ * whatever the node itself does, as an upstream operator would (a restarted lb daemon reloading its BIRD cannot undo
+ * it). Throws when the daemon refuses.
+ */
+export async function setRouterSessions(state: LabState, node: string, up: boolean): Promise<void> {
+  const b = state.plan.bird;
+  if (!b) throw new Error('setRouterSessions: the lab routes statically (no BGP)');
+  const sessions = b.sessions.filter((s) => s.node === node);
+  if (!sessions.length) throw new Error(`setRouterSessions: no BGP session to ${node}`);
+  if (b.router === 'frr') {
+    const r = await vtyshConfigure(state.stateDir, 'bgpd', [`router bgp ${b.routerAsn}`, ...sessions.map((s) => `${up ? 'no ' : ''}neighbor ${s.lbAddress} shutdown`)]);
+    if (r.code !== 0 || r.stdout.trim()) throw new Error(`vtysh neighbor shutdown: ${(r.stdout + r.stderr).trim() || `exit ${r.code}`}`);
+    return;
+  }
+  for (const s of sessions) {
+    const r = await birdc(state.stateDir, 'router', [up ? 'enable' : 'disable', routerProtocolName(s.node, s.family)]);
+    if (r.code !== 0 || !/abled/.test(r.stdout)) throw new Error(`birdc ${up ? 'enable' : 'disable'} ${routerProtocolName(s.node, s.family)}: ${(r.stdout + r.stderr).trim()}`);
+  }
 }
 
 /**

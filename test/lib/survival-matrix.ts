@@ -9,9 +9,10 @@
 //   undrained (the path comes back). Without the sync the DSR connections lb-1 carried to be-1 reach lb-2, which
 //   re-hashes them by the new table (another backend: a reset), and lb-2 makes new translations for lb-1's SNAT
 //   flows, which the reals reset;
-// - kill -9 of lb-1's daemon: while it is dead lb-1's BGP sessions are shut at its BIRD (the daemon cannot apply a
-//   drain), so the router moves its flows to lb-2, which carries them with the entries synced before the kill; the
-//   daemon is started again (it adopts its pinned data plane and resyncs) and the sessions come back;
+// - kill -9 of lb-1's daemon: while it is dead the router's sessions to lb-1 are shut at the router (the daemon cannot
+//   apply a drain), so the router moves its flows to lb-2, which carries them with the entries synced before the
+//   kill; the daemon is started again (it adopts its pinned data plane and resyncs) and, once both are in sync, the
+//   sessions are opened again;
 // - loss of lb-1: the table changes again (be-1 back, be-2 drained), then lb-1's link goes down; the router drops
 //   its path when the BGP hold timer runs out. lb-2 carries lb-1's DSR flows by the synced entries and takes lb-1's
 //   SNAT address over (the reals' replies to it reach lb-2, src/reconciler/flows/snat-takeover.ts), announcing it
@@ -27,9 +28,7 @@ import { runTraffic } from '../../src/demo/traffic.js';
 import type { FlowsResult } from '../../src/demo/traffic-client.js';
 import { routerNextHops, waitForHops } from '../../src/demo/failover.js';
 import { exec, nsExec, sleep } from '../../src/lab/netns.js';
-import { labNs } from '../../src/lab/lab.js';
-import { birdc } from '../../src/lab/bird.js';
-import { peerProtocolName } from '../../src/render/bgp/bird.js';
+import { labNs, setRouterSessions } from '../../src/lab/lab.js';
 import { spawnDetached, stopLabProcess, type LabProcess } from '../../src/lab/processes.js';
 import { LAB_METRICS_PORT } from '../../src/lab/prometheus.js';
 
@@ -125,7 +124,7 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
     }
   });
 
-  test.serial(`${tag} kill -9 of lb-1's daemon, lb-1's sessions shut while it is dead, the daemon restarted, the sessions back: every connection survives in every mode`, async (t) => {
+  test.serial(`${tag} kill -9 of lb-1's daemon, the router's sessions to lb-1 shut while it is dead, the daemon restarted and in sync, the sessions open again: every connection survives in every mode`, async (t) => {
     t.timeout(180_000);
     const l = need();
     const old = daemonOf(l, 'lb-1');
@@ -139,7 +138,7 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
         await sleep(1000);
         t.false(await holds(l, 'lb2', LB1_SNAT), 'a killed daemon is not a lost node: lb-2 does not take lb-1\'s SNAT address');
         shut = true;
-        await lb1Sessions(t, l, 'disable'); // lb-1's flows move to lb-2 while its daemon is dead
+        await lb1Sessions(t, l, 'shut'); // lb-1's flows move to lb-2 while its daemon is dead
         await sleep(2000);
         restarted = restart(l, old);
         // the restarted daemon adopts its pinned data plane and resyncs with lb-2, and lb-2 with it (the flows made
@@ -151,13 +150,14 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
             metric(await metricsOf(l, LB2), 'gitlb_flow_sync_in_sync', 'peer="lb-1"') === 1;
         }
         t.true(inSync, 'the restarted daemon and lb-2 are in sync both ways');
+        t.deepEqual(await hopsOf(l), Object.fromEntries(HOSTS.map((h) => [h, [LB2]])), 'lb-1 still out of the route until then');
         await sleep(1000);
-        await lb1Sessions(t, l, 'enable'); // back: ECMP moves some flows back to lb-1
+        await lb1Sessions(t, l, 'open'); // back: ECMP moves some flows back to lb-1
         shut = false;
       });
       assertSurvived(t, r, 10);
     } finally {
-      if (shut) await lb1Sessions(t, l, 'enable').catch(() => undefined);
+      if (shut) await lb1Sessions(t, l, 'open').catch(() => undefined);
       if (!restarted && !alive(old.pid)) restart(l, old);
     }
   });
@@ -264,18 +264,14 @@ async function setNodeState(t: ExecutionContext, l: E2eLab, state: 'drain' | 'ac
   await waitApplied(l, rev, ['lb-1', 'lb-2'], 60_000);
 }
 
-/** lb-1's BGP sessions shut or opened at its BIRD (what an operator does by hand while the daemon is dead);
- * resolves once the router has dropped or installed lb-1's path for every VIP. */
-async function lb1Sessions(t: ExecutionContext, l: E2eLab, verb: 'disable' | 'enable'): Promise<void> {
-  const node = l.state.plan.nodes.find((n) => n.name === 'lb-1')!;
-  const peers = l.state.plan.bird!.sessions.filter((s) => s.node === 'lb-1').map((s) => s.routerAddress);
-  for (const p of peers) {
-    const r = await birdc(l.state.stateDir, node.name, [verb, peerProtocolName(p)]);
-    if (r.code !== 0) throw new Error(`birdc ${verb} ${peerProtocolName(p)}: ${r.stdout}${r.stderr}`);
-  }
-  const ms = await waitForHops(l.state, HOSTS, verb === 'disable' ? (h) => h.join() === LB2 : bothPaths, 60_000, 100);
-  if (ms === null) throw new Error(`birdc ${verb} on lb-1: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
-  t.log(`lb-1's sessions ${verb}d: the router's paths followed in ${ms} ms`);
+/** The router's sessions to lb-1 shut or opened at the router's daemon (what an upstream operator does while lb-1's
+ * daemon is dead: it cannot apply a drain); resolves once the router has dropped or installed lb-1's path for every
+ * VIP. At the router, so that lb-1's restarted daemon reloading its BIRD cannot bring the path back early. */
+async function lb1Sessions(t: ExecutionContext, l: E2eLab, verb: 'shut' | 'open'): Promise<void> {
+  await setRouterSessions(l.state, 'lb-1', verb === 'open');
+  const ms = await waitForHops(l.state, HOSTS, verb === 'shut' ? (h) => h.join() === LB2 : bothPaths, 60_000, 100);
+  if (ms === null) throw new Error(`router sessions to lb-1 ${verb}: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
+  t.log(`router sessions to lb-1 ${verb}: its paths followed in ${ms} ms`);
 }
 
 /** A real's line in a service file gets `state: <state>` (or loses its state line: 'active'). */
