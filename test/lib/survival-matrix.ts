@@ -16,7 +16,8 @@
 // - loss of lb-1: the table changes again (be-1 back, be-2 drained), then lb-1's link goes down; the router drops
 //   its path when the BGP hold timer runs out. lb-2 carries lb-1's DSR flows by the synced entries and takes lb-1's
 //   SNAT address over (the reals' replies to it reach lb-2, src/reconciler/flows/snat-takeover.ts), announcing it
-//   as a BGP host route the router installs; lb-2 gives the address back once lb-1 is up again;
+//   as a BGP host route the router installs; then, under the same connections, lb-1's link comes up again: its
+//   BIRD reconnects, ECMP moves some flows back, lb-2 gives the address back and withdraws its route;
 // - graceful drain: lb-1 drained by a commit keeps its data plane and sync, reports that it is not to be stopped
 //   while packets came lately, and that it can be stopped once nothing arrives.
 // And the metrics of both nodes name the other as in sync, with entries sent and applied.
@@ -162,12 +163,15 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
     }
   });
 
-  test.serial(`${tag} loss of lb-1 (its link down, its path gone when the hold timer runs out) after the table changed: every connection survives in every mode; lb-2 serves lb-1's SNAT address and announces it by BGP, then gives it back`, async (t) => {
+  test.serial(`${tag} loss of lb-1 (its link down, its path gone when the hold timer runs out) after the table changed, and its return: every connection survives both in every mode; lb-2 serves lb-1's SNAT address and announces it by BGP, then gives it back`, async (t) => {
     t.timeout(180_000);
     const l = need();
     const lb1 = labNs(l.state, 'lb1');
     let tookOver = false;
     let snatRoute: string[] = [];
+    let back = false;
+    let released = false;
+    let withdrawn: number | null = null;
     try {
       const r = await phase(t, l, 'loss of lb-1', async () => {
         t.false(await holds(l, 'lb2', LB1_SNAT), 'lb-2 holds only its own SNAT address while lb-1 lives');
@@ -187,21 +191,28 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
           await sleep(250);
           snatRoute = await routerNextHops(l.state, LB1_SNAT);
         }
+        await sleep(3000); // lb-1's connections carry requests through lb-2
+        // lb-1 found again under the same connections: its BIRD reconnects, ECMP moves some flows back to it
+        await bringBack(l);
+        const backMs = await waitForHops(l.state, HOSTS, bothPaths, 60_000, 100);
+        back = backMs !== null;
+        t.log(`return of lb-1: both paths again ${backMs} ms after its link came up`);
+        for (let i = 0; i < 60 && !released; i++) {
+          await sleep(250);
+          released = !(await holds(l, 'lb2', LB1_SNAT));
+        }
+        withdrawn = await waitForHops(l.state, [LB1_SNAT], (h) => h.length === 0, 30_000, 200);
       }, 4000);
       t.true(tookOver, 'lb-2 took lb-1\'s SNAT address over');
       t.deepEqual(snatRoute, [LB2], 'the router installed lb-1\'s SNAT address via lb-2 (BGP host route)');
+      t.true(back, 'lb-1 announces again once its link is up');
+      t.true(released, 'lb-2 gave lb-1\'s SNAT address back once lb-1 answered again');
+      t.not(withdrawn, null, 'and withdrew its host route');
       assertSurvived(t, r, 10);
     } finally {
       await bringBack(l).catch(() => undefined);
+      await waitForHops(l.state, HOSTS, bothPaths, 60_000, 200);
     }
-    t.not(await waitForHops(l.state, HOSTS, bothPaths, 60_000, 200), null, 'lb-1 announces again once its link is up');
-    let released = false;
-    for (let i = 0; i < 60 && !released; i++) {
-      await sleep(250);
-      released = !(await holds(l, 'lb2', LB1_SNAT));
-    }
-    t.true(released, 'lb-2 gave lb-1\'s SNAT address back once lb-1 answered again');
-    t.not(await waitForHops(l.state, [LB1_SNAT], (h) => h.length === 0, 30_000, 200), null, 'and withdrew its host route');
   });
 
   test.serial(`${tag} graceful drain: lb-1 drained by commit withdraws its routes, keeps forwarding what still arrives; once nothing arrives gitlb status says it can be stopped`, async (t) => {
