@@ -20,7 +20,8 @@
 //   BIRD reconnects, ECMP moves some flows back, lb-2 gives the address back and withdraws its route;
 // - graceful drain: lb-1 drained by a commit keeps its data plane and sync, reports that it is not to be stopped
 //   while packets came lately, and that it can be stopped once nothing arrives.
-// And the metrics of both nodes name the other as in sync, with entries sent and applied.
+// And the metrics of both nodes name the other as in sync, with entries sent and applied; and issue 24's stale entry
+// as met (last test) survives the moves.
 import test, { type ExecutionContext } from 'ava';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -261,6 +262,55 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
       if (drained) await setNodeState(t, l, 'active').catch(() => undefined);
     }
   });
+
+  // Issue 24's third case as met: connections from fixed ports through lb-1 while be-1 is out (lb-1 records other
+  // backends for them), be-1 back, the router sends everything to lb-2, the client reconnects from the same ports
+  // through lb-2 (its SYNs pick be-1 for some of them), then the router sends everything to lb-1 again: lb-1 must
+  // forward them where lb-2 did. Without the recency mark lb-1 kept its entries of the older choice (other backends,
+  // still in the table), and those connections were reset. The router's paths move by its sessions (routeVia).
+  test.serial(`${tag} the stale entry as met: connections reconnected through lb-2 from the ports lb-1 recorded while be-1 was out survive the move back to lb-1`, async (t) => {
+    t.timeout(180_000);
+    const l = need();
+    const web = VIPS[0];
+    const ports = Array.from({ length: FLOWS }, (_, i) => 20000 + i); // below the ephemeral range: no other flow takes them
+    const stopFile = join(l.scratch, 'stop-stale');
+    rmSync(stopFile, { force: true });
+    try {
+      await changeTable(l, { '198.51.100.21': 'drain', '198.51.100.22': 'active' }, 'be-1 out');
+      await routeVia(t, l, ['lb-1']);
+      const first = await runTraffic(l.view.clientNs, { kind: 'burst', host: web.host, port: web.port, count: FLOWS, sources: l.view.clientsV4, ports, timeoutMs: 5000 });
+      t.deepEqual(first.records.filter((x) => !x.backend), [], 'every first connection answered');
+      t.false(first.records.some((x) => x.backend === 'be-1'), 'lb-1 recorded other backends while be-1 was out');
+      await changeTable(l, { '198.51.100.21': 'active' }, 'be-1 back');
+      await routeVia(t, l, ['lb-2']); // lb-1 out
+      const run = runTraffic(l.view.clientNs, { kind: 'flows', host: web.host, port: web.port, flows: FLOWS, durationMs: 100_000, intervalMs: 250,
+        sources: l.view.clientsV4, ports, timeoutMs: 5000, stopFile });
+      const end = Date.now() + 60_000;
+      let established = 0;
+      while (Date.now() < end && established < FLOWS) {
+        const r = await nsExec(l.view.clientNs, ['ss', '-Htn', 'state', 'established', `( sport >= :20000 and sport < :${20000 + FLOWS} )`]);
+        established = r.stdout.split('\n').filter((x) => x.includes(`${web.host}:${web.port}`)).length;
+        await sleep(250);
+      }
+      t.is(established, FLOWS, 'reconnected through lb-2');
+      await sleep(2000); // lb-2's entries reach lb-1
+      await routeVia(t, l, ['lb-1']); // every flow moves back to lb-1
+      await sleep(4000);
+      await routeVia(t, l, ['lb-1', 'lb-2']);
+      await sleep(2000);
+      writeFileSync(stopFile, '');
+      const r = await run;
+      const stale = r.flows.filter((f) => f.backends[0] === 'be-1' && first.records.find((x) => x.sport === f.sport)?.backend !== 'be-1');
+      t.log(`${stale.length} of ${FLOWS} reconnected connections went to be-1 where lb-1 had recorded another backend`);
+      for (const f of r.flows.filter((x) => !x.survived)) t.log(`  lost: ${f.src}:${f.sport} ${f.backends.join('->')} after ${f.requests} requests: ${f.firstError}`);
+      t.true(stale.length > 0, 'the case occurred');
+      t.is(r.flows.filter((f) => f.backends.length > 1).length, 0, 'no connection changed backend');
+      t.is(r.flows.filter((f) => f.survived).length, FLOWS, 'every connection survived (0 resets)');
+    } finally {
+      writeFileSync(stopFile, '');
+      await routeVia(t, l, ['lb-1', 'lb-2']).catch(() => undefined);
+    }
+  });
 }
 
 const bothPaths = (h: string[]) => h.join() === [LB1, LB2].join();
@@ -279,10 +329,17 @@ async function setNodeState(t: ExecutionContext, l: E2eLab, state: 'drain' | 'ac
  * daemon is dead: it cannot apply a drain); resolves once the router has dropped or installed lb-1's path for every
  * VIP. At the router, so that lb-1's restarted daemon reloading its BIRD cannot bring the path back early. */
 async function lb1Sessions(t: ExecutionContext, l: E2eLab, verb: 'shut' | 'open'): Promise<void> {
-  await setRouterSessions(l.state, 'lb-1', verb === 'open');
-  const ms = await waitForHops(l.state, HOSTS, verb === 'shut' ? (h) => h.join() === LB2 : bothPaths, 60_000, 100);
-  if (ms === null) throw new Error(`router sessions to lb-1 ${verb}: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
-  t.log(`router sessions to lb-1 ${verb}: its paths followed in ${ms} ms`);
+  await routeVia(t, l, verb === 'shut' ? ['lb-2'] : ['lb-1', 'lb-2']);
+}
+
+/** The router's sessions to the lb nodes not in `nodes` shut, to those in it open (at the router's daemon); resolves
+ * once the router's paths for every VIP are exactly those nodes. */
+async function routeVia(t: ExecutionContext, l: E2eLab, nodes: ('lb-1' | 'lb-2')[]): Promise<void> {
+  for (const n of ['lb-1', 'lb-2'] as const) await setRouterSessions(l.state, n, nodes.includes(n));
+  const want = nodes.map((n) => (n === 'lb-1' ? LB1 : LB2)).sort().join();
+  const ms = await waitForHops(l.state, HOSTS, (h) => h.join() === want, 60_000, 100);
+  if (ms === null) throw new Error(`router sessions to ${nodes.join(', ')} only: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
+  t.log(`router sessions open to ${nodes.join(' and ')} only: its paths followed in ${ms} ms`);
 }
 
 /** A real's line in a service file gets `state: <state>` (or loses its state line: 'active'). */
