@@ -56,7 +56,7 @@ struct lb_flow_value {
 	__u32 real_slot; /* lb_real.slot when inserted; trusted only while lb_real_slots[real_slot] names real_id */
 	__u32 last_seen; /* coarse last packet: CLOCK_MONOTONIC >> 30 (units of 1.07 s), written on insert and on a hit
 			  * when it changed (at most once per unit); 0 = not seen here (an entry a peer sent) */
-	__u64 chosen_ns; /* recency mark: CLOCK_MONOTONIC (bpf_ktime_get_ns) when the real was chosen (a SYN or a new
+	__u64 chosen_ns; /* recency mark: CLOCK_MONOTONIC (bpf_ktime_get_coarse_ns: to the last tick) when the real was chosen (a SYN or a new
 			  * flow re-reads the table and resets it); 0 = unknown. Connection-state sync sends it as an age
 			  * and keeps the newest choice of a flow (docs/datapath.md "Connection-state sync") */
 };
