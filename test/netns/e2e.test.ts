@@ -131,13 +131,16 @@ test.serial('an lb node taken away under load: its flows move to the other node 
   const flows = 40;
   const running = runTraffic(l.view.clientNs, { kind: 'flows', host: '203.0.113.10', port: 80, flows, durationMs: 16_000, intervalMs: 250, sources: l.view.clientsV4, timeoutMs: 5000 });
   try {
-    // While both lb nodes are in the ECMP route, lb-1 carries some of the connections ...
-    const before = await captureAtLbPorts(l, '203.0.113.10', () => new Promise((r) => setTimeout(r, 4000)), ['lb-1']);
+    // While both lb nodes are in the ECMP route, lb-1 carries some of the connections ... (the client starts them
+    // once its process is up, seconds later on a loaded machine: the window repeats until they arrive, up to 20 s)
+    const window = () => captureAtLbPorts(l, '203.0.113.10', () => new Promise((r) => setTimeout(r, 2000)), ['lb-1']);
+    let before = await window();
+    for (const until = Date.now() + 20_000; before.toVip === 0 && Date.now() < until;) before = await window();
     await routeVipsVia(l, ['lb-2']); // lb-1's next hop leaves the ECMP route
     await new Promise((r) => setTimeout(r, 1000));
     // ... and after its route is gone, none.
     const after = await captureAtLbPorts(l, '203.0.113.10', () => new Promise((r) => setTimeout(r, 4000)), ['lb-1']);
-    t.log(`frames to the VIP at lb-1's switch port: ${before.toVip} in 4 s before its route was deleted, ${after.toVip} in 4 s after`);
+    t.log(`frames to the VIP at lb-1's switch port: ${before.toVip} in 2 s before its route was deleted, ${after.toVip} in 4 s after`);
     t.true(before.toVip > 0, 'lb-1 carried flows before');
     t.is(after.toVip, 0, 'lb-1 carries nothing after its route is gone');
     const r = await running;
