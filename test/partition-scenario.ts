@@ -272,7 +272,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
 async function udpFlows(state: LabState, count: number, gapMs: number): Promise<void> {
   const script = `const d = require('node:dgram'); let i = 0; const t = setInterval(() => { const s = d.createSocket('udp4');
     s.send('q' + i, ${UDP_PORT}, '${VIP}', () => s.close()); if (++i >= ${count}) clearInterval(t); }, ${gapMs});`;
-  const r = await nsExec(labNs(state, 'client'), [process.execPath, '-e', script], { timeoutMs: count * gapMs + 10_000 });
+  const r = await nsExec(labNs(state, 'client'), [process.execPath, '-e', script], { timeoutMs: count * gapMs * 3 + 30_000 } /* a bound on a stuck client, not a figure: timers fire late on a loaded machine */);
   if (r.code !== 0) throw new Error(`udp flows: ${r.stderr}`);
 }
 

@@ -46,7 +46,12 @@ test.serial('default checks with passive signals: a silent backend is out after 
   t.log(`passive + active (defaults), blackhole: death -> zero new flows ${r.deathToZeroMs} ms, failed flows ${r.failedFlows}; back -> first flow ${r.reviveToFlowMs} ms`);
   t.true(r.failedFlows > 0);
   t.true(r.suspected);
-  t.is(r.downDetail, SUSPECT_DETAIL, 'not the 1 s check timeout, nor three of them');
+  t.true(r.suspectBeforeDown, 'the suspicion came first');
+  // The decisive failure is the probe the suspicion moved forward (its 250 ms handshake deadline), or, when a
+  // regular probe was already running more than 750 ms when the suspicion came (a late passive poll on a loaded
+  // machine), that probe's own 1 s timeout: either way one probe while suspect, not the three the defaults need
+  // (after the first of those the suspicion's 250 ms probe would have failed first).
+  t.true([SUSPECT_DETAIL, 'timeout after 1000 ms'].includes(r.downDetail ?? ''), `one probe while suspect: ${r.downDetail}`);
   t.is(r.lateFlowsToDead, 0);
   t.true(Number.isFinite(r.reviveToFlowMs), 'it gets new connections again once it answers');
 });
