@@ -4,6 +4,8 @@
 // refresh, SNAT sweep).
 // src/cli/commands/run.ts only parses flags into NodeDaemonOptions.
 import { join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { RejoinGate, REJOIN_BOUND_DEFAULT_MS } from './flows/rejoin-gate.js';
 import type { DataPlane, LbDataPlaneHandle } from '../bpf/dataplane/index.js';
 import type { ConfigModel } from '../render/model.js';
 import { startDaemon, type Daemon } from './daemon.js';
@@ -79,6 +81,9 @@ export interface NodeDaemonOptions {
   flowSync?: boolean;
   /** lb nodes: bytes of the ring xdp_lb publishes new entries into for the sync (`--flow-sync-ring`). */
   flowSyncRingBytes?: number;
+  /** lb nodes with flow sync that start with empty maps: hold BGP announcements until every sync peer sent its whole
+   * table, at most this long (`--rejoin-hold`; default 30 s; 0: never hold; flows/rejoin-gate.ts). */
+  rejoinHoldMs?: number;
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -197,7 +202,7 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
 
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
-  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport }> {
+  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport; resyncReceived(peer: string): boolean }> {
   const { FlowSync } = await import('./flows/flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
@@ -211,7 +216,7 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
   });
   sync.start();
   log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
-  return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport() };
+  return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport(), resyncReceived: (p) => sync.resyncReceived(p) };
 }
 
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
@@ -247,6 +252,9 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
     const action = reconcilePinnedXdp(join(o.pinRoot, o.node), o.interface, o.xdpMode);
     if (action) log.warn(action);
   }
+  // Empty maps (nothing pinned to adopt: a reboot, or pins lost): with flow sync, the rejoin gate holds BGP until
+  // the peers' tables arrived (flows/rejoin-gate.ts). Adopted maps still hold every flow: nothing to wait for.
+  const emptyMaps = role === 'lb' && !existsSync(join(o.pinRoot, o.node, 'lb_vips'));
   const open = () => openDataPlane(role, o);
   const dataPlane = await open();
 
@@ -283,6 +291,11 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   }
   const peerAuthentication = !peerChannel ? 'none' : o.peer?.key ? 'node-key' : 'shared-secret';
   if (health) peers = healthPeers({ node: o.node, channel: peerChannel, authentication: peerAuthentication, health: () => health.status(), model: appliedModel, metrics: o.hooks?.peerMetrics, log });
+  let syncedFrom: ((peer: string) => boolean) | null = null;
+  const rejoin = role === 'lb' && !o.once && o.bird && runFlowSync
+    ? new RejoinGate({ armed: emptyMaps && (o.rejoinHoldMs ?? REJOIN_BOUND_DEFAULT_MS) > 0, boundMs: o.rejoinHoldMs ?? REJOIN_BOUND_DEFAULT_MS,
+      peers: () => lbPeers(daemon?.reconciler.appliedConfig ?? null, o.node, 0).map((p) => p.node), resynced: (p) => syncedFrom?.(p) ?? false, log })
+    : null;
   const bgp =
     role === 'lb' && !o.once && o.bird
       ? new BgpAnnouncer({
@@ -297,6 +310,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
             return d ? [...d.failOpen, ...d.failClosed] : [];
           },
           snatTakeover: () => Object.keys(takeover?.report().serving ?? {}),
+          ...(rejoin && { rejoin }),
           log,
         })
       : null;
@@ -361,6 +375,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (flippedBeforeStart) d.refreshHealth('health change');
   const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
+  if (flowSync) syncedFrom = (p) => flowSync.resyncReceived(p);
   // the drain watch and the takeover start below: read at scrape time
   let drainWatch: { report(): StatusDrain | null } | null = null;
   const flowSyncParts = flowSync && { report: () => flowSync.report(), local: () => flowSync.local(), drain: () => drainWatch?.report() ?? null,

@@ -13,6 +13,7 @@ import { nodeHooks } from '../../reconciler/metrics/hooks.js';
 import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.js';
 import { errorCode } from '../../errors.js';
 import { SYNC_RING_BOUNDS, checkSyncRingBytes } from '../../bpf/dataplane/flow-events.js';
+import { REJOIN_BOUND_DEFAULT_MS } from '../../reconciler/flows/rejoin-gate.js';
 
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
@@ -20,6 +21,8 @@ interface RunOptions extends Pick<NodeDaemonOptions,
   'health' | 'passiveHealth' | 'peerPoll' | 'trustFrom' | 'allowRewindTo' | 'once' | 'flowSync'> {
   /** --flow-sync-ring, in bytes */
   flowSyncRing?: number;
+  /** --rejoin-hold, in seconds */
+  rejoinHold: number;
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -72,6 +75,13 @@ function ringBytes(text: string): number {
   }
 }
 
+/** --rejoin-hold: whole seconds, 0 to 3600. */
+function holdSeconds(text: string): number {
+  const n = Number(text);
+  if (!/^[0-9]+$/.test(text) || n > 3600) throw new InvalidArgumentError(`'${text}' is not a number of seconds from 0 to 3600`);
+  return n;
+}
+
 function port(text: string): number {
   const p = Number(text);
   if (!Number.isInteger(p) || p < 1 || p > 65535) throw new InvalidArgumentError(`'${text}' is not a port`);
@@ -105,7 +115,8 @@ function defineRun(cmd: Command): void {
     .option('--peer-listen <addr:port>', "where the peer channel listens (default: this node's first address at --peer-port)")
     .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
     .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-key or --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false)
-    .option('--flow-sync-ring <bytes>', `lb nodes with --flow-sync: the ring xdp_lb publishes new entries into (a power of two, 4K to 256M, K and M suffixes; default ${SYNC_RING_BOUNDS.default >> 20}M); a full ring loses records (counted) and the sync rescans the tables`, ringBytes);
+    .option('--flow-sync-ring <bytes>', `lb nodes with --flow-sync: the ring xdp_lb publishes new entries into (a power of two, 4K to 256M, K and M suffixes; default ${SYNC_RING_BOUNDS.default >> 20}M); a full ring loses records (counted) and the sync rescans the tables`, ringBytes)
+    .option('--rejoin-hold <seconds>', `lb nodes with --flow-sync and BGP that start with empty maps (a reboot, pins lost): hold every VIP's announcement until each sync peer has sent its whole table, at most this long (0: announce at once; docs/bgp.md)`, holdSeconds, REJOIN_BOUND_DEFAULT_MS / 1000);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
@@ -209,6 +220,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         ...((peerAuth || peerKey) && { peer: { auth: peerAuth, key: peerKey, port: values.peerPort, listen: values.peerListen } }),
         flowSync: values.flowSync,
         ...(values.flowSyncRing !== undefined && { flowSyncRingBytes: values.flowSyncRing }),
+        rejoinHoldMs: values.rejoinHold * 1000,
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

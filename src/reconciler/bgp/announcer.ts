@@ -10,6 +10,7 @@ import { bgpNode, renderBirdConfig } from '../../render/bgp/bird.js';
 import type { ConfigModel } from '../../render/model.js';
 import type { DesiredState } from '../../render/state.js';
 import type { Logger } from '../loops/reconciler.js';
+import type { RejoinReport } from '../flows/rejoin-gate.js';
 
 export interface BgpAnnouncerOptions {
   node: string;
@@ -25,6 +26,8 @@ export interface BgpAnnouncerOptions {
   xdpAttached?: (iface: string) => Promise<boolean>;
   /** SNAT addresses of lost lb nodes this node serves (src/reconciler/flows/snat-takeover.ts): announced as host routes too. */
   snatTakeover?: () => string[];
+  /** Rejoining with empty maps: hold every VIP until the peers' resync arrived (src/reconciler/flows/rejoin-gate.ts). */
+  rejoin?: { holding(): boolean; report(): RejoinReport };
   /** Interface override (gitlb run --interface); default the Node document's. */
   interface?: string;
   intervalMs?: number;
@@ -35,6 +38,8 @@ export interface BgpAnnouncerOptions {
 export interface BgpStatus {
   vips: { vip: string; services: string[]; state: string }[];
   bird: { configFile: string; reloadedAt: string | null; error?: string };
+  /** With flow sync: the rejoin gate (held while rejoining with empty maps; 'off' when the maps were adopted). */
+  rejoin?: RejoinReport;
 }
 
 const TIMEOUT_MS = 10_000;
@@ -98,6 +103,8 @@ export class BgpAnnouncer {
       dataPlaneUp: this.xdpUp,
       stopping: this.stopping,
       servicesDown: this.o.servicesDown?.() ?? [],
+      // asked only with a config applied: the gate's clock and its peers start with it
+      awaitingResync: model ? (this.o.rejoin?.holding() ?? false) : false,
     };
   }
 
@@ -183,6 +190,7 @@ export class BgpAnnouncer {
     return {
       vips: this.announcements().map((v) => ({ vip: v.vip, services: v.services, state: announcementText(v) })),
       bird: { configFile: this.o.configFile, reloadedAt: this.reloadedAt, ...(this.error ? { error: this.error } : {}) },
+      ...(this.o.rejoin && { rejoin: this.o.rejoin.report() }),
     };
   }
 }

@@ -53,6 +53,8 @@ export interface PeerSyncReport {
   /** Time from reading an entry (from the ring, or a scan) to the peer's answer, of the last batch sent (ms). */
   lagMs: number | null;
   lastError?: string;
+  /** The peer's whole table (a resync it marked done, nothing of it refused for the rate) arrived since start. */
+  resyncReceived: boolean;
 }
 
 export interface FlowSyncOptions {
@@ -66,12 +68,16 @@ export interface FlowSyncOptions {
   desired: () => DesiredState | null;
   /** An lb node's own SNAT address (the applied config): a peer's translations are accepted only with the sender's. */
   snatAddressOf?: (node: string) => string | undefined;
-  log?: { warn(m: string): void };
+  log?: { warn(m: string): void; info?(m: string): void };
   now?: () => number;
   limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
 }
 
-type Wire = { v: 1; ct: unknown[]; snat: unknown[]; gone?: unknown[] };
+/** The end-of-resync mark (docs/datapath.md "Connection-state sync"): on every batch of a full-table send, `seq`
+ * naming that send, `done` on its last batch, and `need` on its first when the sender has not yet received this
+ * node's own whole table since it started (this node then resyncs to it: a restarted peer learns everything). */
+export interface ResyncMark { seq: number; done: boolean; need?: boolean }
+type Wire = { v: 1; ct: unknown[]; snat: unknown[]; gone?: unknown[]; resync?: ResyncMark };
 /** 'gone': a translation of the sender that ended there (same fields as 'snat'; idleMs: its last packet's age). */
 type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat' | 'gone'; e: SnatEntry; at: number };
 
@@ -129,7 +135,20 @@ export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
   return gone.length ? { ct, snat, gone } : { ct, snat };
 }
 
-export function encodeFlowSync(items: Item[], now: number): Wire {
+/** A message's end-of-resync mark: absent (a delta, or an older peer), or checked field by field. Unknown fields
+ * inside it are ignored (a newer peer's). */
+export function parseResyncMark(body: unknown): ResyncMark | undefined {
+  const m = (body as { resync?: unknown } | null)?.resync;
+  if (m === undefined) return undefined;
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) throw new BadBody('resync: not an object');
+  const { seq, done, need } = m as Record<string, unknown>;
+  if (!isU32(seq)) throw new BadBody('resync.seq: not an integer 1..2^32-1');
+  if (typeof done !== 'boolean') throw new BadBody('resync.done: not a boolean');
+  if (need !== undefined && typeof need !== 'boolean') throw new BadBody('resync.need: not a boolean');
+  return need ? { seq, done, need } : { seq, done };
+}
+
+export function encodeFlowSync(items: Item[], now: number, resync?: ResyncMark): Wire {
   const ct: unknown[] = [];
   const snat: unknown[] = [];
   const gone: unknown[] = [];
@@ -144,7 +163,7 @@ export function encodeFlowSync(items: Item[], now: number): Wire {
         e.snatPort, e.closing, older(e.ageMs), older(e.idleMs)]);
     }
   }
-  return gone.length ? { v: 1, ct, snat, gone } : { v: 1, ct, snat };
+  return { v: 1, ct, snat, ...(gone.length && { gone }), ...(resync && { resync }) };
 }
 
 /** Which reals each service lists in the applied state (drained and unhealthy ones included). */
@@ -179,7 +198,15 @@ class EntryBudget {
   }
 }
 
-interface PeerState { queue: Item[]; inSync: boolean; report: PeerSyncReport }
+interface PeerState {
+  queue: Item[];
+  inSync: boolean;
+  report: PeerSyncReport;
+  /** The full-table send under way to this peer: its seq and the table's entries still at the head of the queue. */
+  resync: { seq: number; left: number; first: boolean } | null;
+  /** The peer's resync arriving here: its seq, and whether every entry of it so far was taken (not rate-limited). */
+  incoming: { seq: number; whole: boolean } | null;
+}
 
 /** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
 export interface FlowSyncLocalReport {
@@ -213,6 +240,7 @@ export class FlowSync {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
+  private resyncSeq = 0;
 
   constructor(private readonly o: FlowSyncOptions) {
     this.limits = { ...FLOW_SYNC_DEFAULTS, ...o.limits };
@@ -272,7 +300,8 @@ export class FlowSync {
   private state(peer: string): PeerState {
     let s = this.peerState.get(peer);
     if (!s) {
-      s = { queue: [], inSync: false, report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null } };
+      s = { queue: [], inSync: false, resync: null, incoming: null,
+        report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false } };
       this.peerState.set(peer, s);
     }
     return s;
@@ -333,34 +362,52 @@ export class FlowSync {
       if (!s.inSync && s.queue.length === 0) {
         if (!all) return; // a resync waits for the next scan
         s.queue = items(all()); // (re)join: the whole table, then deltas
+        // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
+        s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true };
       } else s.queue.push(...fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
         s.queue = [];
+        s.resync = null;
         s.inSync = false; // the next round starts a resync with the table as it is then
       }
       await this.send(peer, s);
     }));
   }
 
+  private nextSeq(): number {
+    this.resyncSeq = this.resyncSeq >= 0xffffffff ? 1 : this.resyncSeq + 1;
+    return this.resyncSeq;
+  }
+
   private async send(peer: string, s: PeerState): Promise<void> {
-    for (let m = 0; m < this.limits.maxMessagesPerTick && s.queue.length > 0; m++) {
-      const batch = s.queue.slice(0, this.limits.maxEntriesPerMessage);
+    for (let m = 0; m < this.limits.maxMessagesPerTick && (s.queue.length > 0 || s.resync); m++) {
+      const r = s.resync;
+      // a resync's batches hold only its table's entries, so that `done` comes with the table's last one
+      const batch = s.queue.slice(0, r ? Math.min(r.left, this.limits.maxEntriesPerMessage) : this.limits.maxEntriesPerMessage);
+      const need = r?.first && !this.state(peer).report.resyncReceived;
+      const mark: ResyncMark | undefined = r ? { seq: r.seq, done: batch.length >= r.left, ...(need && { need: true }) } : undefined;
       try {
-        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now()), { timeoutMs: this.limits.timeoutMs });
+        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now(), mark), { timeoutMs: this.limits.timeoutMs });
       } catch (e) {
         s.report.lastError = (e as Error).message;
         // unknown what arrived: the table is sent again once the peer answers
         s.inSync = false;
         s.queue = [];
+        s.resync = null;
         break;
+      }
+      if (r) {
+        r.left -= batch.length;
+        r.first = false;
+        if (mark!.done) s.resync = null;
       }
       s.queue.splice(0, batch.length);
       s.report.sent += batch.length;
-      s.report.lagMs = this.now() - batch[0]!.at;
+      if (batch.length > 0) s.report.lagMs = this.now() - batch[0]!.at;
       delete s.report.lastError;
     }
-    if (s.queue.length === 0 && s.report.lastError === undefined) s.inSync = true;
+    if (s.queue.length === 0 && !s.resync && s.report.lastError === undefined) s.inSync = true;
     s.report.inSync = s.inSync;
     s.report.queued = s.queue.length;
   }
@@ -368,12 +415,32 @@ export class FlowSync {
   /** A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. */
   receive(from: string, body: unknown): ImportResult {
     const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
+    const mark = parseResyncMark(body);
     const s = this.state(from);
     const gone = entries.gone ?? [];
     const n = gone.length + entries.ct.length + entries.snat.length;
     s.report.received += n;
     const obj = this.o.object();
-    if (!obj) throw new Error('no data plane loaded');
+    if (!obj && n > 0) throw new Error('no data plane loaded');
+    const r = obj ? this.import(obj, from, s, entries, n) : { applied: 0, unchanged: 0, refused: {} };
+    if (mark) this.resyncArrived(from, s, mark, (r.refused as { 'rate-limited'?: number })['rate-limited'] ?? 0);
+    return r;
+  }
+
+  /** A batch of `from`'s resync arrived: its end completes the resync unless some of it was refused for the rate;
+   * `need` (its first batch: it lacks this node's table, a restart) starts a resync to it unless one is under way. */
+  private resyncArrived(from: string, s: PeerState, mark: ResyncMark, rateLimited: number): void {
+    if (s.incoming?.seq !== mark.seq) s.incoming = { seq: mark.seq, whole: true };
+    if (rateLimited > 0) s.incoming.whole = false;
+    if (mark.done && s.incoming.whole && !s.report.resyncReceived) {
+      s.report.resyncReceived = true;
+      this.o.log?.info?.(`flow sync: ${from}'s whole table received (resync ${mark.seq})`);
+    }
+    if (mark.need && s.inSync && !s.resync) s.inSync = false; // the next round sends it the whole table
+  }
+
+  private import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number): ImportResult {
+    const gone = entries.gone ?? [];
     const granted = this.budget.take(from, n, this.now());
     const over = n - granted;
     let left = granted;
@@ -388,6 +455,11 @@ export class FlowSync {
     s.report.applied += r.applied;
     for (const [k, v] of Object.entries(refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
     return { applied: r.applied, unchanged: r.unchanged, refused };
+  }
+
+  /** Has `peer`'s whole table arrived since this node started (the rejoin gate, rejoin-gate.ts)? */
+  resyncReceived(peer: string): boolean {
+    return this.peerState.get(peer)?.report.resyncReceived ?? false;
   }
 
   /** This node's reading: entries published, records lost, scans (metrics, bench/sync). */

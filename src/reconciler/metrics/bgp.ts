@@ -21,6 +21,13 @@ export class BgpMetrics {
         this.reset();
         for (const v of self.source?.()?.vips ?? []) if (v.state !== 'announced') this.set({ vip: v.vip, reason: v.state.replace(/^withdrawn: /, '') }, 1);
       } });
+    new Gauge({ name: 'gitlb_bgp_rejoin_held', help: 'An lb node rejoining with empty maps: 1 while its announcements are held for its peers\' resync, 0 once released; absent when not armed',
+      registers: [reg],
+      collect() {
+        this.reset();
+        const r = self.source?.()?.rejoin;
+        if (r && r.state !== 'off') this.set(r.state === 'held' ? 1 : 0);
+      } });
     new Gauge({ name: 'gitlb_bgp_bird_error', help: '1 while the last write of the BIRD file or birdc configure failed',
       registers: [reg],
       collect() {

@@ -52,6 +52,12 @@ export class FlowSyncMetrics {
         this.reset();
         for (const [peer, r] of reports()) this.set({ peer }, r.inSync ? 1 : 0);
       } });
+    new Gauge({ name: 'gitlb_flow_sync_resync_received', help: '1 once the lb peer\'s whole table (a resync it marked done) arrived since this daemon started',
+      labelNames: ['peer'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) this.set({ peer }, r.resyncReceived ? 1 : 0);
+      } });
     const drain = () => self.extras.drain?.() ?? null;
     new Gauge({ name: 'gitlb_drain_can_stop', help: 'A drained lb node (Node.spec.state: drain): 1 when no VIP packet arrived for 30 s and no connection nor own SNAT translation is active (it can be stopped); absent when not drained',
       registers: [reg],

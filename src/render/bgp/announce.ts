@@ -12,6 +12,7 @@ export type WithdrawReason =
   | 'not applied' // no revision is applied and read back yet
   | 'data plane down' // the XDP program is not attached, or the last apply failed in the kernel
   | 'draining' // Node.spec.state: drain
+  | 'awaiting resync' // rejoining with empty maps: the peers' connection state has not all arrived (rejoin-gate.ts)
   | 'no healthy real'; // no service on the VIP has an active, healthy real
 
 export interface AnnounceFacts {
@@ -27,6 +28,8 @@ export interface AnnounceFacts {
   /** Services whose active reals are all down by the health checks, even where fail-open keeps them in the
    * table (so `desired` still calls them healthy). */
   servicesDown?: readonly string[];
+  /** Rejoining with empty maps: announcements held until the peers' resync arrived or the bound passed. */
+  awaitingResync?: boolean;
 }
 
 export interface VipAnnouncement {
@@ -61,7 +64,9 @@ export function decideAnnouncements(f: AnnounceFacts): VipAnnouncement[] {
           ? 'data plane down'
           : node?.spec.state === 'drain'
             ? 'draining'
-            : undefined;
+            : f.awaitingResync
+              ? 'awaiting resync'
+              : undefined;
   const services = new Map(desired.services.map((s) => [s.id, s]));
   const down = new Set(f.servicesDown ?? []);
   return [...byVip.keys()].sort(compareIps).map((vip) => {
