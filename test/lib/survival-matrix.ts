@@ -34,18 +34,18 @@ import { labNs, setRouterSessions } from '../../src/lab/lab.js';
 import { spawnDetached, stopLabProcess, type LabProcess } from '../../src/lab/processes.js';
 import { LAB_METRICS_PORT } from '../../src/lab/prometheus.js';
 
-const SECRET = 'Lk2j3H4g5F6d7S8a9P0o1I2u3Y4t5R6e7W8q9Zx0cVb='; // test-only peer secret
-const FLOWS = 40;
-const VIPS = [
+export const SECRET = 'Lk2j3H4g5F6d7S8a9P0o1I2u3Y4t5R6e7W8q9Zx0cVb='; // test-only peer secret
+export const FLOWS = 40;
+export const VIPS = [
   { mode: 'dsr-l2', file: 'services/web.yaml', host: '203.0.113.10', port: 80 },
   { mode: 'dsr-ipip', file: 'services/api.yaml', host: '203.0.113.20', port: 8080 },
   { mode: 'snat', file: 'services/dns.yaml', host: '203.0.113.40', port: 53 },
   { mode: 'hybrid', file: 'services/game.yaml', host: '203.0.113.50', port: 7777 },
 ] as const;
-const HOSTS = VIPS.map((v) => v.host);
-const LB1 = '198.51.100.11';
-const LB2 = '198.51.100.12';
-const LB1_SNAT = '198.51.100.111';
+export const HOSTS = VIPS.map((v) => v.host);
+export const LB1 = '198.51.100.11';
+export const LB2 = '198.51.100.12';
+export const LB1_SNAT = '198.51.100.111';
 
 /** One lab whose router runs `router` (BGP from both lb nodes' BIRD), and the matrix's tests on it. */
 export function survivalMatrix(router: 'bird' | 'frr'): void {
@@ -313,8 +313,8 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
   });
 }
 
-const bothPaths = (h: string[]) => h.join() === [LB1, LB2].join();
-const hopsOf = async (l: E2eLab) => Object.fromEntries(await Promise.all(HOSTS.map(async (v) => [v, await routerNextHops(l.state, v)] as const)));
+export const bothPaths = (h: string[]) => h.join() === [LB1, LB2].join();
+export const hopsOf = async (l: E2eLab) => Object.fromEntries(await Promise.all(HOSTS.map(async (v) => [v, await routerNextHops(l.state, v)] as const)));
 
 /** lb-1 drained or undrained by a commit; resolves once the router has dropped or installed its path for every VIP. */
 async function setNodeState(t: ExecutionContext, l: E2eLab, state: 'drain' | 'active'): Promise<void> {
@@ -334,7 +334,7 @@ async function lb1Sessions(t: ExecutionContext, l: E2eLab, verb: 'shut' | 'open'
 
 /** The router's sessions to the lb nodes not in `nodes` shut, to those in it open (at the router's daemon); resolves
  * once the router's paths for every VIP are exactly those nodes. */
-async function routeVia(t: ExecutionContext, l: E2eLab, nodes: ('lb-1' | 'lb-2')[]): Promise<void> {
+export async function routeVia(t: ExecutionContext, l: E2eLab, nodes: ('lb-1' | 'lb-2')[]): Promise<void> {
   for (const n of ['lb-1', 'lb-2'] as const) await setRouterSessions(l.state, n, nodes.includes(n));
   const want = nodes.map((n) => (n === 'lb-1' ? LB1 : LB2)).sort().join();
   const ms = await waitForHops(l.state, HOSTS, (h) => h.join() === want, 60_000, 100);
@@ -357,7 +357,7 @@ function setRealState(text: string, address: string, state: 'drain' | 'active'):
 
 /** One commit that sets the states of reals in the DSR services (`commit -am` takes every edited file), applied by
  * both lb nodes. */
-async function changeTable(l: E2eLab, changes: Record<string, 'drain' | 'active'>, message: string): Promise<void> {
+export async function changeTable(l: E2eLab, changes: Record<string, 'drain' | 'active'>, message: string): Promise<void> {
   const edit = (s: string) => Object.entries(changes).reduce((acc, [a, st]) => setRealState(acc, a, st), s);
   const [last, ...rest] = VIPS.filter((x) => x.mode !== 'snat').map((v) => v.file).reverse();
   for (const f of rest) writeFileSync(join(l.clone, f), edit(readFileSync(join(l.clone, f), 'utf8')));
@@ -378,7 +378,7 @@ async function waitEstablished(l: E2eLab, timeoutMs: number): Promise<boolean> {
 }
 
 /** Traffic to every VIP at once, until `events` is done and `afterMs` more have passed. */
-async function phase(t: ExecutionContext, l: E2eLab, name: string, events: () => Promise<void>, afterMs = 3000): Promise<Map<string, FlowsResult>> {
+export async function phase(t: ExecutionContext, l: E2eLab, name: string, events: () => Promise<void>, afterMs = 3000): Promise<Map<string, FlowsResult>> {
   const stopFile = join(l.scratch, `stop-${name.replace(/\W+/g, '-')}`);
   rmSync(stopFile, { force: true });
   const runs = VIPS.map((v) => runTraffic(l.view.clientNs, { kind: 'flows', host: v.host, port: v.port, flows: FLOWS, durationMs: 150_000,
@@ -409,7 +409,7 @@ async function phase(t: ExecutionContext, l: E2eLab, name: string, events: () =>
   return out;
 }
 
-function assertSurvived(t: ExecutionContext, results: Map<string, FlowsResult>, minRequests: number): void {
+export function assertSurvived(t: ExecutionContext, results: Map<string, FlowsResult>, minRequests: number): void {
   for (const v of VIPS) {
     const r = results.get(v.mode)!;
     t.is(r.flows.length, FLOWS, v.mode);
@@ -419,8 +419,8 @@ function assertSurvived(t: ExecutionContext, results: Map<string, FlowsResult>, 
   }
 }
 
-const daemonOf = (l: E2eLab, node: string): LabProcess => [...l.state.processes].reverse().find((p) => p.role === 'daemon' && p.node === node)!;
-const alive = (pid: number) => {
+export const daemonOf = (l: E2eLab, node: string): LabProcess => [...l.state.processes].reverse().find((p) => p.role === 'daemon' && p.node === node)!;
+export const alive = (pid: number) => {
   try {
     process.kill(pid, 0);
     return true;
@@ -429,11 +429,11 @@ const alive = (pid: number) => {
   }
 };
 
-async function metricsOf(l: E2eLab, address: string): Promise<string> {
+export async function metricsOf(l: E2eLab, address: string): Promise<string> {
   const r = await nsExec(labNs(l.state, 'router'), ['curl', '-s', '--max-time', '5', `http://${address}:${LAB_METRICS_PORT}/metrics`], { timeoutMs: 10_000 });
   return r.code === 0 ? r.stdout : '';
 }
-const metric = (text: string, name: string, ...labels: string[]) => {
+export const metric = (text: string, name: string, ...labels: string[]) => {
   const line = text.split('\n').find((x) => x.startsWith(`${name}{`) && labels.every((y) => x.includes(y)));
   return line ? Number(line.split(' ').pop()) : NaN;
 };
