@@ -294,7 +294,8 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   let syncedFrom: ((peer: string) => boolean) | null = null;
   const rejoin = role === 'lb' && !o.once && o.bird && runFlowSync
     ? new RejoinGate({ armed: emptyMaps && (o.rejoinHoldMs ?? REJOIN_BOUND_DEFAULT_MS) > 0, boundMs: o.rejoinHoldMs ?? REJOIN_BOUND_DEFAULT_MS,
-      peers: () => lbPeers(daemon?.reconciler.appliedConfig ?? null, o.node, 0).map((p) => p.node), resynced: (p) => syncedFrom?.(p) ?? false, log })
+      peers: () => lbPeers(daemon?.reconciler.appliedConfig ?? null, o.node, 0).map((p) => p.node), resynced: (p) => syncedFrom?.(p) ?? false, log,
+      onRelease: (by) => daemon?.reconciler.publishStatus(`rejoin: announcements released (${by})`) })
     : null;
   const bgp =
     role === 'lb' && !o.once && o.bird

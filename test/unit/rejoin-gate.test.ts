@@ -22,13 +22,14 @@ function gate(o: { armed?: boolean; peers: string[]; done?: Set<string>; boundMs
   const c = clock();
   const done = o.done ?? new Set<string>();
   const logs: string[] = [];
+  const releases: string[] = [];
   const g = new RejoinGate({ armed: o.armed ?? true, boundMs: o.boundMs, peers: () => o.peers, resynced: (p) => done.has(p), now: c.now,
-    log: { info: (m) => logs.push(m), warn: (m) => logs.push(m) } });
-  return { g, c, done, logs };
+    log: { info: (m) => logs.push(m), warn: (m) => logs.push(m) }, onRelease: (by) => releases.push(by) });
+  return { g, c, done, logs, releases };
 }
 
 test('held until every peer\'s whole table arrived, then released (and logged, and reported)', (t) => {
-  const { g, c, done, logs } = gate({ peers: ['lb-2', 'lb-3'] });
+  const { g, c, done, logs, releases } = gate({ peers: ['lb-2', 'lb-3'] });
   t.true(g.holding());
   t.deepEqual(g.report().waitingFor, ['lb-2', 'lb-3']);
   t.is(g.report().state, 'held');
@@ -46,6 +47,8 @@ test('held until every peer\'s whole table arrived, then released (and logged, a
   t.is(Date.parse(r.releasedAt!) - Date.parse(r.since!), 1500);
   t.true(logs.some((l) => /held until lb-2, lb-3/.test(l)));
   t.true(logs.some((l) => /resync received from every peer .* announcements released/.test(l)));
+  g.holding();
+  t.deepEqual(releases, ['all peers resynced'], 'the release is told once (the status is written then)');
 });
 
 test('released by the bound when a peer never sends its whole table (unreachable, partitioned, or an older peer without the mark); it names what it left out', (t) => {

@@ -36,6 +36,8 @@ export interface RejoinGateOptions {
   resynced: (peer: string) => boolean;
   now?: () => number;
   log?: { info(m: string): void; warn(m: string): void };
+  /** Told once, at the release (the status file is written then: it said `awaiting resync`). */
+  onRelease?: (by: RejoinRelease) => void;
 }
 
 export class RejoinGate {
@@ -75,6 +77,7 @@ export class RejoinGate {
     if (by === 'bound') this.o.log?.warn(`bgp: rejoin: announcements released by the bound (${this.boundMs / 1000} s) without the whole table of ${leftOut.join(', ')}`);
     else if (by === 'all peers resynced') this.o.log?.info(`bgp: rejoin: resync received from every peer (${this.o.peers().join(', ')}) after ${waited}: announcements released`);
     else this.o.log?.info('bgp: rejoin: no sync peers: announcements released');
+    this.o.onRelease?.(by);
   }
 
   report(): RejoinReport {
