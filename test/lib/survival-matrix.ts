@@ -47,6 +47,25 @@ export const LB1 = '198.51.100.11';
 export const LB2 = '198.51.100.12';
 export const LB1_SNAT = '198.51.100.111';
 
+/** The lab of the matrix and of its rejoin test: both lb nodes with `--flow-sync` and the peer secret, BGP to a
+ * `router` router; resolves once the router has every VIP through both lb nodes. */
+export async function startFlowSyncLab(t: ExecutionContext, router: 'bird' | 'frr'): Promise<E2eLab> {
+  const lab = await startE2eLab((line) => t.log(`lab: ${line}`), {
+    routing: 'bgp',
+    router,
+    daemonArgs: (scratch) => {
+      const file = join(scratch, 'peer.secret');
+      writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
+      return ['--flow-sync', '--peer-secret-file', file];
+    },
+  });
+  if ((await waitForHops(lab.state, HOSTS, bothPaths, 90_000, 200)) === null) {
+    await lab.close();
+    throw new Error(`the router did not learn every VIP from both lb nodes within 90 s: ${JSON.stringify(await hopsOf(lab))}`);
+  }
+  return lab;
+}
+
 /** One lab whose router runs `router` (BGP from both lb nodes' BIRD), and the matrix's tests on it. */
 export function survivalMatrix(router: 'bird' | 'frr'): void {
   let lab: E2eLab | null = null;
@@ -58,17 +77,7 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
   test.before(async (t) => {
     t.timeout(240_000);
     try {
-      lab = await startE2eLab((line) => t.log(`lab: ${line}`), {
-        routing: 'bgp',
-        router,
-        daemonArgs: (scratch) => {
-          const file = join(scratch, 'peer.secret');
-          writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
-          return ['--flow-sync', '--peer-secret-file', file];
-        },
-      });
-      if ((await waitForHops(lab.state, HOSTS, bothPaths, 90_000, 200)) === null)
-        throw new Error(`the router did not learn every VIP from both lb nodes within 90 s: ${JSON.stringify(await hopsOf(lab))}`);
+      lab = await startFlowSyncLab(t, router);
     } catch (err) {
       labError = err as Error;
     }

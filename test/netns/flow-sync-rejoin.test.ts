@@ -15,12 +15,12 @@
 import test from 'ava';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { commitAndPush, startE2eLab, waitApplied, type E2eLab } from '../e2e-lab.js';
+import { commitAndPush, waitApplied, type E2eLab } from '../e2e-lab.js';
 import { waitForHops, routerNextHops } from '../../src/demo/failover.js';
 import { nsExec, sleep } from '../../src/lab/netns.js';
 import { labNs, setRouterSessions } from '../../src/lab/lab.js';
 import { spawnDetached, stopLabProcess, type LabProcess } from '../../src/lab/processes.js';
-import { HOSTS, LB1, LB2, SECRET, VIPS, alive, assertSurvived, bothPaths, daemonOf, hopsOf, metric, metricsOf, phase, routeVia }
+import { HOSTS, LB1, LB2, VIPS, alive, startFlowSyncLab, assertSurvived, bothPaths, daemonOf, hopsOf, metric, metricsOf, phase, routeVia }
   from '../lib/survival-matrix.js';
 
 let lab: E2eLab | null = null;
@@ -30,17 +30,7 @@ const started: LabProcess[] = [];
 test.before(async (t) => {
   t.timeout(240_000);
   try {
-    lab = await startE2eLab((line) => t.log(`lab: ${line}`), {
-      routing: 'bgp',
-      router: 'bird',
-      daemonArgs: (scratch) => {
-        const file = join(scratch, 'peer.secret');
-        writeFileSync(file, `${SECRET}\n`, { mode: 0o600 });
-        return ['--flow-sync', '--peer-secret-file', file];
-      },
-    });
-    if ((await waitForHops(lab.state, HOSTS, bothPaths, 90_000, 200)) === null)
-      throw new Error(`the router did not learn every VIP from both lb nodes within 90 s: ${JSON.stringify(await hopsOf(lab))}`);
+    lab = await startFlowSyncLab(t, 'bird');
   } catch (err) {
     labError = err as Error;
   }
