@@ -5,7 +5,9 @@
 // ended (flow-state.ts FlowDelta).
 import type { BpfObject } from '../libbpf.js';
 import { addrText, encodeU32, familyOf } from './codec.js';
-import { SNAT_MAPS, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, encodeSnatRevKey, snatFwdKey } from './snat.js';
+import { SNAT_MAPS, decodeSnatConfig, decodeSnatRev, deleteTranslation, encodeSnatRevKey } from './snat.js';
+import { markOf, validAge } from './flow-age.js';
+import { SnatOwners } from './snat-owners.js';
 import type { SnatEntry } from './flow-state.js';
 
 export type GoneRefusal = 'bad-age' | 'snat-address' | 'not-owner' | 'newer';
@@ -15,30 +17,7 @@ export interface GoneOptions {
   senderSnatAddress?: string;
   /** How much later than the sender's last packet this copy's must be to count as newer (RECENCY_MARGIN_MS). */
   marginMs: number;
-  /** An age the sync accepts (flow-state.ts validAge). */
-  validAge: (a: number | null) => boolean;
-  /** An age turned into a mark on this node's clock (flow-state.ts markOf). */
-  markOf: (ageMs: number | null, nowNs: bigint) => bigint;
   nowNs: bigint;
-}
-
-/** The owner slot lb_snat_owners gives `address`, or 0 when it has none (a lookup only: a deletion never takes a slot). */
-function ownerSlots(obj: BpfObject): (address: string) => number {
-  let slots: Map<string, number> | null = null;
-  return (address) => {
-    if (!slots) {
-      slots = new Map();
-      const m = obj.map(SNAT_MAPS.owners);
-      for (let i = 1; i < m.maxEntries; i++) {
-        const v = m.lookup(encodeU32(i));
-        if (!v) continue;
-        const b = Buffer.from(v);
-        if (!b.subarray(0, 16).equals(Buffer.alloc(16))) slots.set(addrText(b.subarray(0, 16), 6), i);
-        else if (b.readUInt32BE(16)) slots.set(addrText(b.subarray(16, 20), 4), i);
-      }
-    }
-    return slots.get(address) ?? 0;
-  };
 }
 
 /**
@@ -57,9 +36,9 @@ export function deleteGone(obj: BpfObject, gone: SnatEntry[], o: GoneOptions, re
   const rev = obj.map(SNAT_MAPS.rev);
   const fwd = obj.map(SNAT_MAPS.fwd);
   const reals = obj.map('lb_reals');
-  const slotOf = ownerSlots(obj);
+  const owners = new SnatOwners(obj.map(SNAT_MAPS.owners));
   for (const e of gone) {
-    if (e.idleMs === null || !o.validAge(e.idleMs) || !o.validAge(e.ageMs)) { refuse('bad-age'); continue; }
+    if (e.idleMs === null || !validAge(e.idleMs) || !validAge(e.ageMs)) { refuse('bad-age'); continue; }
     if (!cfg || !o.senderSnatAddress || e.snatAddress !== o.senderSnatAddress) { refuse('snat-address'); continue; }
     const family = familyOf(e.vip);
     let owner = 0;
@@ -67,7 +46,7 @@ export function deleteGone(obj: BpfObject, gone: SnatEntry[], o: GoneOptions, re
       // a shared address: a port of this node's own range is this node's translation, whatever a peer says
       if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('not-owner'); continue; }
     } else {
-      owner = slotOf(e.snatAddress);
+      owner = owners.knownSlot(e.snatAddress);
       if (!owner) { out.unchanged++; continue; }
     }
     const r = reals.lookup(encodeU32(e.realId));
@@ -80,15 +59,8 @@ export function deleteGone(obj: BpfObject, gone: SnatEntry[], o: GoneOptions, re
     const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip &&
       h.vipPort === e.vipPort && (h.owner ?? 0) === owner;
     if (!same) { refuse('not-owner'); continue; }
-    if (h.lastSeenNs > o.markOf(e.idleMs, o.nowNs) + BigInt(o.marginMs) * 1_000_000n) { refuse('newer'); continue; }
-    rev.delete(rk);
-    // the forward entry only while it still points at this translation (as sweepSnat)
-    const fk = snatFwdKey(rkey, h);
-    const f = fwd.lookup(fk);
-    if (f) {
-      const fv = decodeSnatFwd(Buffer.from(f));
-      if (fv.realId === h.realId && fv.snatPort === e.snatPort && fv.realPort === e.realPort) fwd.delete(fk);
-    }
+    if (h.lastSeenNs > markOf(e.idleMs, o.nowNs) + BigInt(o.marginMs) * 1_000_000n) { refuse('newer'); continue; }
+    deleteTranslation(rev, fwd, rkey, h);
     out.deleted++;
   }
   return out;

@@ -7,6 +7,10 @@
 // same on every node; a slot is each node's own and is looked up here on insert.
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import { deleteGone } from './flow-gone.js';
+import { MAX_AGE_MS, ageOf, markOf, validAge } from './flow-age.js';
+import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
+
+export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
   MODE, realSlotOf, type FlowKey } from './codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
@@ -25,23 +29,6 @@ export interface SnatEntry {
   client: string; vip: string; clientPort: number; vipPort: number; proto: number;
   realId: number; realPort: number; snatAddress: string; snatPort: number; closing: boolean; ageMs: number | null;
   idleMs: number | null;
-}
-
-/** The oldest age a sync message may carry (7 days): a sender clamps older marks to it, a receiver refuses more. */
-export const MAX_AGE_MS = 7 * 24 * 3600 * 1000;
-
-/** The age of a mark taken on this node's clock, in whole ms (clamped to MAX_AGE_MS); null for an unknown mark (0). */
-export function ageOf(markNs: bigint, nowNs: bigint): number | null {
-  if (markNs === 0n) return null;
-  const ms = markNs >= nowNs ? 0n : (nowNs - markNs) / 1_000_000n;
-  return ms > BigInt(MAX_AGE_MS) ? MAX_AGE_MS : Number(ms);
-}
-
-/** A peer's age as a mark on this node's clock (never before boot: at least 1 ns); 0n for an unknown age. */
-export function markOf(ageMs: number | null, nowNs: bigint): bigint {
-  if (ageMs === null) return 0n;
-  const m = nowNs - BigInt(ageMs) * 1_000_000n;
-  return m > 0n ? m : 1n;
 }
 
 /** `gone`: translations of this node that ended here (expired, swept, or their port given to another client), with
@@ -326,8 +313,6 @@ export interface ImportOptions {
  */
 export const RECENCY_MARGIN_MS = 1000;
 
-/** An age a peer may send: unknown (null), or whole ms from 0 to MAX_AGE_MS. */
-const validAge = (a: number | null) => a === null || (Number.isInteger(a) && a >= 0 && a <= MAX_AGE_MS);
 
 /** Whether a peer's choice (mark on this clock) is strictly newer than the one held, by more than the margin. */
 export function newerChoice(peerMark: bigint, heldMark: bigint, marginMs: number): boolean {
@@ -358,7 +343,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
   const nowNs = monotonicNs();
   // ends first: a port the sender gave to another client flow is free here before its new translation
   if (entries.gone?.length) {
-    const d = deleteGone(obj, entries.gone, { senderSnatAddress, marginMs, validAge, markOf, nowNs }, refuse);
+    const d = deleteGone(obj, entries.gone, { senderSnatAddress, marginMs, nowNs }, refuse);
     result.applied += d.deleted;
     result.unchanged += d.unchanged;
   }
@@ -460,48 +445,6 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
   }
   return { ...result, keys };
 }
-
-/**
- * lb_snat_owners: the slot of each other lb node's SNAT address whose translations this node carries. An address keeps
- * its slot for as long as the map lives (a translation names its owner by slot), so slots are given out, never moved.
- * Slot 0 names no address (owner 0 is this node): its `served` field counts the lb_snat_served entries.
- */
-class SnatOwners {
-  private readonly slots = new Map<string, number>();
-  private free = 0;
-
-  constructor(private readonly map: BpfMap) {
-    for (let i = 1; i < map.maxEntries; i++) {
-      const v = map.lookup(encodeU32(i));
-      const b = v ? Buffer.from(v) : null;
-      const a6 = b && !b.subarray(0, 16).equals(Buffer.alloc(16)) ? addrText(b.subarray(0, 16), 6) : null;
-      const a4 = b && b.readUInt32BE(16) ? addrText(b.subarray(16, 20), 4) : null;
-      if (a6 ?? a4) this.slots.set((a6 ?? a4)!, i);
-      else if (!this.free) this.free = i;
-    }
-  }
-
-  /** The slot of `address`, given one if it has none; null when every slot is taken. */
-  slotOf(address: string): number | null {
-    const known = this.slots.get(address);
-    if (known) return known;
-    if (!this.free) return null;
-    const slot = this.free;
-    const b = Buffer.alloc(OWNER_BYTES);
-    if (familyOf(address) === 6) addr16(address).copy(b, 0);
-    else addr16(address).copy(b, 16, 0, 4);
-    this.map.update(encodeU32(slot), b);
-    this.slots.set(address, slot);
-    this.free = 0;
-    for (let i = slot + 1; i < this.map.maxEntries && !this.free; i++) {
-      const v = this.map.lookup(encodeU32(i));
-      if (!v || Buffer.from(v).equals(Buffer.alloc(OWNER_BYTES))) this.free = i;
-    }
-    return slot;
-  }
-}
-
-const OWNER_BYTES = 24;
 
 function servedKey(address: string): Buffer {
   const k = Buffer.alloc(20);

@@ -228,13 +228,22 @@ export function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs()): number
     const key = decodeSnatRevKey(k);
     const r = decodeSnatRev(v, key.family);
     if (!snatExpired(key, r, cfg, nowNs)) continue;
-    if (rev.delete(k)) deleted++;
-    const fk = snatFwdKey(key, r);
-    const f = fwd.lookup(fk);
-    if (!f) continue;
-    const fv = decodeSnatFwd(Buffer.from(f));
-    if (fv.realId === r.realId && fv.snatPort === key.snatPort && fv.realPort === key.realPort && fwd.delete(fk)) deleted++;
+    deleted += deleteTranslation(rev, fwd, key, r);
   }
+  return deleted;
+}
+
+/**
+ * Deletes a translation: its reverse entry, then its forward entry only while that still points at it (the client
+ * may since have been given a new translation, which must stay). Returns the number of entries deleted.
+ */
+export function deleteTranslation(rev: BpfMap, fwd: BpfMap, key: SnatRevKey, r: SnatRev): number {
+  let deleted = rev.delete(encodeSnatRevKey(key)) ? 1 : 0;
+  const fk = snatFwdKey(key, r);
+  const f = fwd.lookup(fk);
+  if (!f) return deleted;
+  const fv = decodeSnatFwd(Buffer.from(f));
+  if (fv.realId === r.realId && fv.snatPort === key.snatPort && fv.realPort === key.realPort && fwd.delete(fk)) deleted++;
   return deleted;
 }
 
