@@ -1,7 +1,8 @@
 // Runs inside a test network namespace (like xdp-harness.ts, which it follows) for the SNAT tests: loads the
 // LB data plane through openLbDataPlane, then executes steps read as JSON from stdin and prints one JSON
 // result per step. Beyond apply/run it can age a NAT entry (rewrite its last-seen time on the
-// bpf_ktime_get_ns clock), list the NAT table, clear it and sweep it, so timeouts are tested without waiting.
+// CLOCK_MONOTONIC clock), list the NAT table, clear it and sweep it, so timeouts are tested without waiting.
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import {
@@ -18,7 +19,12 @@ export type SnatStep =
   | { op: 'list' }
   | { op: 'clear' }
   | { op: 'sweep' }
-  | { op: 'timeouts'; tcpEstablishedMs: number; tcpClosingMs: number; udpMs: number };
+  | { op: 'timeouts'; tcpEstablishedMs: number; tcpClosingMs: number; udpMs: number }
+  /** `ip` with these arguments in the harness's namespace (e.g. change a neighbour entry) */
+  | { op: 'ip'; args: string[] }
+  /** `run` again and again (every 20 ms, at most `withinMs`) until the result has `retval` and, when given, the
+   * frame leaves for `dstMac`; the last result, with `tries` */
+  | { op: 'runUntil'; data: string; ifname: string; retval: number; dstMac?: string; withinMs: number };
 
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as { pinRoot: string; steps: SnatStep[] };
@@ -61,6 +67,20 @@ async function main(): Promise<void> {
           out.push({});
         } else if (step.op === 'sweep') {
           out.push({ deleted: sweepSnat(obj!) });
+        } else if (step.op === 'ip') {
+          execFileSync('ip', step.args, { stdio: ['ignore', 'ignore', 'pipe'] });
+          out.push({});
+        } else if (step.op === 'runUntil') {
+          const mac = step.dstMac?.replaceAll(':', '');
+          const deadline = Date.now() + step.withinMs;
+          for (let tries = 1; ; tries++) {
+            const r = await runPacket(dp, step.data, step.ifname);
+            if ((r.retval === step.retval && (!mac || r.data.startsWith(mac))) || Date.now() > deadline) {
+              out.push({ ...r, tries });
+              break;
+            }
+            await new Promise((res) => setTimeout(res, 20));
+          }
         }
       } catch (e) {
         out.push({ error: String((e as Error).stack ?? e) });
@@ -73,8 +93,9 @@ async function main(): Promise<void> {
 }
 
 /** Runs this harness in namespace `ns` with `input` on stdin. */
-export function runSnatHarness(ns: string, input: { pinRoot: string; steps: SnatStep[] }, timeoutMs = 90_000): Promise<any[]> {
-  return runHarnessScript(new URL(import.meta.url).pathname, ns, input, timeoutMs);
+export function runSnatHarness(ns: string, input: { pinRoot: string; steps: SnatStep[] }, timeoutMs = 90_000,
+  opts: { cpu?: number } = {}): Promise<any[]> {
+  return runHarnessScript(new URL(import.meta.url).pathname, ns, input, timeoutMs, opts);
 }
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!)) await main();

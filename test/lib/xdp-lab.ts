@@ -66,12 +66,15 @@ export function runHarness(ns: string, input: unknown, timeoutMs = 90_000): Prom
 }
 
 /** Runs a harness script (tsx) in namespace `ns`, JSON `input` on stdin, JSON array expected on stdout. */
-export function runHarnessScript(script: string, ns: string, input: unknown, timeoutMs: number): Promise<any[]> {
+export function runHarnessScript(script: string, ns: string, input: unknown, timeoutMs: number,
+  opts: { cpu?: number } = {}): Promise<any[]> {
   const name = script.split('/').pop();
   return new Promise((resolve, reject) => {
-    // nsenter --net (not `ip netns exec`): keeps the host's /sys/fs/bpf mount, so pins outlive the process
-    const child = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', script],
-      { stdio: ['pipe', 'pipe', 'pipe'] });
+    // nsenter --net (not `ip netns exec`): keeps the host's /sys/fs/bpf mount, so pins outlive the process; with
+    // `cpu`, the harness runs on that CPU only (per-CPU maps, such as caches, then hold across its steps)
+    const argv = ['nsenter', `--net=/run/netns/${ns}`, process.execPath, '--import', 'tsx', script];
+    const cmd = opts.cpu === undefined ? argv : ['taskset', '-c', String(opts.cpu), ...argv];
+    const child = spawn(cmd[0]!, cmd.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`${name} timed out; stderr: ${err}`)); }, timeoutMs);

@@ -32,6 +32,22 @@ const HYB = '203.0.113.14';
 const VIPX = '203.0.113.15';
 const VIPF = '203.0.113.16';
 const ring = (id: number) => Array.from({ length: 7 }, () => id);
+const MOVED_GW_MAC = '02:00:00:00:01:fd';
+const ON_LINK_CLIENT_MAC = '02:00:00:00:0e:01';
+/** lb_snat_client_slot (lb_snat.h) of an IPv4 client: the address as a little-endian word, its halves folded,
+ * Fibonacci hashing to 10 bits. */
+function clientSlot(addr: string): number {
+  const [a, b, c, d] = addr.split('.').map(Number) as [number, number, number, number];
+  let h = (a | (b << 8) | (c << 16) | (d << 24)) >>> 0;
+  h = (h ^ (h >>> 16)) >>> 0;
+  return Math.imul(h, 0x9e3779b1) >>> 22;
+}
+/** A client on the segment (its own neighbour entry) and one routed via the router, in the same cache slot. */
+const CLIENTS_SHARING_A_SLOT = ((): [string, string] => {
+  for (let y = 200; y < 251; y++) for (let x = 2; x < 128; x++)
+    if (clientSlot(`198.51.100.${y}`) === clientSlot(`192.0.2.${x}`)) return [`198.51.100.${y}`, `192.0.2.${x}`];
+  throw new Error('no two clients share a slot');
+})();
 
 const SERVICES: SvcSpec[] = [
   { id: 1, vip: VIP4, forwarding: 'snat', ring: ring(1), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }, { port: 53, protocol: 'UDP' }] },
@@ -144,6 +160,40 @@ run('v4 TCP reply from the real: back to the client from VIP:port', t1.replyIn()
 const t2 = snatFlow({ client: CLIENT4, cport: 40002, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
 run('v4 TCP second client flow gets its own port', t2.fwdIn(), { action: 'tx', output: t2.fwdOut(), counters: ['snat_new'] });
 run('v4 TCP second flow reply', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
+// ---- next hops towards clients are cached per CPU (lb_snat_client_nh, the harness runs on one CPU): a changed
+// neighbour is followed within the cache's lifetime, a lost one stops the sends, two clients sharing a slot each
+// get their own next hop
+{
+  const withDst = (f: Buffer, mac: string) => { const b = Buffer.from(f); Buffer.from(mac.replaceAll(':', ''), 'hex').copy(b, 0); return b; };
+  const until = (name: string, input: Buffer, action: Action, expect: Expect, dstMac?: string) => script.push({ name,
+    step: { op: 'runUntil', data: input.toString('hex'), ifname: 'lbA', retval: ACTION[action], ...(dstMac && { dstMac }), withinMs: 10_000 }, expect });
+  const ipStep = (name: string, ...args: string[]) => script.push({ name, step: { op: 'ip', args } });
+  ipStep('the router (the clients\' next hop) moves to another MAC', 'neigh', 'replace', ROUTER4, 'lladdr', MOVED_GW_MAC, 'dev', 'lbA', 'nud', 'permanent');
+  until('v4 reply after the router\'s MAC changed: sent to its new MAC once the cached next hop expired', t2.replyIn(ACK), 'tx',
+    { action: 'tx', output: withDst(t2.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
+  ipStep('the router\'s neighbour entry is removed', 'neigh', 'del', ROUTER4, 'dev', 'lbA');
+  until('v4 reply while the router has no neighbour entry: dropped once the cached next hop expired, counted', t2.replyIn(ACK), 'drop',
+    { action: 'drop', counters: ['drop_fib_no_neigh'] });
+  ipStep('the router\'s neighbour entry is back', 'neigh', 'replace', ROUTER4, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
+  run('v4 reply once the router is back: to its MAC (a failed lookup is never cached)', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
+  const [onLink, routed] = CLIENTS_SHARING_A_SLOT;
+  const a = snatFlow({ client: routed, cport: 40010, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+  const b = snatFlow({ client: onLink, cport: 40011, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
+  run(`v4 client ${routed} (routed via the router): translated`, a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
+  run(`v4 client ${onLink} (on the segment, the same cache slot): translated`, b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
+  run(`v4 reply to ${routed}: via the router`, a.replyIn(), { action: 'tx', output: a.replyOut(), counters: ['snat_reply'] });
+  run(`v4 reply to ${onLink}, whose slot holds ${routed}'s next hop: to its own MAC`, b.replyIn(),
+    { action: 'tx', output: withDst(b.replyOut(), ON_LINK_CLIENT_MAC), counters: ['snat_reply'] });
+  run(`v4 reply to ${routed} again: via the router`, a.replyIn(ACK), { action: 'tx', output: a.replyOut(ACK), counters: ['snat_reply'] });
+  // both flows close and are swept, so the NAT table holds what the steps below count
+  for (const f of [a, b]) {
+    run(`v4 FIN from ${f === a ? routed : onLink}: translated, closing`, f.fwdIn(FIN), { action: 'tx', output: f.fwdOut(FIN), counters: ['snat_hit'] });
+    age(f.key, 11_000);
+    held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(f.port);
+  }
+  script.push({ name: 'sweep removes the two closed flows (reverse and forward entries)', step: { op: 'sweep' },
+    expect: { action: 'pass', check: (r) => (r.deleted === 4 ? null : `deleted ${r.deleted}, want 4`) } });
+}
 const u1 = snatFlow({ client: CLIENT4, cport: 40003, vip: VIP4, vport: 53, real: REALS[1]!, rport: 53, proto: 'udp', snat: SNAT4 });
 run('v4 UDP datagram translated', u1.fwdIn(), { action: 'tx', output: u1.fwdOut(), counters: ['snat_new'] });
 run('v4 UDP reply translated back', u1.replyIn(), { action: 'tx', output: u1.replyOut(), counters: ['snat_reply'] });
@@ -369,8 +419,10 @@ test.before(() => {
   ip('route', 'add', '192.0.2.0/25', 'via', ROUTER4, 'dev', 'lbA');
   ip('-6', 'neigh', 'replace', GW6, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
   ip('-6', 'route', 'add', '2001:db8:c::/64', 'via', GW6, 'dev', 'lbA');
+  ip('neigh', 'replace', CLIENTS_SHARING_A_SLOT[0], 'lladdr', ON_LINK_CLIENT_MAC, 'dev', 'lbA', 'nud', 'permanent');
   results = (async () => ({
-    main: await runSnatHarness(ns, { pinRoot, steps: script.map((s) => s.step) }),
+    // on one CPU: the client next-hop cache is per CPU, and its steps above rely on one cache
+    main: await runSnatHarness(ns, { pinRoot, steps: script.map((s) => s.step) }, 90_000, { cpu: 0 }),
     full: await runSnatHarness(ns, { pinRoot: `${pinRoot}-small`, steps: fullScript.map((s) => s.step) }),
   }))();
   results.catch(() => undefined);

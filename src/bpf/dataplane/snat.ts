@@ -199,7 +199,8 @@ export function listSnat(obj: BpfObject): SnatTranslation[] {
   });
 }
 
-/** Now on bpf_ktime_get_ns()'s clock (CLOCK_MONOTONIC; libuv's hrtime reads the same clock on Linux). */
+/** Now on the translations' clock (CLOCK_MONOTONIC; libuv's hrtime reads it on Linux, xdp_lb its coarse variant,
+ * at most a tick behind: lb_snat.h lb_snat_now). */
 export function monotonicNs(): bigint {
   return process.hrtime.bigint();
 }

@@ -11,7 +11,7 @@
  * owner of a SNAT port: it is allocated with BPF_NOEXIST, so two flows can never share a port towards the
  * same real endpoint; a forward entry is only trusted when its reverse entry still names the same client
  * flow. Entries expire per protocol (TCP established / TCP closing after FIN or RST / UDP) against
- * bpf_ktime_get_ns(); an expired port is reclaimed by the next allocation that probes it, and
+ * the coarse monotonic clock (lb_snat_now); an expired port is reclaimed by the next allocation that probes it, and
  * src/bpf/dataplane/snat.ts sweeps the rest. When no port or no table slot is left the packet is dropped
  * and counted by reason: never a wrong translation. Spec: docs/datapath.md, section SNAT. */
 #ifndef LB_SNAT_H
@@ -242,6 +242,15 @@ static __always_inline int lb_snat_addr_of(const struct lb_snat_config *cfg, __u
 	return 1;
 }
 
+/* The translations' clock: CLOCK_MONOTONIC as of the last tick (bpf_ktime_get_coarse_ns, a few ms behind at most),
+ * not bpf_ktime_get_ns: the precise clock cost about 20 ns per packet on both paths here (bench/xdp/snat-variants),
+ * and the timeouts it measures are 10 s and more. Marks written by the daemon (connection-state sync) come from the
+ * precise clock and may lie up to a tick ahead of it: lb_snat_expired and lb_snat_touch only ever move forward. */
+static __always_inline __u64 lb_snat_now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
 static __always_inline int lb_snat_expired(const struct lb_snat_rev *rv, __u8 proto,
 					   const struct lb_snat_config *cfg, __u64 now)
 {
@@ -259,7 +268,11 @@ static __always_inline int lb_snat_touch(struct lb_snat_rev *rv, const struct lb
 {
 	__u8 state;
 
-	rv->last_seen_ns = now;
+	/* written once per clock tick at most, not per packet: both directions of a flow touch this entry, often on
+	 * different CPUs, and a store per packet would move its cache line between them; forward only (a synced mark
+	 * may be ahead of this clock by a tick) */
+	if (now > rv->last_seen_ns)
+		rv->last_seen_ns = now;
 	if (p->proto != IPPROTO_TCP)
 		return 0;
 	if (p->tcp_flags & (LB_TCP_FLAG_FIN | LB_TCP_FLAG_RST))
@@ -449,10 +462,69 @@ static __always_inline int lb_snat_rewrite(struct xdp_md *ctx, const struct lb_p
 	return 0;
 }
 
-/* Next hop towards a client (no per-real cache: clients are many). Returns 0 or the LB_CNT_DROP_* reason. */
-static __always_inline int lb_snat_fib(struct xdp_md *ctx, __u8 family, const __u32 *dst, struct lb_next_hop *nh)
+/* Next hops towards clients, kept per CPU like the reals' (lb_next_hop in lb_encap.h): bpf_fib_lookup was about a
+ * third of a translated reply's cost (bench/xdp/snat-variants). Direct-mapped by a hash of the client address and
+ * tagged with the whole address, its family and the input interface, so a slot shared by two clients only costs a
+ * lookup, never a wrong next hop. Freshness is the reals' cache's: a result is used for LB_NH_CACHE_JIFFIES at most,
+ * so a changed neighbour MAC or route is followed within that time (0.4 s at HZ=250), and a failed lookup is never
+ * kept (the packet is dropped and counted as before, and the next one asks the kernel again). */
+#define LB_SNAT_CLIENT_NH_SLOTS 1024 /* a power of two */
+
+struct lb_snat_client_nh {
+	__u64 expires;    /* bpf_jiffies64() deadline */
+	__u32 client[4];  /* tag: the client (IPv4: first word, the rest 0) */
+	__u32 in_ifindex; /* tag: the lookup's input interface */
+	__u32 family;     /* tag */
+	struct lb_next_hop nh;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LB_SNAT_CLIENT_NH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lb_snat_client_nh);
+} lb_snat_client_nh SEC(".maps");
+
+/* The slot of a client: its address words folded, the upper half folded onto the lower (an IPv4 address's last
+ * byte, its most varied, sits in the top bits of the word), then Fibonacci hashing to the slot bits. */
+static __always_inline __u32 lb_snat_client_slot(const __u32 *client)
 {
-	return lb_fib_next_hop(ctx, family, dst, 0, nh);
+	__u32 h = client[0] ^ client[1] ^ client[2] ^ client[3];
+
+	h ^= h >> 16;
+	return (h * 0x9e3779b1u) >> (32 - 10);
+}
+
+_Static_assert(LB_SNAT_CLIENT_NH_SLOTS == 1 << 10, "lb_snat_client_slot yields 10 bits");
+
+/* The next hop towards a client (4 words, IPv4 in the first, the others 0), or 0 with *reason set (an LB_CNT_DROP_*
+ * reason). The result points into this CPU's cache slot (XDP runs with migration disabled). */
+static __always_inline const struct lb_next_hop *lb_snat_client_next_hop(struct xdp_md *ctx, __u8 family,
+									  const __u32 *client, __u32 *reason)
+{
+	__u32 slot = lb_snat_client_slot(client);
+	struct lb_snat_client_nh *c = bpf_map_lookup_elem(&lb_snat_client_nh, &slot);
+	__u64 now = bpf_jiffies64();
+
+	if (!c) { /* cannot happen: slot < LB_SNAT_CLIENT_NH_SLOTS */
+		*reason = LB_CNT_DROP_FIB;
+		return 0;
+	}
+	if (c->client[0] == client[0] && c->client[1] == client[1] && c->client[2] == client[2] &&
+	    c->client[3] == client[3] && c->family == family && c->in_ifindex == ctx->ingress_ifindex && now < c->expires)
+		return &c->nh;
+	/* fills c->nh only on success: a failed lookup leaves the slot (and its tags) as they were */
+	int rc = lb_fib_next_hop(ctx, family, client, 0, &c->nh);
+
+	if (rc) {
+		*reason = rc;
+		return 0;
+	}
+	__builtin_memcpy(c->client, client, 16);
+	c->family = family;
+	c->in_ifindex = ctx->ingress_ifindex;
+	c->expires = now + LB_NH_CACHE_JIFFIES;
+	return &c->nh;
 }
 
 static __always_inline int lb_snat_send(struct xdp_md *ctx, const struct lb_next_hop *nh, const struct lb_packet *p)
@@ -545,7 +617,7 @@ static __attribute__((noinline)) int lb_snat_forward(struct xdp_md *ctx, const s
 		lb_count(LB_CNT_PASS_SNAT);
 		return XDP_PASS;
 	}
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = lb_snat_now();
 	struct lb_flow_key *fk = &scr->fk;
 	struct lb_snat_rev_key *rk = &scr->rk;
 
@@ -683,7 +755,6 @@ struct lb_snat_icmp_scratch {
 	__u32 isrc[4], idst[4], client[4], vip[4], osrc[4], odst[4];
 	struct lb_flow_key forget_fk __attribute__((aligned(8))); /* lb_snat_forget's key */
 	struct lb_snat_rev_key rk __attribute__((aligned(8))); /* published whole (lb_sync.h): word-aligned */
-	struct lb_next_hop nh;
 };
 
 struct {
@@ -711,7 +782,7 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 	/* another lb node's translation holds this (real, port): its replies go to that node's address, not ours */
 	if (!rv || rv->owner != owner)
 		return lb_snat_pass_local();
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = lb_snat_now();
 
 	if (lb_snat_expired(rv, p->proto, cfg, now)) {
 		lb_snat_forget(rk, rv, &scr->forget_fk);
@@ -731,12 +802,11 @@ static __attribute__((noinline)) int lb_snat_reply(struct xdp_md *ctx, struct lb
 	if (lb_trim_to_ip(ctx, p))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
-	/* every field of nh is written by a successful lookup, and a failed one leaves it unused */
-	struct lb_next_hop *nh = &scr->nh;
-	int rc = lb_snat_fib(ctx, p->family, client, nh);
+	__u32 nh_reason = 0;
+	const struct lb_next_hop *nh = lb_snat_client_next_hop(ctx, p->family, client, &nh_reason);
 
-	if (rc)
-		return lb_snat_drop_lb(rc);
+	if (!nh)
+		return lb_snat_drop_lb(nh_reason);
 	if (lb_snat_rewrite(ctx, p, vip, vport, client, cport))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 	lb_snat_count(LB_SNAT_CNT_REPLY);
@@ -839,7 +909,7 @@ static __attribute__((noinline)) int lb_snat_icmp(struct xdp_md *ctx, struct lb_
 
 	if (!rv || rv->owner != owner)
 		return lb_snat_pass_local();
-	if (lb_snat_expired(rv, inner_proto, cfg, bpf_ktime_get_ns())) {
+	if (lb_snat_expired(rv, inner_proto, cfg, lb_snat_now())) {
 		lb_snat_count(LB_SNAT_CNT_PASS_EXPIRED);
 		return XDP_PASS;
 	}
@@ -857,11 +927,11 @@ static __attribute__((noinline)) int lb_snat_icmp(struct xdp_md *ctx, struct lb_
 	if (lb_trim_to_ip(ctx, p))
 		return lb_snat_drop_lb(LB_CNT_DROP_ADJUST);
 
-	struct lb_next_hop *nh = &scr->nh;
-	int rc = lb_snat_fib(ctx, p->family, client, nh);
+	__u32 nh_reason = 0;
+	const struct lb_next_hop *nh = lb_snat_client_next_hop(ctx, p->family, client, &nh_reason);
 
-	if (rc)
-		return lb_snat_drop_lb(rc);
+	if (!nh)
+		return lb_snat_drop_lb(nh_reason);
 
 	/* re-derive pointers for the verifier after the helper call */
 	data = (void *)(long)ctx->data;
