@@ -13,7 +13,7 @@
 // which namespaces belong to a run that has died. Everything a run creates or spawns is recorded, so
 // `cleanupRun()` removes exactly that.
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 
 /** Namespace names made by gitlb start with this; the creating process's pid follows, then `-`. */
 export const NETNS_PREFIX = 'glb';
@@ -372,7 +372,21 @@ export interface NsEnterOptions {
 /** The argv that runs `argv` inside network namespace `ns` (the command is exec'd in place: same pid). */
 export function nsArgv(ns: string, argv: string[], opts: NsEnterOptions = {}): string[] {
   if (ns.includes('/') || ns === '' || ns.startsWith('.')) throw new Error(`bad netns name '${ns}'`);
-  return opts.sysfs ? ['ip', 'netns', 'exec', ns, ...argv] : ['nsenter', `--net=/run/netns/${ns}`, '--', ...argv];
+  const [cmd, ...rest] = argv;
+  const command = cmd === undefined ? [] : [systemCommand(cmd), ...rest];
+  return opts.sysfs ? ['ip', 'netns', 'exec', ns, ...command] : ['nsenter', `--net=/run/netns/${ns}`, '--', ...command];
+}
+
+// ava depends on @vercel/nft, whose file tracer is installed as node_modules/.bin/nft: run under npx or an npm script
+// (node_modules/.bin first on PATH) a bare `nft` is that tracer, which exits 0 whatever it is asked, so a firewall
+// rule a test or bench believed installed was not. Such names are taken from the system's directories.
+const SHADOWED_BY_NPM_BIN = new Set(['nft']);
+const SYSTEM_DIRS = ['/usr/sbin', '/sbin', '/usr/bin', '/bin'];
+
+/** `name` as the system's command when npm's bin directory shadows it (nft); any other name unchanged. */
+export function systemCommand(name: string): string {
+  if (!SHADOWED_BY_NPM_BIN.has(name)) return name;
+  return SYSTEM_DIRS.map((d) => `${d}/${name}`).find((p) => existsSync(p)) ?? name;
 }
 
 /** Runs a command inside `ns` to completion; never throws for a non-zero exit. */

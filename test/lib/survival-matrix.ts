@@ -344,9 +344,17 @@ async function lb1Sessions(t: ExecutionContext, l: E2eLab, verb: 'shut' | 'open'
 /** The router's sessions to the lb nodes not in `nodes` shut, to those in it open (at the router's daemon); resolves
  * once the router's paths for every VIP are exactly those nodes. */
 export async function routeVia(t: ExecutionContext, l: E2eLab, nodes: ('lb-1' | 'lb-2')[]): Promise<void> {
-  for (const n of ['lb-1', 'lb-2'] as const) await setRouterSessions(l.state, n, nodes.includes(n));
-  const want = nodes.map((n) => (n === 'lb-1' ? LB1 : LB2)).sort().join();
-  const ms = await waitForHops(l.state, HOSTS, (h) => h.join() === want, 60_000, 100);
+  const wanted = nodes.map((n) => (n === 'lb-1' ? LB1 : LB2)).sort();
+  const want = wanted.join();
+  // make before break: a session opened takes seconds to establish (BGP connect retry) while a shut one is gone at
+  // once; shutting first left the router with no path for 4 s, and the client's requests timed out in that window
+  const began = Date.now();
+  for (const n of nodes) await setRouterSessions(l.state, n, true);
+  const opened = await waitForHops(l.state, HOSTS, (h) => wanted.every((x) => h.includes(x)), 60_000, 100);
+  if (opened === null) throw new Error(`router sessions to ${nodes.join(', ')} opened: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
+  for (const n of ['lb-1', 'lb-2'] as const) if (!nodes.includes(n)) await setRouterSessions(l.state, n, false);
+  const closed = await waitForHops(l.state, HOSTS, (h) => h.join() === want, 60_000, 100);
+  const ms = closed === null ? null : Date.now() - began;
   if (ms === null) throw new Error(`router sessions to ${nodes.join(', ')} only: the router's paths did not follow within 60 s: ${JSON.stringify(await hopsOf(l))}`);
   t.log(`router sessions open to ${nodes.join(' and ')} only: its paths followed in ${ms} ms`);
 }

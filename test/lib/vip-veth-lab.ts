@@ -4,7 +4,7 @@
 // handled them) are counted by an nftables netdev ingress rule on the lb's interface, which runs after XDP.
 // Only documentation addresses; the caller removes the namespaces (cleanupRun, deleteNetns) in its teardown.
 import { spawn } from 'node:child_process';
-import { createNetns, nsArgv, run, vethPair } from '../../src/lab/netns.js';
+import { createNetns, nsArgv, run, systemCommand, vethPair } from '../../src/lab/netns.js';
 
 export const VIP = '203.0.113.10';
 export const PORT = 53;
@@ -24,13 +24,13 @@ export async function setupVipVethLab(nsC: string, nsL: string, nftTable: string
     await run(['ip', '-n', nsL, 'neigh', 'replace', ip, 'lladdr', mac, 'dev', 'l0', 'nud', 'permanent']);
   // bpf_fib_lookup refuses to forward when forwarding is off
   await run(['ip', 'netns', 'exec', nsL, 'sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']);
-  await run(['ip', 'netns', 'exec', nsL, 'nft', '-f', '-'], {
+  await run(['ip', 'netns', 'exec', nsL, systemCommand('nft'), '-f', '-'], {
     input: `table netdev ${nftTable} {\n  chain in {\n    type filter hook ingress device "l0" priority 0;\n    ip daddr ${VIP} counter\n  }\n}\n` });
 }
 
 /** Packets to the VIP that reached the lb's stack so far. */
 export async function passedToStack(nsL: string, nftTable: string): Promise<number> {
-  const r = await run(['ip', 'netns', 'exec', nsL, 'nft', '-j', 'list', 'chain', 'netdev', nftTable, 'in']);
+  const r = await run(['ip', 'netns', 'exec', nsL, systemCommand('nft'), '-j', 'list', 'chain', 'netdev', nftTable, 'in']);
   const rule = (JSON.parse(r.stdout).nftables as Array<Record<string, any>>).find((x) => x['rule'])!['rule'];
   return (rule.expr as Array<Record<string, any>>).find((e) => e['counter'])!['counter'].packets as number;
 }
