@@ -68,7 +68,7 @@ test('an 8 MB over-capacity config (89 services x 4096 reals) is refused before 
   const r = await measured(['validate', repo(files)]);
   t.log(`${(bytes / MiB).toFixed(1)} MiB: peak RSS ${(r.rssKiB / 1024).toFixed(0)} MiB, CPU ${r.cpuS.toFixed(2)} s, wall ${r.wallS.toFixed(2)} s`);
   t.is(r.code, 1);
-  // three entries per real in this form: the entries count is passed first (the reals count: test/unit/config-prescan)
+  // three entries per real in this form: the entries count is passed first (the reals count: test/integration/config-reals-limit)
   t.regex(r.stdout, new RegExp(`/services/big\\d+\\.yaml:1:1: error: with this file the repository holds more than ${LIMITS.maxYamlEntries} YAML entries in total; refused before parsing\\n`));
   t.true(r.rssKiB < RSS_BOUND_KIB, `peak RSS ${r.rssKiB} KiB`);
   t.true(r.cpuS < CPU_BOUND_S, `CPU ${r.cpuS} s`);
