@@ -7,12 +7,15 @@
 //             --seconds, in 10 ms steps; with --sync it then waits until its sync has sent every entry. Prints the
 //             batches it made (first flow index, count, time) and its CPU time.
 //   receiver: serves the sync; for every entry it is handed notes when it arrived (by the flow's index, from its
-//             source address and port), and counts what it applied. Prints those and its CPU time on 'stop' (stdin).
+//             source address and port), and counts what it applied. Prints those and its CPU time on 'stop' (stdin),
+//             then holds its table, its FlowSync running (the safety-net scans of the whole table), until 'end':
+//             prints the scans run meanwhile and the event loop's longest stall.
 //
 // With --sync the sender's FlowSync turns publishing on (lb_config flags: it has a peer) and reads the entries xdp_lb
 // publishes into its ring; without, nothing is published. The sender's CPU with and without --sync differs by the sync
 // alone (reading the ring, the first scan, sending); the receiver's is all sync.
 import { createInterface } from 'node:readline';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { FlowSync } from '../../src/reconciler/flows/flow-sync.js';
@@ -30,6 +33,10 @@ const other = role === 'sender' ? 'lb-b' : 'lb-a';
 const url = (n: string) => `http://127.0.0.1:${SYNC_PORTS[n as 'lb-a' | 'lb-b']}`;
 const cpuMs = (c: NodeJS.CpuUsage) => (c.user + c.system) / 1000;
 const write = (x: unknown) => process.stdout.write(`${JSON.stringify(x)}\n`);
+// the event loop's longest stall while the run lasts (ms): health checks and peer channels share this loop in the
+// daemon ("packets and health never wait"), so a scan must not hold it for long
+const loop = monitorEventLoopDelay({ resolution: 5 });
+const loopMaxMs = () => Math.round(loop.max / 1e6);
 
 const dp = await openLbDataPlane({ pinRoot });
 const state = syncBenchState(self);
@@ -46,8 +53,8 @@ if (role === 'receiver') {
   let applied = 0;
   const receive = flowSync!.receive.bind(flowSync);
   // the channel calls this.receive: note each entry's arrival once it is in the map
-  flowSync!.receive = (from, body) => {
-    const r = receive(from, body);
+  flowSync!.receive = async (from, body) => {
+    const r = await receive(from, body);
     const at = Date.now();
     applied += r.applied;
     for (const e of (body as { ct: [string, string, number][] }).ct) {
@@ -59,13 +66,22 @@ if (role === 'receiver') {
   flowSync!.start(); // as in the daemon: it also reads its own table every round (and has nothing of its own to send)
   write({ ready: true });
   let cpu0 = process.cpuUsage();
+  let scans0 = 0;
   for await (const line of createInterface({ input: process.stdin })) {
-    if (line === 'start') cpu0 = process.cpuUsage();
+    if (line === 'start') { cpu0 = process.cpuUsage(); loop.reset(); loop.enable(); }
     if (line === 'stop') {
+      // the run's figures; then the node holds its table (its safety-net scans go on) until 'end'
       const cpu = cpuMs(process.cpuUsage(cpu0));
-      await flowSync!.stop();
-      write({ cpuMs: cpu, applied, received: flowSync!.report()[other]?.received ?? 0, refused: flowSync!.report()[other]?.refused ?? {},
+      write({ cpuMs: cpu, loopMaxMs: loopMaxMs(), applied, received: flowSync!.report()[other]?.received ?? 0, refused: flowSync!.report()[other]?.refused ?? {},
         arrived: [...arrived] });
+      loop.reset();
+      scans0 = flowSync!.localReport().scans;
+    }
+    if (line === 'end') {
+      await flowSync!.stop();
+      loop.disable();
+      const ct = dp.object()!.map('lb_conntrack').lookupBatch(4096).count;
+      write({ loopMaxMs: loopMaxMs(), scans: flowSync!.localReport().scans - scans0, ct });
       break;
     }
   }
@@ -86,6 +102,7 @@ if (role === 'receiver') {
   await new Promise((r) => setTimeout(r, 600));
   write({ ready: true });
   const cpu0 = process.cpuUsage();
+  loop.enable();
   const t0 = Date.now();
   const batches: [number, number, number][] = [];
   let generated = 0;
@@ -107,7 +124,8 @@ if (role === 'receiver') {
     await new Promise((r) => setTimeout(r, 20));
   const cpu = cpuMs(process.cpuUsage(cpu0));
   const ct = obj.map('lb_conntrack').lookupBatch(4096).count;
-  write({ generated, t0, genMs, windowMs: Date.now() - t0, cpuMs: cpu, ct, sent: report()?.sent ?? 0, lastError: report()?.lastError, batches });
+  loop.disable();
+  write({ loopMaxMs: loopMaxMs(), generated, t0, genMs, windowMs: Date.now() - t0, cpuMs: cpu, ct, sent: report()?.sent ?? 0, lastError: report()?.lastError, batches });
   await flowSync?.stop();
   vary.close();
 }

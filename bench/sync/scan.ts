@@ -7,7 +7,9 @@
 // the daemon per entry, and the scan's cost per entry for tables of several sizes, with every entry new and with none.
 import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { FlowDelta } from '../../src/bpf/dataplane/flow-state.js';
+import { FlowDelta, SCAN_PAGE_ENTRIES, nextTurn } from '../../src/bpf/dataplane/flow-state.js';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { loadavg } from 'node:os';
 import { SyncEventReader, setSyncPublish, syncLost } from '../../src/bpf/dataplane/flow-events.js';
 import { FLOW_SYNC_DEFAULTS } from '../../src/reconciler/flows/flow-sync.js';
 import { applyTo } from '../../test/lib/converge.js';
@@ -72,10 +74,36 @@ try {
   console.log(`  new flow FAILED: ${(e as Error).message}`);
 }
 
-// The scan instead: FlowDelta.read over a table of n entries, once when all are new (decoded and queued) and once
-// when none changed (only compared); median of RUNS.
-console.log(`  the scan of the tables (FlowDelta.read: a peer's resync, a lost record, every ${FLOW_SYNC_DEFAULTS.scanIntervalMs / 1000} s as a safety net; a ${SYNC_CT_ENTRIES}-entry connection table; wall time):`);
-console.log(`    ${'entries'.padStart(8)} ${'all new'.padStart(10)} ${'ns/entry'.padStart(9)} ${'none new'.padStart(10)} ${'ns/entry'.padStart(9)}`);
+// The scan instead: FlowDelta.read over a table of n entries, once when all are new (decoded) and once when none changed (only compared: the safety net's usual case); median of
+// RUNS. The read is cooperative (it yields to the event loop between pages of SCAN_PAGE_ENTRIES); the event loop's
+// longest stall meanwhile is measured twice: by monitorEventLoopDelay (what a timer, a health probe or a peer's
+// message waits at most), and directly as the longest stretch between two yields. Beside it the same read without
+// yielding (pause that never gives the event loop a turn: the read as it was before it was made cooperative).
+const longestStall = async (run: (pause: () => Promise<void>) => Promise<unknown>, yielding: boolean): Promise<{ loopMs: number; stretchMs: number }> => {
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  let last = process.hrtime.bigint();
+  let stretch = 0n;
+  const pause = async () => {
+    const t = process.hrtime.bigint();
+    if (t - last > stretch) stretch = t - last;
+    if (yielding) await nextTurn();
+    last = process.hrtime.bigint();
+  };
+  loop.enable();
+  await new Promise((r) => setTimeout(r, 20)); // the histogram measures from its first sample on
+  const began = process.hrtime.bigint();
+  last = began;
+  await run(pause);
+  const t = process.hrtime.bigint();
+  if (t - last > stretch) stretch = t - last;
+  if (!yielding) stretch = t - began; // one synchronous stretch: the pauses never gave the event loop a turn
+  await new Promise((r) => setTimeout(r, 5)); // the histogram takes the last stall at its next sample
+  loop.disable();
+  return { loopMs: loop.max / 1e6, stretchMs: Number(stretch) / 1e6 };
+};
+console.log(`  the scan of the tables (FlowDelta.read: a peer's resync, a lost record, every ${FLOW_SYNC_DEFAULTS.scanIntervalMs / 1000} s as a safety net; a ${SYNC_CT_ENTRIES}-entry connection table; wall time;`);
+console.log(`  pages of ${SCAN_PAGE_ENTRIES} entries; stall: the event loop's longest wait during the read of an unchanged table, monitorEventLoopDelay / longest stretch between yields, ms):`);
+console.log(`    ${'entries'.padStart(8)} ${'all new'.padStart(10)} ${'ns/entry'.padStart(9)} ${'none new'.padStart(10)} ${'ns/entry'.padStart(9)} ${'stall yielding'.padStart(15)} ${'stall not yielding'.padStart(19)}`);
 for (const n of SIZES) {
   try {
     ct.clear();
@@ -85,26 +113,34 @@ for (const n of SIZES) {
     if (count !== n) throw new Error(`the table holds ${count} entries, expected ${n}`);
     const allNew: number[] = [];
     const noneNew: number[] = [];
+    const stalls: Array<{ loopMs: number; stretchMs: number }> = [];
+    const blocking: Array<{ loopMs: number; stretchMs: number }> = [];
     for (let r = 0; r < RUNS; r++) {
       const delta = new FlowDelta();
       let t = process.hrtime.bigint();
-      const first = delta.read(obj);
+      const first = await delta.read(obj);
       allNew.push(Number(process.hrtime.bigint() - t) / 1e6);
-      if (first.changed.ct.length !== n) throw new Error(`first read found ${first.changed.ct.length} new entries, expected ${n}`);
+      const whole = await first.all();
+      if (first.changed.ct.length !== n || whole.ct.length !== n) throw new Error(`first read found ${first.changed.ct.length} new entries (${whole.ct.length} in all), expected ${n}`);
       t = process.hrtime.bigint();
-      const second = delta.read(obj);
+      const second = await delta.read(obj);
       noneNew.push(Number(process.hrtime.bigint() - t) / 1e6);
       if (second.changed.ct.length !== 0) throw new Error(`second read found ${second.changed.ct.length} new entries, expected 0`);
+      stalls.push(await longestStall((pause) => delta.read(obj, pause), true));
+      blocking.push(await longestStall((pause) => delta.read(obj, pause), false));
     }
     const a = median(allNew);
     const z = median(noneNew);
     const per = (ms: number) => (n ? String(Math.round((ms * 1e6) / n)) : '-').padStart(9);
-    console.log(`    ${String(n).padStart(8)} ${`${a.toFixed(1)} ms`.padStart(10)} ${per(a)} ${`${z.toFixed(1)} ms`.padStart(10)} ${per(z)}`);
+    const stall = (xs: Array<{ loopMs: number; stretchMs: number }>) =>
+      `${Math.round(median(xs.map((x) => x.loopMs)))} / ${median(xs.map((x) => x.stretchMs)).toFixed(1)}`;
+    console.log(`    ${String(n).padStart(8)} ${`${a.toFixed(1)} ms`.padStart(10)} ${per(a)} ${`${z.toFixed(1)} ms`.padStart(10)} ${per(z)} ${stall(stalls).padStart(15)} ${stall(blocking).padStart(19)}`);
   } catch (e) {
     failed = true;
     console.log(`    ${String(n).padStart(8)} FAILED: ${(e as Error).message}`);
   }
 }
+console.log(`  load average: ${loadavg().map((x) => x.toFixed(2)).join(' ')}`);
 console.log('  A scan costs the table (its entries, and its buckets: the empty row), not the new flows; scans take at most a fifth of the time (longer ones space out).');
 vary.close();
 empty.close();

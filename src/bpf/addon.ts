@@ -29,6 +29,8 @@ export interface NativeAddon {
   mapDeleteBatch(fd: number, keys: Buffer, count: number): number;
   mapLookupBatch(fd: number, keySize: number, valueSize: number, chunk: number, andDelete: boolean):
     { keys: Buffer; values: Buffer; count: number };
+  mapLookupBatchPage(fd: number, keySize: number, valueSize: number, chunk: number, token: Buffer | null):
+    { keys: Buffer; values: Buffer; count: number; token: Buffer | null };
   mapCreate(type: number, name: string, keySize: number, valueSize: number, maxEntries: number, flags: number,
     innerMapFd: number): number;
   mapInfo(fd: number): { id: number; type: number; name: string; keySize: number; valueSize: number;

@@ -239,6 +239,22 @@ export class BpfMap {
       native().mapLookupBatch(this.fd, this.keySize, this.valueBufferSize, chunk, false));
   }
 
+  /**
+   * The whole map as pages of at most `chunk` entries (more only when one hash bucket holds more), one batched
+   * system call each, read when the iterator is advanced: a caller that yields to the event loop between pages never
+   * holds it for a whole big table (flow sync's scans). Entries added or removed between pages may or may not be
+   * seen; none is seen twice unless it moved.
+   */
+  *lookupBatchPages(chunk = 1024): Generator<{ keys: Buffer; values: Buffer; count: number }> {
+    let token: Buffer | null = null;
+    do {
+      const page: { keys: Buffer; values: Buffer; count: number; token: Buffer | null } = named(`map '${this.name}'`, () =>
+        native().mapLookupBatchPage(this.fd, this.keySize, this.valueBufferSize, chunk, token));
+      token = page.token;
+      if (page.count > 0) yield page;
+    } while (token);
+  }
+
   /** Reads and removes every entry (hash maps). */
   lookupAndDeleteBatch(chunk = 1024): { keys: Buffer; values: Buffer; count: number } {
     return named(`map '${this.name}'`, () =>

@@ -26,6 +26,8 @@ export interface FlowSyncInput {
   importPerSecond: number;
   /** lb-a's ring of published entries (bytes; default: the data plane's) */
   syncRingBytesA?: number;
+  /** lb-b's bound on a peer's ends kept for its budget (FLOW_SYNC_DEFAULTS.maxDeferredGone when absent) */
+  maxDeferredGone?: number;
 }
 
 export type FlowSyncStep =
@@ -86,7 +88,8 @@ async function main(): Promise<void> {
     return ch;
   };
   // Deadlines far beyond any step: on a loaded machine a slow answer must not turn into a refusal (the tests count).
-  const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512, timeoutMs: 60_000 };
+  const limits = { importPerSecond: input.importPerSecond, maxEntriesPerMessage: 512, timeoutMs: 60_000,
+    ...(input.maxDeferredGone !== undefined && { maxDeferredGone: input.maxDeferredGone }) };
   // lb-b's sync runs on a clock only the steps move ('advance'), so what its entry budget grants depends on the steps
   // alone, never on how long the machine took between them (the flood test was flaky under load).
   let clockB = Date.now();
@@ -179,7 +182,9 @@ async function main(): Promise<void> {
         } else if (step.op === 'report') out.push({ report: sync[step.node].report() });
         else if (step.op === 'count') {
           const obj = dp[step.node].object()!;
-          out.push({ ct: obj.map('lb_conntrack').keys().length, snat: obj.map('lb_snat_rev').keys().length, at: Date.now() });
+          const rev = obj.map('lb_snat_rev').entries();
+          // ownSnat: the node's own translations (owner 0), the ones it sends; the rest are peers' copies
+          out.push({ ct: obj.map('lb_conntrack').keys().length, snat: rev.length, ownSnat: rev.filter(([, v]) => v[41] === 0).length, at: Date.now() });
         }
       } catch (e) {
         out.push({ error: String((e as Error).message ?? e), reason: (e as { reason?: string }).reason });

@@ -35,12 +35,13 @@ const CLIENT = '192.0.2.1';
 const SNAT = LAB.lbA.v4; // one SNAT address shared by both lb nodes, disjoint port ranges
 const PORTS = { a: { min: 40000, max: 40999 }, b: { min: 41000, max: 41999 } };
 const TX = 3;
-const CT_MAX = 4096; // lb-b's connection table (conntrackMaxEntries of every state)
+const CT_MAX = 4096;
+const REAL_SNAT_ONLY = 3; // lb-b's connection table (conntrackMaxEntries of every state)
 const FLOOD_MESSAGES = 10;
 
 function state(node: 'a' | 'b', real: 1 | 2 | 'both'): unknown {
   const ring = real === 'both' ? [1, 2, 1, 2, 1, 2, 1] : Array(7).fill(real);
-  const s = makeState({ reals: REALS, hashSeed: 7, conntrackMaxEntries: CT_MAX, addresses: [LAB.lbA.v4], services: [
+  const s = makeState({ reals: { ...REALS, [REAL_SNAT_ONLY]: '198.51.100.13' }, hashSeed: 7, conntrackMaxEntries: CT_MAX, addresses: [LAB.lbA.v4], services: [
     { id: 1, vip: VIP_DSR, forwarding: 'dsr-l2', ring },
     { id: 2, vip: VIP_SNAT, forwarding: 'snat', ring, ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
   ] });
@@ -52,6 +53,8 @@ function state(node: 'a' | 'b', real: 1 | 2 | 'both'): unknown {
       svc.reals.sort((x, y) => x.realId - y.realId);
     }
   }
+  // a real of the SNAT service only (drained there): a DSR entry naming it names a real its VIP does not have
+  s.services.find((x) => x.id === 2)!.reals.push({ realId: REAL_SNAT_ONLY, address: '198.51.100.13', weight: 1, state: 'drain', healthy: true, entries: 0 });
   const d: DesiredState = { ...s, node: `lb-${node}`, snatAddress: SNAT, snatPorts: PORTS[node] };
   return stateToJson(d);
 }
@@ -135,12 +138,17 @@ add('oversize body', { op: 'sendRaw', times: 1, body: { v: 1, ct: [], snat: [], 
 add('unauthenticated (no MAC, no sender)', { op: 'sendRaw', times: 1, unsealed: true, body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7007, 80, ID1)], snat: [] } });
 add('recorded message replayed', { op: 'sendRaw', times: 2, body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7006, 80, ID1)], snat: [] } });
 add('forged sender', { op: 'sendForged', secret: 'Qw8e7R6t5Y4u3I2o1P0aSdFgHjKlZxCvBnM9q8W7e6R=', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7005, 80, ID1)], snat: [] } });
-// ---- a peer steering flows (F4): lb-b's own entries stay; a listed but drained real (not in the ring) is refused
+// ---- a peer steering flows (F4): lb-b's own entries stay (a listed but drained real, not in the ring, never replaces
+// one); a flow lb-b holds nothing of is inserted with any real its service still lists (drained: established flows
+// finish on every node), never with a real of another service
 add('b own flow to real 1', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7100, SYN) });
 add('overwrite with a drained real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7100, 80, 2)], snat: [] } });
 add('pre-seed a drained real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7101, 80, 2)], snat: [] } });
 add('translation to a drained real', { op: 'send', body: { v: 1, ct: [], snat: [snatE(7102, SNAT, 40700, 2)] } });
 add('b ack of the pre-seeded flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7101, ACK) });
+add('the drained real\'s entry again (replay)', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7101, 80, 2)], snat: [] } });
+add('entry naming a real of another service', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7104, 80, REAL_SNAT_ONLY)], snat: [] } });
+add('b ack of the flow named with another service\'s real', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7104, ACK) });
 add('apply both', { op: 'apply', state: 'both' });
 add('overwrite with a ring real', { op: 'send', body: { v: 1, ct: [ct(CLIENT, VIP_DSR, 7100, 80, 2)], snat: [] } });
 add('b ack of its own flow', { op: 'run', node: 'b', data: tcp(VIP_DSR, 7100, ACK) });
@@ -257,6 +265,25 @@ add('a tick e', { op: 'tick', node: 'a' });
 add('end of the sender\'s translation', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
 add('the same end again', { op: 'sendGone', ofStep: at['a snat syn 6']!, entry: [...snatE(5306, SNAT, 0), 0, 0] });
 add('b has 6', { op: 'snatHas', node: 'b', clientPort: 5306 });
+// ---- an end over lb-b's budget for lb-a waits there and is applied when the budget refills (lb-a does not send it
+// again); beyond the bound (MAX_DEFERRED_GONE) ends are refused and counted
+add('a snat syn 7', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5307, SYN) });
+add('a tick g', { op: 'tick', node: 'a' });
+add('b has 7 (synced)', { op: 'snatHas', node: 'b', clientPort: 5307 });
+for (let i = 0; i < 2; i++) // lb-b's budget for lb-a spent (its clock stands still)
+  add(`spend the budget ${i}`, { op: 'send', body: { v: 1, ct: Array.from({ length: 512 }, (_, j) => ct(CLIENT, VIP_DSR, 27000 + i * 512 + j, 80, ID1)), snat: [] } });
+add('end over the budget', { op: 'sendGone', ofStep: at['a snat syn 7']!, entry: [...snatE(5307, SNAT, 0), 0, 0] });
+add('b tick g, the budget still spent', { op: 'tick', node: 'b' });
+add('b has 7 while its end waits', { op: 'snatHas', node: 'b', clientPort: 5307 });
+add('one second later (g)', { op: 'advance', ms: 1000 });
+add('b tick g2', { op: 'tick', node: 'b' });
+add('b has 7 after the budget refilled', { op: 'snatHas', node: 'b', clientPort: 5307 });
+add('spend the budget again', { op: 'send', body: { v: 1, ct: Array.from({ length: 512 }, (_, j) => ct(CLIENT, VIP_DSR, 28100 + j, 80, ID1)), snat: [] } });
+add('ends over the budget and the bound', { op: 'send', body: { v: 1, ct: [], snat: [],
+  gone: [5391, 5392, 5393].map((p, i) => [...snatE(p, SNAT, 40990 + i), 0, 0]) } });
+add('one second later (g3)', { op: 'advance', ms: 1000 });
+add('b tick g3', { op: 'tick', node: 'b' });
+add('idle: budget refilled after the ends', { op: 'advance', ms: 10_000 });
 /** lb-a's ring of published entries: one page, about 34 records of 120 bytes; RING_FLOOD new flows overflow it. */
 const RING_BYTES_A = 4096;
 const RING_FLOOD = 60;
@@ -271,6 +298,7 @@ add('a tick after restart', { op: 'tick', node: 'a' });
 add('b rejections', { op: 'rejections' });
 
 const IMPORT_PER_SECOND = 200; // the flood test's budget: at most 2 x 200 at once
+const MAX_DEFERRED_GONE = 2; // lb-b keeps at most 2 of lb-a's ends over its budget
 
 let results: Promise<any[]>;
 test.before(() => {
@@ -280,7 +308,7 @@ test.before(() => {
   // clients are reached through the lab's gateway (SNAT replies go back to them)
   execFileSync('ip', ['-n', ns, 'route', 'add', '192.0.2.0/25', 'via', '198.51.100.254', 'dev', 'lbA']);
   results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: IMPORT_PER_SECOND,
-    syncRingBytesA: RING_BYTES_A });
+    syncRingBytesA: RING_BYTES_A, maxDeferredGone: MAX_DEFERRED_GONE });
   results.catch(() => undefined);
 });
 test.after.always(() => teardownLab(TAG));
@@ -406,7 +434,7 @@ test('new entries go to the peer from the ring xdp_lb publishes them into, not f
 });
 
 test('a full ring: the records it had no room for are counted, the next round scans, and every new flow is sent', async (t) => {
-  const before = await r('a tick e'); // lb-a's last round before the flood
+  const before = await r('a tick g'); // lb-a's last round before the flood
   const after = await r('a tick after the ring overflowed');
   for (let i = 0; i < RING_FLOOD; i++) t.is((await r(`a new flow ${i} past the ring`)).retval, TX, `forwarded: new flow ${i}`);
   t.true(after.local.lost > 0 && after.local.lost < RING_FLOOD, `some records lost (${after.local.lost} of ${RING_FLOOD})`);
@@ -451,12 +479,17 @@ test('recency: a peer\'s older choice, or one at the same moment, leaves lb-b\'s
   t.is(dstMac((await r('b ack after the newer choice')).data), MAC2);
 });
 
-test('F4: a peer cannot overwrite lb-b\'s entries nor name a real the current ring does not (drained); a stale entry is still replaced', async (t) => {
+test('F4: a peer cannot overwrite lb-b\'s entries with a real the current ring does not name (drained), nor name a real its VIP does not have; a flow lb-b holds nothing of keeps its drained real; a stale entry is still replaced', async (t) => {
   t.is(dstMac((await r('b own flow to real 1')).data), MAC1);
   t.deepEqual((await r('overwrite with a drained real')).answer.refused, { 'no-real': 1 });
-  t.deepEqual((await r('pre-seed a drained real')).answer.refused, { 'no-real': 1 });
-  t.deepEqual((await r('translation to a drained real')).answer.refused, { 'no-real': 1 });
-  t.is(dstMac((await r('b ack of the pre-seeded flow')).data), MAC1, 'the ring\'s real, not the drained one');
+  // benign (a rejoined node with empty maps): the drained real's established flow is inserted and keeps its real
+  t.deepEqual((await r('pre-seed a drained real')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.deepEqual((await r('translation to a drained real')).answer, { applied: 1, unchanged: 0, refused: {} });
+  t.is(dstMac((await r('b ack of the pre-seeded flow')).data), MAC2, 'the drained real the peer carried it to');
+  t.deepEqual((await r('the drained real\'s entry again (replay)')).answer, { applied: 0, unchanged: 1, refused: {} });
+  // attacker: a real lb-b has, but not for this VIP
+  t.deepEqual((await r('entry naming a real of another service')).answer, { applied: 0, unchanged: 0, refused: { 'no-real': 1 } });
+  t.is(dstMac((await r('b ack of the flow named with another service\'s real')).data), MAC1, 'the ring\'s real');
   t.deepEqual((await r('overwrite with a ring real')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 } });
   t.is(dstMac((await r('b ack of its own flow')).data), MAC1, 'lb-b\'s established flow stays on its real');
   // benign: a flow lb-b never saw, to a real the ring names, is inserted and used
@@ -564,11 +597,27 @@ test('hostile ends: a peer cannot end lb-b\'s own translation, another client\'s
   t.false((await r('b has 6')).has);
 });
 
+test('an end over the budget waits on lb-b and is applied when the budget refills; over the bound, ends are refused and counted', async (t) => {
+  t.true((await r('b has 7 (synced)')).has);
+  t.deepEqual((await r('end over the budget')).answer, { applied: 0, unchanged: 0, refused: {}, deferred: 1 });
+  t.is((await r('b tick g, the budget still spent')).report['lb-a'].goneDeferred, 1, 'no budget, no end: it waits');
+  t.true((await r('b has 7 while its end waits')).has);
+  const g2 = (await r('b tick g2')).report['lb-a'];
+  t.is(g2.goneDeferred, 0);
+  t.false((await r('b has 7 after the budget refilled')).has, 'the copy is gone without lb-a sending the end again');
+  // the bound (MAX_DEFERRED_GONE): two wait, the third is refused and counted; those two are applied later
+  t.deepEqual((await r('ends over the budget and the bound')).answer, { applied: 0, unchanged: 0, refused: { 'rate-limited': 1 }, deferred: MAX_DEFERRED_GONE });
+  const g3 = (await r('b tick g3')).report['lb-a'];
+  t.is(g3.goneDeferred, 0);
+  const spent = (await r('spend the budget again')).answer.refused['rate-limited'] as number;
+  t.is(g3.refused['rate-limited'] - g2.refused['rate-limited'], spent + 1, 'the dropped end counted once, beside the flood\'s entries');
+});
+
 test('a restarted lb-a sends lb-b its whole table', async (t) => {
   const count = await r('a count');
   const tick = await r('a tick after restart');
   t.falsy(tick.error, tick.error);
-  t.is(tick.report['lb-b'].sent, count.ct + count.snat);
+  t.is(tick.report['lb-b'].sent, count.ct + count.ownSnat, 'every entry and every translation of its own (lb-b\'s copies are lb-b\'s to send)');
   t.true(tick.report['lb-b'].inSync);
 });
 

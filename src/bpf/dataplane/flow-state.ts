@@ -54,6 +54,14 @@ export interface ImportResult {
   refused: Partial<Record<RefuseReason, number>>;
 }
 
+/** Entries of a table read in one batched system call, and handled before a scan yields to the event loop: about 1-3
+ * ms of work on an idle 2-core machine, a few tens of ms under a load average of 20 (bench/sync). */
+export const SCAN_PAGE_ENTRIES = 1024;
+
+/** The event loop's next turn (setImmediate): what a scan awaits between pages, so timers, health probes and peer
+ * channels run between them. */
+export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 /** A connection-table value for a peer's entry, with the recency mark `chosenNs` (this node's clock) and no last-seen
  * (0: no packet of it seen here yet; xdp_lb writes it on the first hit). */
 function encodeCtValue(realId: number, serviceId: number, slot: number, chosenNs: bigint): Buffer {
@@ -98,37 +106,58 @@ export class FlowDelta {
   private ct = new Map<string, string>();
   /** lb_snat_rev key (latin1) -> the translation last seen (this node's own: owner 0) */
   private snat = new Map<string, SnatSeen>();
+  /** The maps a read under way is building (it yields between pages): what remember() is told meanwhile goes there too. */
+  private scanningCt: Map<string, string> | null = null;
+  private scanningSnat: Map<string, SnatSeen> | null = null;
 
   /**
-   * Reads both tables (batched) and returns what changed since the previous read, decoded; `all()` decodes the
-   * whole table as read (for a peer's resync), only when asked: decoding is most of a read's cost.
+   * Reads both tables and returns what changed since the previous read, decoded; `all()` decodes the whole table as
+   * read (for a peer's resync), only when asked: decoding is most of a read's cost. Cooperative: the tables are read
+   * in pages of SCAN_PAGE_ENTRIES (one batched system call each) and `pause` (the event loop's next turn) runs after
+   * every page, in all() too, so a table of 100,000 entries never holds the daemon's event loop (health checks,
+   * peer channels) for more than a page's work. Entries a peer's sync inserts meanwhile (remember) count as seen.
    */
-  read(obj: BpfObject): { changed: FlowEntries; all: () => FlowEntries } {
+  async read(obj: BpfObject, pause: () => Promise<void> = nextTurn): Promise<{ changed: FlowEntries; all: () => Promise<FlowEntries> }> {
     const changed: FlowEntries = { ct: [], snat: [], gone: [] };
     const ctMap = obj.map('lb_conntrack');
-    const packed = ctMap.lookupBatch(4096);
     const ks = ctMap.keySize;
     const vs = ctMap.valueBufferSize;
     const nowNs = monotonicNs();
     const ct = new Map<string, string>();
-    for (let i = 0; i < packed.count; i++) {
-      const k = packed.keys.subarray(i * ks, (i + 1) * ks);
-      const id = k.toString('latin1');
-      const what = ctIdentity(packed.values, i * vs);
-      ct.set(id, what);
-      if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), packed.values, i * vs, nowNs));
+    const pages: Array<{ keys: Buffer; values: Buffer; count: number }> = [];
+    this.scanningCt = ct;
+    try {
+      for (const page of ctMap.lookupBatchPages(SCAN_PAGE_ENTRIES)) {
+        for (let i = 0; i < page.count; i++) {
+          const k = page.keys.subarray(i * ks, (i + 1) * ks);
+          const id = k.toString('latin1');
+          const what = ctIdentity(page.values, i * vs);
+          ct.set(id, what);
+          if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), page.values, i * vs, nowNs));
+        }
+        pages.push(page);
+        await pause();
+      }
+    } finally {
+      this.scanningCt = null;
     }
     this.ct = ct;
-    const snatOf = snatDecoder(obj, nowNs);
-    const revEntries = this.readSnat(obj, nowNs, changed);
-    const all = (): FlowEntries => {
+    const revEntries = await this.readSnat(obj, nowNs, changed, pause);
+    const all = async (): Promise<FlowEntries> => {
+      const snatOf = snatDecoder(obj, nowNs);
       const out: FlowEntries = { ct: [], snat: [] };
-      for (let i = 0; i < packed.count; i++)
-        out.ct.push(ctOf(decodeFlowKey(packed.keys.subarray(i * ks, (i + 1) * ks)), packed.values, i * vs, nowNs));
-      for (const [k, v] of revEntries) {
-        if (v[SNAT_OWNER_BYTE]) continue;
-        const e = snatOf(k, v);
-        if (e) out.snat.push(e);
+      for (const page of pages) {
+        for (let i = 0; i < page.count; i++)
+          out.ct.push(ctOf(decodeFlowKey(page.keys.subarray(i * ks, (i + 1) * ks)), page.values, i * vs, nowNs));
+        await pause();
+      }
+      for (let i = 0; i < revEntries.length; i++) {
+        const [k, v] = revEntries[i]!;
+        if (!v[SNAT_OWNER_BYTE]) {
+          const e = snatOf(k, v);
+          if (e) out.snat.push(e);
+        }
+        if ((i + 1) % SCAN_PAGE_ENTRIES === 0) await pause();
       }
       return out;
     };
@@ -136,22 +165,23 @@ export class FlowDelta {
   }
 
   /**
-   * The NAT table alone, as read() reads it: translations that changed or are new, the ones due for a refresh, and
-   * the ones that ended (`gone`). Its cost follows the NAT table, not the connection table (the sync reads it every
-   * second; the connection table's new entries come from the ring).
+   * The NAT table alone, as read() reads it (and as cooperatively): translations that changed or are new, the ones
+   * due for a refresh, and the ones that ended (`gone`). Its cost follows the NAT table, not the connection table
+   * (the sync reads it every second; the connection table's new entries come from the ring).
    */
-  readTranslations(obj: BpfObject): FlowEntries {
+  async readTranslations(obj: BpfObject, pause: () => Promise<void> = nextTurn): Promise<FlowEntries> {
     const changed: FlowEntries = { ct: [], snat: [], gone: [] };
-    this.readSnat(obj, monotonicNs(), changed);
+    await this.readSnat(obj, monotonicNs(), changed, pause);
     return changed;
   }
 
   /** Reads lb_snat_rev into `changed` (and this.snat); returns its entries as read. */
-  private readSnat(obj: BpfObject, nowNs: bigint, changed: FlowEntries): Array<[Buffer, Buffer]> {
+  private async readSnat(obj: BpfObject, nowNs: bigint, changed: FlowEntries, pause: () => Promise<void>): Promise<Array<[Buffer, Buffer]>> {
     const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
     const cfg = cfgBuf ? decodeSnatConfig(Buffer.from(cfgBuf)) : null;
     const snatOf = snatDecoder(obj, nowNs);
-    const revEntries = obj.map(SNAT_MAPS.rev).entries();
+    const rev = obj.map(SNAT_MAPS.rev);
+    const revEntries: Array<[Buffer, Buffer]> = [];
     const snat = new Map<string, SnatSeen>();
     const ended = (k: Buffer, was: SnatSeen) => {
       // only what this node made: a copy a peer sent ends on its own (or by the peer's own word)
@@ -159,31 +189,43 @@ export class FlowDelta {
       const e = snatOf(k, was.v);
       if (e) changed.gone!.push(e);
     };
-    for (const [k, v] of revEntries) {
-      if (v[SNAT_OWNER_BYTE]) continue; // another node's translation (owner != 0): its owner sends it
-      const id = k.toString('latin1');
-      const was = this.snat.get(id);
-      // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
-      // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
-      // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
-      // leave the flow without a translation on the node ECMP moves it to.
-      const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
-      if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
-      const fromPeer = !!same && was.fromPeer;
-      if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) {
-        // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
-        const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
-        const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
-          nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_IDENTITY_BYTES] === SNAT_STATE.closing, cfg);
-        const e = due ? snatOf(k, v) : null;
-        if (e) changed.snat.push(e);
-        snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
-        continue;
+    this.scanningSnat = snat;
+    try {
+      for (const page of rev.lookupBatchPages(SCAN_PAGE_ENTRIES)) {
+        for (let i = 0; i < page.count; i++) {
+          const k = page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize);
+          const v = page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize);
+          revEntries.push([k, v]);
+          if (v[SNAT_OWNER_BYTE]) continue; // another node's translation (owner != 0): its owner sends it
+          const id = k.toString('latin1');
+          const was = this.snat.get(id);
+          // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
+          // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
+          // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
+          // leave the flow without a translation on the node ECMP moves it to.
+          const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
+          if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
+          const fromPeer = !!same && was.fromPeer;
+          if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) {
+            // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
+            const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
+            const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
+              nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_IDENTITY_BYTES] === SNAT_STATE.closing, cfg);
+            const e = due ? snatOf(k, v) : null;
+            if (e) changed.snat.push(e);
+            snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
+            continue;
+          }
+          snat.set(id, { v, sentNs: nowNs, fromPeer });
+          const e = snatOf(k, v);
+          if (e) changed.snat.push(e);
+        }
+        await pause();
       }
-      snat.set(id, { v, sentNs: nowNs, fromPeer });
-      const e = snatOf(k, v);
-      if (e) changed.snat.push(e);
+    } finally {
+      this.scanningSnat = null;
     }
+
     for (const [id, was] of this.snat) if (!snat.has(id)) ended(Buffer.from(id, 'latin1'), was);
     this.snat = snat;
     return revEntries;
@@ -226,9 +268,18 @@ export class FlowDelta {
 
   /** Entries inserted for a peer: seen, so the next read does not send them back. */
   remember(keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> }): void {
-    for (const [k, v] of keys.ct) this.ct.set(k.toString('latin1'), ctIdentity(v));
+    for (const [k, v] of keys.ct) {
+      const id = k.toString('latin1');
+      this.ct.set(id, ctIdentity(v));
+      this.scanningCt?.set(id, ctIdentity(v));
+    }
     const nowNs = monotonicNs();
-    for (const [k, v] of keys.snat) if (!v[SNAT_OWNER_BYTE]) this.snat.set(k.toString('latin1'), { v, sentNs: nowNs, fromPeer: true });
+    for (const [k, v] of keys.snat) {
+      if (v[SNAT_OWNER_BYTE]) continue;
+      const seen = { v, sentNs: nowNs, fromPeer: true };
+      this.snat.set(k.toString('latin1'), seen);
+      this.scanningSnat?.set(k.toString('latin1'), seen);
+    }
   }
 }
 
@@ -284,8 +335,11 @@ function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean 
 /**
  * Inserts entries a peer sent, each checked against this node's current maps: the VIP listener must exist with a
  * mode of the entry's kind (the service id is this node's, never the sender's), the real must be a real of this
- * node that the service's current ring names (a listed but drained or unhealthy real is refused: xdp_lb trusts any
- * non-SYN hit, so a synced entry must never steer a flow where the current table does not), and a translation must
+ * node that the service still lists (`serviceReals`: active, drained or unhealthy; a real of another service or of
+ * none is refused), and for replacing an entry this node holds, one the service's current ring names (xdp_lb trusts
+ * any non-SYN hit, so a peer must never move a flow this node carries where the current table does not send new
+ * ones; a flow this node holds nothing of keeps the real its carrier gives it: drain lets established flows finish
+ * on every node), and a translation must
  * use the sending node's own SNAT address (`senderSnatAddress`, from the applied config; never a third node's),
  * with a port outside this node's own range that no other client flow holds here. A connection-table entry this node
  * holds for the flow with another real is replaced only by a strictly newer choice: the peer's recency mark (its age
@@ -333,11 +387,13 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     return v ? decodeVipValue(Buffer.from(v)) : null;
   };
   const inRing = ringNames(obj.map('lb_rings'));
-  const real = (realId: number, family: number, serviceId: number) => {
+  // a real this node has that the service still lists (active, drained or unhealthy): what an entry for a flow this
+  // node holds nothing of may name; without the applied state, only a real the current ring names
+  const listedReal = (realId: number, family: number, serviceId: number) => {
     const r = reals.lookup(encodeU32(realId));
-    if (!r || r[16] !== family || (serviceReals && !serviceReals(serviceId, realId))) return null;
+    if (!r || r[16] !== family) return null;
     const b = Buffer.from(r);
-    return inRing(serviceId, realSlotOf(b)) ? b : null;
+    return (serviceReals ? serviceReals(serviceId, realId) : inRing(serviceId, realSlotOf(b))) ? b : null;
   };
 
   const nowNs = monotonicNs();
@@ -353,7 +409,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const family = familyOf(e.dst);
     const l = listener(e.dst, e.dport, e.proto);
     if (!l || l.mode === MODE.snat) { refuse('no-listener'); continue; }
-    const r = real(e.realId, family, l.serviceId);
+    const r = listedReal(e.realId, family, l.serviceId);
     if (!r) { refuse('no-real'); continue; }
     const key = encodeFlowKey({ src: e.src, dst: e.dst, sport: e.sport, dport: e.dport, proto: e.proto, family });
     const mark = markOf(e.ageMs, nowNs);
@@ -361,8 +417,12 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const old = ct.lookup(key);
     // the same real (a replay, or a SYN that chose it again): nothing to change
     if (old && Buffer.from(old).subarray(0, 12).equals(value.subarray(0, 12))) { result.unchanged++; continue; }
-    // the entry held here (this node's choice, or an earlier peer's) stays unless the peer's is the newer choice,
-    // of a real that serves: a peer cannot move a flow this node chose later, nor to a real the table only lists
+    // Replacing the entry held here (this node's choice, or an earlier peer's) needs more than a listed real: the
+    // current ring must name it, and it must be the newer choice of a real that serves, so a peer cannot move a flow
+    // this node chose later, nor to a real the table only lists. A flow this node holds nothing of is inserted with
+    // any real the service still lists, drained and unhealthy ones included: the node that carried it keeps sending
+    // it there (xdp_lb trusts a hit whatever the real's state), and re-hashing it here would reset it.
+    if (old && !inRing(l.serviceId, realSlotOf(r))) { refuse('no-real'); continue; }
     if (old && (!newerChoice(mark, decodeFlowValue(Buffer.from(old)).chosenNs, marginMs) ||
       (realServes && !realServes(l.serviceId, e.realId)))) { refuse('exists'); continue; }
     try {
@@ -399,7 +459,9 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     }
     const l = listener(e.vip, e.vipPort, e.proto);
     if (!l || l.mode !== MODE.snat) { refuse('no-listener'); continue; }
-    const r = real(e.realId, family, l.serviceId);
+    // a translation never replaces another (another client flow on the port: snat-port-taken), so any real the
+    // service still lists: a drained real's established connections keep their translation on every node
+    const r = listedReal(e.realId, family, l.serviceId);
     if (!r) { refuse('no-real'); continue; }
     const rkey = { real: addrText(r.subarray(0, 16), family), realPort: e.realPort, snatPort: e.snatPort, proto: e.proto, family };
     const rk = encodeSnatRevKey(rkey);

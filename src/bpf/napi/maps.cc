@@ -169,6 +169,53 @@ Napi::Value MapLookupBatch(const Napi::CallbackInfo& info) {
   return res;
 }
 
+// mapLookupBatchPage(fd, keySize, valueSize, chunk, token|null) -> { keys, values, count, token|null }
+// One step of a batched walk: at most `chunk` entries (more only when one hash bucket holds more) from where `token`
+// (the previous page's, null: the start) left off; token null in the answer: the walk is done. The caller may do
+// other work between pages (the event loop): the token is a bucket index (hash maps) or a key (arrays), so entries
+// added or deleted meanwhile never make a walk fail or repeat a bucket.
+Napi::Value MapLookupBatchPage(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info);
+  uint32_t ksize = ArgU32(info, 1, "keySize");
+  uint32_t vsize = ArgU32(info, 2, "valueSize");
+  uint32_t chunk = ArgU32(info, 3, "chunk");
+  if (chunk == 0) chunk = 1;
+  std::vector<uint8_t> inTok(ksize < 8 ? 8 : ksize), outTok(inTok.size());
+  bool first = info.Length() <= 4 || info[4].IsNull() || info[4].IsUndefined();
+  if (!first) {
+    auto t = ArgBuffer(info, 4, "token");
+    if (t.Length() != inTok.size()) {
+      throw Napi::TypeError::New(env, "token: not a token of this map's walk");
+    }
+    memcpy(inTok.data(), t.Data(), inTok.size());
+  }
+  std::vector<uint8_t> kbuf((size_t)ksize * chunk), vbuf((size_t)vsize * chunk);
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  uint32_t n;
+  int err;
+  for (;;) {
+    n = chunk;
+    int r = bpf_map_lookup_batch(fd, first ? nullptr : inTok.data(), outTok.data(), kbuf.data(), vbuf.data(), &n, &opts);
+    err = r ? errno : 0;
+    if (err == ENOSPC && n == 0 && chunk < (1u << 20)) {  // a hash bucket larger than the chunk
+      chunk *= 2;
+      kbuf.resize((size_t)ksize * chunk);
+      vbuf.resize((size_t)vsize * chunk);
+      continue;
+    }
+    break;
+  }
+  if (err && err != ENOENT) ThrowErrno(env, err, "batch lookup");
+  Napi::Object res = Napi::Object::New(env);
+  res.Set("keys", Napi::Buffer<uint8_t>::Copy(env, kbuf.data(), (size_t)n * ksize));
+  res.Set("values", Napi::Buffer<uint8_t>::Copy(env, vbuf.data(), (size_t)n * vsize));
+  res.Set("count", (double)n);
+  if (err == ENOENT) res.Set("token", env.Null());
+  else res.Set("token", Napi::Buffer<uint8_t>::Copy(env, outTok.data(), outTok.size()));
+  return res;
+}
+
 // mapCreate(type, name, keySize, valueSize, maxEntries, flags, innerMapFd) -> fd
 Napi::Value MapCreate(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -286,6 +333,7 @@ void InitMaps(Napi::Env env, Napi::Object exports) {
   exports.Set("mapUpdateBatch", Napi::Function::New(env, MapUpdateBatch, "mapUpdateBatch"));
   exports.Set("mapDeleteBatch", Napi::Function::New(env, MapDeleteBatch, "mapDeleteBatch"));
   exports.Set("mapLookupBatch", Napi::Function::New(env, MapLookupBatch, "mapLookupBatch"));
+  exports.Set("mapLookupBatchPage", Napi::Function::New(env, MapLookupBatchPage, "mapLookupBatchPage"));
   exports.Set("mapCreate", Napi::Function::New(env, MapCreate, "mapCreate"));
   exports.Set("mapInfo", Napi::Function::New(env, MapInfo, "mapInfo"));
   exports.Set("mapFreeze", Napi::Function::New(env, MapFreeze, "mapFreeze"));

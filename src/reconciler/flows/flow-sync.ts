@@ -8,9 +8,11 @@
 // a new program (restart, resize) are found by a scan, run then and every scanIntervalMs as a safety net. The NAT
 // table alone is read every natReadIntervalMs for what XDP does not publish: translations in use sent again at half
 // their idle timeout, and translations that ended. Nothing in the packet path waits for this: publishing never
-// blocks, and the maps are read and written from here, never from XDP.
+// blocks, and the maps are read and written from here, never from XDP. Nor does the daemon's event loop (health
+// checks, peer channels): scans, the ring's read and a peer's import go in slices of SCAN_PAGE_ENTRIES with the
+// loop's turn between them.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, MAX_AGE_MS, RECENCY_MARGIN_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/flow-events.js';
@@ -35,6 +37,10 @@ export const FLOW_SYNC_DEFAULTS = {
   importPerSecond: 50_000,
   /** Entries waiting for one peer (its resync plus deltas); beyond it they are dropped and a resync is due. */
   maxQueued: 262_144,
+  /** A peer's ends of translations ('gone') over its entry budget, kept here per peer and applied as the budget
+   * refills (the peer does not send them again, and a copy left in place would linger until its idle timeout);
+   * beyond it they are dropped and counted ('rate-limited'). */
+  maxDeferredGone: 4096,
   timeoutMs: 2_000,
   /** A peer's connection-table entry replaces this node's only when its choice is this much newer (flow-state.ts). */
   recencyMarginMs: RECENCY_MARGIN_MS,
@@ -55,6 +61,8 @@ export interface PeerSyncReport {
   lastError?: string;
   /** The peer's whole table (a resync it marked done, nothing of it refused for the rate) arrived since start. */
   resyncReceived: boolean;
+  /** The peer's ends of translations over its entry budget, waiting here to be applied as the budget refills. */
+  goneDeferred: number;
 }
 
 export interface FlowSyncOptions {
@@ -80,6 +88,11 @@ export interface ResyncMark { seq: number; done: boolean; need?: boolean }
 type Wire = { v: 1; ct: unknown[]; snat: unknown[]; gone?: unknown[]; resync?: ResyncMark };
 /** 'gone': a translation of the sender that ended there (same fields as 'snat'; idleMs: its last packet's age). */
 type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat' | 'gone'; e: SnatEntry; at: number };
+
+/** xs.push(...more) without passing every element as an argument (a scan of 100,000 entries exceeds the stack). */
+function append<T>(xs: T[], more: T[]): void {
+  for (const x of more) xs.push(x);
+}
 
 const isPort = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 65535;
 const isU32 = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 0xffffffff;
@@ -206,6 +219,8 @@ interface PeerState {
   resync: { seq: number; left: number; first: boolean } | null;
   /** The peer's resync arriving here: its seq, and whether every entry of it so far was taken (not rate-limited). */
   incoming: { seq: number; whole: boolean } | null;
+  /** The peer's ends over its budget (oldest first), with when they arrived: applied as the budget refills. */
+  deferredGone: Array<{ e: SnatEntry; at: number }>;
 }
 
 /** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
@@ -300,8 +315,9 @@ export class FlowSync {
   private state(peer: string): PeerState {
     let s = this.peerState.get(peer);
     if (!s) {
-      s = { queue: [], inSync: false, resync: null, incoming: null,
-        report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false } };
+      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [],
+        report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false,
+          goneDeferred: 0 } };
       this.peerState.set(peer, s);
     }
     return s;
@@ -326,24 +342,34 @@ export class FlowSync {
     const events = this.reader(obj);
     const fresh: Item[] = [];
     if (events) {
-      const raw = events.read(this.limits.maxEventsPerTick);
-      const published = this.delta.published(obj, raw);
-      this.local.published += published.ct.length + published.snat.length;
-      fresh.push(...items(published));
+      // in slices, the event loop's turn between them: decoding 65,536 records at once held it for up to a second
+      for (let read = 0; read < this.limits.maxEventsPerTick;) {
+        const raw = events.read(Math.min(SCAN_PAGE_ENTRIES, this.limits.maxEventsPerTick - read));
+        read += raw.records;
+        const published = this.delta.published(obj, raw);
+        this.local.published += published.ct.length + published.snat.length;
+        append(fresh, items(published));
+        if (raw.records < SCAN_PAGE_ENTRIES) break;
+        await nextTurn();
+      }
       const lost = syncLost(obj);
       if (lost !== this.lostSeen) this.scanDue = true; // the ring had no room: only a scan finds those entries
       this.lostSeen = lost;
       this.local.lost = lost;
     }
+    // a peer's ends that waited for its budget: applied as it refills, before anything else of that peer
+    for (const p of peers) await this.applyDeferredGone(obj, p, this.state(p));
     const resync = peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; });
-    let all: (() => FlowEntries) | null = null;
+    let all: (() => Promise<FlowEntries>) | null = null;
     // a big table takes a while to read: scans (not the ring's rounds) get at most a fifth of the time
     const since = this.local.lastScanAt === null ? Infinity : at - this.local.lastScanAt;
     const wanted = !events || this.scanDue || resync;
     if ((wanted && since >= this.scanGapMs) || since >= Math.max(this.limits.scanIntervalMs, this.scanGapMs)) {
       const began = this.now();
-      const scan = this.delta.read(obj);
-      fresh.push(...items(scan.changed));
+      // cooperative: the read yields to the event loop between pages (FlowDelta.read), so a big table never holds
+      // the daemon's health checks and peer channels for long
+      const scan = await this.delta.read(obj);
+      append(fresh, items(scan.changed));
       all = scan.all;
       this.scanDue = false;
       this.local.scans++;
@@ -353,18 +379,20 @@ export class FlowSync {
     } else if (at - this.lastNatReadAt >= Math.max(this.limits.natReadIntervalMs, this.natGapMs)) {
       // the NAT table alone (its refreshes and ends, which the ring does not carry), spaced like the scans
       const began = this.now();
-      fresh.push(...items(this.delta.readTranslations(obj)));
+      append(fresh, items(await this.delta.readTranslations(obj)));
       this.lastNatReadAt = at;
       this.natGapMs = 4 * (this.now() - began);
     }
+    // the whole table as this scan read it, decoded once (cooperatively) for every peer that (re)joins
+    const table = all && peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; }) ? items(await all()) : null;
     await Promise.all(peers.map(async (peer) => {
       const s = this.state(peer);
       if (!s.inSync && s.queue.length === 0) {
-        if (!all) return; // a resync waits for the next scan
-        s.queue = items(all()); // (re)join: the whole table, then deltas
+        if (!table) return; // a resync waits for the next scan
+        s.queue = table.slice(); // (re)join: the whole table, then deltas
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
         s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true };
-      } else s.queue.push(...fresh);
+      } else append(s.queue, fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
         s.queue = [];
@@ -413,7 +441,7 @@ export class FlowSync {
   }
 
   /** A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. */
-  receive(from: string, body: unknown): ImportResult {
+  async receive(from: string, body: unknown): Promise<ImportResult> {
     const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
     const mark = parseResyncMark(body);
     const s = this.state(from);
@@ -422,7 +450,7 @@ export class FlowSync {
     s.report.received += n;
     const obj = this.o.object();
     if (!obj && n > 0) throw new Error('no data plane loaded');
-    const r = obj ? this.import(obj, from, s, entries, n) : { applied: 0, unchanged: 0, refused: {} };
+    const r = obj ? await this.import(obj, from, s, entries, n) : { applied: 0, unchanged: 0, refused: {} };
     if (mark) this.resyncArrived(from, s, mark, (r.refused as { 'rate-limited'?: number })['rate-limited'] ?? 0);
     return r;
   }
@@ -439,22 +467,73 @@ export class FlowSync {
     if (mark.need && s.inSync && !s.resync) s.inSync = false; // the next round sends it the whole table
   }
 
-  private import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number): ImportResult {
+  private async import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number): Promise<ImportResult & { deferred?: number }> {
+    // the ends that waited for this peer's budget go first: older than anything in this message
+    await this.applyDeferredGone(obj, from, s);
     const gone = entries.gone ?? [];
     const granted = this.budget.take(from, n, this.now());
-    const over = n - granted;
     let left = granted;
     const within = <T>(xs: T[]): T[] => { const t = xs.slice(0, left); left -= t.length; return t; };
     const take: FlowEntries = { gone: within(gone), ct: within(entries.ct), snat: within(entries.snat) };
-    const desired = this.o.desired();
-    const r = importFlows(obj, take, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
-      senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs });
-    this.delta.remember(r.keys);
+    // ends over the budget wait here (bounded) rather than leave the peer's copies until their idle timeout; the
+    // rest over the budget is refused (a flooding peer evicts no more than its budget either way)
+    const late = gone.slice(take.gone!.length);
+    const room = Math.max(0, this.limits.maxDeferredGone - s.deferredGone.length);
+    const at = this.now();
+    for (const e of late.slice(0, room)) s.deferredGone.push({ e, at });
+    const deferred = Math.min(room, late.length);
+    const over = n - granted - deferred;
+    const r = await this.importAndCount(obj, from, s, take);
     const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
     if (over > 0) refused['rate-limited'] = over;
-    s.report.applied += r.applied;
-    for (const [k, v] of Object.entries(refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
-    return { applied: r.applied, unchanged: r.unchanged, refused };
+    if (over > 0) s.report.refused['rate-limited'] = (s.report.refused['rate-limited'] ?? 0) + over;
+    s.report.goneDeferred = s.deferredGone.length;
+    return { applied: r.applied, unchanged: r.unchanged, refused, ...(deferred > 0 && { deferred }) };
+  }
+
+  /**
+   * Inserts what a peer's budget granted (importFlows) and counts it in the peer's report: in order (ends first), in
+   * slices of SCAN_PAGE_ENTRIES with the event loop's turn between them, so a message of 2,048 entries (several
+   * system calls each) does not hold health checks and other peers' messages for its whole import.
+   */
+  private async importAndCount(obj: BpfObject, from: string, s: PeerState, take: FlowEntries): Promise<ImportResult> {
+    const out: ImportResult = { applied: 0, unchanged: 0, refused: {} };
+    const all = [...(take.gone ?? []).map((e) => ['gone', e] as const), ...take.ct.map((e) => ['ct', e] as const),
+      ...take.snat.map((e) => ['snat', e] as const)];
+    for (let at = 0; at < all.length; at += SCAN_PAGE_ENTRIES) {
+      if (at > 0) await nextTurn();
+      const slice: FlowEntries = { ct: [], snat: [], gone: [] };
+      for (const [kind, e] of all.slice(at, at + SCAN_PAGE_ENTRIES)) {
+        if (kind === 'ct') slice.ct.push(e as CtEntry);
+        else (kind === 'gone' ? slice.gone! : slice.snat).push(e as SnatEntry);
+      }
+      const desired = this.o.desired();
+      const r = importFlows(this.o.object() ?? obj, slice, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
+        senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs });
+      this.delta.remember(r.keys);
+      out.applied += r.applied;
+      out.unchanged += r.unchanged;
+      for (const [k, v] of Object.entries(r.refused)) out.refused[k as RefuseReason] = (out.refused[k as RefuseReason] ?? 0) + v;
+    }
+    s.report.applied += out.applied;
+    for (const [k, v] of Object.entries(out.refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
+    return out;
+  }
+
+  /** Applies as many of a peer's deferred ends as its budget grants now, aged by the time they waited (an end's idle
+   * age says how long before sending its last packet was; the wait here adds to it, as a queue does at the sender). */
+  private async applyDeferredGone(obj: BpfObject, from: string, s: PeerState): Promise<void> {
+    if (s.deferredGone.length === 0) return;
+    const now = this.now();
+    const granted = this.budget.take(from, s.deferredGone.length, now);
+    if (granted > 0) {
+      const gone = s.deferredGone.splice(0, granted).map(({ e, at }) => {
+        const older = (a: number | null) => (a === null ? null : Math.min(MAX_AGE_MS, a + Math.max(0, now - at)));
+        return { ...e, ageMs: older(e.ageMs), idleMs: older(e.idleMs) };
+      });
+      await this.importAndCount(obj, from, s, { ct: [], snat: [], gone });
+    }
+    s.report.goneDeferred = s.deferredGone.length;
   }
 
   /** Has `peer`'s whole table arrived since this node started (the rejoin gate, rejoin-gate.ts)? */

@@ -112,6 +112,13 @@ export class FlowSyncMetrics {
         this.reset();
         for (const [peer, r] of reports()) this.set({ peer }, r.queued);
       } });
+    new Gauge({ name: 'gitlb_flow_sync_gone_deferred',
+      help: 'Ends of SNAT translations from each lb peer over its entry budget, waiting here to be applied as the budget refills',
+      labelNames: ['peer'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [peer, r] of reports()) this.set({ peer }, r.goneDeferred);
+      } });
   }
 
   attach(source: () => Record<string, PeerSyncReport>, extras: FlowExtras = {}): void {
