@@ -11,6 +11,10 @@
 //   this node's own port range, a port held by another client, malformed and oversize bodies, a forged sender, a
 //   message without authentication headers, a recorded message replayed, and a flood over the entry budget are refused and counted (the budget runs on a clock
 //   only the steps move, so the counts are exact on a loaded machine too); a replayed batch changes nothing;
+// - a drained real's entry is inserted where lb-b holds nothing of the flow (established flows on a drained real
+//   continue), never over lb-b's own entry, and never naming a real the VIP does not list;
+// - an end of a translation over lb-b's budget waits there and is applied once the budget refills (bounded: the rest
+//   is refused and counted);
 // - a restarted lb-a sends lb-b its whole table.
 import test from 'ava';
 import { execFileSync } from 'node:child_process';
