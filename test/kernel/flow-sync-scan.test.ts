@@ -13,6 +13,7 @@ import { FlowDelta, SCAN_PAGE_ENTRIES, nextTurn } from '../../src/bpf/dataplane/
 import { makeState } from '../lib/lb-state.js';
 import { applyTo } from '../lib/converge.js';
 import type { BpfObject } from '../../src/bpf/libbpf.js';
+import { SNAT_MAPS, SNAT_STATE, encodeSnatRev, encodeSnatRevKey, monotonicNs, sweepSnat } from '../../src/bpf/dataplane/snat.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-fsscan`;
 const VIP = '203.0.113.51';
@@ -113,4 +114,38 @@ test.serial('entries a peer\'s sync inserts while a scan is under way are seen: 
   // benign: an entry this node made meanwhile (not remembered) is found by the next read
   fill(N + EXTRA, 1);
   t.deepEqual((await delta.read(obj)).changed.ct.map((e) => e.sport), [1024 + ((N + EXTRA) & 0x3fff)]);
+});
+
+// The SNAT sweep reads the NAT table the same way (src/bpf/dataplane/paging.ts): expired translations of a table of
+// several pages are deleted, live ones stay, and the event loop turns while it runs.
+test.serial('the SNAT sweep yields between pages too, and deletes exactly the expired translations', async (t) => {
+  const snatDp = await openLbDataPlane({ pinRoot: `${PIN}/snat` });
+  try {
+    await applyTo(snatDp, { ...makeState({ reals: { 7: '198.51.100.41' }, hashSeed: 3,
+      services: [{ id: 2, vip: VIP, forwarding: 'snat', ring: Array(31).fill(7), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] }] }),
+    snatAddress: '198.51.100.250' });
+    const o = snatDp.object()!;
+    const rev = o.map(SNAT_MAPS.rev);
+    // the sweep's clock: one second past the established TCP timeout (7440 s) after the live ones' last packet
+    const sweepAt = monotonicNs() + 7441n * 1_000_000_000n;
+    const liveSeen = sweepAt - 1_000_000_000n;
+    const EXPIRED = 3 * SCAN_PAGE_ENTRIES;
+    const LIVE = 100;
+    const k = (i: number) => encodeSnatRevKey({ real: '198.51.100.41', realPort: 8080, snatPort: 1024 + i, proto: 6, family: 4 });
+    const v = (i: number, lastSeenNs: bigint) => encodeSnatRev({ client: '192.0.2.7', vip: VIP, clientPort: 1024 + i, vipPort: 80, realId: 7,
+      state: SNAT_STATE.open, createdNs: 1n, lastSeenNs });
+    const n = EXPIRED + LIVE;
+    rev.updateBatch(Buffer.concat(Array.from({ length: n }, (_, i) => k(i))),
+      Buffer.concat(Array.from({ length: n }, (_, i) => v(i, i < EXPIRED ? 1n : liveSeen))), n);
+    let finished = false;
+    let ranBeforeEnd = false;
+    setImmediate(() => { ranBeforeEnd = !finished; });
+    const deleted = await sweepSnat(o, sweepAt);
+    finished = true;
+    t.true(ranBeforeEnd, 'the callback ran while the sweep was under way');
+    t.is(deleted, EXPIRED, 'no forward entries here: one reverse entry each');
+    t.is(rev.keys().length, LIVE);
+  } finally {
+    snatDp.close();
+  }
 });

@@ -147,7 +147,7 @@ async function main(): Promise<void> {
           m.update(encodeU32(0), encodeSnatConfig({ ...cfg, timeouts: { ...cfg.timeouts, tcpEstablishedNs: BigInt(step.tcpEstablishedS) * 1_000_000_000n } }));
           out.push({});
         } else if (step.op === 'snatSweep') {
-          out.push({ swept: sweepSnat(dp[step.node].object()!) });
+          out.push({ swept: await sweepSnat(dp[step.node].object()!) });
         } else if (step.op === 'snatHas') {
           const held = dp[step.node].object()!.map('lb_snat_rev').entries().map(([, v]) => Buffer.from(v))
             .filter((v) => v.readUInt16BE(32) === step.clientPort);

@@ -66,7 +66,7 @@ async function main(): Promise<void> {
           cfgMap.update(Buffer.alloc(4), encodeSnatConfig(cfg));
           out.push({});
         } else if (step.op === 'sweep') {
-          out.push({ deleted: sweepSnat(obj!) });
+          out.push({ deleted: await sweepSnat(obj!) });
         } else if (step.op === 'ip') {
           execFileSync('ip', step.args, { stdio: ['ignore', 'ignore', 'pipe'] });
           out.push({});

@@ -9,6 +9,7 @@ import type { BpfMap, BpfObject } from '../libbpf.js';
 import { deleteGone } from './flow-gone.js';
 import { MAX_AGE_MS, ageOf, markOf, validAge } from './flow-age.js';
 import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
+import { PAGE_ENTRIES, nextTurn } from './paging.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
@@ -54,13 +55,9 @@ export interface ImportResult {
   refused: Partial<Record<RefuseReason, number>>;
 }
 
-/** Entries of a table read in one batched system call, and handled before a scan yields to the event loop: about 1-3
- * ms of work on an idle 2-core machine, a few tens of ms under a load average of 20 (bench/sync). */
-export const SCAN_PAGE_ENTRIES = 1024;
-
-/** The event loop's next turn (setImmediate): what a scan awaits between pages, so timers, health probes and peer
- * channels run between them. */
-export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+/** Entries of a table read in one batched system call, and handled before a scan yields to the event loop (paging.ts). */
+export const SCAN_PAGE_ENTRIES = PAGE_ENTRIES;
+export { nextTurn };
 
 /** A connection-table value for a peer's entry, with the recency mark `chosenNs` (this node's clock) and no last-seen
  * (0: no packet of it seen here yet; xdp_lb writes it on the first hit). */

@@ -2,6 +2,7 @@
 // (lb_snat_config), the per-reason counters, reading the NAT table and sweeping expired translations.
 // The settings are planned as SnatSettings (src/render/ops.ts) and written by ./index.ts; layouts are checked
 // against BTF at load (checkSnatLayouts).
+import { PAGE_ENTRIES, nextTurn } from './paging.js';
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import { perCpuCounters } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
@@ -218,18 +219,23 @@ export function snatExpired(key: SnatRevKey, rev: SnatRev, cfg: SnatConfig, nowN
  * being created while the sweep runs (reverse entry first, then forward) is never cut in half.
  * Returns the number of entries deleted.
  */
-export function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs()): number {
+export async function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs(), pause: () => Promise<void> = nextTurn): Promise<number> {
   const cfgBuf = obj.map(SNAT_MAPS.config).lookup(Buffer.alloc(4));
   if (!cfgBuf) return 0;
   const cfg = decodeSnatConfig(Buffer.from(cfgBuf));
   const rev: BpfMap = obj.map(SNAT_MAPS.rev);
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
   let deleted = 0;
-  for (const [k, v] of rev.entries()) {
-    const key = decodeSnatRevKey(k);
-    const r = decodeSnatRev(v, key.family);
-    if (!snatExpired(key, r, cfg, nowNs)) continue;
-    deleted += deleteTranslation(rev, fwd, key, r);
+  // in pages, the event loop's turn between them (paging.ts): a NAT table of 100,000 translations is read every 10 s
+  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
+    for (let i = 0; i < page.count; i++) {
+      const k = page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize);
+      const key = decodeSnatRevKey(k);
+      const r = decodeSnatRev(page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize), key.family);
+      if (!snatExpired(key, r, cfg, nowNs)) continue;
+      deleted += deleteTranslation(rev, fwd, key, r);
+    }
+    await pause();
   }
   return deleted;
 }

@@ -9,19 +9,19 @@ const SNAT_SWEEP_NOTABLE = 10_000;
 /** Every 10 s, delete expired SNAT translations of the current lb data plane (docs/datapath.md, SNAT). */
 export async function startSnatSweep(current: () => DataPlane, log: Logger): Promise<{ stop(): void }> {
   const { sweepSnat } = await import('../../bpf/dataplane/snat.js');
+  // the sweep reads the table in pages and yields between them (a big table takes a while): one at a time
+  let running = false;
   return startSchedule({
     spec: '10',
     onTick: () => {
       const obj = (current() as Partial<LbDataPlaneHandle>).object?.();
-      if (!obj) return;
-      try {
-        const n = sweepSnat(obj);
+      if (!obj || running) return;
+      running = true;
+      sweepSnat(obj).then((n) => {
         // routine upkeep (debug); a sweep this large means a burst of clients went away at once
         if (n >= SNAT_SWEEP_NOTABLE) log.info(`snat: swept ${n} expired translations`, { stage: 'snat', count: n });
         else if (n > 0) (log.debug ?? log.info).call(log, `snat: swept ${n} expired translations`, { stage: 'snat', count: n });
-      } catch (err) {
-        log.warn(`snat: sweep failed: ${(err as Error).message}`);
-      }
+      }, (err: unknown) => log.warn(`snat: sweep failed: ${(err as Error).message}`)).finally(() => { running = false; });
     },
   });
 }
