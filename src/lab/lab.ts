@@ -3,8 +3,10 @@
 // daemons.ts, `status` status.ts; this module is the lab's API (up, down, clean, and what the others export).
 //
 // The lab's namespaces are named after an *anchor* process (`glb<anchorPid>-client`, ...), a detached
-// `sleep infinity` that lives exactly as long as the lab. So `cleanStale()` — run by any test or by
-// `gitlb lab clean` — treats a running lab as alive and a lab whose anchor died as stale, with no special case.
+// process that lives exactly as long as the lab: `sleep infinity` for `gitlb lab up`, a watcher of the building
+// process otherwise (tests, benches, the demo: a lab whose builder was killed is stale a second later). So
+// `cleanStale()` — run by any test or by `gitlb lab clean` — treats a running lab as alive and a lab whose anchor
+// died as stale, with no special case; it kills what still runs in a stale lab's namespaces before removing them.
 import { existsSync, mkdirSync, rmSync, cpSync, readdirSync, rmdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { cleanStale, deleteNetns, listNetns, run } from './netns.js';
@@ -44,6 +46,10 @@ export interface LabUpOptions {
   backendHttp?: 'node' | 'haproxy';
   /** Further `gitlb run` arguments for every daemon (tests: e.g. --flow-sync with --peer-secret-file). */
   daemonArgs?: string[];
+  /** The lab outlives the process that built it (`gitlb lab up`). Otherwise (tests, benches, the demo) the anchor
+   * ends within a second of that process's death, however it died, so the lab counts as stale and the next
+   * `cleanStale`/`gitlb lab clean` removes it: a test killed mid-run no longer leaves a whole lab running. */
+  persistent?: boolean;
   log?: (line: string) => void;
 }
 
@@ -81,6 +87,12 @@ async function prepareGitRepo(configDir: string, stateDir: string): Promise<{ ro
   return { root, bare, work };
 }
 
+/** The anchor's command: it lives as long as the lab may (docs at the top); with an owner, no longer than it. */
+export function anchorArgv(owner: number | null): string[] {
+  if (owner === null) return ['sleep', 'infinity'];
+  return ['sh', '-c', 'while kill -0 "$0" 2>/dev/null; do sleep 1; done', String(owner)];
+}
+
 /** Builds the lab. On failure everything made so far is removed again and the error is rethrown. */
 export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
   const log = opts.log ?? (() => {});
@@ -107,7 +119,7 @@ export async function labUp(opts: LabUpOptions = {}): Promise<LabState> {
   const plan = planLab(spec); // pure: fails before anything is built
   mkdirSync(join(stateDir, 'logs'), { recursive: true });
 
-  const anchor = spawnDetached('anchor', null, ['sleep', 'infinity'], join(stateDir, 'logs', 'anchor.log'));
+  const anchor = spawnDetached('anchor', null, anchorArgv(opts.persistent ? null : process.pid), join(stateDir, 'logs', 'anchor.log'));
   const state: LabState = {
     version: 1,
     prefix: `glb${anchor.pid}-`,

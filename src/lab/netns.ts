@@ -187,7 +187,19 @@ export async function cleanStale(prefix = NETNS_PREFIX, opts: CleanStaleOptions 
     const pid = creatorPid(name, prefix);
     return pid !== null && pid !== process.pid && !pidAlive(pid);
   });
-  if (!opts.dryRun) for (const name of stale) await deleteNetns(name);
+  if (opts.dryRun) return stale;
+  for (const name of stale) {
+    // what still runs there (a killed test's daemons, BIRD, servers) would keep the namespace, its links and its
+    // BPF programs alive after the name is gone, unreachable by any later clean
+    for (const pid of await netnsPids(name)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await deleteNetns(name);
+  }
   return stale;
 }
 

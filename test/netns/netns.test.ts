@@ -1,7 +1,8 @@
 // Network-namespace library: real namespaces, veth pairs, bridges, processes and sysctls, cleaned up afterwards.
 // Serial: cleanupRun() removes everything this process made, so tests must not overlap.
 import test from 'ava';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { anchorArgv } from '../../src/lab/lab.js';
 import { statSync } from 'node:fs';
 import {
   addMultipathRoute,
@@ -25,6 +26,8 @@ import {
   setSysctls,
   nsName,
   nsSpawn,
+  netnsPids,
+  sleep,
   pidAlive,
   runPrefix,
   setEcmpHashPolicy,
@@ -254,5 +257,46 @@ test.serial('cleanStale removes only prefixed namespaces whose creator is dead',
   } finally {
     for (const n of [staleNs, keptNs, foreignNs]) spawnSync('ip', ['netns', 'del', n]);
     await deleteNetns(liveNs);
+  }
+});
+
+test.serial('cleanStale kills what still runs in a stale namespace (a killed test\'s daemons), never in a live one', async (t) => {
+  const dead = spawnSync('true').pid!;
+  const prefix = 'glbck';
+  const staleNs = `${prefix}${dead}-t-stale`;
+  const liveNs = `${prefix}${process.pid}-t-live`;
+  spawnSync('ip', ['netns', 'add', staleNs]);
+  await createNetns(liveNs);
+  const inStale = spawn('ip', ['netns', 'exec', staleNs, 'sleep', '300'], { detached: true, stdio: 'ignore' });
+  const inLive = spawn('ip', ['netns', 'exec', liveNs, 'sleep', '300'], { detached: true, stdio: 'ignore' });
+  try {
+    for (let i = 0; i < 50 && !((await netnsPids(staleNs)).length && (await netnsPids(liveNs)).length); i++) await sleep(100);
+    t.true((await netnsPids(staleNs)).includes(inStale.pid!), 'a process runs in the stale namespace');
+    const removed = await cleanStale(prefix);
+    t.deepEqual(removed, [staleNs]);
+    for (let i = 0; i < 50 && pidAlive(inStale.pid!); i++) await sleep(100);
+    t.false(pidAlive(inStale.pid!), 'killed with its namespace');
+    t.true(pidAlive(inLive.pid!), 'benign: the live namespace\'s process runs on');
+  } finally {
+    for (const c of [inStale, inLive]) c.kill('SIGKILL');
+    spawnSync('ip', ['netns', 'del', staleNs]);
+    await deleteNetns(liveNs);
+  }
+});
+
+test.serial('a lab anchor with an owner ends within seconds of its owner\'s death; without one it lives on', async (t) => {
+  const owner = spawn('sleep', ['1'], { stdio: 'ignore' });
+  const watching = spawn(anchorArgv(owner.pid!)[0]!, anchorArgv(owner.pid!).slice(1), { stdio: 'ignore' });
+  const forever = spawn(anchorArgv(null)[0]!, anchorArgv(null).slice(1), { stdio: 'ignore' });
+  try {
+    const ended = new Promise<void>((resolve) => watching.once('exit', () => resolve()));
+    t.true(pidAlive(watching.pid!), 'alive while its owner runs');
+    await new Promise<void>((resolve) => owner.once('exit', () => resolve()));
+    const gone = await Promise.race([ended.then(() => true), sleep(10_000).then(() => false)]);
+    t.true(gone, 'the anchor ended after its owner did');
+    t.true(pidAlive(forever.pid!), 'benign: gitlb lab up\'s anchor (no owner) lives on');
+  } finally {
+    watching.kill('SIGKILL');
+    forever.kill('SIGKILL');
   }
 });

@@ -80,6 +80,7 @@ async function up(o: LabOptions): Promise<number> {
     router: o.router,
     ...(o.vipsOnLo ? { vipsOnLo: true } : {}),
     stateDir: o.stateDir,
+    persistent: true,
     log,
   });
   // With BGP the VIPs have no route until every lb node's BIRD announces them, seconds after the daemons start:
