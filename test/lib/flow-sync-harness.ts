@@ -62,6 +62,8 @@ export type FlowSyncStep =
   | { op: 'sendGone'; ofStep: number; entry: unknown[] }
   /** lb-a's daemon restarts: a new channel and sync of its own, which must send b the whole table */
   | { op: 'restartA' }
+  /** lb-b's sync answers every message with an error while `on` (a peer that fails: lb-a's sends fail) */
+  | { op: 'refuseSync'; on: boolean }
   /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
   | { op: 'serve' | 'unserve'; node: 'a' | 'b'; address: string }
   /** what lb-b's channel refused and counted, by reason */
@@ -174,6 +176,11 @@ async function main(): Promise<void> {
           channels.splice(channels.indexOf(chA), 1);
           chA = await open('lb-a');
           sync.a = syncOf('a', chA);
+          out.push({});
+        } else if (step.op === 'refuseSync') {
+          // an own property shadows FlowSync.receive, which the channel's handler calls; deleting it restores it
+          if (step.on) sync.b.receive = async () => { throw new Error('lb-b refuses the sync (test)'); };
+          else delete (sync.b as { receive?: unknown }).receive;
           out.push({});
         } else if (step.op === 'serve' || step.op === 'unserve') {
           const obj = dp[step.node].object()!;

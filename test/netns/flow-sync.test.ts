@@ -15,6 +15,7 @@
 //   continue), never over lb-b's own entry, and never naming a real the VIP does not list;
 // - an end of a translation over lb-b's budget waits there and is applied once the budget refills (bounded: the rest
 //   is refused and counted);
+// - an end queued when a send failed is sent with the resync that follows;
 // - a restarted lb-a sends lb-b its whole table.
 import test from 'ava';
 import { execFileSync } from 'node:child_process';
@@ -294,6 +295,19 @@ const RING_FLOOD = 60;
 // ---- lb-a's ring (one page, RING_BYTES_A) overflows: what it had no room for is counted, and the round's scan sends it
 for (let i = 0; i < RING_FLOOD; i++) add(`a new flow ${i} past the ring`, { op: 'run', node: 'a', data: tcp(VIP_DSR, 30000 + i, SYN) });
 add('a tick after the ring overflowed', { op: 'tick', node: 'a' });
+// ---- an end lb-a had queued when a send to lb-b failed: the resync that follows sends the table (which holds no
+// ends) after it, so lb-b's copy is deleted (lb-a's established TCP timeout is SHORT_S since the refresh section)
+add('a snat syn 8', { op: 'run', node: 'a', data: tcp(VIP_SNAT, 5308, SYN) });
+add('a tick h', { op: 'tick', node: 'a' });
+add('b has 8 (synced)', { op: 'snatHas', node: 'b', clientPort: 5308 });
+add('b refuses the sync', { op: 'refuseSync', on: true });
+add('wait h (8 expires at a)', { op: 'wait', ms: SHORT_S * 1000 + 500 });
+add('a sweep h', { op: 'snatSweep', node: 'a' });
+add('a tick h1 (its send fails)', { op: 'tick', node: 'a' });
+add('b has 8 while refusing', { op: 'snatHas', node: 'b', clientPort: 5308 });
+add('b takes the sync again', { op: 'refuseSync', on: false });
+add('a tick h2 (resync)', { op: 'tick', node: 'a' });
+add('b has 8 after the resync', { op: 'snatHas', node: 'b', clientPort: 5308 });
 
 // ---- lb-a restarts: a new sync sends lb-b the whole table
 add('restart a', { op: 'restartA' });
@@ -615,6 +629,18 @@ test('an end over the budget waits on lb-b and is applied when the budget refill
   t.is(g3.goneDeferred, 0);
   const spent = (await r('spend the budget again')).answer.refused['rate-limited'] as number;
   t.is(g3.refused['rate-limited'] - g2.refused['rate-limited'], spent + 1, 'the dropped end counted once, beside the flood\'s entries');
+});
+
+test('an end queued when a send failed goes with the resync that follows: the peer\'s copy is deleted', async (t) => {
+  t.true((await r('b has 8 (synced)')).has);
+  t.true((await r('a sweep h')).swept >= 1, 'lb-a\'s translation expired there');
+  const h1 = (await r('a tick h1 (its send fails)')).report['lb-b'];
+  t.false(h1.inSync, 'the send failed');
+  t.regex(h1.lastError ?? '', /./);
+  t.true((await r('b has 8 while refusing')).has);
+  const h2 = (await r('a tick h2 (resync)')).report['lb-b'];
+  t.true(h2.inSync, JSON.stringify(h2));
+  t.false((await r('b has 8 after the resync')).has, 'the end was not lost with the failed send\'s queue');
 });
 
 test('a restarted lb-a sends lb-b its whole table', async (t) => {

@@ -41,6 +41,9 @@ export const FLOW_SYNC_DEFAULTS = {
    * refills (the peer does not send them again, and a copy left in place would linger until its idle timeout);
    * beyond it they are dropped and counted ('rate-limited'). */
   maxDeferredGone: 4096,
+  /** This node's ends queued for a peer when its queue was lost (a failed send, an overflow): kept for the resync that
+   * follows (the table it sends holds no ends); beyond it they are dropped and counted ('dropped'). */
+  maxGoneToResend: 4096,
   timeoutMs: 2_000,
   /** A peer's connection-table entry replaces this node's only when its choice is this much newer (flow-state.ts). */
   recencyMarginMs: RECENCY_MARGIN_MS,
@@ -221,6 +224,9 @@ interface PeerState {
   incoming: { seq: number; whole: boolean } | null;
   /** The peer's ends over its budget (oldest first), with when they arrived: applied as the budget refills. */
   deferredGone: Array<{ e: SnatEntry; at: number }>;
+  /** This node's ends that were queued for the peer when its queue was lost (a failed send, an overflow): a resync
+   * sends the table, which holds no ends, so they lead the next one (bounded by maxGoneToResend). */
+  goneToResend: Item[];
 }
 
 /** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
@@ -315,7 +321,7 @@ export class FlowSync {
   private state(peer: string): PeerState {
     let s = this.peerState.get(peer);
     if (!s) {
-      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [],
+      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [], goneToResend: [],
         report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false,
           goneDeferred: 0 } };
       this.peerState.set(peer, s);
@@ -389,18 +395,33 @@ export class FlowSync {
       const s = this.state(peer);
       if (!s.inSync && s.queue.length === 0) {
         if (!table) return; // a resync waits for the next scan
-        s.queue = table.slice(); // (re)join: the whole table, then deltas
+        // (re)join: the whole table, then deltas; ends lost with an earlier queue first (the table holds no ends)
+        s.queue = [...s.goneToResend, ...table];
+        s.goneToResend = [];
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
         s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true };
       } else append(s.queue, fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
+        this.keepGone(s);
         s.queue = [];
         s.resync = null;
         s.inSync = false; // the next round starts a resync with the table as it is then
       }
       await this.send(peer, s);
     }));
+  }
+
+  /** Keeps the ends (`gone`) of a queue about to be lost for the peer's next resync, up to maxGoneToResend; returns
+   * how many did not fit (dropped: the peer's copies then end by their own idle timeout). */
+  private keepGone(s: PeerState): number {
+    let lost = 0;
+    for (const it of s.queue) {
+      if (it.kind !== 'gone') continue;
+      if (s.goneToResend.length < this.limits.maxGoneToResend) s.goneToResend.push(it);
+      else lost++;
+    }
+    return lost;
   }
 
   private nextSeq(): number {
@@ -419,8 +440,9 @@ export class FlowSync {
         await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now(), mark), { timeoutMs: this.limits.timeoutMs });
       } catch (e) {
         s.report.lastError = (e as Error).message;
-        // unknown what arrived: the table is sent again once the peer answers
+        // unknown what arrived: the table is sent again once the peer answers, after the ends that were waiting
         s.inSync = false;
+        s.report.dropped += this.keepGone(s);
         s.queue = [];
         s.resync = null;
         break;
