@@ -20,7 +20,9 @@
 //   kernels (routedViaLbNodes): the same extra hop a VIP request takes, with no balancer.
 // - the floor lab (last, without gitlb): bench/e2e/xdp_l2_floor.c on the lb nodes, a MAC rewrite and XDP_TX for
 //   web's VIP and nothing else (floor.ts), native and then generic: the least any XDP L2 DSR balancer pays here.
-//   What a gitlb mode loses against direct beyond the floor is gitlb's; the rest is the lab's topology.
+//   What a gitlb mode loses against direct beyond the floor is gitlb's; the rest is the lab's topology. SNAT's
+//   replies come back through the lb nodes (DSR's go straight to the router): its floor is the row "replies via the
+//   lb too", the same program also sending the backends' answers on to the router.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -34,7 +36,7 @@ import { waitForAnnounced } from '../../src/demo/failover.js';
 import { writeBenchConfig, type BenchConfig } from './config.js';
 import { formatTable, summarize, type Sample, type Series } from './table.js';
 import { wrk } from './wrk.js';
-import { attachFloor, buildFloor } from './floor.js';
+import { attachFloor, buildFloor, repliesThroughLbNodes } from './floor.js';
 
 const { values } = parseArgs({
   options: {
@@ -75,6 +77,8 @@ interface Target {
   viaLbNodes?: boolean;
   /** run before each of the target's measurements and before its warm-up (the floor attaches its program) */
   before?: (state: LabState) => Promise<void>;
+  /** run after each of the target's measurements and after its warm-up (undoes what `before` changed) */
+  after?: (state: LabState) => Promise<void>;
 }
 
 /**
@@ -226,6 +230,7 @@ async function main(): Promise<void> {
       return { rps, cps };
     } finally {
       await undo?.();
+      await t.after?.(state);
     }
   };
   const header = () => [
@@ -273,11 +278,18 @@ async function main(): Promise<void> {
       const web = cfg.services.find((x) => x.name === 'web')!;
       const obj = await buildFloor(state, cfg.backends, web.url, scratch);
       const floorT = (m: 'native' | 'generic'): Target => ({ name: `xdp l2 floor (web's VIP) [${m}]`, url: web.url, before: (st) => attachFloor(st, obj, m) });
-      const targets = [direct, floorT('native'), floorT('generic')];
-      ran.push(`lab ${i + 1}: no daemons, bench/e2e/xdp_l2_floor.c on both lb nodes (MAC rewrite + XDP_TX, nothing else)`);
+      // the floor of a balancer that carries the replies too (SNAT's path): the backends answer through the lb nodes
+      let undoReplies: (() => Promise<void>) | null = null;
+      const replyFloorT: Target = { name: 'xdp floor, replies via the lb too (SNAT\'s path) [native]', url: web.url,
+        before: async (st) => { await attachFloor(st, obj, 'native'); undoReplies ??= await repliesThroughLbNodes(st); },
+        after: async () => { await undoReplies?.(); undoReplies = null; } };
+      const targets = [direct, floorT('native'), floorT('generic'), replyFloorT];
+      ran.push(`lab ${i + 1}: no daemons, bench/e2e/xdp_l2_floor.c on both lb nodes (MAC rewrite + XDP_TX, nothing else; for the ` +
+        `"replies via the lb" row the backends route the clients via the lb nodes and the program sends the answers on to the router)`);
       for (const t of targets) {
         await t.before?.(state);
         await warmUp(state, cfg, [t], 'floor');
+        await t.after?.(state);
       }
       const series = targets.map((t): Series => ({ name: t === direct ? `${t.name} [lab ${i + 1}]` : t.name, lab: i, direct: t === direct, samples: [] }));
       rows.push(...series);

@@ -13,9 +13,11 @@ const MACS = ['02:00:00:00:00:21', '02:00:00:00:00:22', '02:00:00:00:00:23'];
 const LB_MAC = [2, 0, 0, 0, 0, 0x11];
 const scratch = mkdtempSync(join(tmpdir(), 'gitlb-floor-test-'));
 test.after.always(() => rmSync(scratch, { recursive: true, force: true }));
+/** A directory of its own for each build (the tests of this file run at once, and every build is xdp_l2_floor.o). */
+const buildDir = () => mkdtempSync(join(scratch, 'build-'));
 
-/** Ethernet + IPv4 (no options) + TCP, to `dst`:`dport` from 192.0.2.`srcHost`:`sport`. */
-function packet(o: { dst?: number[]; dport?: number; sport?: number; srcHost?: number; proto?: number; ethType?: number } = {}): Buffer {
+/** Ethernet + IPv4 (no options) + TCP, to `dst`:`dport` from `src` (default 192.0.2.`srcHost`):`sport`. */
+function packet(o: { dst?: number[]; dport?: number; sport?: number; srcHost?: number; src?: number[]; proto?: number; ethType?: number } = {}): Buffer {
   const b = Buffer.alloc(14 + 20 + 20);
   Buffer.from([...LB_MAC, 2, 0, 0, 0, 0, 1]).copy(b, 0);
   b.writeUInt16BE(o.ethType ?? 0x0800, 12);
@@ -23,7 +25,7 @@ function packet(o: { dst?: number[]; dport?: number; sport?: number; srcHost?: n
   b.writeUInt16BE(40, 16);
   b[22] = 64;
   b[23] = o.proto ?? 6;
-  Buffer.from([192, 0, 2, o.srcHost ?? 10]).copy(b, 26);
+  Buffer.from(o.src ?? [192, 0, 2, o.srcHost ?? 10]).copy(b, 26);
   Buffer.from(o.dst ?? [203, 0, 113, 10]).copy(b, 30);
   b.writeUInt16BE(o.sport ?? 40000, 34);
   b.writeUInt16BE(o.dport ?? 80, 36);
@@ -35,7 +37,7 @@ function packet(o: { dst?: number[]; dport?: number; sport?: number; srcHost?: n
 const mac = (b: Buffer, off: number) => [...b.subarray(off, off + 6)].map((x) => x.toString(16).padStart(2, '0')).join(':');
 
 test('xdp_l2_floor: a VIP:port TCP packet leaves by XDP_TX with a backend MAC, per flow, over every backend', async (t) => {
-  const obj = await BpfObject.load(await compileFloor('203.0.113.10', 80, MACS, scratch));
+  const obj = await BpfObject.load(await compileFloor('203.0.113.10', 80, MACS, buildDir()));
   try {
     const prog = obj.program('xdp_l2_floor');
     const seen = new Set<string>();
@@ -66,7 +68,44 @@ test('xdp_l2_floor: a VIP:port TCP packet leaves by XDP_TX with a backend MAC, p
   }
 });
 
+const ROUTER_MAC = '02:00:00:00:00:fe';
+/** A backend's answer from the VIP:80 to a client (what reaches the lb node when the backends route the clients via it). */
+const answer = (o: { sport?: number } = {}) => packet({ src: [203, 0, 113, 10], dst: [192, 0, 2, 10], sport: o.sport ?? 80, dport: 40000 });
+
+test('xdp_l2_floor with the reply leg: a backend\'s answer from the VIP:port leaves by XDP_TX to the router, the rest as before', async (t) => {
+  const obj = await BpfObject.load(await compileFloor('203.0.113.10', 80, MACS, buildDir(), ROUTER_MAC));
+  try {
+    const prog = obj.program('xdp_l2_floor');
+    const out = prog.testRun({ data: answer() });
+    t.is(out.retval, XdpAction.tx);
+    t.is(mac(out.data, 0), ROUTER_MAC);
+    t.is(mac(out.data, 6), '02:00:00:00:00:11', 'the source MAC is the lb node (the frame\'s old destination)');
+    t.deepEqual(out.data.subarray(12), answer().subarray(12), 'nothing but the MACs changes');
+    const req = prog.testRun({ data: packet() });
+    t.is(req.retval, XdpAction.tx);
+    t.true(MACS.includes(mac(req.data, 0)), 'requests still go to a backend');
+    const other = answer({ sport: 8080 });
+    const passed = prog.testRun({ data: Buffer.from(other) });
+    t.is(passed.retval, XdpAction.pass, 'an answer from another port of the VIP is the kernel\'s');
+    t.deepEqual(passed.data, other);
+  } finally {
+    obj.close();
+  }
+});
+
+test('xdp_l2_floor without the reply leg leaves answers to the kernel', async (t) => {
+  const obj = await BpfObject.load(await compileFloor('203.0.113.10', 80, MACS, buildDir()));
+  try {
+    const out = obj.program('xdp_l2_floor').testRun({ data: answer() });
+    t.is(out.retval, XdpAction.pass);
+    t.deepEqual(out.data, answer());
+  } finally {
+    obj.close();
+  }
+});
+
 test('compileFloor refuses what it cannot compile in', async (t) => {
+  await t.throwsAsync(compileFloor('203.0.113.10', 80, MACS, scratch, '02:00:00:00:fe'), { message: /bad router MAC/ });
   await t.throwsAsync(compileFloor('2001:db8::1', 80, MACS, scratch), { message: /bad IPv4 VIP/ });
   await t.throwsAsync(compileFloor('203.0.113.10', 0, MACS, scratch), { message: /bad port/ });
   await t.throwsAsync(compileFloor('203.0.113.10', 80, ['02:00:00:00:00'], scratch), { message: /bad MAC/ });
