@@ -137,7 +137,8 @@ async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logge
 }
 
 /** Serving a lost lb node's SNAT address with the translations it synced here (flows/snat-takeover.ts). */
-async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): Promise<SnatTakeover> {
+async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger,
+  sync: { handBackReady(node: string, sinceMs: number): boolean; nudge(node: string): void; rejoining(): boolean }): Promise<SnatTakeover> {
   const { SnatTakeover } = await import('./flows/snat-takeover.js');
   const lbNodes = () => (d.reconciler.appliedConfig?.nodes ?? []).filter((n) => n.spec.role === 'lb');
   const t = new SnatTakeover({
@@ -153,6 +154,10 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger): 
       [...n.spec.addresses, ...(n.spec.role === 'lb' && n.spec.addresses.length === 0 && n.spec.snatAddress ? [n.spec.snatAddress] : [])]),
     interface: () => o.interface ?? d.reconciler.desired?.interface,
     object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
+    // a returned owner gets its address back once it has its own translations; this node's own waits for its own
+    handBackReady: (node, since) => sync.handBackReady(node, since),
+    nudge: (node) => sync.nudge(node),
+    ownAddressHeld: () => sync.rejoining(),
     log,
   });
   t.start();
@@ -201,8 +206,9 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
 }
 
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
-async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger)
-  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport; resyncReceived(peer: string): boolean }> {
+async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger, rejoining: () => boolean)
+  : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport; resyncReceived(peer: string): boolean;
+    handBackReady(node: string, sinceMs: number): boolean; nudge(node: string): void }> {
   const { FlowSync } = await import('./flows/flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
@@ -212,11 +218,13 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
     desired: () => d.reconciler.desired,
     snatAddressOf: (node) => (d.reconciler.appliedConfig?.nodes ?? [])
       .find((n) => n.spec.role === 'lb' && n.metadata.name === node)?.spec.snatAddress,
+    rejoining,
     log,
   });
   sync.start();
   log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
-  return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport(), resyncReceived: (p) => sync.resyncReceived(p) };
+  return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport(), resyncReceived: (p) => sync.resyncReceived(p),
+    handBackReady: (n, since) => sync.handBackReady(n, since), nudge: (n) => sync.nudge(n) };
 }
 
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
@@ -375,7 +383,9 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   bgp?.start();
   // A flip re-renders on the health path at once (daemon.refreshHealth never waits for Git).
   if (flippedBeforeStart) d.refreshHealth('health change');
-  const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log) : null;
+  // rejoining with empty maps (the gate held): own SNAT translations are asked back and taken, the own address waits
+  const rejoining = () => rejoin?.rejoining() ?? false;
+  const flowSync = runFlowSync && peerChannel ? await startFlowSync(o, peerChannel, d, log, rejoining) : null;
   if (flowSync) syncedFrom = (p) => flowSync.resyncReceived(p);
   // the drain watch and the takeover start below: read at scrape time
   let drainWatch: { report(): StatusDrain | null } | null = null;
@@ -391,13 +401,13 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   }
   if (flowSync) {
     tasks.push(flowSync);
-    takeover = await startSnatTakeover(o, d, log);
+    const sync = flowSync;
+    takeover = await startSnatTakeover(o, d, log, { handBackReady: (n, since) => sync.handBackReady(n, since), nudge: (n) => sync.nudge(n), rejoining });
     const t = takeover;
     tasks.push({ stop: () => void t.stop() });
     const drain = await startDrainWatch(o, d, log);
     drainWatch = drain;
     tasks.push(drain);
-    const sync = flowSync;
     flowsStatus = () => ({ sync: sync.report(), snatTakeover: t.report(), ...(drain.report() && { drain: drain.report() }) });
   }
   if (health && o.passiveHealth !== false) {

@@ -2,7 +2,7 @@
 // real peer channels on 127.0.0.1, all inside a test network namespace (bpf_fib_lookup needs the lab's neighbours;
 // the channels' TCP stays in the namespace). Packets go through each node's xdp_lb by BPF_PROG_TEST_RUN. Runs the
 // scenario of test/netns/flow-sync.test.ts and prints one JSON observation per named step; the test asserts.
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { FlowSync, FLOW_SYNC_KIND } from '../../src/reconciler/flows/flow-sync.js';
 import { serveSnatAddress, servedSnatAddresses, unserveSnatAddress } from '../../src/bpf/dataplane/flow-state.js';
@@ -64,6 +64,20 @@ export type FlowSyncStep =
   | { op: 'restartA' }
   /** lb-b's sync answers every message with an error while `on` (a peer that fails: lb-a's sends fail) */
   | { op: 'refuseSync'; on: boolean }
+  /** lb-b's daemon restarts (a new channel and sync); `empty`: its pins removed first (a reboot: empty maps, the
+   * applied state written again); `rejoining`: its sync is told it rejoins (its rejoin gate held) */
+  | { op: 'restartB'; empty: boolean; rejoining: boolean }
+  /** the node's rejoin gate released (or held again): what its sync is told by `rejoining` */
+  | { op: 'rejoining'; node: 'a' | 'b'; on: boolean }
+  /** this moment (ms since the epoch), for handBack */
+  | { op: 'mark' }
+  /** the node's FlowSync.nudge(peer): its next round sends the peer a message (an empty one if nothing is due) */
+  | { op: 'nudge'; node: 'a' | 'b'; peer: string }
+  /** the node's FlowSync.handBackReady(peer, the time of the 'mark' step `sinceStep`) */
+  | { op: 'handBack'; node: 'a' | 'b'; peer: string; sinceStep: number }
+  /** lb-a's channel sends lb-b one translation `entry` (the 'snat' form) with the SNAT source port of the packet
+   * step `ofStep` put out in place of its snatPort (index 8), plus `portOffset` */
+  | { op: 'sendSnat'; ofStep: number; entry: unknown[]; portOffset?: number; resync?: unknown }
   /** the node serves (or stops serving) a lost node's SNAT address (src/reconciler/flows/snat-takeover.ts) */
   | { op: 'serve' | 'unserve'; node: 'a' | 'b'; address: string }
   /** what lb-b's channel refused and counted, by reason */
@@ -76,7 +90,7 @@ export const LB_C_SNAT = '198.51.100.4';
 
 async function main(): Promise<void> {
   const input = JSON.parse(readFileSync(0, 'utf8')) as FlowSyncInput;
-  const dp = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a`, ...(input.syncRingBytesA && { syncRingBytes: input.syncRingBytesA }) }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
+  const dp: Record<'a' | 'b', Awaited<ReturnType<typeof openLbDataPlane>>> = { a: await openLbDataPlane({ pinRoot: `${input.pinRoot}/a`, ...(input.syncRingBytesA && { syncRingBytes: input.syncRingBytesA }) }), b: await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` }) };
   const applied: Record<'a' | 'b', DesiredState | null> = { a: null, b: null };
   const url: Record<string, string> = {};
   const peersOf = (self: string) => () => Object.entries(url).filter(([n]) => n !== self).map(([node, u]) => ({ node, url: u }));
@@ -95,11 +109,13 @@ async function main(): Promise<void> {
   // lb-b's sync runs on a clock only the steps move ('advance'), so what its entry budget grants depends on the steps
   // alone, never on how long the machine took between them (the flood test was flaky under load).
   let clockB = Date.now();
+  const rejoining = { a: false, b: false };
   const syncOf = (node: 'a' | 'b', ch: PeerChannel) => new FlowSync({ node: `lb-${node}`, channel: ch, peers: () => Object.keys(url).filter((n) => n !== `lb-${node}`),
     object: () => dp[node].object(), desired: () => applied[node], log, limits, ...(node === 'b' && { now: () => clockB }),
+    rejoining: () => rejoining[node],
     snatAddressOf: (peer) => (peer === 'lb-c' ? LB_C_SNAT : applied[peer === 'lb-a' ? 'a' : 'b']?.snatAddress) });
   let chA = await open('lb-a');
-  const chB = await open('lb-b');
+  let chB = await open('lb-b');
   const sync = { a: syncOf('a', chA), b: syncOf('b', chB) };
   const out: unknown[] = [];
   try {
@@ -153,7 +169,7 @@ async function main(): Promise<void> {
         } else if (step.op === 'snatHas') {
           const held = dp[step.node].object()!.map('lb_snat_rev').entries().map(([, v]) => Buffer.from(v))
             .filter((v) => v.readUInt16BE(32) === step.clientPort);
-          out.push({ has: held.length > 0, owners: held.map((v) => v[41]) });
+          out.push({ has: held.length > 0, owners: held.map((v) => v[41]), created: held.map((v) => String(v.readBigUInt64LE(48))) });
         } else if (step.op === 'sendGone') {
           const sent = Buffer.from((out[step.ofStep] as { data: string }).data, 'hex');
           const entry = [...step.entry];
@@ -182,6 +198,36 @@ async function main(): Promise<void> {
           if (step.on) sync.b.receive = async () => { throw new Error('lb-b refuses the sync (test)'); };
           else delete (sync.b as { receive?: unknown }).receive;
           out.push({});
+        } else if (step.op === 'restartB') {
+          await chB.close();
+          channels.splice(channels.indexOf(chB), 1);
+          if (step.empty) {
+            dp.b.close();
+            rmSync(`${input.pinRoot}/b`, { recursive: true, force: true });
+            mkdirSync(`${input.pinRoot}/b`, { recursive: true });
+            dp.b = await openLbDataPlane({ pinRoot: `${input.pinRoot}/b` });
+            if (applied.b) await applyTo(dp.b, applied.b);
+          }
+          rejoining.b = step.rejoining;
+          chB = await open('lb-b');
+          sync.b = syncOf('b', chB);
+          out.push({});
+        } else if (step.op === 'rejoining') {
+          rejoining[step.node] = step.on;
+          out.push({});
+        } else if (step.op === 'mark') {
+          out.push({ at: Date.now() });
+        } else if (step.op === 'nudge') {
+          sync[step.node].nudge(step.peer);
+          out.push({});
+        } else if (step.op === 'handBack') {
+          out.push({ ready: sync[step.node].handBackReady(step.peer, (out[step.sinceStep] as { at: number }).at) });
+        } else if (step.op === 'sendSnat') {
+          const sent = Buffer.from((out[step.ofStep] as { data: string }).data, 'hex');
+          const entry = [...step.entry];
+          entry[8] = sent.readUInt16BE(14 + 20) + (step.portOffset ?? 0);
+          out.push({ answer: await chA.request('lb-b', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [entry], ...(step.resync !== undefined && { resync: step.resync }) },
+            { timeoutMs: 60_000 }) });
         } else if (step.op === 'serve' || step.op === 'unserve') {
           const obj = dp[step.node].object()!;
           const ok = step.op === 'serve' ? serveSnatAddress(obj, step.address) : (unserveSnatAddress(obj, step.address), true);

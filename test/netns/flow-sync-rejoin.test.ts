@@ -12,16 +12,23 @@
 // ECMP moves some of the connections to lb-1, which must carry every one (lb-2's translations and the DSR entries
 // on be-1). Without the gate lb-1 announces as soon as its config is applied and its XDP program attached, and the
 // connections ECMP moves to it reset (seen: revert the gate and run this file).
+// The second test: lb-1 LOST (its link down) while ECMP spreads the connections over both nodes, so lb-1 made about
+// half of the SNAT translations; lb-2 takes lb-1's SNAT address over; lb-1 is rebooted while lost (daemon killed,
+// pins removed), its link comes back and its daemon starts on empty maps. lb-1 must get its own translations back
+// from lb-2's copies (flow-sync.ts needOwn / ownBack) and lb-2 must keep lb-1's address until then (snat-takeover.ts
+// handBackReady): without that, lb-2 gives the address back as soon as lb-1's kernel answers, and the replies of the
+// connections lb-1 translated reach a node with no translation for them.
 import test from 'ava';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { commitAndPush, waitApplied, type E2eLab } from '../e2e-lab.js';
 import { waitForHops, routerNextHops } from '../../src/demo/failover.js';
 import { nsExec, sleep } from '../../src/lab/netns.js';
 import { labNs, setRouterSessions } from '../../src/lab/lab.js';
 import { spawnDetached, stopLabProcess, type LabProcess } from '../../src/lab/processes.js';
-import { HOSTS, LB1, LB2, VIPS, alive, startFlowSyncLab, assertSurvived, bothPaths, daemonOf, hopsOf, metric, metricsOf, phase, routeVia }
-  from '../lib/survival-matrix.js';
+import { BpfMap } from '../../src/bpf/libbpf.js';
+import { HOSTS, LB1, LB1_SNAT, LB2, VIPS, alive, startFlowSyncLab, assertSurvived, bothPaths, bringBack, daemonOf, holds, hopsOf, metric, metricsOf,
+  phase, routeVia } from '../lib/survival-matrix.js';
 
 let lab: E2eLab | null = null;
 let labError: Error | null = null;
@@ -174,5 +181,99 @@ test.serial('lb-1 rebooted with empty maps while every connection runs through l
     }
     await setRouterSessions(l.state, 'lb-1', true).catch(() => undefined);
     if (drained) await weighBe1(l, 100, ['lb-2']).catch(() => undefined);
+  }
+});
+
+/** lb-1's own SNAT translations (owner 0) in its pinned lb_snat_rev, read from bpffs. */
+function ownTranslations(pins: string): number {
+  const m = BpfMap.open(join(pins, 'lb_snat_rev'));
+  try {
+    return m.entries().filter(([, v]) => v[41] === 0).length;
+  } finally {
+    m.close();
+  }
+}
+
+async function waitFor(what: () => Promise<boolean> | boolean, rounds: number, ms = 250): Promise<boolean> {
+  for (let i = 0; i < rounds; i++) {
+    if (await what()) return true;
+    await sleep(ms);
+  }
+  return what();
+}
+
+test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty maps while lost, back: lb-2 keeps lb-1\'s SNAT address until lb-1 has its own translations back, and every connection survives in every mode', async (t) => {
+  t.timeout(240_000);
+  if (!lab) throw new Error(`the lab did not come up: ${labError?.message ?? 'unknown'}`);
+  const l = lab;
+  const old = daemonOf(l, 'lb-1');
+  const pins = join(old.argv[old.argv.indexOf('--pin-root') + 1]!, 'lb-1');
+  const lb1 = labNs(l.state, 'lb1');
+  const lb2Log = daemonOf(l, 'lb-2').log;
+  const lb2LogFrom = statSync(lb2Log).size;
+  const logFile = join(l.state.stateDir, 'logs', 'daemon-lb-1-rebooted-lost.log');
+  let restarted: LabProcess | null = null;
+  let down = false;
+  let sessionsShut = false;
+  let ownBefore = 0;
+  let tookOver = false;
+  let heldAtDaemonUp = false;
+  let released = false;
+  try {
+    await routeVia(t, l, ['lb-1', 'lb-2']);
+    const r = await phase(t, l, 'loss and reboot of lb-1', async () => {
+      ownBefore = ownTranslations(pins);
+      const d = await nsExec(lb1, ['ip', 'link', 'set', 'eth0', 'down']);
+      t.is(d.code, 0, d.stderr);
+      down = true;
+      t.not(await waitForHops(l.state, HOSTS, (h) => h.join() === LB2, 60_000, 100), null, 'the router dropped lb-1\'s path');
+      tookOver = await waitFor(() => holds(l, 'lb2', LB1_SNAT), 40);
+      // the reboot, while lost: nothing pinned survives
+      process.kill(old.pid, 'SIGKILL');
+      await waitFor(() => !alive(old.pid), 20, 100);
+      rmSync(pins, { recursive: true, force: true });
+      // its BIRD still has the file of before the reboot: the router listens to it again once the daemon reloaded it
+      await setRouterSessions(l.state, 'lb-1', false);
+      sessionsShut = true;
+      await bringBack(l);
+      down = false;
+      restarted = spawnDetached('daemon', old.ns, old.argv, logFile, { node: 'lb-1', cwd: join(import.meta.dirname, '..', '..') });
+      started.push(restarted);
+      l.state.processes.push(restarted);
+      t.true(await waitFor(() => existsSync(logFile) && /bgp: BIRD reloaded/.test(readFileSync(logFile, 'utf8')), 240), 'the rebooted lb-1 reloaded its BIRD');
+      // lb-1's kernel has answered lb-2's probes for seconds by now: without the wait lb-2 has given the address back
+      heldAtDaemonUp = await holds(l, 'lb2', LB1_SNAT);
+      await setRouterSessions(l.state, 'lb-1', true);
+      sessionsShut = false;
+      const ms = await waitForHops(l.state, HOSTS, bothPaths, 60_000, 100);
+      t.not(ms, null, `the router has lb-1's path again: ${JSON.stringify(await hopsOf(l))}`);
+      released = await waitFor(async () => !(await holds(l, 'lb2', LB1_SNAT)), 120);
+    }, 4000);
+    t.log(`lb-1 had made ${ownBefore} of the SNAT translations before it was lost`);
+    t.true(ownBefore > 0, 'the case occurred: SNAT connections lb-1 translated itself');
+    t.true(tookOver, 'lb-2 took lb-1\'s SNAT address over while it was lost');
+    t.true(heldAtDaemonUp, 'lb-2 still served lb-1\'s address when lb-1\'s daemon came up (its kernel had answered long before)');
+    t.true(released, 'and gave it back afterwards');
+    const lb2Lines = readFileSync(lb2Log, 'utf8').slice(lb2LogFrom).split('\n');
+    const at = (re: RegExp) => lb2Lines.findIndex((x) => re.test(x));
+    t.log(lb2Lines.filter((x) => /snat takeover|own SNAT translations/.test(x)).join('\n'));
+    const sentBack = at(/flow sync: lb-1's own SNAT translations sent back: [1-9]/);
+    const ready = at(/snat takeover: lb-1 has its own SNAT translations back/);
+    const givenBack = at(/snat takeover: giving lb-1's SNAT address \S+ back/);
+    t.true(sentBack >= 0, 'lb-2 sent lb-1 the copies of its translations');
+    t.true(ready > sentBack && givenBack > ready, 'and gave the address back only after that');
+    const lb1Lines = readFileSync(logFile, 'utf8');
+    t.regex(lb1Lines, /flow sync: lb-2's whole table received \(resync \d+, with [1-9]\d* own SNAT translations back\)/);
+    const returned = metric(await metricsOf(l, LB1), 'gitlb_flow_sync_entries_total', 'peer="lb-2"', 'event="returned"');
+    t.log(`lb-1 took ${returned} of its own translations back from lb-2`);
+    t.true(returned > 0);
+    assertSurvived(t, r, 10);
+  } finally {
+    if (down) await bringBack(l).catch(() => undefined);
+    if (!restarted && !alive(old.pid)) {
+      const p = spawnDetached('daemon', old.ns, old.argv, logFile, { node: 'lb-1', cwd: join(import.meta.dirname, '..', '..') });
+      started.push(p);
+    }
+    if (sessionsShut) await setRouterSessions(l.state, 'lb-1', true).catch(() => undefined);
   }
 });

@@ -108,8 +108,21 @@ test('the wire mark: absent (a delta, an older peer) or checked field by field; 
   t.deepEqual(parseResyncMark({ resync: { seq: 7, done: false, need: true, future: 'x' } }), { seq: 7, done: false, need: true });
   t.deepEqual(parseResyncMark({ resync: { seq: 7, done: false, need: false } }), { seq: 7, done: false });
   for (const bad of [null, [], 'done', { seq: 0, done: true }, { seq: 1.5, done: true }, { seq: '1', done: true }, { seq: 2 ** 32, done: true },
-    { seq: 1 }, { seq: 1, done: 'yes' }, { seq: 1, done: true, need: 1 }])
+    { seq: 1 }, { seq: 1, done: 'yes' }, { seq: 1, done: true, need: 1 }, { seq: 1, done: true, needOwn: 'true' }, { seq: 1, done: true, ownBack: 1 }])
     t.throws(() => parseResyncMark({ resync: bad }), { instanceOf: BadBody }, JSON.stringify(bad));
+  t.deepEqual(parseResyncMark({ resync: { seq: 7, done: false, need: true, needOwn: true } }), { seq: 7, done: false, need: true, needOwn: true });
+  t.deepEqual(parseResyncMark({ resync: { seq: 7, done: true, ownBack: true, needOwn: false } }), { seq: 7, done: true, ownBack: true });
+});
+
+test('rejoining(): armed and not released; never for a gate that is not armed', (t) => {
+  const { g, done } = gate({ peers: ['lb-2'] });
+  t.true(g.rejoining(), 'before the gate was first asked too (no config applied yet)');
+  t.true(g.holding());
+  t.true(g.rejoining());
+  done.add('lb-2');
+  t.false(g.holding());
+  t.false(g.rejoining(), 'released: its own translations from a peer are refused again');
+  t.false(gate({ armed: false, peers: ['lb-2'] }).g.rejoining());
 });
 
 const SECRET = randomBytes(32).toString('base64');
@@ -168,4 +181,71 @@ test('benign: an older peer\'s batch without the mark is accepted and releases n
   t.false(g.holding());
   t.is(g.report().releasedBy, 'all peers resynced');
   t.true(sync.report()['lb-2']!.resyncReceived);
+});
+
+/** lb-1 rejoining with a SNAT address of its own (198.51.100.111) and lb-2 (198.51.100.112), each on a real channel;
+ * lb-1's sync asks through `rejoining`, lb-2's is the one that keeps lb-1's copies. Neither has a data plane: what is
+ * checked here is the mark's rule (the translations themselves: test/netns/flow-sync-return.test.ts). */
+async function rejoiningWithOwnAddress(t: import('ava').ExecutionContext, addresses: Record<string, string> = { 'lb-1': '198.51.100.111', 'lb-2': '198.51.100.112' }) {
+  const book: PeerAddress[] = [];
+  const open = async (node: string): Promise<PeerChannel> => {
+    const ch = await startPeerChannel({ node, host: '127.0.0.1', port: 0, auth: secretAuth(SECRET), peers: () => book.filter((p) => p.node !== node) });
+    t.teardown(() => ch.close());
+    return ch;
+  };
+  const ch1 = await open('lb-1');
+  const ch2 = await open('lb-2');
+  book.push({ node: 'lb-1', url: ch1.url }, { node: 'lb-2', url: ch2.url });
+  const snatAddressOf = (n: string) => addresses[n];
+  let g: RejoinGate | null = null;
+  const s1 = new FlowSync({ node: 'lb-1', channel: ch1, peers: () => ['lb-2'], object: () => null, desired: () => null, snatAddressOf,
+    rejoining: () => g!.rejoining() });
+  g = new RejoinGate({ armed: true, peers: () => ['lb-2'], resynced: (p) => s1.resyncReceived(p) });
+  const s2 = new FlowSync({ node: 'lb-2', channel: ch2, peers: () => ['lb-1'], object: () => null, desired: () => null, snatAddressOf });
+  return { s1, s2, g: g!, ch1, ch2 };
+}
+
+test('rejoining with a SNAT address: a peer\'s whole table counts only when it brought this node\'s own translations back (ownBack); then the gate releases', async (t) => {
+  const { s1, g, ch2 } = await rejoiningWithOwnAddress(t);
+  t.true(g.holding());
+  // a send that began before lb-1's ask reached lb-2: its table, but not lb-1's own translations
+  await ch2.request('lb-1', FLOW_SYNC_KIND, done(4));
+  t.false(s1.resyncReceived('lb-2'), 'without ownBack: not all lb-1 needs');
+  t.true(g.holding());
+  await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 5, done: true, ownBack: true } });
+  t.true(s1.resyncReceived('lb-2'));
+  t.false(g.holding());
+  t.false(g.rejoining());
+});
+
+test('while rejoining, every answer lb-1 gives says it still waits for its own translations (needOwn), until a table marked ownBack arrived; a node not rejoining never says it', async (t) => {
+  const { ch2 } = await rejoiningWithOwnAddress(t);
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }), { applied: 0, unchanged: 0, refused: {}, needOwn: true });
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, done(6)), { applied: 0, unchanged: 0, refused: {}, needOwn: true }, 'a table without them');
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 7, done: true, ownBack: true } }),
+    { applied: 0, unchanged: 0, refused: {} });
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }), { applied: 0, unchanged: 0, refused: {} });
+  const { ch1 } = await rejoiningWithOwnAddress(t);
+  t.deepEqual(await ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }), { applied: 0, unchanged: 0, refused: {} }, 'lb-2 is not rejoining');
+});
+
+test('the ask: lb-2 owes lb-1 its translations from lb-1\'s `needOwn` until a send carrying them completed; only a peer with a SNAT address is owed; handBackReady needs a message since the return and nothing owed', async (t) => {
+  const { s2, ch1 } = await rejoiningWithOwnAddress(t);
+  const since = Date.now();
+  t.false(s2.handBackReady('lb-1', since), 'nothing heard from lb-1 since it answered again');
+  await ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 1, done: false, need: true, needOwn: true } });
+  t.false(s2.handBackReady('lb-1', since), 'heard, but its own translations are owed: the address stays with lb-2');
+  await ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 1, done: true } });
+  t.false(s2.handBackReady('lb-1', since), 'lb-1\'s table arriving does not pay the debt');
+  t.false(s2.handBackReady('lb-1', Date.now() + 1000), 'nothing heard since a later return');
+  // benign: a node that only lost its link (pins kept) asks nothing: its first message is enough
+  const other = await rejoiningWithOwnAddress(t);
+  const since2 = Date.now();
+  await other.ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 9, done: true } });
+  t.true(other.s2.handBackReady('lb-1', since2));
+  // an ask of a node without a SNAT address (nothing of it kept, no address to give back) owes nothing
+  const plain = await rejoiningWithOwnAddress(t, { 'lb-2': '198.51.100.112' });
+  const since3 = Date.now();
+  await plain.ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 2, done: true, need: true, needOwn: true } });
+  t.true(plain.s2.handBackReady('lb-1', since3));
 });

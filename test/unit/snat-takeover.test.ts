@@ -15,7 +15,7 @@ const PEERS: TakeoverPeer[] = [
 ];
 
 /** A takeover of `self` whose world is scripted: which peers answer, what the interface holds, what was announced. */
-function world(self: string, peers: TakeoverPeer[], own?: string | (() => string), nodeAddresses: string[] = []) {
+function world(self: string, peers: TakeoverPeer[], own?: string | (() => string), nodeAddresses: string[] = [], extra: Partial<SnatTakeoverOptions> = {}) {
   const answers = new Map<string, boolean>(peers.map((p) => [p.probe.host, true]));
   const served = new Set<string>();
   const onIface = new Set<string>();
@@ -36,6 +36,7 @@ function world(self: string, peers: TakeoverPeer[], own?: string | (() => string
     link: async () => ({ up: linkUp, mac: '02:00:00:00:00:01' }),
     served: () => ({ serve: (a) => (served.add(a), true), unserve: (a) => { served.delete(a); }, list: () => [...served] }),
     now: () => now,
+    ...extra,
   };
   const t = new SnatTakeover(o);
   return {
@@ -250,6 +251,62 @@ test('a served address that becomes this node\'s own SNAT address (config change
   await w.ticks(14);
   t.true(w.onIface.has('198.51.100.112'), 'this node\'s own SNAT address is not taken off its interface');
   t.deepEqual(w.t.report().serving, { '198.51.100.122': 'lb-2' }, 'benign: lb-2\'s new address is served');
+});
+
+test('a returned owner gets its address back only once it has its own translations (handBackReady): until then replies are still drawn and translated here', async (t) => {
+  let ready = false;
+  const asked: Array<[string, number]> = [];
+  const nudged: string[] = [];
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: (node, since) => { asked.push([node, since]); return ready; },
+    nudge: (node) => nudged.push(node) });
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+  w.answer('198.51.100.12', true); // its kernel answers (a reboot: its daemon is not even up yet)
+  await w.ticks(20);
+  t.deepEqual(w.t.report(), { lost: [], serving: { '198.51.100.112': 'lb-2' } }, 'not lost, but still served: it has no translations yet');
+  t.deepEqual([...w.onIface], ['198.51.100.112'], 'still drawing its replies here');
+  t.deepEqual([...w.served], ['198.51.100.112']);
+  t.true(asked.length > 0 && asked.every(([n, since]) => n === 'lb-2' && since === asked[0]![1]), 'asked about lb-2 since the moment it answered again');
+  t.true(nudged.length >= 19 && nudged.every((n) => n === 'lb-2'), 'its sync nudged to talk to lb-2 each round it waits');
+  ready = true; // its sync spoke and the copies of its own translations reached it
+  await w.ticks(1);
+  const after = nudged.length;
+  t.deepEqual(w.t.report().serving, {}, 'given back');
+  t.deepEqual([...w.onIface], []);
+  await w.ticks(10);
+  t.deepEqual([...w.served], [], 'and no longer translated after the grace');
+  t.is(nudged.length, after, 'no nudge once ready');
+});
+
+test('a returned owner that never says it is ready (an older version, its daemon not up) gets its address back at the bound', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: () => false, handBackBoundMs: 10_000 });
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  w.answer('198.51.100.12', true);
+  await w.ticks(2 + 18); // answered again after 2 rounds, then 9 s
+  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' }, 'not before the bound');
+  await w.ticks(3);
+  t.deepEqual(w.t.report().serving, {}, 'at the bound');
+  // lost again while waiting: served again at once, as any loss
+  const v = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: () => false });
+  v.answer('198.51.100.12', false);
+  await v.ticks(3);
+  v.answer('198.51.100.12', true);
+  await v.ticks(4);
+  v.answer('198.51.100.12', false);
+  await v.ticks(6);
+  t.deepEqual(v.t.report(), { lost: ['lb-2'], serving: { '198.51.100.112': 'lb-2' } });
+});
+
+test('a node rejoining with empty maps does not announce its own SNAT address until its own translations are back (ownAddressHeld); then it does, 3 times', async (t) => {
+  let held = true;
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { ownAddressHeld: () => held });
+  await w.ticks(5);
+  t.deepEqual(w.announced, [], 'no announcement of its own address while held');
+  held = false;
+  await w.ticks(5);
+  t.deepEqual(w.announced, ['198.51.100.111', '198.51.100.111', '198.51.100.111']);
 });
 
 /** RFC 1071 sum over the pseudo header and the ICMPv6 message: 0xffff when the checksum is right. */

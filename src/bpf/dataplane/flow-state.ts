@@ -10,6 +10,7 @@ import { deleteGone } from './flow-gone.js';
 import { MAX_AGE_MS, ageOf, markOf, validAge } from './flow-age.js';
 import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
 import { PAGE_ENTRIES, nextTurn } from './paging.js';
+import { takeBack } from './snat-return.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
@@ -53,6 +54,8 @@ export interface ImportResult {
   applied: number;
   unchanged: number;
   refused: Partial<Record<RefuseReason, number>>;
+  /** Of `applied`: this node's own translations a peer sent back while it rejoins (ImportOptions.takeOwnBack). */
+  returned?: number;
 }
 
 /** Entries of a table read in one batched system call, and handled before a scan yields to the event loop (paging.ts). */
@@ -263,8 +266,9 @@ export class FlowDelta {
     return out;
   }
 
-  /** Entries inserted for a peer: seen, so the next read does not send them back. */
-  remember(keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> }): void {
+  /** Entries inserted for a peer: seen, so the next read does not send them back. This node's own translations a
+   * peer sent back (`own`) are this node's again: refreshed while in use and their end announced, like any it makes. */
+  remember(keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]>; own?: Array<[Buffer, Buffer]> }): void {
     for (const [k, v] of keys.ct) {
       const id = k.toString('latin1');
       this.ct.set(id, ctIdentity(v));
@@ -274,6 +278,11 @@ export class FlowDelta {
     for (const [k, v] of keys.snat) {
       if (v[SNAT_OWNER_BYTE]) continue;
       const seen = { v, sentNs: nowNs, fromPeer: true };
+      this.snat.set(k.toString('latin1'), seen);
+      this.scanningSnat?.set(k.toString('latin1'), seen);
+    }
+    for (const [k, v] of keys.own ?? []) {
+      const seen = { v, sentNs: nowNs, fromPeer: false };
       this.snat.set(k.toString('latin1'), seen);
       this.scanningSnat?.set(k.toString('latin1'), seen);
     }
@@ -354,6 +363,14 @@ export interface ImportOptions {
   senderSnatAddress?: string;
   /** How much newer a peer's choice must be to replace this node's (RECENCY_MARGIN_MS). */
   marginMs?: number;
+  /**
+   * This node is rejoining with empty maps (its rejoin gate held): a translation of its OWN SNAT address with a port of
+   * its own range is one it made before, sent back by a peer that kept a copy; it is inserted as its own (owner 0),
+   * but only where this node holds no translation on that real endpoint and port nor one of that client flow (its
+   * own are never overwritten). At any other time such a translation is refused as before ('snat-address', or
+   * 'snat-own-port' when the address is shared): a peer cannot make translations of this node's address.
+   */
+  takeOwnBack?: boolean;
 }
 
 /**
@@ -372,10 +389,11 @@ export function newerChoice(peerMark: bigint, heldMark: bigint, marginMs: number
 }
 
 export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOptions = {})
-  : ImportResult & { keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]> } } {
-  const { serviceReals, realServes, senderSnatAddress, marginMs = RECENCY_MARGIN_MS } = opts;
+  : ImportResult & { keys: { ct: Array<[Buffer, Buffer]>; snat: Array<[Buffer, Buffer]>; own: Array<[Buffer, Buffer]> } } {
+  const { serviceReals, realServes, senderSnatAddress, marginMs = RECENCY_MARGIN_MS, takeOwnBack = false } = opts;
   const result: ImportResult = { applied: 0, unchanged: 0, refused: {} };
-  const keys = { ct: [] as Array<[Buffer, Buffer]>, snat: [] as Array<[Buffer, Buffer]> };
+  // own: this node's translations taken back (FlowDelta treats them as made here: refreshed and ended by this node)
+  const keys = { ct: [] as Array<[Buffer, Buffer]>, snat: [] as Array<[Buffer, Buffer]>, own: [] as Array<[Buffer, Buffer]> };
   const refuse = (r: RefuseReason) => { result.refused[r] = (result.refused[r] ?? 0) + 1; };
   const vips = obj.map('lb_vips');
   const reals = obj.map('lb_reals');
@@ -445,14 +463,18 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const own = family === 4 ? cfg?.addr4 : cfg?.addr6;
     // this node's address (shared, the port from another node's range), or another lb node's (kept, with its owner)
     let owner = 0;
-    // only the sender's own address: a node never speaks for another node's translations
-    if (!cfg || !senderSnatAddress || e.snatAddress !== senderSnatAddress) { refuse('snat-address'); continue; }
-    if (own === e.snatAddress) {
-      if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
-    } else {
-      const slot = owners.slotOf(e.snatAddress);
-      if (!slot) { refuse('snat-address'); continue; }
-      owner = slot;
+    // while rejoining only: a translation this node made itself (its address, its range), sent back
+    const mine = takeOwnBack && !!cfg && own === e.snatAddress && e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax;
+    if (!mine) {
+      // only the sender's own address: a node never speaks for another node's translations
+      if (!cfg || !senderSnatAddress || e.snatAddress !== senderSnatAddress) { refuse('snat-address'); continue; }
+      if (own === e.snatAddress) {
+        if (e.snatPort >= cfg.portMin && e.snatPort <= cfg.portMax) { refuse('snat-own-port'); continue; }
+      } else {
+        const slot = owners.slotOf(e.snatAddress);
+        if (!slot) { refuse('snat-address'); continue; }
+        owner = slot;
+      }
     }
     const l = listener(e.vip, e.vipPort, e.proto);
     if (!l || l.mode !== MODE.snat) { refuse('no-listener'); continue; }
@@ -471,6 +493,16 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const fk = snatFwdKey(rkey, rv);
     const fv = encodeSnatFwd({ realId: e.realId, snatPort: e.snatPort, realPort: e.realPort });
     const held = rev.lookup(rk);
+    if (mine) {
+      const back = takeBack(rev, fwd, rk, encodeSnatRev(rv), held, fk, fv);
+      if (back === 'inserted') {
+        result.applied++;
+        result.returned = (result.returned ?? 0) + 1;
+        keys.own.push([rk, Buffer.from(rev.lookup(rk)!)]);
+      } else if (back === 'unchanged') result.unchanged++;
+      else refuse(back);
+      continue;
+    }
     if (held) {
       const h = decodeSnatRev(Buffer.from(held), family);
       const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip &&

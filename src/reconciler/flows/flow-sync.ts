@@ -12,11 +12,15 @@
 // checks, peer channels): scans, the ring's read and a peer's import go in slices of SCAN_PAGE_ENTRIES with the
 // loop's turn between them.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, canonicalAddress, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/flow-events.js';
-import { BadBody, type PeerChannel } from '../peer/index.js';
+import { copiesOwnedBy } from '../../bpf/dataplane/snat-return.js';
+import type { PeerChannel } from '../peer/index.js';
+import { encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type ResyncMark } from './flow-sync-wire.js';
+
+export { encodeFlowSync, parseFlowSync, parseResyncMark, type ResyncMark } from './flow-sync-wire.js';
 
 export const FLOW_SYNC_KIND = 'flows.sync';
 export const FLOW_SYNC_DEFAULTS = {
@@ -62,10 +66,13 @@ export interface PeerSyncReport {
   /** Time from reading an entry (from the ring, or a scan) to the peer's answer, of the last batch sent (ms). */
   lagMs: number | null;
   lastError?: string;
-  /** The peer's whole table (a resync it marked done, nothing of it refused for the rate) arrived since start. */
+  /** The peer's whole table (a resync it marked done, nothing of it refused for the rate) arrived since start; while
+   * this node rejoins with a SNAT address of its own, only a resync that brought its own translations back counts. */
   resyncReceived: boolean;
   /** The peer's ends of translations over its entry budget, waiting here to be applied as the budget refills. */
   goneDeferred: number;
+  /** Of `applied`: this node's own SNAT translations the peer sent back while this node rejoined. */
+  returned: number;
 }
 
 export interface FlowSyncOptions {
@@ -79,107 +86,17 @@ export interface FlowSyncOptions {
   desired: () => DesiredState | null;
   /** An lb node's own SNAT address (the applied config): a peer's translations are accepted only with the sender's. */
   snatAddressOf?: (node: string) => string | undefined;
+  /** This node started with empty maps and its rejoin gate is held (rejoin-gate.ts): it asks its peers for its own
+   * SNAT translations back and takes them (importFlows takeOwnBack); at any other time it refuses them. */
+  rejoining?: () => boolean;
   log?: { warn(m: string): void; info?(m: string): void };
   now?: () => number;
   limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
 }
 
-/** The end-of-resync mark (docs/datapath.md "Connection-state sync"): on every batch of a full-table send, `seq`
- * naming that send, `done` on its last batch, and `need` on its first when the sender has not yet received this
- * node's own whole table since it started (this node then resyncs to it: a restarted peer learns everything). */
-export interface ResyncMark { seq: number; done: boolean; need?: boolean }
-type Wire = { v: 1; ct: unknown[]; snat: unknown[]; gone?: unknown[]; resync?: ResyncMark };
-/** 'gone': a translation of the sender that ended there (same fields as 'snat'; idleMs: its last packet's age). */
-type Item = { kind: 'ct'; e: CtEntry; at: number } | { kind: 'snat' | 'gone'; e: SnatEntry; at: number };
-
 /** xs.push(...more) without passing every element as an argument (a scan of 100,000 entries exceeds the stack). */
 function append<T>(xs: T[], more: T[]): void {
   for (const x of more) xs.push(x);
-}
-
-const isPort = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 65535;
-const isU32 = (x: unknown): x is number => Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 0xffffffff;
-const isProto = (x: unknown): x is number => x === 6 || x === 17;
-
-function addr(x: unknown, where: string): string {
-  const a = typeof x === 'string' && x.length <= 45 ? canonicalAddress(x) : null;
-  if (!a) throw new BadBody(`${where}: not an address in canonical form`);
-  return a;
-}
-
-/** An entry's age: absent or null (unknown: a sender without recency marks), or a number that importFlows checks
- * (a negative, fractional or too large age refuses that entry alone, counted as 'bad-age'). */
-function age(x: unknown, where: string): number | null {
-  if (x === undefined || x === null) return null;
-  if (typeof x !== 'number' || !Number.isFinite(x)) throw new BadBody(`${where}: ageMs not a number`);
-  return x;
-}
-
-/** The body of a 'flows.sync' message, checked field by field (BadBody names the first bad one). */
-export function parseFlowSync(body: unknown, maxEntries: number): FlowEntries {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new BadBody('body: not an object');
-  const b = body as Partial<Wire>;
-  if (b.v !== 1) throw new BadBody('v: not 1');
-  if (!Array.isArray(b.ct) || !Array.isArray(b.snat)) throw new BadBody('ct, snat: not arrays');
-  if (b.gone !== undefined && !Array.isArray(b.gone)) throw new BadBody('gone: not an array');
-  const goneIn = b.gone ?? [];
-  if (b.ct.length + b.snat.length + goneIn.length > maxEntries) throw new BadBody(`more than ${maxEntries} entries`);
-  const ct = b.ct.map((x, i): CtEntry => {
-    const w = `ct[${i}]`;
-    if (!Array.isArray(x) || (x.length !== 6 && x.length !== 7)) throw new BadBody(`${w}: not [src, dst, sport, dport, proto, realId, ageMs]`);
-    const [src, dst, sport, dport, proto, realId, ageMs] = x;
-    const e = { src: addr(src, `${w}.src`), dst: addr(dst, `${w}.dst`), sport, dport, proto, realId, ageMs: age(ageMs, w) };
-    if (!isPort(sport) || !isPort(dport) || !isProto(proto) || !isU32(realId)) throw new BadBody(`${w}: bad port, protocol or real id`);
-    if (e.src.includes(':') !== e.dst.includes(':')) throw new BadBody(`${w}: mixed address families`);
-    return e as CtEntry;
-  });
-  const snatOf = (x: unknown, w: string): SnatEntry => {
-    if (!Array.isArray(x) || x.length < 10 || x.length > 12) {
-      throw new BadBody(`${w}: not [client, vip, cport, vport, proto, realId, realPort, snatAddress, snatPort, closing, ageMs, idleMs]`);
-    }
-    const [client, vip, clientPort, vipPort, proto, realId, realPort, snatAddress, snatPort, closing, ageMs, idleMs] = x;
-    const e = { client: addr(client, `${w}.client`), vip: addr(vip, `${w}.vip`), clientPort, vipPort, proto, realId, realPort,
-      snatAddress: addr(snatAddress, `${w}.snatAddress`), snatPort, closing, ageMs: age(ageMs, w), idleMs: age(idleMs, w) };
-    if (!isPort(clientPort) || !isPort(vipPort) || !isProto(proto) || !isU32(realId) || !isPort(realPort) || !isPort(snatPort) ||
-      typeof closing !== 'boolean') throw new BadBody(`${w}: bad port, protocol, real id or state`);
-    const v6 = e.vip.includes(':');
-    if (e.client.includes(':') !== v6 || e.snatAddress.includes(':') !== v6) throw new BadBody(`${w}: mixed address families`);
-    return e as SnatEntry;
-  };
-  const snat = b.snat.map((x, i) => snatOf(x, `snat[${i}]`));
-  const gone = goneIn.map((x, i) => snatOf(x, `gone[${i}]`));
-  return gone.length ? { ct, snat, gone } : { ct, snat };
-}
-
-/** A message's end-of-resync mark: absent (a delta, or an older peer), or checked field by field. Unknown fields
- * inside it are ignored (a newer peer's). */
-export function parseResyncMark(body: unknown): ResyncMark | undefined {
-  const m = (body as { resync?: unknown } | null)?.resync;
-  if (m === undefined) return undefined;
-  if (typeof m !== 'object' || m === null || Array.isArray(m)) throw new BadBody('resync: not an object');
-  const { seq, done, need } = m as Record<string, unknown>;
-  if (!isU32(seq)) throw new BadBody('resync.seq: not an integer 1..2^32-1');
-  if (typeof done !== 'boolean') throw new BadBody('resync.done: not a boolean');
-  if (need !== undefined && typeof need !== 'boolean') throw new BadBody('resync.need: not a boolean');
-  return need ? { seq, done, need } : { seq, done };
-}
-
-export function encodeFlowSync(items: Item[], now: number, resync?: ResyncMark): Wire {
-  const ct: unknown[] = [];
-  const snat: unknown[] = [];
-  const gone: unknown[] = [];
-  for (const it of items) {
-    // ages as of sending, not of reading: an entry that waited in the queue is that much older
-    const waited = Math.max(0, now - it.at);
-    const older = (a: number | null) => (a === null ? null : Math.min(MAX_AGE_MS, a + waited));
-    if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId, older(it.e.ageMs)]);
-    else {
-      const e = it.e;
-      (it.kind === 'snat' ? snat : gone).push([e.client, e.vip, e.clientPort, e.vipPort, e.proto, e.realId, e.realPort, e.snatAddress,
-        e.snatPort, e.closing, older(e.ageMs), older(e.idleMs)]);
-    }
-  }
-  return { v: 1, ct, snat, ...(gone.length && { gone }), ...(resync && { resync }) };
 }
 
 /** Which reals each service lists in the applied state (drained and unhealthy ones included). */
@@ -218,8 +135,9 @@ interface PeerState {
   queue: Item[];
   inSync: boolean;
   report: PeerSyncReport;
-  /** The full-table send under way to this peer: its seq and the table's entries still at the head of the queue. */
-  resync: { seq: number; left: number; first: boolean } | null;
+  /** The full-table send under way to this peer: its seq and the table's entries still at the head of the queue;
+   * `ownBack`: it carries the peer's own translations (`returned` of them) back. */
+  resync: { seq: number; left: number; first: boolean; ownBack: boolean; returned: number } | null;
   /** The peer's resync arriving here: its seq, and whether every entry of it so far was taken (not rate-limited). */
   incoming: { seq: number; whole: boolean } | null;
   /** The peer's ends over its budget (oldest first), with when they arrived: applied as the budget refills. */
@@ -227,6 +145,17 @@ interface PeerState {
   /** This node's ends that were queued for the peer when its queue was lost (a failed send, an overflow): a resync
    * sends the table, which holds no ends, so they lead the next one (bounded by maxGoneToResend). */
   goneToResend: Item[];
+  /** The peer asked for its own translations back (`needOwn`) and no send carrying them has completed since. */
+  ownOwed: boolean;
+  /** A message of the peer asked for a (new) resync: the next round drops what is queued and starts one. Set by
+   * receive(), applied by tick(), so that a send in flight cannot mark the peer in sync over the request. */
+  resyncWanted: boolean;
+  /** When a message of the peer last arrived here, and when it last answered one of this node's (this node's clock;
+   * null: none since start): its daemon lives. */
+  heardAt: number | null;
+  answeredAt: number | null;
+  /** Asked for by nudge(): an empty message this round if nothing else is sent, so that the peer answers. */
+  helloWanted: boolean;
 }
 
 /** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
@@ -321,9 +250,10 @@ export class FlowSync {
   private state(peer: string): PeerState {
     let s = this.peerState.get(peer);
     if (!s) {
-      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [], goneToResend: [],
+      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [], goneToResend: [], ownOwed: false, resyncWanted: false,
+        heardAt: null, answeredAt: null, helloWanted: false,
         report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false,
-          goneDeferred: 0 } };
+          goneDeferred: 0, returned: 0 } };
       this.peerState.set(peer, s);
     }
     return s;
@@ -338,6 +268,17 @@ export class FlowSync {
     if (!obj) return;
     const peers = this.o.peers().filter((p) => p !== this.o.node);
     for (const p of [...this.peerState.keys()]) if (!peers.includes(p)) this.peerState.delete(p);
+    for (const p of peers) {
+      const s = this.state(p);
+      if (!s.resyncWanted) continue;
+      s.resyncWanted = false;
+      // a send under way serves unless the peer asked for its own translations and it does not carry them
+      if (s.resync && (s.resync.ownBack || !s.ownOwed)) continue;
+      s.report.dropped += this.keepGone(s); // the new resync leads with the ends that were queued
+      s.queue = [];
+      s.resync = null;
+      s.inSync = false;
+    }
     // the packet path publishes only while someone reads: a node without sync peers pays one branch per new flow
     setSyncPublish(obj, peers.length > 0);
     this.local.publishing = peers.length > 0;
@@ -398,8 +339,11 @@ export class FlowSync {
         // (re)join: the whole table, then deltas; ends lost with an earlier queue first (the table holds no ends)
         s.queue = [...s.goneToResend, ...table];
         s.goneToResend = [];
+        // a rejoining peer that asked: the copies of its own translations this node kept, inside the resync
+        const back = s.ownOwed ? this.ownTranslationsOf(obj, peer) : [];
+        append(s.queue, back.map((x): Item => ({ kind: 'snat', e: x, at })));
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
-        s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true };
+        s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true, ownBack: s.ownOwed, returned: back.length };
       } else append(s.queue, fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
@@ -408,7 +352,12 @@ export class FlowSync {
         s.resync = null;
         s.inSync = false; // the next round starts a resync with the table as it is then
       }
+      const answered = s.answeredAt;
       await this.send(peer, s);
+      if (s.helloWanted) {
+        s.helloWanted = false;
+        if (s.answeredAt === answered) await this.hello(peer, s);
+      }
     }));
   }
 
@@ -424,6 +373,40 @@ export class FlowSync {
     return lost;
   }
 
+  /** An empty message, for the peer's answer (nudge). A failure counts like any failed send. */
+  private async hello(peer: string, s: PeerState): Promise<void> {
+    try {
+      this.answered(peer, s, await this.o.channel.request(peer, FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }, { timeoutMs: this.limits.timeoutMs }));
+    } catch (e) {
+      s.report.lastError = (e as Error).message;
+      s.inSync = false;
+      s.report.dropped += this.keepGone(s);
+      s.queue = [];
+      s.resync = null;
+      s.report.inSync = false;
+    }
+  }
+
+  /** The peer answered a message: its daemon lives; `needOwn` in the answer: it rejoins and its own translations have
+   * not all reached it (a send of them under way serves; otherwise one is started). */
+  private answered(peer: string, s: PeerState, answer: unknown): void {
+    s.answeredAt = this.now();
+    if ((answer as { needOwn?: unknown } | null)?.needOwn !== true || this.o.snatAddressOf?.(peer) === undefined) return;
+    s.ownOwed = true;
+    if (!s.resync?.ownBack) s.resyncWanted = true;
+  }
+
+  /** The copies this node holds of `peer`'s own SNAT translations (snat-return.ts); none without its address. */
+  private ownTranslationsOf(obj: BpfObject, peer: string): SnatEntry[] {
+    const address = this.o.snatAddressOf?.(peer);
+    return address ? copiesOwnedBy(obj, address) : [];
+  }
+
+  /** This node rejoins with a SNAT address of its own: it asks for its translations back and waits for them. */
+  private wantsOwnBack(): boolean {
+    return (this.o.rejoining?.() ?? false) && this.o.snatAddressOf?.(this.o.node) !== undefined;
+  }
+
   private nextSeq(): number {
     this.resyncSeq = this.resyncSeq >= 0xffffffff ? 1 : this.resyncSeq + 1;
     return this.resyncSeq;
@@ -435,9 +418,11 @@ export class FlowSync {
       // a resync's batches hold only its table's entries, so that `done` comes with the table's last one
       const batch = s.queue.slice(0, r ? Math.min(r.left, this.limits.maxEntriesPerMessage) : this.limits.maxEntriesPerMessage);
       const need = r?.first && !this.state(peer).report.resyncReceived;
-      const mark: ResyncMark | undefined = r ? { seq: r.seq, done: batch.length >= r.left, ...(need && { need: true }) } : undefined;
+      const mark: ResyncMark | undefined = r ? { seq: r.seq, done: batch.length >= r.left, ...(need && { need: true }),
+        ...(need && this.wantsOwnBack() && { needOwn: true }), ...(r.ownBack && { ownBack: true }) } : undefined;
+      let answer: unknown;
       try {
-        await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now(), mark), { timeoutMs: this.limits.timeoutMs });
+        answer = await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now(), mark), { timeoutMs: this.limits.timeoutMs });
       } catch (e) {
         s.report.lastError = (e as Error).message;
         // unknown what arrived: the table is sent again once the peer answers, after the ends that were waiting
@@ -450,8 +435,15 @@ export class FlowSync {
       if (r) {
         r.left -= batch.length;
         r.first = false;
-        if (mark!.done) s.resync = null;
+        if (mark!.done) {
+          if (s.resync === r) s.resync = null;
+          if (r.ownBack) {
+            s.ownOwed = false;
+            this.o.log?.info?.(`flow sync: ${peer}'s own SNAT translations sent back: ${r.returned} (resync ${r.seq})`);
+          }
+        }
       }
+      this.answered(peer, s, answer);
       s.queue.splice(0, batch.length);
       s.report.sent += batch.length;
       if (batch.length > 0) s.report.lagMs = this.now() - batch[0]!.at;
@@ -463,7 +455,7 @@ export class FlowSync {
   }
 
   /** A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. */
-  async receive(from: string, body: unknown): Promise<ImportResult> {
+  async receive(from: string, body: unknown): Promise<ImportResult & { needOwn?: true }> {
     const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
     const mark = parseResyncMark(body);
     const s = this.state(from);
@@ -474,7 +466,9 @@ export class FlowSync {
     if (!obj && n > 0) throw new Error('no data plane loaded');
     const r = obj ? await this.import(obj, from, s, entries, n) : { applied: 0, unchanged: 0, refused: {} };
     if (mark) this.resyncArrived(from, s, mark, (r.refused as { 'rate-limited'?: number })['rate-limited'] ?? 0);
-    return r;
+    s.heardAt = this.now();
+    // rejoining: every answer says whether this node still waits for its own translations from the sender
+    return this.wantsOwnBack() && !s.report.resyncReceived ? { ...r, needOwn: true } : r;
   }
 
   /** A batch of `from`'s resync arrived: its end completes the resync unless some of it was refused for the rate;
@@ -482,11 +476,18 @@ export class FlowSync {
   private resyncArrived(from: string, s: PeerState, mark: ResyncMark, rateLimited: number): void {
     if (s.incoming?.seq !== mark.seq) s.incoming = { seq: mark.seq, whole: true };
     if (rateLimited > 0) s.incoming.whole = false;
-    if (mark.done && s.incoming.whole && !s.report.resyncReceived) {
+    // rejoining with a SNAT address: a table without this node's own translations (a send that began before the
+    // ask reached the peer) is not the whole of what this node needs; the peer's answer to the ask follows
+    if (mark.done && s.incoming.whole && !s.report.resyncReceived && (mark.ownBack || !this.wantsOwnBack())) {
       s.report.resyncReceived = true;
-      this.o.log?.info?.(`flow sync: ${from}'s whole table received (resync ${mark.seq})`);
+      this.o.log?.info?.(`flow sync: ${from}'s whole table received (resync ${mark.seq}${mark.ownBack ? `, with ${s.report.returned} own SNAT translations back` : ''})`);
     }
-    if (mark.need && s.inSync && !s.resync) s.inSync = false; // the next round sends it the whole table
+    if (mark.need && !s.resync) s.resyncWanted = true; // the next round sends it the whole table
+    if (mark.needOwn && this.o.snatAddressOf?.(from) !== undefined) {
+      // it rejoins: its own translations go back inside a resync (one under way without them is started again)
+      s.ownOwed = true;
+      if (!s.resync?.ownBack) s.resyncWanted = true;
+    }
   }
 
   private async import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number): Promise<ImportResult & { deferred?: number }> {
@@ -510,7 +511,7 @@ export class FlowSync {
     if (over > 0) refused['rate-limited'] = over;
     if (over > 0) s.report.refused['rate-limited'] = (s.report.refused['rate-limited'] ?? 0) + over;
     s.report.goneDeferred = s.deferredGone.length;
-    return { applied: r.applied, unchanged: r.unchanged, refused, ...(deferred > 0 && { deferred }) };
+    return { applied: r.applied, unchanged: r.unchanged, refused, ...(deferred > 0 && { deferred }), ...(r.returned && { returned: r.returned }) };
   }
 
   /**
@@ -531,13 +532,16 @@ export class FlowSync {
       }
       const desired = this.o.desired();
       const r = importFlows(this.o.object() ?? obj, slice, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
-        senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs });
+        senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs,
+        takeOwnBack: from !== this.o.node && (this.o.rejoining?.() ?? false) });
       this.delta.remember(r.keys);
       out.applied += r.applied;
+      if (r.returned) out.returned = (out.returned ?? 0) + r.returned;
       out.unchanged += r.unchanged;
       for (const [k, v] of Object.entries(r.refused)) out.refused[k as RefuseReason] = (out.refused[k as RefuseReason] ?? 0) + v;
     }
     s.report.applied += out.applied;
+    s.report.returned += out.returned ?? 0;
     for (const [k, v] of Object.entries(out.refused)) s.report.refused[k as RefuseReason] = (s.report.refused[k as RefuseReason] ?? 0) + v;
     return out;
   }
@@ -561,6 +565,26 @@ export class FlowSync {
   /** Has `peer`'s whole table arrived since this node started (the rejoin gate, rejoin-gate.ts)? */
   resyncReceived(peer: string): boolean {
     return this.peerState.get(peer)?.report.resyncReceived ?? false;
+  }
+
+  /**
+   * Whether `peer`, lost and answering again since `sinceMs` (this node's clock), has what it needs to take its SNAT
+   * address back from this node (snat-takeover.ts): its sync spoke since (a message of it arrived, or it answered one
+   * of this node's: its daemon lives), and no ask of it for its own translations is unanswered. A rebooted peer asks
+   * on the first batch of its resync (`needOwn`) and in every answer while it still waits (so whichever comes first
+   * tells); the ask is answered by a resync carrying them that completed. A node that only lost its link asks
+   * nothing: its first message or answer suffices.
+   */
+  handBackReady(peer: string, sinceMs: number): boolean {
+    const s = this.peerState.get(peer);
+    if (!s) return false;
+    return Math.max(s.heardAt ?? -Infinity, s.answeredAt ?? -Infinity) >= sinceMs && !s.ownOwed;
+  }
+
+  /** Makes this node's next round send `peer` a message (an empty one if nothing else is due), so that it answers:
+   * the takeover asks for this while a returned peer has not spoken (an idle sync sends nothing). */
+  nudge(peer: string): void {
+    this.state(peer).helloWanted = true;
   }
 
   /** This node's reading: entries published, records lost, scans (metrics, bench/sync). */

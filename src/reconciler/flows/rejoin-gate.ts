@@ -6,7 +6,10 @@
 // has passed since the gate was first asked (a lone or partitioned node, a peer that is down, an older peer that
 // never marks its resync's end: none keeps the node dark for longer). Once released it stays released: a later
 // resync (after a failed send) does not withdraw anything. A node that adopted its pinned maps (kill -9, upgrade),
-// or runs without flow sync, is never held; one without sync peers is released at once.
+// or runs without flow sync, is never held; one without sync peers is released at once. A node with a SNAT address
+// also waits for its own translations: each peer's resync counts only once it brought back the copies of them that
+// peer kept (flow-sync.ts, `needOwn` / `ownBack`), since replies of connections it translated before the reboot
+// come back to it once it announces its address again.
 
 export const REJOIN_BOUND_DEFAULT_MS = 30_000;
 
@@ -51,6 +54,12 @@ export class RejoinGate {
   constructor(private readonly o: RejoinGateOptions) {
     this.boundMs = o.boundMs ?? REJOIN_BOUND_DEFAULT_MS;
     this.now = o.now ?? Date.now;
+  }
+
+  /** Armed and not released yet (no clock read, nothing decided): while this holds the node takes its own SNAT
+   * translations back from its peers (flow-sync.ts) and does not announce its own SNAT address (snat-takeover.ts). */
+  rejoining(): boolean {
+    return this.o.armed && this.releasedBy === null;
   }
 
   /** Whether announcements are held now; asked only once a config is applied (its peers are known then). */

@@ -10,10 +10,12 @@
 // connects or is refused (RST) while the node lives, so a killed daemon, whose pinned data plane keeps translating,
 // is never taken over. A probe that times out (500 ms) or finds no route 3 times in a row (500 ms apart) marks the peer lost; 2
 // answers mark it back; a peer back within a minute of its last return needs twice the misses (up to 8x): no flapping. The survivor that takes over is the first, by name, of the lb nodes this node sees alive
-// (itself included); a node whose own link is down takes nothing over. When the owner is back the taker drops the
-// address from its interface at once and keeps translating replies to it for a few seconds (some still arrive
-// until the owner's announcement reaches every real), and the owner announces its own address again whenever it
-// sees a peer come back (it may have been the one cut off).
+// (itself included); a node whose own link is down takes nothing over. When the owner is back, and has its own
+// translations (its sync spoke since; a rebooted owner asked for the copies of its translations and they reached it:
+// handBackReady, at most handBackBoundMs), the taker drops the address from its interface and keeps translating
+// replies to it for a few seconds (some still arrive until the owner's announcement reaches every real); the owner
+// announces its own address again whenever it sees a peer come back (it may have been the one cut off), not while
+// it rejoins with empty maps (ownAddressHeld: its translations are not back yet).
 import { connect } from 'node:net';
 import type { BpfObject } from '../../bpf/libbpf.js';
 import { announceAddress } from '../../bpf/address-announce.js';
@@ -62,6 +64,22 @@ export interface SnatTakeoverOptions {
   releaseGraceMs?: number;
   /** A peer back within this long of its last return needs twice the misses to be lost again (at most 8x). */
   dampingMs?: number;
+  /**
+   * Whether a peer that answers again since `sinceMs` has what it needs to take its SNAT address back: its sync
+   * spoke since, and the copies of its own translations it asked for (a reboot: empty maps) reached it
+   * (FlowSync.handBackReady). Until then, at most handBackBoundMs, this node keeps serving the address it took
+   * over: replies of the connections the peer translated before it went find their translation here, not a node
+   * that has none yet. Absent: given back as soon as the peer answers.
+   */
+  handBackReady?: (node: string, sinceMs: number) => boolean;
+  /** Asked each round while a returned peer is not ready: make the sync talk to it (an idle sync sends nothing, and
+   * its answer is what tells; FlowSync.nudge). */
+  nudge?: (node: string) => void;
+  /** How long a returned peer's address is kept at most while handBackReady says no (default 120 s). */
+  handBackBoundMs?: number;
+  /** While true this node does not announce its own SNAT address (it rejoins with empty maps and its own
+   * translations are not back yet: rejoin-gate.ts); the announcements wait and go out once it is false. */
+  ownAddressHeld?: () => boolean;
 }
 
 export interface ServedAddresses {
@@ -147,6 +165,8 @@ export async function linkFacts(iface: string): Promise<LinkFacts | null> {
 
 interface Served { owner: string; added: boolean; announce: number; releaseAt?: number }
 
+export const HAND_BACK_BOUND_DEFAULT_MS = 120_000;
+
 export class SnatTakeover {
   private readonly misses = new Map<string, number>();
   private readonly answers = new Map<string, number>();
@@ -154,6 +174,8 @@ export class SnatTakeover {
   /** Per peer: how often it came back lately, and when last (damping, lostAfterFor). */
   private readonly returns = new Map<string, { n: number; at: number }>();
   private readonly served = new Map<string, Served>();
+  /** Peers back from lost whose address this node still serves until they are ready (handBackReady): since when. */
+  private readonly returning = new Map<string, number>();
   private ownAnnounce = 3; // announced at start: a restarted node may have been taken over
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
@@ -247,6 +269,7 @@ export class SnatTakeover {
           this.answers.set(node, n);
           if (this.lost.has(node) && n >= (this.o.backAfter ?? 2)) {
             this.lost.delete(node);
+            if (this.o.handBackReady) this.returning.set(node, now);
             const r = this.returns.get(node);
             this.returns.set(node, { n: r && now - r.at < this.dampingMs ? r.n + 1 : 1, at: now });
             this.ownAnnounce = 3; // it may have taken this node's address over while this node was the one cut off
@@ -258,6 +281,7 @@ export class SnatTakeover {
           this.misses.set(node, n);
           if (!this.lost.has(node) && n >= this.lostAfterFor(node, now)) {
             this.lost.add(node);
+            this.returning.delete(node);
             this.o.log?.info(`snat takeover: ${node} lost (its kernel did not answer ${n} probes)`);
           }
         }
@@ -265,6 +289,19 @@ export class SnatTakeover {
     }
     for (const node of [...this.lost]) if (!peers.some((p) => p.node === node)) this.lost.delete(node);
     for (const node of [...this.returns.keys()]) if (!peers.some((p) => p.node === node)) this.returns.delete(node);
+    // a returned peer keeps being served until it has its own translations back (or the bound passed)
+    for (const [node, since] of this.returning) {
+      const ready = !peers.some((p) => p.node === node) || this.o.handBackReady!(node, since);
+      const bound = now - since >= (this.o.handBackBoundMs ?? HAND_BACK_BOUND_DEFAULT_MS);
+      if (!ready && !bound) {
+        this.o.nudge?.(node);
+        continue;
+      }
+      this.returning.delete(node);
+      if ([...this.served.values()].some((s) => s.owner === node && s.releaseAt === undefined))
+        this.o.log?.[ready ? 'info' : 'warn'](ready ? `snat takeover: ${node} has its own SNAT translations back (${((now - since) / 1000).toFixed(1)} s after it answered again)`
+          : `snat takeover: ${node} answers again but did not show it has its own SNAT translations back within ${(now - since) / 1000} s`);
+    }
     const own = this.o.ownSnatAddress();
 
     // What this node should serve: the addresses of lost peers whose first living node (by name) is this one, but
@@ -294,6 +331,9 @@ export class SnatTakeover {
     }
     for (const [address, s] of this.served) {
       if (want.has(address)) continue;
+      // its owner answers again but does not have its translations yet: keep drawing its replies here
+      if (s.releaseAt === undefined && this.returning.has(s.owner) && peers.some((p) => p.node === s.owner && p.snatAddress === address) &&
+        address !== own) continue;
       if (s.releaseAt === undefined) {
         // stop drawing replies here at once; keep translating what still arrives for a while
         s.releaseAt = now + (this.o.releaseGraceMs ?? 5000);
@@ -317,7 +357,7 @@ export class SnatTakeover {
     };
     if (linkUp) {
       for (const [address, s] of this.served) if (s.releaseAt === undefined && s.announce > 0) { s.announce--; send(address); }
-      if (own && this.ownAnnounce > 0) { this.ownAnnounce--; send(own); }
+      if (own && this.ownAnnounce > 0 && !this.o.ownAddressHeld?.()) { this.ownAnnounce--; send(own); }
     }
   }
 }

@@ -22,7 +22,7 @@ export class FlowSyncMetrics {
     const self = this;
     const reports = () => Object.entries(self.source?.() ?? {});
     new Counter({ name: 'gitlb_flow_sync_entries_total',
-      help: 'Connection-table entries and SNAT translations synced with each lb peer: sent, received, applied (inserted here), dropped (queue full, a resync follows)',
+      help: 'Connection-table entries and SNAT translations synced with each lb peer: sent, received, applied (inserted here), dropped (queue full, a resync follows), returned (of applied: this node\'s own SNAT translations the peer sent back while this node rejoined with empty maps)',
       labelNames: ['peer', 'event'], registers: [reg],
       collect() {
         this.reset();
@@ -31,6 +31,7 @@ export class FlowSyncMetrics {
           this.inc({ peer, event: 'received' }, r.received);
           this.inc({ peer, event: 'applied' }, r.applied);
           this.inc({ peer, event: 'dropped' }, r.dropped);
+          this.inc({ peer, event: 'returned' }, r.returned);
         }
       } });
     new Counter({ name: 'gitlb_flow_sync_refused_total',
