@@ -9,6 +9,7 @@ import { familyOf } from './codec.js';
 import { ageOf } from './flow-age.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatRev, decodeSnatRevKey, monotonicNs } from './snat.js';
 import { SnatOwners } from './snat-owners.js';
+import { PAGE_ENTRIES, nextTurn } from './paging.js';
 import type { SnatEntry } from './flow-state.js';
 
 /** Byte of lb_snat_rev's value that holds the owner slot (lb_snat_rev.owner). */
@@ -20,20 +21,28 @@ const IDENTITY_BYTES = 40;
  * The copies this node holds of the translations made by the lb node whose SNAT address is `address` (their owner
  * slot); none when no slot names it. Ages as of `nowNs`: `ageMs` since the translation was made, `idleMs` since its
  * last packet (at its owner or here, whichever came later: a copy this node served during a takeover was used here).
+ * Read in pages with the event loop's turn between them (paging.ts), like the sync's scans.
  */
-export function copiesOwnedBy(obj: BpfObject, address: string, nowNs: bigint = monotonicNs()): SnatEntry[] {
+export async function copiesOwnedBy(obj: BpfObject, address: string, nowNs: bigint = monotonicNs()): Promise<SnatEntry[]> {
   const slot = new SnatOwners(obj.map(SNAT_MAPS.owners)).knownSlot(address);
   if (!slot) return [];
   const family = familyOf(address);
+  const rev = obj.map(SNAT_MAPS.rev);
   const out: SnatEntry[] = [];
-  for (const [k, v] of obj.map(SNAT_MAPS.rev).entries()) {
-    if (v[OWNER_BYTE] !== slot) continue;
-    const key = decodeSnatRevKey(k);
-    if (key.family !== family) continue;
-    const rev = decodeSnatRev(v, key.family);
-    out.push({ client: rev.client, vip: rev.vip, clientPort: rev.clientPort, vipPort: rev.vipPort, proto: key.proto, realId: rev.realId,
-      realPort: key.realPort, snatAddress: address, snatPort: key.snatPort, closing: rev.state === SNAT_STATE.closing,
-      ageMs: ageOf(rev.createdNs, nowNs), idleMs: ageOf(rev.lastSeenNs, nowNs) });
+  let first = true;
+  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
+    if (!first) await nextTurn();
+    first = false;
+    for (let i = 0; i < page.count; i++) {
+      const v = page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize);
+      if (v[OWNER_BYTE] !== slot) continue;
+      const key = decodeSnatRevKey(page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize));
+      if (key.family !== family) continue;
+      const r = decodeSnatRev(v, key.family);
+      out.push({ client: r.client, vip: r.vip, clientPort: r.clientPort, vipPort: r.vipPort, proto: key.proto, realId: r.realId,
+        realPort: key.realPort, snatAddress: address, snatPort: key.snatPort, closing: r.state === SNAT_STATE.closing,
+        ageMs: ageOf(r.createdNs, nowNs), idleMs: ageOf(r.lastSeenNs, nowNs) });
+    }
   }
   return out;
 }

@@ -19,6 +19,7 @@ import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/f
 import { copiesOwnedBy } from '../../bpf/dataplane/snat-return.js';
 import type { PeerChannel } from '../peer/index.js';
 import { encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type ResyncMark } from './flow-sync-wire.js';
+import { EntryBudget } from './entry-budget.js';
 
 export { encodeFlowSync, parseFlowSync, parseResyncMark, type ResyncMark } from './flow-sync-wire.js';
 
@@ -113,22 +114,6 @@ export function servingRealsOf(d: DesiredState | null): ServiceReals | undefined
   const serving = new Set<string>();
   for (const s of d.services) for (const r of s.reals) if (r.state === 'active' && r.healthy) serving.add(`${s.id}/${r.realId}`);
   return (serviceId, realId) => serving.has(`${serviceId}/${realId}`);
-}
-
-/** Entries a key may insert: `perSecond` sustained, twice that at once. */
-class EntryBudget {
-  private readonly buckets = new Map<string, { tokens: number; at: number }>();
-  constructor(private readonly perSecond: number) {}
-  take(key: string, n: number, now: number): number {
-    const burst = 2 * this.perSecond;
-    const b = this.buckets.get(key) ?? { tokens: burst, at: now };
-    b.tokens = Math.min(burst, b.tokens + ((now - b.at) / 1000) * this.perSecond);
-    b.at = now;
-    this.buckets.set(key, b);
-    const granted = Math.max(0, Math.min(n, Math.floor(b.tokens)));
-    b.tokens -= granted;
-    return granted;
-  }
 }
 
 interface PeerState {
@@ -336,14 +321,15 @@ export class FlowSync {
       const s = this.state(peer);
       if (!s.inSync && s.queue.length === 0) {
         if (!table) return; // a resync waits for the next scan
+        // a rejoining peer that asked: the copies of its own translations this node kept, inside the resync
+        const ownBack = s.ownOwed;
+        const back = ownBack ? await this.ownTranslationsOf(obj, peer) : [];
         // (re)join: the whole table, then deltas; ends lost with an earlier queue first (the table holds no ends)
         s.queue = [...s.goneToResend, ...table];
         s.goneToResend = [];
-        // a rejoining peer that asked: the copies of its own translations this node kept, inside the resync
-        const back = s.ownOwed ? this.ownTranslationsOf(obj, peer) : [];
         append(s.queue, back.map((x): Item => ({ kind: 'snat', e: x, at })));
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
-        s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true, ownBack: s.ownOwed, returned: back.length };
+        s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true, ownBack, returned: back.length };
       } else append(s.queue, fresh);
       if (s.queue.length > this.limits.maxQueued) {
         s.report.dropped += s.queue.length - this.limits.maxQueued;
@@ -397,7 +383,7 @@ export class FlowSync {
   }
 
   /** The copies this node holds of `peer`'s own SNAT translations (snat-return.ts); none without its address. */
-  private ownTranslationsOf(obj: BpfObject, peer: string): SnatEntry[] {
+  private async ownTranslationsOf(obj: BpfObject, peer: string): Promise<SnatEntry[]> {
     const address = this.o.snatAddressOf?.(peer);
     return address ? copiesOwnedBy(obj, address) : [];
   }
