@@ -170,36 +170,44 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
   const { DrainWatch, ACTIVE_TRANSLATION_S, ACTIVE_CONNECTION_S } = await import('./flows/drain-watch.js');
   const { connectionsSeenWithin } = await import('../bpf/dataplane/conntrack-seen.js');
   const { readLbStats } = await import('../bpf/dataplane/pinned-stats.js');
-  const { listSnat, monotonicNs, SNAT_STATE } = await import('../bpf/dataplane/snat.js');
+  const { countActiveOwnTranslations, monotonicNs } = await import('../bpf/dataplane/snat.js');
   const watch = new DrainWatch();
   let couldStop: boolean | null = null;
+  // one round at a time: the NAT table is read in pages, yielding to the event loop between them
+  let running = false;
   const timer = setInterval(() => {
-    try {
-      const me = d.reconciler.appliedConfig?.nodes.find((n) => n.metadata.name === o.node);
-      const obj = (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null;
-      const stats = me?.spec.state === 'drain' && obj ? readLbStats(join(o.pinRoot, o.node)) : null;
-      if (!stats || !obj) {
-        watch.observe(null, Date.now());
-        couldStop = null;
-        return;
+    if (running) return;
+    running = true;
+    void (async () => {
+      try {
+        const me = d.reconciler.appliedConfig?.nodes.find((n) => n.metadata.name === o.node);
+        const obj = (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null;
+        const stats = me?.spec.state === 'drain' && obj ? readLbStats(join(o.pinRoot, o.node)) : null;
+        if (!stats || !obj) {
+          watch.observe(null, Date.now());
+          couldStop = null;
+          return;
+        }
+        const now = monotonicNs();
+        const recent = BigInt(ACTIVE_TRANSLATION_S) * 1_000_000_000n;
+        const activeTranslations = await countActiveOwnTranslations(obj, recent, now);
+        const vipPackets = [...stats.services.values()].reduce((n, t) => n + t.packets, 0);
+        const activeConnections = connectionsSeenWithin(obj.map('lb_conntrack'), ACTIVE_CONNECTION_S, now);
+        watch.observe({ vipPackets, activeTranslations, activeConnections }, Date.now());
+        const r = watch.report(Date.now());
+        if (r && r.canStop !== couldStop) {
+          const line = r.canStop ? 'drain: no VIP traffic, no active connection and no active SNAT translation: this node can be stopped'
+            : `drain: still carrying traffic (${r.packetsPerSecond} packets/s, ${r.activeConnections} connections seen in the last ${ACTIVE_CONNECTION_S} s, ${r.activeTranslations} active SNAT translations)`;
+          log.info(line, { stage: 'drain' });
+          d.reconciler.publishStatus(line);
+          couldStop = r.canStop;
+        }
+      } catch (err) {
+        log.warn(`drain watch: ${(err as Error).message}`);
+      } finally {
+        running = false;
       }
-      const now = monotonicNs();
-      const recent = BigInt(ACTIVE_TRANSLATION_S) * 1_000_000_000n;
-      const activeTranslations = listSnat(obj).filter((x) => !x.rev.owner && x.rev.state === SNAT_STATE.open && now - x.rev.lastSeenNs < recent).length;
-      const vipPackets = [...stats.services.values()].reduce((n, t) => n + t.packets, 0);
-      const activeConnections = connectionsSeenWithin(obj.map('lb_conntrack'), ACTIVE_CONNECTION_S, now);
-      watch.observe({ vipPackets, activeTranslations, activeConnections }, Date.now());
-      const r = watch.report(Date.now());
-      if (r && r.canStop !== couldStop) {
-        const line = r.canStop ? 'drain: no VIP traffic, no active connection and no active SNAT translation: this node can be stopped'
-          : `drain: still carrying traffic (${r.packetsPerSecond} packets/s, ${r.activeConnections} connections seen in the last ${ACTIVE_CONNECTION_S} s, ${r.activeTranslations} active SNAT translations)`;
-        log.info(line, { stage: 'drain' });
-        d.reconciler.publishStatus(line);
-        couldStop = r.canStop;
-      }
-    } catch (err) {
-      log.warn(`drain watch: ${(err as Error).message}`);
-    }
+    })();
   }, 5000);
   timer.unref();
   return { stop: () => clearInterval(timer), report: () => watch.report(Date.now()) };

@@ -13,7 +13,7 @@ import { FlowDelta, SCAN_PAGE_ENTRIES, nextTurn } from '../../src/bpf/dataplane/
 import { makeState } from '../lib/lb-state.js';
 import { applyTo } from '../lib/converge.js';
 import type { BpfObject } from '../../src/bpf/libbpf.js';
-import { SNAT_MAPS, SNAT_STATE, encodeSnatRev, encodeSnatRevKey, monotonicNs, sweepSnat } from '../../src/bpf/dataplane/snat.js';
+import { SNAT_MAPS, SNAT_STATE, countActiveOwnTranslations, encodeSnatRev, encodeSnatRevKey, monotonicNs, sweepSnat } from '../../src/bpf/dataplane/snat.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-fsscan`;
 const VIP = '203.0.113.51';
@@ -118,7 +118,7 @@ test.serial('entries a peer\'s sync inserts while a scan is under way are seen: 
 
 // The SNAT sweep reads the NAT table the same way (src/bpf/dataplane/paging.ts): expired translations of a table of
 // several pages are deleted, live ones stay, and the event loop turns while it runs.
-test.serial('the SNAT sweep yields between pages too, and deletes exactly the expired translations', async (t) => {
+test.serial('the SNAT sweep and the drain watch\'s count of translations yield between pages too; the sweep deletes exactly the expired translations', async (t) => {
   const snatDp = await openLbDataPlane({ pinRoot: `${PIN}/snat` });
   try {
     await applyTo(snatDp, { ...makeState({ reals: { 7: '198.51.100.41' }, hashSeed: 3,
@@ -145,6 +145,24 @@ test.serial('the SNAT sweep yields between pages too, and deletes exactly the ex
     t.true(ranBeforeEnd, 'the callback ran while the sweep was under way');
     t.is(deleted, EXPIRED, 'no forward entries here: one reverse entry each');
     t.is(rev.keys().length, LIVE);
+    // a drained node's remaining SNAT connections (drain watch): own (owner 0), open, a packet within the window;
+    // read the same way, a page at a time
+    const OWN = 2 * SCAN_PAGE_ENTRIES;
+    const kinds = [{ owner: 0, state: SNAT_STATE.open, seen: liveSeen }, { owner: 1, state: SNAT_STATE.open, seen: liveSeen },
+      { owner: 0, state: SNAT_STATE.closing, seen: liveSeen }, { owner: 0, state: SNAT_STATE.open, seen: 1n }];
+    const m = OWN + 3;
+    rev.updateBatch(Buffer.concat(Array.from({ length: m }, (_, i) => k(5000 + i))), Buffer.concat(Array.from({ length: m }, (_, i) => {
+      const kind = kinds[i < OWN ? 0 : i - OWN + 1]!;
+      return encodeSnatRev({ client: '192.0.2.8', vip: VIP, clientPort: 1024 + i, vipPort: 80, realId: 7, state: kind.state, createdNs: 1n,
+        lastSeenNs: kind.seen, owner: kind.owner });
+    })), m);
+    let counted = false;
+    let ranBeforeCount = false;
+    setImmediate(() => { ranBeforeCount = !counted; });
+    // the live ones (LIVE, also own, open and recent) count too
+    t.is(await countActiveOwnTranslations(o, 30n * 1_000_000_000n, sweepAt), OWN + LIVE, 'a peer\'s, a closing and an idle one are not counted');
+    counted = true;
+    t.true(ranBeforeCount);
   } finally {
     snatDp.close();
   }

@@ -200,6 +200,28 @@ export function listSnat(obj: BpfObject): SnatTranslation[] {
   });
 }
 
+/**
+ * This node's own open translations (owner 0) that saw a packet within `withinNs` of `nowNs` (a drained node's
+ * remaining SNAT connections, src/reconciler/flows/drain-watch.ts): read from the value bytes without decoding, in
+ * pages with the event loop's turn between them (paging.ts), as the sweep.
+ */
+export async function countActiveOwnTranslations(obj: BpfObject, withinNs: bigint, nowNs: bigint = monotonicNs(),
+  pause: () => Promise<void> = nextTurn): Promise<number> {
+  const rev: BpfMap = obj.map(SNAT_MAPS.rev);
+  const vs = rev.valueBufferSize;
+  let n = 0;
+  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
+    for (let i = 0; i < page.count; i++) {
+      const at = i * vs;
+      // encodeSnatRev's layout: state at 40, owner at 41, last packet at 56
+      if (page.values[at + 41] !== 0 || page.values[at + 40] !== SNAT_STATE.open) continue;
+      if (nowNs - page.values.readBigUInt64LE(at + 56) < withinNs) n++;
+    }
+    await pause();
+  }
+  return n;
+}
+
 /** Now on the translations' clock (CLOCK_MONOTONIC; libuv's hrtime reads it on Linux, xdp_lb its coarse variant,
  * at most a tick behind: lb_snat.h lb_snat_now). */
 export function monotonicNs(): bigint {
