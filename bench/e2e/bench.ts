@@ -2,15 +2,20 @@
 // same connections, from the client namespace) over the same backends, and every figure is a ratio to "direct",
 // that load sent straight to those backends (one wrk thread per backend, spreadOver in wrk.ts). The targets: each
 // dispatch mode's VIP, with the lb daemons in native XDP (where it forwards; else the fallback the daemon chose)
-// and then in generic XDP, haproxy in TCP mode and nftables DNAT (both in the router namespace), all in this one
-// run. Each lab measures in rounds (direct, then every other target; direct again after the last round), and each
-// target's ratio is to the directs just before and after its round (table.ts): a direct figure taken minutes
-// earlier on this shared machine would add the machine's drift to the ratio. The table gives medians over the
-// rounds and the range of the ratios.
+// and then in generic XDP, and the peers (peers.ts): nftables full NAT, haproxy TCP mode and nftables stateless
+// DSR on lb-1, where an operator would run them instead of gitlb, and (information) haproxy and nftables DNAT on
+// the router, which skip the lb-node hop; all in this one run. Each lab measures in rounds (direct, then every
+// other target; direct again after the last round), and each target's ratio is to the directs just before and
+// after its round (table.ts): a direct figure taken minutes earlier on this shared machine would add the
+// machine's drift to the ratio. The table gives medians over the rounds and the range of the ratios.
 //
 // Fairness, and why:
 // - one backend set: the bench's config (config.ts) gives every measured service every backend, equal weights;
-//   haproxy round-robins and nftables DNATs over the same addresses.
+//   haproxy round-robins, nftables NATs (numgen inc) and hashes (DSR: jhash) over the same addresses.
+// - the peers on lb-1 take the path a VIP request takes (router -> lb-1 -> backend); each nftables ruleset is
+//   loaded only for its own measurement, so no other target pays its connection tracking.
+// - no target meets another's TIME_WAIT at the backends: each reaches them with 4-tuples of its own (peers.ts,
+//   placePeers: the router's DNAT keeps the client's address and port, so the client uses its second address there).
 // - backends answer HTTP with haproxy (src/lab/servers/backend-haproxy.ts), not the lab's Node server: one Node
 //   process per backend costs ~3x the CPU per request, and the Node figures measured the backends, not the
 //   path to them. `--backend-http node` measures with the Node servers, for comparison.
@@ -23,13 +28,12 @@
 //   What a gitlb mode loses against direct beyond the floor is gitlb's; the rest is the lab's topology. SNAT's
 //   replies come back through the lb nodes (DSR's go straight to the router): its floor is the row "replies via the
 //   lb too", the same program also sending the backends' answers on to the router.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { DEFAULT_CONFIG_DIR, labDown, labUp, labNs, startDaemons, type LabState } from '../../src/lab/lab.js';
-import { nsArgv, run, waitForPort } from '../../src/lab/netns.js';
+import { nsArgv, run } from '../../src/lab/netns.js';
 import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { runTraffic } from '../../src/demo/traffic.js';
 import { waitForAnnounced } from '../../src/demo/failover.js';
@@ -37,6 +41,7 @@ import { writeBenchConfig, type BenchConfig } from './config.js';
 import { formatTable, summarize, type Sample, type Series } from './table.js';
 import { wrk } from './wrk.js';
 import { attachFloor, buildFloor, repliesThroughLbNodes } from './floor.js';
+import * as peers from './peers.js';
 
 const { values } = parseArgs({
   options: {
@@ -63,10 +68,7 @@ const MODES = [
   { service: 'shop', label: 'shop dsr/ipopt' },
   { service: 'dns', label: 'dns  snat (tcp)' },
 ];
-const BACKEND_PORT = 80;
-const HAPROXY_BIND = { addr: '192.0.2.1', port: 8888 };
-// DNAT keeps the port: the backends serve 80, and nothing on the router listens there
-const NFT_BIND = { addr: '192.0.2.1', port: 80 };
+const { BACKEND_PORT } = peers;
 
 interface Target {
   name: string;
@@ -77,7 +79,8 @@ interface Target {
   viaLbNodes?: boolean;
   /** run before each of the target's measurements and before its warm-up (the floor attaches its program) */
   before?: (state: LabState) => Promise<void>;
-  /** run after each of the target's measurements and after its warm-up (undoes what `before` changed) */
+  /** run after each of them and after its warm-up, also when it failed (undoes what `before` changed; a peer's
+   * ruleset is checked and unloaded) */
   after?: (state: LabState) => Promise<void>;
 }
 
@@ -100,39 +103,6 @@ async function routedViaLbNodes(state: LabState, backends: string[]): Promise<()
   };
 }
 
-function haproxyConfig(backends: string[]): string {
-  return [
-    'global',
-    '  maxconn 8192',
-    'defaults',
-    '  mode tcp',
-    '  timeout connect 3s',
-    '  timeout client 10s',
-    '  timeout server 10s',
-    'frontend fe',
-    `  bind ${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}`,
-    '  default_backend be',
-    'backend be',
-    '  balance roundrobin',
-    ...backends.map((b, i) => `  server be${i + 1} ${b}:${BACKEND_PORT}`),
-    '',
-  ].join('\n');
-}
-
-/** nftables DNAT in the router namespace, round-robin over the backends: the kernel's own L4 balancer as a peer. */
-function nftablesRuleset(backends: string[]): string {
-  const map = backends.map((b, i) => `${i} : ${b}`).join(', ');
-  return [
-    'table ip gitlb_bench {',
-    '  chain pre {',
-    '    type nat hook prerouting priority dstnat;',
-    `    ip daddr ${NFT_BIND.addr} tcp dport ${NFT_BIND.port} dnat to numgen inc mod ${backends.length} map { ${map} }`,
-    '  }',
-    '}',
-    '',
-  ].join('\n');
-}
-
 /** The XDP mode each lb daemon's program really runs in (`ip -d link`: xdp = native, xdpgeneric = generic). */
 async function attachedModes(state: LabState): Promise<string> {
   const out: string[] = [];
@@ -151,26 +121,37 @@ async function attachedModes(state: LabState): Promise<string> {
  * probability ~1e-5); a first request through each path also warms neighbour entries.
  */
 async function warmUp(state: LabState, cfg: BenchConfig, targets: Target[], mode: string): Promise<void> {
-  const client = labNs(state, 'client');
   const names = new Map(state.plan.nodes.filter((n) => n.role === 'backend').map((n) => [n.addresses.find((a) => !a.includes(':'))!, n.name]));
   const all = cfg.backends.map((b) => names.get(b) ?? b);
   for (const t of targets) {
     const u = new URL(t.url);
     const hosts = t.spreadOver ?? [u.hostname];
-    for (const host of hosts) {
-      let last = '';
-      for (let attempt = 1; ; attempt++) {
-        const r = await runTraffic(client, { kind: 'burst', host, port: Number(u.port || 80), count: 30, concurrency: 6, sources: state.plan.client.v4, timeoutMs: 5000 });
-        const failed = r.records.filter((x) => !x.backend);
-        const seen = new Set(r.records.map((x) => x.backend).filter((b): b is string => !!b));
-        // a balancer (VIP, haproxy, nftables) must reach every backend; a backend's own address only itself
-        const missing = cfg.backends.includes(host) ? [] : all.filter((b) => !seen.has(b));
-        if (failed.length === 0 && missing.length === 0) break;
-        last = failed.length ? `${failed.length}/30 failed (${[...new Set(failed.map((x) => x.error))].join(', ')})` : `no answer from ${missing.join(', ')}`;
-        if (attempt === 15) throw new Error(`${t.name} (${mode}): warm-up after 15 rounds: ${last}`);
-        process.stderr.write(`bench/e2e: ${t.name} ${host}: ${last}; retrying\n`);
-        await new Promise((res) => setTimeout(res, 2000));
-      }
+    await t.before?.(state);
+    try {
+      await warmUpTarget(state, cfg, t, hosts, all, mode);
+    } finally {
+      await t.after?.(state);
+    }
+  }
+}
+
+/** warmUp for one target: bursts until every host of it answers (a balancer: from every backend). */
+async function warmUpTarget(state: LabState, cfg: BenchConfig, t: Target, hosts: string[], all: string[], mode: string): Promise<void> {
+  const client = labNs(state, 'client');
+  const u = new URL(t.url);
+  for (const host of hosts) {
+    let last = '';
+    for (let attempt = 1; ; attempt++) {
+      const r = await runTraffic(client, { kind: 'burst', host, port: Number(u.port || 80), count: 30, concurrency: 6, sources: state.plan.client.v4, timeoutMs: 5000 });
+      const failed = r.records.filter((x) => !x.backend);
+      const seen = new Set(r.records.map((x) => x.backend).filter((b): b is string => !!b));
+      // a balancer (VIP, haproxy, nftables) must reach every backend; a backend's own address only itself
+      const missing = cfg.backends.includes(host) ? [] : all.filter((b) => !seen.has(b));
+      if (failed.length === 0 && missing.length === 0) break;
+      last = failed.length ? `${failed.length}/30 failed (${[...new Set(failed.map((x) => x.error))].join(', ')})` : `no answer from ${missing.join(', ')}`;
+      if (attempt === 15) throw new Error(`${t.name} (${mode}): warm-up after 15 rounds: ${last}`);
+      process.stderr.write(`bench/e2e: ${t.name} ${host}: ${last}; retrying\n`);
+      await new Promise((res) => setTimeout(res, 2000));
     }
   }
 }
@@ -200,15 +181,13 @@ async function main(): Promise<void> {
   const direct: Target = { name: `direct, ${threads} backends`, url: be(0), spreadOver: cfg.backends };
   const routed: Target = { name: 'direct, routed via the lb nodes (info)', url: be(0), spreadOver: cfg.backends, viaLbNodes: true };
   const directOne: Target = { name: `direct, ${cfg.backends[0]} only (info)`, url: be(0) };
-  const haproxyT: Target = { name: 'haproxy tcp mode', url: `http://${HAPROXY_BIND.addr}:${HAPROXY_BIND.port}/` };
-  const nftT: Target = { name: 'nftables dnat', url: `http://${NFT_BIND.addr}:${NFT_BIND.port}/` };
   const modeTargets: Target[] = MODES.map((m) => ({ name: m.label, url: cfg.services.find((s) => s.name === m.service)!.url }));
 
-  let haproxy: ChildProcess | null = null;
+  let stopPeers: (() => Promise<void>) | null = null;
   let labDir: string | null = null;
   const cleanup = async () => {
-    if (haproxy && haproxy.exitCode === null) haproxy.kill('SIGTERM');
-    haproxy = null;
+    await stopPeers?.().catch((e: Error) => process.stderr.write(`bench/e2e: ${e.message}\n`));
+    stopPeers = null;
     if (labDir) await labDown(labDir).catch((e: Error) => process.stderr.write(`bench/e2e: ${e.message}\n`));
     labDir = null;
   };
@@ -223,8 +202,9 @@ async function main(): Promise<void> {
     const client = labNs(state, 'client');
     const o = { seconds, connections, threads, spreadOver: t.spreadOver };
     await t.before?.(state);
-    const undo = t.viaLbNodes ? await routedViaLbNodes(state, t.spreadOver!) : null;
+    let undo: (() => Promise<void>) | null = null;
     try {
+      undo = t.viaLbNodes ? await routedViaLbNodes(state, t.spreadOver!) : null;
       const rps = await wrk(client, t.url, { ...o, closeEach: false });
       const cps = await wrk(client, t.url, { ...o, closeEach: true });
       return { rps, cps };
@@ -235,7 +215,7 @@ async function main(): Promise<void> {
   };
   const header = () => [
     `e2e throughput in the lab: wrk -t${threads} -c${connections}, ${seconds} s per measurement, ${rounds} rounds, from the client namespace`,
-    `backends ${cfg.backends.join(', ')} answer HTTP with ${backendHttp === 'haproxy' ? 'haproxy (1 thread each)' : 'the lab Node server'}; every VIP, haproxy and nftables spread over all of them (equal weights)`,
+    `backends ${cfg.backends.join(', ')} answer HTTP with ${backendHttp === 'haproxy' ? 'haproxy (1 thread each)' : 'the lab Node server'}; every VIP and peer spreads over all of them (equal weights)`,
     `direct: the same ${threads} threads x ${connections / threads} connections, thread i straight to backend i`,
   ];
   try {
@@ -246,20 +226,14 @@ async function main(): Promise<void> {
       const attached = await attachedModes(state);
       ran.push(`lab ${i + 1}: --xdp-mode ${mode}: ${attached}`);
       const tag = attached.includes('native') ? (attached.includes('generic') ? ' [mixed]' : ' [native]') : ' [generic]';
-      const targets = [direct, routed, ...(i === 0 ? [directOne, haproxyT, nftT] : []), ...modeTargets];
+      let peerTargets: Target[] = [];
       if (i === 0) {
-        // the peers, once: haproxy (TCP mode) and nftables DNAT, both in the router namespace
-        const router = labNs(state, 'router');
-        const hcfg = join(scratch, 'haproxy.cfg');
-        writeFileSync(hcfg, haproxyConfig(cfg.backends));
-        const argv = nsArgv(router, ['haproxy', '-db', '-f', hcfg]);
-        haproxy = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
-        await waitForPort(router, HAPROXY_BIND.port, 'tcp', { timeoutMs: 10_000 });
-        const nftFile = join(scratch, 'nft.conf');
-        writeFileSync(nftFile, nftablesRuleset(cfg.backends));
-        const nft = await run(nsArgv(router, ['nft', '-f', nftFile]));
-        if (nft.code !== 0) throw new Error(`nft -f failed: ${nft.stderr.trim()}`);
+        // the peers, once (peers.ts): on lb-1 where the comparison runs them, and on the router as information
+        const p = await peers.startPeers(state, cfg.dir, cfg.backends, scratch);
+        stopPeers = p.stop;
+        peerTargets = p.targets.map((t) => ({ name: t.name, url: t.url, before: t.before, after: t.after }));
       }
+      const targets = [direct, routed, ...(i === 0 ? [directOne] : []), ...peerTargets, ...modeTargets];
       await warmUp(state, cfg, targets, mode);
       const series = targets.map((t): Series => ({ name: `${t.name}${modeTargets.includes(t) ? tag : ` [lab ${i + 1}]`}`, lab: i, direct: t === direct, samples: [] }));
       rows.push(...series);
@@ -286,11 +260,7 @@ async function main(): Promise<void> {
       const targets = [direct, floorT('native'), floorT('generic'), replyFloorT];
       ran.push(`lab ${i + 1}: no daemons, bench/e2e/xdp_l2_floor.c on both lb nodes (MAC rewrite + XDP_TX, nothing else; for the ` +
         `"replies via the lb" row the backends route the clients via the lb nodes and the program sends the answers on to the router)`);
-      for (const t of targets) {
-        await t.before?.(state);
-        await warmUp(state, cfg, [t], 'floor');
-        await t.after?.(state);
-      }
+      await warmUp(state, cfg, targets, 'floor');
       const series = targets.map((t): Series => ({ name: t === direct ? `${t.name} [lab ${i + 1}]` : t.name, lab: i, direct: t === direct, samples: [] }));
       rows.push(...series);
       for (let k = 0; k < rounds; k++) {

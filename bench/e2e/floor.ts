@@ -8,7 +8,7 @@ import { exec, nsArgv, run } from '../../src/lab/netns.js';
 const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
 
 /** The MAC address of a node's interface inside its namespace. */
-async function macOf(state: LabState, nsShort: string, dev: string): Promise<string> {
+export async function macOf(state: LabState, nsShort: string, dev: string): Promise<string> {
   const r = await run(nsArgv(labNs(state, nsShort), ['ip', '-j', 'link', 'show', 'dev', dev]));
   const mac = (JSON.parse(r.stdout) as { address?: string }[])[0]?.address;
   if (!mac || !MAC.test(mac)) throw new Error(`no MAC address for ${dev} in ${nsShort}`);
