@@ -38,7 +38,7 @@ import { waitForLocalApplied } from '../../src/demo/status-watch.js';
 import { runTraffic } from '../../src/demo/traffic.js';
 import { waitForAnnounced } from '../../src/demo/failover.js';
 import { writeBenchConfig, type BenchConfig } from './config.js';
-import { formatTable, summarize, type Sample, type Series } from './table.js';
+import { comparisons, formatTable, summarize, type Sample, type Series } from './table.js';
 import { wrk } from './wrk.js';
 import { attachFloor, buildFloor, repliesThroughLbNodes } from './floor.js';
 import * as peers from './peers.js';
@@ -290,7 +290,10 @@ async function printTable(rows: Series[], head: string[]): Promise<void> {
   console.log('req/s: keep-alive HTTP/1.1; conn/s: one request per new TCP connection (Connection: close); medians over the rounds');
   console.log('/direct: median over the rounds of (this target / mean of the direct measured just before and just after its round);');
   console.log('range: lowest-highest of those ratios (direct rows: each direct / their median, i.e. the drift during the lab)\n');
-  for (const l of formatTable(summarize(rows.filter((r) => r.samples.length)))) console.log(l);
+  const lines = summarize(rows.filter((r) => r.samples.length));
+  for (const l of formatTable(lines)) console.log(l);
+  const against = comparisons(lines);
+  if (against.length) console.log(['', ...against].join('\n'));
   const load = (await run(['cat', '/proc/loadavg'])).stdout.trim();
   console.log(`\nmachine load average at the end of the run: ${load} (2 shared cores: compare ratios, not absolute figures)`);
 }

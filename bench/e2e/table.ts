@@ -109,3 +109,42 @@ export function formatTable(lines: Line[]): string[] {
   }
   return out;
 }
+
+/** The lines a gitlb mode is judged against (issue 26): its floor (the least an XDP balancer pays on that path in
+ * this lab) and the kernel's own balancer for that path on the same lb node. DSR modes: the L2 floor and the
+ * stateless nftables DSR rule; snat: the floor whose replies also cross the lb node, and nftables full NAT. */
+const AGAINST = {
+  dsr: { floor: 'xdp l2 floor', peer: 'nftables dsr on lb-1' },
+  snat: { floor: 'xdp floor, replies via the lb too', peer: 'nftables full nat on lb-1' },
+} as const;
+const PROXY = 'haproxy tcp mode on lb-1';
+
+/**
+ * Per gitlb mode: its ratio minus its floor's (gitlb's own share of the gap to direct; 0 = at the floor, negative =
+ * below it) and minus the peers' on lb-1 (>= 0: at least level). Ratios are each to their own lab's direct, so the
+ * floor's (another lab) compares as a share of direct. Lines without a counterpart in this run are left out.
+ */
+export function comparisons(lines: Line[]): string[] {
+  const find = (prefix: string, tag?: string) => lines.find((l) => l.name.startsWith(prefix) && (tag === undefined || l.name.endsWith(`[${tag}]`)));
+  const diff = (a: Figure, b: Figure | undefined) => (a.ratio === null || !b || b.ratio === null ? '    -' : `${a.ratio - b.ratio >= 0 ? '+' : ''}${(a.ratio - b.ratio).toFixed(2)}`.padStart(5));
+  const out: string[] = [];
+  for (const l of lines) {
+    const m = /^(\w+)\s+(dsr\/\w+|snat)\b.*\[(native|generic|mixed)\]$/.exec(l.name);
+    if (!m) continue;
+    const against = AGAINST[m[2]!.startsWith('dsr') ? 'dsr' : 'snat'];
+    const floor = find(against.floor, m[3]);
+    const peer = find(against.peer);
+    const proxy = find(PROXY);
+    const pair = (b: Line | undefined) => (b ? `${diff(l.rps, b.rps)} / ${diff(l.cps, b.cps)}` : '    - /     -');
+    out.push(`${l.name.padEnd(28)} ${pair(floor)}   ${pair(peer)}   ${pair(proxy)}`);
+  }
+  if (!out.length) return [];
+  return [
+    'per mode, differences of ratios to direct, keep-alive / per connection:',
+    `${'mode'.padEnd(28)} ${'minus its floor'.padEnd(16)}${'minus nftables on lb-1'.padEnd(25)}minus haproxy on lb-1`,
+    ...out,
+    '(its floor: the xdp floor of the same path and XDP mode, 0 = gitlb costs nothing beyond it; nftables: the stateless',
+    ' DSR rule for the dsr modes, full NAT for snat; >= 0 = at least level. Rounds disagree by up to ~0.3: read signs',
+    ' of large differences only.)',
+  ];
+}
