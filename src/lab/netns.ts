@@ -191,12 +191,18 @@ export async function cleanStale(prefix = NETNS_PREFIX, opts: CleanStaleOptions 
   for (const name of stale) {
     // what still runs there (a killed test's daemons, BIRD, servers) would keep the namespace, its links and its
     // BPF programs alive after the name is gone, unreachable by any later clean
-    for (const pid of await netnsPids(name)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
+    // a few passes: what runs there may fork while it is being killed
+    for (let pass = 0; pass < 5; pass++) {
+      const pids = (await netnsPids(name)).filter((pid) => Number.isInteger(pid) && pid > 1 && pid !== process.pid);
+      if (!pids.length) break;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
       }
+      await sleep(50);
     }
     await deleteNetns(name);
   }
