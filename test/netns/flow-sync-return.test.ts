@@ -79,21 +79,35 @@ add('a hand back: owed', { op: 'handBack', node: 'a', peer: 'lb-b', sinceStep: a
 add('b reply before the return', reply('b', 'b syn 5402', SNAT_B));
 add('b syn 5401 after reboot', { op: 'run', node: 'b', data: tcp(5401, SYN) });
 add('b has 5401 before the return', { op: 'snatHas', node: 'b', clientPort: 5401 });
+// ---- the import rule while rejoining (crafted entries from lb-a's channel): own translations only in a resync marked
+// ownBack that lb-b asked lb-a for (it did: 'b tick: resync asking'), while that resync is open
+const asked = (seq: number) => ({ seq, done: false, ownBack: true });
+add('attacker: own translation in a delta while the gate is held', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5405, SNAT_B, 40005)] } });
+add('attacker: own translation in a resync not marked ownBack', { op: 'send',
+  body: { v: 1, ct: [], snat: [snatE(5405, SNAT_B, 40005)], resync: { seq: 900, done: false } } });
+add('a new own translation in the asked resync', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5405, SNAT_B, 40005)], resync: asked(901) } });
+add('replay of a returned translation', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5405, SNAT_B, 40005)], resync: asked(901) } });
+add('own address, port outside own range', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5404, SNAT_B, 1000)], resync: asked(901) } });
+add('another client on a port b holds', { op: 'sendSnat', ofStep: at['b syn 5401 after reboot']!, entry: snatE(5499, SNAT_B, 0), resync: asked(901) });
+add('b\'s client flow on another port', { op: 'sendSnat', ofStep: at['b syn 5401 after reboot']!, entry: snatE(5401, SNAT_B, 0), portOffset: 1,
+  resync: asked(901) });
+add('a later resync begins', { op: 'send', body: { v: 1, ct: [], snat: [], resync: asked(902) } });
+add('attacker: own translation in a batch of the earlier resync', { op: 'send',
+  body: { v: 1, ct: [], snat: [snatE(5406, SNAT_B, 40006)], resync: asked(901) } });
+add('b report before the answer', { op: 'report', node: 'b' });
 add('a tick: answer', { op: 'tick', node: 'a' });
 add('a hand back: answered', { op: 'handBack', node: 'a', peer: 'lb-b', sinceStep: at['b answers again']! });
 add('b report after the return', { op: 'report', node: 'b' });
 add('b has 5401 after the return', { op: 'snatHas', node: 'b', clientPort: 5401 });
 add('b has 5402 after the return', { op: 'snatHas', node: 'b', clientPort: 5402 });
 add('b reply after the return', reply('b', 'b syn 5402', SNAT_B));
-// ---- the import rule while rejoining (crafted entries from lb-a's channel)
-add('replay of a returned translation', { op: 'sendSnat', ofStep: at['b syn 5402']!, entry: snatE(5402, SNAT_B, 0) });
-add('own address, port outside own range', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5404, SNAT_B, 1000)] } });
-add('another client on a port b holds', { op: 'sendSnat', ofStep: at['b syn 5401 after reboot']!, entry: snatE(5499, SNAT_B, 0) });
-add('b\'s client flow on another port', { op: 'sendSnat', ofStep: at['b syn 5401 after reboot']!, entry: snatE(5401, SNAT_B, 0), portOffset: 1 });
-add('a new own translation while rejoining', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5405, SNAT_B, 40005)] } });
+add('attacker: own translation in a new ownBack resync after the ask was answered', { op: 'send',
+  body: { v: 1, ct: [], snat: [snatE(5407, SNAT_B, 40007)], resync: { seq: 903, done: false, ownBack: true } } });
 add('gate released', { op: 'rejoining', node: 'b', on: false });
-add('own translation after release', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5406, SNAT_B, 40006)] } });
+add('own translation after release', { op: 'send', body: { v: 1, ct: [], snat: [snatE(5406, SNAT_B, 40006)], resync: asked(904) } });
 add('b report at the end', { op: 'report', node: 'b' });
+add('b has 5406 at the end', { op: 'snatHas', node: 'b', clientPort: 5406 });
+add('b has 5407 at the end', { op: 'snatHas', node: 'b', clientPort: 5407 });
 // ---- lb-b rebooted again; this time lb-a speaks first (its takeover nudges it while lb-b is not ready): lb-b's answer
 // to lb-a's empty message says it still waits for its own translations (needOwn in the answer)
 add('reboot b again', { op: 'restartB', empty: true, rejoining: true });
@@ -148,8 +162,9 @@ test('lb-b rebooted: it asks, lb-a sends the copies back inside its resync, lb-b
   t.falsy(a.error, a.error);
   t.is(a.report['lb-b'].inSync, true);
   const b = (await r('b report after the return')).report['lb-a'];
-  t.is(b.returned, 1, 'the copy of 5402 inserted as lb-b\'s own');
-  t.deepEqual(b.refused, {}, 'the copy of 5401 equals the translation lb-b made again for that flow: unchanged, nothing refused');
+  const before = (await r('b report before the answer')).report['lb-a'];
+  t.is(b.returned - before.returned, 1, 'the copy of 5402 inserted as lb-b\'s own');
+  t.deepEqual(b.refused, before.refused, 'the copy of 5401 equals the translation lb-b made again for that flow: unchanged, nothing refused');
   t.true(b.resyncReceived, 'lb-a\'s table with lb-b\'s own translations back: the rejoin gate may release');
   const has = await r('b has 5402 after the return');
   t.deepEqual([has.has, has.owners], [true, [0]], 'lb-b\'s own (owner 0), not a copy');
@@ -173,19 +188,29 @@ test('hand back: lb-a says lb-b may take its address back only after a message s
   t.true((await r('a hand back: answered')).ready);
 });
 
-test('the rule while rejoining: a replay changes nothing; a port outside its own range, another client on a port it holds, and its client flow on another port are refused; a new one is taken', async (t) => {
-  t.deepEqual((await r('replay of a returned translation')).answer, { applied: 0, unchanged: 1, refused: {} });
-  t.deepEqual((await r('own address, port outside own range')).answer, { applied: 0, unchanged: 0, refused: { 'snat-address': 1 } });
-  t.deepEqual((await r('another client on a port b holds')).answer, { applied: 0, unchanged: 0, refused: { 'snat-port-taken': 1 } });
-  t.deepEqual((await r('b\'s client flow on another port')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 } });
-  t.deepEqual((await r('a new own translation while rejoining')).answer, { applied: 1, unchanged: 0, refused: {}, returned: 1 });
+test('attacker: while the gate is held, own translations outside a resync marked ownBack that lb-b asked for and that is still open are refused', async (t) => {
+  const refused = { applied: 0, unchanged: 0, refused: { 'snat-address': 1 } };
+  t.deepEqual((await r('attacker: own translation in a delta while the gate is held')).answer, { ...refused, needOwn: true });
+  t.deepEqual((await r('attacker: own translation in a resync not marked ownBack')).answer, { ...refused, needOwn: true });
+  t.deepEqual((await r('attacker: own translation in a batch of the earlier resync')).answer, { ...refused, needOwn: true });
+  t.deepEqual((await r('attacker: own translation in a new ownBack resync after the ask was answered')).answer, refused, 'lb-a\'s answer came: nothing asked any more');
+  t.false((await r('b has 5406 at the end')).has);
+  t.false((await r('b has 5407 at the end')).has);
+});
+
+test('the rule in the asked resync: a replay changes nothing; a port outside its own range, another client on a port it holds, and its client flow on another port are refused; a new one is taken', async (t) => {
+  t.deepEqual((await r('a new own translation in the asked resync')).answer, { applied: 1, unchanged: 0, refused: {}, returned: 1, needOwn: true });
+  t.deepEqual((await r('replay of a returned translation')).answer, { applied: 0, unchanged: 1, refused: {}, needOwn: true });
+  t.deepEqual((await r('own address, port outside own range')).answer, { applied: 0, unchanged: 0, refused: { 'snat-address': 1 }, needOwn: true });
+  t.deepEqual((await r('another client on a port b holds')).answer, { applied: 0, unchanged: 0, refused: { 'snat-port-taken': 1 }, needOwn: true });
+  t.deepEqual((await r('b\'s client flow on another port')).answer, { applied: 0, unchanged: 0, refused: { exists: 1 }, needOwn: true });
 });
 
 test('attacker: once the gate is released, translations of lb-b\'s own address are refused again', async (t) => {
   t.deepEqual((await r('own translation after release')).answer, { applied: 0, unchanged: 0, refused: { 'snat-address': 1 } });
   const b = (await r('b report at the end')).report['lb-a'];
-  t.is(b.returned, 2);
-  t.is(b.refused['snat-address'], 2);
+  t.is(b.returned, 2, '5405 in the asked resync, 5402 in lb-a\'s answer');
+  t.is(b.refused['snat-address'], 6, 'a delta, a resync not marked ownBack, a port outside the range, an earlier resync, after the answer, after the release');
 });
 
 test('lb-a speaking first: lb-b\'s answer to its nudge asks for lb-b\'s own translations, and lb-a\'s next round sends them', async (t) => {

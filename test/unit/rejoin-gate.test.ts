@@ -218,6 +218,23 @@ test('rejoining with a SNAT address: a peer\'s whole table counts only when it b
   t.false(g.rejoining());
 });
 
+test('attacker: a table marked ownBack that lb-1 never asked lb-2 for, or a later batch of one that ended, does not count; the one answering the ask does', async (t) => {
+  const { s1, g, ch2 } = await rejoiningWithOwnAddress(t);
+  // lb-2 speaks first, before any answer of lb-1 could have asked it
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 5, done: true, ownBack: true } }),
+    { applied: 0, unchanged: 0, refused: {}, needOwn: true }, 'not asked: lb-1 still waits, and now it asks');
+  t.false(s1.resyncReceived('lb-2'));
+  t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 5, done: true, ownBack: true } }),
+    { applied: 0, unchanged: 0, refused: {}, needOwn: true }, 'the same resync again: it was not an answer and it is closed');
+  t.true(g.holding());
+  // benign: the resync lb-2 begins after the ask
+  await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 6, done: false, ownBack: true } });
+  t.false(s1.resyncReceived('lb-2'), 'open until its done batch');
+  await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 6, done: true, ownBack: true } });
+  t.true(s1.resyncReceived('lb-2'));
+  t.false(g.holding());
+});
+
 test('while rejoining, every answer lb-1 gives says it still waits for its own translations (needOwn), until a table marked ownBack arrived; a node not rejoining never says it', async (t) => {
   const { ch2 } = await rejoiningWithOwnAddress(t);
   t.deepEqual(await ch2.request('lb-1', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }), { applied: 0, unchanged: 0, refused: {}, needOwn: true });

@@ -368,7 +368,9 @@ export interface ImportOptions {
    * its own range is one it made before, sent back by a peer that kept a copy; it is inserted as its own (owner 0),
    * but only where this node holds no translation on that real endpoint and port nor one of that client flow (its
    * own are never overwritten). At any other time such a translation is refused as before ('snat-address', or
-   * 'snat-own-port' when the address is shared): a peer cannot make translations of this node's address.
+   * 'snat-own-port' when the address is shared): a peer cannot make translations of this node's address. The caller
+   * sets it only for a batch of a resync marked `ownBack` that this node asked that peer for, while it is open and the
+   * gate held (flow-sync.ts incomingBatch): never for a delta or any other message.
    */
   takeOwnBack?: boolean;
 }

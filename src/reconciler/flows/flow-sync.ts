@@ -12,7 +12,7 @@
 // checks, peer channels): scans, the ring's read and a peer's import go in slices of SCAN_PAGE_ENTRIES with the
 // loop's turn between them.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason, type ServiceReals,
+import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/flow-events.js';
@@ -20,8 +20,12 @@ import { copiesOwnedBy } from '../../bpf/dataplane/snat-return.js';
 import type { PeerChannel } from '../peer/index.js';
 import { encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type ResyncMark } from './flow-sync-wire.js';
 import { EntryBudget } from './entry-budget.js';
+import { incomingBatch, newPeerState, type PeerState, type PeerSyncReport } from './flow-sync-peer.js';
+import { serviceRealsOf, servingRealsOf } from './service-reals.js';
 
 export { encodeFlowSync, parseFlowSync, parseResyncMark, type ResyncMark } from './flow-sync-wire.js';
+export type { PeerSyncReport } from './flow-sync-peer.js';
+export { serviceRealsOf, servingRealsOf } from './service-reals.js';
 
 export const FLOW_SYNC_KIND = 'flows.sync';
 export const FLOW_SYNC_DEFAULTS = {
@@ -54,27 +58,6 @@ export const FLOW_SYNC_DEFAULTS = {
   recencyMarginMs: RECENCY_MARGIN_MS,
 };
 
-export interface PeerSyncReport {
-  /** The whole table has been sent since the last failure. */
-  inSync: boolean;
-  sent: number;
-  received: number;
-  applied: number;
-  refused: Partial<Record<RefuseReason | 'rate-limited', number>>;
-  /** Entries dropped for this peer: queue full (a resync follows). */
-  dropped: number;
-  queued: number;
-  /** Time from reading an entry (from the ring, or a scan) to the peer's answer, of the last batch sent (ms). */
-  lagMs: number | null;
-  lastError?: string;
-  /** The peer's whole table (a resync it marked done, nothing of it refused for the rate) arrived since start; while
-   * this node rejoins with a SNAT address of its own, only a resync that brought its own translations back counts. */
-  resyncReceived: boolean;
-  /** The peer's ends of translations over its entry budget, waiting here to be applied as the budget refills. */
-  goneDeferred: number;
-  /** Of `applied`: this node's own SNAT translations the peer sent back while this node rejoined. */
-  returned: number;
-}
 
 export interface FlowSyncOptions {
   node: string;
@@ -100,48 +83,6 @@ function append<T>(xs: T[], more: T[]): void {
   for (const x of more) xs.push(x);
 }
 
-/** Which reals each service lists in the applied state (drained and unhealthy ones included). */
-export function serviceRealsOf(d: DesiredState | null): ServiceReals | undefined {
-  if (!d) return undefined;
-  const listed = new Set<string>();
-  for (const s of d.services) for (const r of s.reals) listed.add(`${s.id}/${r.realId}`);
-  return (serviceId, realId) => listed.has(`${serviceId}/${realId}`);
-}
-
-/** Which reals each service sends new flows to in the applied state: active and healthy. */
-export function servingRealsOf(d: DesiredState | null): ServiceReals | undefined {
-  if (!d) return undefined;
-  const serving = new Set<string>();
-  for (const s of d.services) for (const r of s.reals) if (r.state === 'active' && r.healthy) serving.add(`${s.id}/${r.realId}`);
-  return (serviceId, realId) => serving.has(`${serviceId}/${realId}`);
-}
-
-interface PeerState {
-  queue: Item[];
-  inSync: boolean;
-  report: PeerSyncReport;
-  /** The full-table send under way to this peer: its seq and the table's entries still at the head of the queue;
-   * `ownBack`: it carries the peer's own translations (`returned` of them) back. */
-  resync: { seq: number; left: number; first: boolean; ownBack: boolean; returned: number } | null;
-  /** The peer's resync arriving here: its seq, and whether every entry of it so far was taken (not rate-limited). */
-  incoming: { seq: number; whole: boolean } | null;
-  /** The peer's ends over its budget (oldest first), with when they arrived: applied as the budget refills. */
-  deferredGone: Array<{ e: SnatEntry; at: number }>;
-  /** This node's ends that were queued for the peer when its queue was lost (a failed send, an overflow): a resync
-   * sends the table, which holds no ends, so they lead the next one (bounded by maxGoneToResend). */
-  goneToResend: Item[];
-  /** The peer asked for its own translations back (`needOwn`) and no send carrying them has completed since. */
-  ownOwed: boolean;
-  /** A message of the peer asked for a (new) resync: the next round drops what is queued and starts one. Set by
-   * receive(), applied by tick(), so that a send in flight cannot mark the peer in sync over the request. */
-  resyncWanted: boolean;
-  /** When a message of the peer last arrived here, and when it last answered one of this node's (this node's clock;
-   * null: none since start): its daemon lives. */
-  heardAt: number | null;
-  answeredAt: number | null;
-  /** Asked for by nudge(): an empty message this round if nothing else is sent, so that the peer answers. */
-  helloWanted: boolean;
-}
 
 /** What this node's own reading found (not per peer): for status, metrics and bench/sync. */
 export interface FlowSyncLocalReport {
@@ -235,10 +176,7 @@ export class FlowSync {
   private state(peer: string): PeerState {
     let s = this.peerState.get(peer);
     if (!s) {
-      s = { queue: [], inSync: false, resync: null, incoming: null, deferredGone: [], goneToResend: [], ownOwed: false, resyncWanted: false,
-        heardAt: null, answeredAt: null, helloWanted: false,
-        report: { inSync: false, sent: 0, received: 0, applied: 0, refused: {}, dropped: 0, queued: 0, lagMs: null, resyncReceived: false,
-          goneDeferred: 0, returned: 0 } };
+      s = newPeerState();
       this.peerState.set(peer, s);
     }
     return s;
@@ -406,6 +344,7 @@ export class FlowSync {
       const need = r?.first && !this.state(peer).report.resyncReceived;
       const mark: ResyncMark | undefined = r ? { seq: r.seq, done: batch.length >= r.left, ...(need && { need: true }),
         ...(need && this.wantsOwnBack() && { needOwn: true }), ...(r.ownBack && { ownBack: true }) } : undefined;
+      if (mark?.needOwn) s.askedOwn = true;
       let answer: unknown;
       try {
         answer = await this.o.channel.request(peer, FLOW_SYNC_KIND, encodeFlowSync(batch, this.now(), mark), { timeoutMs: this.limits.timeoutMs });
@@ -450,23 +389,26 @@ export class FlowSync {
     s.report.received += n;
     const obj = this.o.object();
     if (!obj && n > 0) throw new Error('no data plane loaded');
-    const r = obj ? await this.import(obj, from, s, entries, n) : { applied: 0, unchanged: 0, refused: {} };
+    const ownBack = mark ? incomingBatch(s, mark, this.wantsOwnBack() && s.askedOwn) : false;
+    const r = obj ? await this.import(obj, from, s, entries, n, ownBack) : { applied: 0, unchanged: 0, refused: {} };
     if (mark) this.resyncArrived(from, s, mark, (r.refused as { 'rate-limited'?: number })['rate-limited'] ?? 0);
     s.heardAt = this.now();
     // rejoining: every answer says whether this node still waits for its own translations from the sender
-    return this.wantsOwnBack() && !s.report.resyncReceived ? { ...r, needOwn: true } : r;
+    if (!this.wantsOwnBack() || s.report.resyncReceived) return r;
+    s.askedOwn = true;
+    return { ...r, needOwn: true };
   }
 
   /** A batch of `from`'s resync arrived: its end completes the resync unless some of it was refused for the rate;
    * `need` (its first batch: it lacks this node's table, a restart) starts a resync to it unless one is under way. */
   private resyncArrived(from: string, s: PeerState, mark: ResyncMark, rateLimited: number): void {
-    if (s.incoming?.seq !== mark.seq) s.incoming = { seq: mark.seq, whole: true };
-    if (rateLimited > 0) s.incoming.whole = false;
+    const incoming = s.incoming?.seq === mark.seq ? s.incoming : null; // incomingBatch opened it
+    if (incoming && rateLimited > 0) incoming.whole = false;
     // rejoining with a SNAT address: a table without this node's own translations (a send that began before the
-    // ask reached the peer) is not the whole of what this node needs; the peer's answer to the ask follows
-    if (mark.done && s.incoming.whole && !s.report.resyncReceived && (mark.ownBack || !this.wantsOwnBack())) {
+    // ask reached the peer, or one it did not ask for) is not the whole of what this node needs; the answer follows
+    if (incoming && mark.done && incoming.whole && !s.report.resyncReceived && (incoming.ownBack || !this.wantsOwnBack())) {
       s.report.resyncReceived = true;
-      this.o.log?.info?.(`flow sync: ${from}'s whole table received (resync ${mark.seq}${mark.ownBack ? `, with ${s.report.returned} own SNAT translations back` : ''})`);
+      this.o.log?.info?.(`flow sync: ${from}'s whole table received (resync ${mark.seq}${incoming.ownBack ? `, with ${s.report.returned} own SNAT translations back` : ''})`);
     }
     if (mark.need && !s.resync) s.resyncWanted = true; // the next round sends it the whole table
     if (mark.needOwn && this.o.snatAddressOf?.(from) !== undefined) {
@@ -476,7 +418,8 @@ export class FlowSync {
     }
   }
 
-  private async import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number): Promise<ImportResult & { deferred?: number }> {
+  private async import(obj: BpfObject, from: string, s: PeerState, entries: FlowEntries, n: number, ownBack: boolean)
+    : Promise<ImportResult & { deferred?: number }> {
     // the ends that waited for this peer's budget go first: older than anything in this message
     await this.applyDeferredGone(obj, from, s);
     const gone = entries.gone ?? [];
@@ -492,7 +435,7 @@ export class FlowSync {
     for (const e of late.slice(0, room)) s.deferredGone.push({ e, at });
     const deferred = Math.min(room, late.length);
     const over = n - granted - deferred;
-    const r = await this.importAndCount(obj, from, s, take);
+    const r = await this.importAndCount(obj, from, s, take, ownBack);
     const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
     if (over > 0) refused['rate-limited'] = over;
     if (over > 0) s.report.refused['rate-limited'] = (s.report.refused['rate-limited'] ?? 0) + over;
@@ -505,7 +448,7 @@ export class FlowSync {
    * slices of SCAN_PAGE_ENTRIES with the event loop's turn between them, so a message of 2,048 entries (several
    * system calls each) does not hold health checks and other peers' messages for its whole import.
    */
-  private async importAndCount(obj: BpfObject, from: string, s: PeerState, take: FlowEntries): Promise<ImportResult> {
+  private async importAndCount(obj: BpfObject, from: string, s: PeerState, take: FlowEntries, ownBack = false): Promise<ImportResult> {
     const out: ImportResult = { applied: 0, unchanged: 0, refused: {} };
     const all = [...(take.gone ?? []).map((e) => ['gone', e] as const), ...take.ct.map((e) => ['ct', e] as const),
       ...take.snat.map((e) => ['snat', e] as const)];
@@ -519,7 +462,7 @@ export class FlowSync {
       const desired = this.o.desired();
       const r = importFlows(this.o.object() ?? obj, slice, { serviceReals: serviceRealsOf(desired), realServes: servingRealsOf(desired),
         senderSnatAddress: from === this.o.node ? undefined : this.o.snatAddressOf?.(from), marginMs: this.limits.recencyMarginMs,
-        takeOwnBack: from !== this.o.node && (this.o.rejoining?.() ?? false) });
+        takeOwnBack: ownBack && from !== this.o.node && this.wantsOwnBack() });
       this.delta.remember(r.keys);
       out.applied += r.applied;
       if (r.returned) out.returned = (out.returned ?? 0) + r.returned;
