@@ -500,7 +500,9 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
       if (back === 'inserted') {
         result.applied++;
         result.returned = (result.returned ?? 0) + 1;
-        keys.own.push([rk, Buffer.from(rev.lookup(rk)!)]);
+        // XDP may have deleted it meanwhile (its port reclaimed): nothing to remember then, the rest of the slice goes on
+        const v = rev.lookup(rk);
+        if (v) keys.own.push([rk, Buffer.from(v)]);
       } else if (back === 'unchanged') result.unchanged++;
       else refuse(back);
       continue;
@@ -534,7 +536,8 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
       continue;
     }
     result.applied++;
-    keys.snat.push([rk, Buffer.from(rev.lookup(rk)!)]);
+    const v = rev.lookup(rk); // absent when XDP deleted it since (see above)
+    if (v) keys.snat.push([rk, Buffer.from(v)]);
   }
   return { ...result, keys };
 }
