@@ -117,6 +117,8 @@ export class FlowSync {
   private running: Promise<void> | null = null;
   private stopped = false;
   private resyncSeq = 0;
+  /** Per peer: its batch being imported (and the ones queued behind it), settled: receive() chains the next on it. */
+  private readonly receiving = new Map<string, Promise<void>>();
 
   constructor(private readonly o: FlowSyncOptions) {
     this.limits = { ...FLOW_SYNC_DEFAULTS, ...o.limits };
@@ -379,8 +381,22 @@ export class FlowSync {
     s.report.queued = s.queue.length;
   }
 
-  /** A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. */
-  async receive(from: string, body: unknown): Promise<ImportResult & { needOwn?: true }> {
+  /**
+   * A peer's batch: checked, bounded by the peer's entry budget, inserted where this node's maps accept it. One at a
+   * time per peer, in arrival order: an import yields to the event loop between slices, and a sender that timed out
+   * meanwhile resends (or sends its next batch) while the first still runs; its batches must not overtake each other
+   * (a resync's `done` counted before an earlier batch of it was rate-limited would mark it whole).
+   */
+  receive(from: string, body: unknown): Promise<ImportResult & { needOwn?: true }> {
+    const before = this.receiving.get(from) ?? Promise.resolve();
+    const run = before.then(() => this.receiveNow(from, body));
+    const settled = run.then(() => undefined, () => undefined);
+    this.receiving.set(from, settled);
+    void settled.then(() => { if (this.receiving.get(from) === settled) this.receiving.delete(from); });
+    return run;
+  }
+
+  private async receiveNow(from: string, body: unknown): Promise<ImportResult & { needOwn?: true }> {
     const entries = parseFlowSync(body, this.limits.maxEntriesPerMessage);
     const mark = parseResyncMark(body);
     const s = this.state(from);
