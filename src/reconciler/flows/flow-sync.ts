@@ -208,9 +208,12 @@ export class FlowSync {
     setSyncPublish(obj, peers.length > 0);
     this.local.publishing = peers.length > 0;
     const at = this.now();
-    // ends first: a port given to another client flow is free on the peer before the new translation arrives
-    const items = (e: FlowEntries): Item[] => [...(e.gone ?? []).map((x): Item => ({ kind: 'gone', e: x, at })),
-      ...e.ct.map((x): Item => ({ kind: 'ct', e: x, at })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at }))];
+    // ends first: a port given to another client flow is free on the peer before the new translation arrives. `readAt`:
+    // when the entries' ages were read (this clock), not the round's start: the round yields (ring slices, a peer's
+    // deferred ends, scan pages) and encodeFlowSync adds the time since readAt, so an age stamped earlier would be
+    // overstated by the gap (a peer's newer choice could then fail the recency margin)
+    const items = (e: FlowEntries, readAt: number): Item[] => [...(e.gone ?? []).map((x): Item => ({ kind: 'gone', e: x, at: readAt })),
+      ...e.ct.map((x): Item => ({ kind: 'ct', e: x, at: readAt })), ...e.snat.map((x): Item => ({ kind: 'snat', e: x, at: readAt }))];
     const events = this.reader(obj);
     const fresh: Item[] = [];
     if (events) {
@@ -218,9 +221,10 @@ export class FlowSync {
       for (let read = 0; read < this.limits.maxEventsPerTick;) {
         const raw = events.read(Math.min(SCAN_PAGE_ENTRIES, this.limits.maxEventsPerTick - read));
         read += raw.records;
+        const readAt = this.now();
         const published = this.delta.published(obj, raw);
         this.local.published += published.ct.length + published.snat.length;
-        append(fresh, items(published));
+        append(fresh, items(published, readAt));
         if (raw.records < SCAN_PAGE_ENTRIES) break;
         await nextTurn();
       }
@@ -233,6 +237,7 @@ export class FlowSync {
     for (const p of peers) await this.applyDeferredGone(obj, p, this.state(p));
     const resync = peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; });
     let all: (() => Promise<FlowEntries>) | null = null;
+    let scanAt = at;
     // a big table takes a while to read: scans (not the ring's rounds) get at most a fifth of the time
     const since = this.local.lastScanAt === null ? Infinity : at - this.local.lastScanAt;
     const wanted = !events || this.scanDue || resync;
@@ -240,8 +245,9 @@ export class FlowSync {
       const began = this.now();
       // cooperative: the read yields to the event loop between pages (FlowDelta.read), so a big table never holds
       // the daemon's health checks and peer channels for long
-      const scan = await this.delta.read(obj);
-      append(fresh, items(scan.changed));
+      const scan = await this.delta.read(obj); // its ages: as of its start (FlowDelta.read), `began`
+      append(fresh, items(scan.changed, began));
+      scanAt = began;
       all = scan.all;
       this.scanDue = false;
       this.local.scans++;
@@ -251,23 +257,24 @@ export class FlowSync {
     } else if (at - this.lastNatReadAt >= Math.max(this.limits.natReadIntervalMs, this.natGapMs)) {
       // the NAT table alone (its refreshes and ends, which the ring does not carry), spaced like the scans
       const began = this.now();
-      append(fresh, items(await this.delta.readTranslations(obj)));
+      append(fresh, items(await this.delta.readTranslations(obj), began));
       this.lastNatReadAt = at;
       this.natGapMs = 4 * (this.now() - began);
     }
     // the whole table as this scan read it, decoded once (cooperatively) for every peer that (re)joins
-    const table = all && peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; }) ? items(await all()) : null;
+    const table = all && peers.some((p) => { const s = this.state(p); return !s.inSync && s.queue.length === 0; }) ? items(await all(), scanAt) : null;
     await Promise.all(peers.map(async (peer) => {
       const s = this.state(peer);
       if (!s.inSync && s.queue.length === 0) {
         if (!table) return; // a resync waits for the next scan
         // a rejoining peer that asked: the copies of its own translations this node kept, inside the resync
         const ownBack = s.ownOwed;
+        const backAt = this.now();
         const back = ownBack ? await this.ownTranslationsOf(obj, peer) : [];
         // (re)join: the whole table, then deltas; ends lost with an earlier queue first (the table holds no ends)
         s.queue = [...s.goneToResend, ...table];
         s.goneToResend = [];
-        append(s.queue, back.map((x): Item => ({ kind: 'snat', e: x, at })));
+        append(s.queue, back.map((x): Item => ({ kind: 'snat', e: x, at: backAt })));
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
         s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true, ownBack, returned: back.length };
       } else append(s.queue, fresh);
