@@ -199,10 +199,7 @@ export class FlowSync {
       s.resyncWanted = false;
       // a send under way serves unless the peer asked for its own translations and it does not carry them
       if (s.resync && (s.resync.ownBack || !s.ownOwed)) continue;
-      s.report.dropped += this.keepGone(s); // the new resync leads with the ends that were queued
-      s.queue = [];
-      s.resync = null;
-      s.inSync = false;
+      this.loseQueue(s); // the new resync leads with the ends that were queued
     }
     // the packet path publishes only while someone reads: a node without sync peers pays one branch per new flow
     setSyncPublish(obj, peers.length > 0);
@@ -278,13 +275,8 @@ export class FlowSync {
         // marked: its last batch says done (an empty table is one empty batch), so a rejoining peer knows it has all
         s.resync = { seq: this.nextSeq(), left: s.queue.length, first: true, ownBack, returned: back.length };
       } else append(s.queue, fresh);
-      if (s.queue.length > this.limits.maxQueued) {
-        s.report.dropped += s.queue.length - this.limits.maxQueued;
-        this.keepGone(s);
-        s.queue = [];
-        s.resync = null;
-        s.inSync = false; // the next round starts a resync with the table as it is then
-      }
+      // the next round starts a resync with the table as it is then
+      if (s.queue.length > this.limits.maxQueued) this.loseQueue(s, s.queue.length - this.limits.maxQueued);
       const answered = s.answeredAt;
       await this.send(peer, s);
       if (s.helloWanted) {
@@ -292,6 +284,17 @@ export class FlowSync {
         if (s.answeredAt === answered) await this.hello(peer, s);
       }
     }));
+  }
+
+  /** Loses what is queued for the peer (a failed send, an overflow, a resync it asked for): the next round sends it
+   * the whole table again, led by the queued ends (keepGone). `dropped` counts the entries over the queue's bound
+   * (`overflow`) and the ends that did not fit (docs/metrics.md). */
+  private loseQueue(s: PeerState, overflow = 0): void {
+    s.report.dropped += overflow + this.keepGone(s);
+    s.queue = [];
+    s.resync = null;
+    s.inSync = false;
+    s.report.inSync = false;
   }
 
   /** Keeps the ends (`gone`) of a queue about to be lost for the peer's next resync, up to maxGoneToResend; returns
@@ -312,11 +315,7 @@ export class FlowSync {
       this.answered(peer, s, await this.o.channel.request(peer, FLOW_SYNC_KIND, { v: 1, ct: [], snat: [] }, { timeoutMs: this.limits.timeoutMs }));
     } catch (e) {
       s.report.lastError = (e as Error).message;
-      s.inSync = false;
-      s.report.dropped += this.keepGone(s);
-      s.queue = [];
-      s.resync = null;
-      s.report.inSync = false;
+      this.loseQueue(s);
     }
   }
 
@@ -360,10 +359,7 @@ export class FlowSync {
       } catch (e) {
         s.report.lastError = (e as Error).message;
         // unknown what arrived: the table is sent again once the peer answers, after the ends that were waiting
-        s.inSync = false;
-        s.report.dropped += this.keepGone(s);
-        s.queue = [];
-        s.resync = null;
+        this.loseQueue(s);
         break;
       }
       if (r) {
