@@ -15,8 +15,9 @@ import { takeBack } from './snat-return.js';
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
   MODE, realSlotOf, type FlowKey } from './codec.js';
-import { SNAT_MAPS, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev, decodeSnatRevKey, encodeSnatFwd, encodeSnatRev,
-  encodeSnatRevKey, monotonicNs, snatFwdKey, type SnatConfig } from './snat.js';
+import { SNAT_MAPS, SNAT_REV_IDENTITY_BYTES as SNAT_IDENTITY_BYTES, SNAT_REV_LAST_SEEN_AT as SNAT_LAST_SEEN_AT,
+  SNAT_REV_OWNER_AT as SNAT_OWNER_BYTE, SNAT_REV_STATE_AT as SNAT_STATE_AT, SNAT_STATE, decodeSnatConfig, decodeSnatFwd, decodeSnatRev,
+  decodeSnatRevKey, encodeSnatFwd, encodeSnatRev, encodeSnatRevKey, monotonicNs, snatFwdKey, type SnatConfig } from './snat.js';
 
 /**
  * A connection-table entry: the client's flow (dst = VIP), the real it was given and how long ago (`ageMs`: the
@@ -72,12 +73,8 @@ function encodeCtValue(realId: number, serviceId: number, slot: number, chosenNs
  * table changes the mark even when the real stays, and the peers' copies must learn it). */
 const ctIdentity = (v: Buffer, at = 0) => `${v.readUInt32LE(at)}/${v.readBigUInt64LE(at + 16)}`;
 
-/** lb_snat_rev value bytes a change of which is sent: client, vip, ports, real id (0..39) and state (40). */
-const SNAT_DELTA_BYTES = 41;
-/** The translation's identity without its state: another value here is another translation (the old one is gone). */
-const SNAT_IDENTITY_BYTES = 40;
-const SNAT_OWNER_BYTE = 41;
-const SNAT_LAST_SEEN_AT = 56;
+// lb_snat_rev's value (snat.ts): a change of its identity (another value: another translation, the old one is gone) or
+// of its state is sent; its owner byte tells another node's copy; its last packet's time says whether it is in use.
 
 /** A translation as FlowDelta last read it: its value, when it was last queued for the peers, and whether a peer
  * sent it (then its end is not this node's to announce). */
@@ -206,11 +203,11 @@ export class FlowDelta {
           const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
           if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
           const fromPeer = !!same && was.fromPeer;
-          if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) {
+          if (same && was.v[SNAT_STATE_AT] === v[SNAT_STATE_AT]) {
             // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
             const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
             const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
-              nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_IDENTITY_BYTES] === SNAT_STATE.closing, cfg);
+              nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_STATE_AT] === SNAT_STATE.closing, cfg);
             const e = due ? snatOf(k, v) : null;
             if (e) changed.snat.push(e);
             snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
@@ -254,7 +251,7 @@ export class FlowDelta {
       const id = k.toString('latin1');
       const was = this.snat.get(id);
       const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
-      if (same && was.v[SNAT_IDENTITY_BYTES] === v[SNAT_IDENTITY_BYTES]) continue;
+      if (same && was.v[SNAT_STATE_AT] === v[SNAT_STATE_AT]) continue;
       if (was && !same && !was.fromPeer) {
         const old = snatOf(k, was.v);
         if (old) out.gone!.push(old);

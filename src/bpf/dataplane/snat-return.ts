@@ -7,15 +7,12 @@
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import { familyOf } from './codec.js';
 import { ageOf } from './flow-age.js';
-import { SNAT_MAPS, SNAT_STATE, decodeSnatRev, decodeSnatRevKey, monotonicNs } from './snat.js';
+import { SNAT_MAPS, SNAT_REV_IDENTITY_BYTES as IDENTITY_BYTES, SNAT_REV_OWNER_AT as OWNER_BYTE, SNAT_STATE, decodeSnatRev, decodeSnatRevKey,
+  monotonicNs } from './snat.js';
 import { SnatOwners } from './snat-owners.js';
 import { PAGE_ENTRIES, nextTurn } from './paging.js';
 import type { SnatEntry } from './flow-state.js';
 
-/** Byte of lb_snat_rev's value that holds the owner slot (lb_snat_rev.owner). */
-const OWNER_BYTE = 41;
-/** lb_snat_rev value bytes that make a translation's identity: client, vip, ports and real id. */
-const IDENTITY_BYTES = 40;
 
 /**
  * The copies this node holds of the translations made by the lb node whose SNAT address is `address` (their owner

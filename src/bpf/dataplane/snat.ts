@@ -152,6 +152,13 @@ export function decodeSnatRevKey(b: Buffer): SnatRevKey {
   return { real: addrText(b.subarray(0, 16), family), realPort: b.readUInt16BE(16), snatPort: b.readUInt16BE(18), proto: b[20]!, family };
 }
 
+/** lb_snat_rev value layout (lb_snat.h) for readers that skip decoding: bytes 0..39 are a translation's identity
+ * (client, vip, ports, real id), then its state, its owner slot (0: this node's own) and its last packet's time. */
+export const SNAT_REV_IDENTITY_BYTES = 40;
+export const SNAT_REV_STATE_AT = 40;
+export const SNAT_REV_OWNER_AT = 41;
+export const SNAT_REV_LAST_SEEN_AT = 56;
+
 export function encodeSnatRev(v: SnatRev): Buffer {
   const b = Buffer.alloc(64);
   addr16(v.client).copy(b, 0);
@@ -159,17 +166,17 @@ export function encodeSnatRev(v: SnatRev): Buffer {
   b.writeUInt16BE(v.clientPort, 32);
   b.writeUInt16BE(v.vipPort, 34);
   b.writeUInt32LE(v.realId, 36);
-  b[40] = v.state;
-  b[41] = v.owner ?? 0;
+  b[SNAT_REV_STATE_AT] = v.state;
+  b[SNAT_REV_OWNER_AT] = v.owner ?? 0;
   b.writeBigUInt64LE(v.createdNs, 48);
-  b.writeBigUInt64LE(v.lastSeenNs, 56);
+  b.writeBigUInt64LE(v.lastSeenNs, SNAT_REV_LAST_SEEN_AT);
   return b;
 }
 
 export function decodeSnatRev(b: Buffer, family: 4 | 6): SnatRev {
   return { client: addrText(b.subarray(0, 16), family), vip: addrText(b.subarray(16, 32), family),
-    clientPort: b.readUInt16BE(32), vipPort: b.readUInt16BE(34), realId: b.readUInt32LE(36), state: b[40]!, owner: b[41]!,
-    createdNs: b.readBigUInt64LE(48), lastSeenNs: b.readBigUInt64LE(56) };
+    clientPort: b.readUInt16BE(32), vipPort: b.readUInt16BE(34), realId: b.readUInt32LE(36), state: b[SNAT_REV_STATE_AT]!,
+    owner: b[SNAT_REV_OWNER_AT]!, createdNs: b.readBigUInt64LE(48), lastSeenNs: b.readBigUInt64LE(SNAT_REV_LAST_SEEN_AT) };
 }
 
 export function encodeSnatFwd(v: SnatFwd): Buffer {
@@ -213,9 +220,8 @@ export async function countActiveOwnTranslations(obj: BpfObject, withinNs: bigin
   for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
     for (let i = 0; i < page.count; i++) {
       const at = i * vs;
-      // encodeSnatRev's layout: state at 40, owner at 41, last packet at 56
-      if (page.values[at + 41] !== 0 || page.values[at + 40] !== SNAT_STATE.open) continue;
-      if (nowNs - page.values.readBigUInt64LE(at + 56) < withinNs) n++;
+      if (page.values[at + SNAT_REV_OWNER_AT] !== 0 || page.values[at + SNAT_REV_STATE_AT] !== SNAT_STATE.open) continue;
+      if (nowNs - page.values.readBigUInt64LE(at + SNAT_REV_LAST_SEEN_AT) < withinNs) n++;
     }
     await pause();
   }
