@@ -9,7 +9,7 @@ import type { BpfMap, BpfObject } from '../libbpf.js';
 import { deleteGone } from './flow-gone.js';
 import { MAX_AGE_MS, ageOf, markOf, validAge } from './flow-age.js';
 import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
-import { PAGE_ENTRIES, nextTurn } from './paging.js';
+import { PAGE_ENTRIES, forEachPaged, nextTurn } from './paging.js';
 import { takeBack } from './snat-return.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
@@ -116,25 +116,18 @@ export class FlowDelta {
    */
   async read(obj: BpfObject, pause: () => Promise<void> = nextTurn): Promise<{ changed: FlowEntries; all: () => Promise<FlowEntries> }> {
     const changed: FlowEntries = { ct: [], snat: [], gone: [] };
-    const ctMap = obj.map('lb_conntrack');
-    const ks = ctMap.keySize;
-    const vs = ctMap.valueBufferSize;
     const nowNs = monotonicNs();
     const ct = new Map<string, string>();
-    const pages: Array<{ keys: Buffer; values: Buffer; count: number }> = [];
+    const ctEntries: Array<[Buffer, Buffer]> = [];
     this.scanningCt = ct;
     try {
-      for (const page of ctMap.lookupBatchPages(SCAN_PAGE_ENTRIES)) {
-        for (let i = 0; i < page.count; i++) {
-          const k = page.keys.subarray(i * ks, (i + 1) * ks);
-          const id = k.toString('latin1');
-          const what = ctIdentity(page.values, i * vs);
-          ct.set(id, what);
-          if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), page.values, i * vs, nowNs));
-        }
-        pages.push(page);
-        await pause();
-      }
+      await forEachPaged(obj.map('lb_conntrack'), (k, v) => {
+        const id = k.toString('latin1');
+        const what = ctIdentity(v);
+        ct.set(id, what);
+        ctEntries.push([k, v]);
+        if (this.ct.get(id) !== what) changed.ct.push(ctOf(decodeFlowKey(k), v, 0, nowNs));
+      }, pause);
     } finally {
       this.scanningCt = null;
     }
@@ -143,10 +136,10 @@ export class FlowDelta {
     const all = async (): Promise<FlowEntries> => {
       const snatOf = snatDecoder(obj, nowNs);
       const out: FlowEntries = { ct: [], snat: [] };
-      for (const page of pages) {
-        for (let i = 0; i < page.count; i++)
-          out.ct.push(ctOf(decodeFlowKey(page.keys.subarray(i * ks, (i + 1) * ks)), page.values, i * vs, nowNs));
-        await pause();
+      for (let i = 0; i < ctEntries.length; i++) {
+        const [k, v] = ctEntries[i]!;
+        out.ct.push(ctOf(decodeFlowKey(k), v, 0, nowNs));
+        if ((i + 1) % SCAN_PAGE_ENTRIES === 0) await pause();
       }
       for (let i = 0; i < revEntries.length; i++) {
         const [k, v] = revEntries[i]!;
@@ -188,37 +181,32 @@ export class FlowDelta {
     };
     this.scanningSnat = snat;
     try {
-      for (const page of rev.lookupBatchPages(SCAN_PAGE_ENTRIES)) {
-        for (let i = 0; i < page.count; i++) {
-          const k = page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize);
-          const v = page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize);
-          revEntries.push([k, v]);
-          if (v[SNAT_OWNER_BYTE]) continue; // another node's translation (owner != 0): its owner sends it
-          const id = k.toString('latin1');
-          const was = this.snat.get(id);
-          // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
-          // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
-          // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
-          // leave the flow without a translation on the node ECMP moves it to.
-          const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
-          if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
-          const fromPeer = !!same && was.fromPeer;
-          if (same && was.v[SNAT_STATE_AT] === v[SNAT_STATE_AT]) {
-            // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
-            const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
-            const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
-              nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_STATE_AT] === SNAT_STATE.closing, cfg);
-            const e = due ? snatOf(k, v) : null;
-            if (e) changed.snat.push(e);
-            snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
-            continue;
-          }
-          snat.set(id, { v, sentNs: nowNs, fromPeer });
-          const e = snatOf(k, v);
+      await forEachPaged(rev, (k, v) => {
+        revEntries.push([k, v]);
+        if (v[SNAT_OWNER_BYTE]) return; // another node's translation (owner != 0): its owner sends it
+        const id = k.toString('latin1');
+        const was = this.snat.get(id);
+        // the translation's identity and state: its client flow, real and open/closing (bytes 0..40 of the value), not
+        // its timestamps. The state is sent too: a closing translation reopened by a SYN of the same 5-tuple (a client
+        // reusing its port) must reopen the peers' copies, which would otherwise expire 10 s after the FIN there and
+        // leave the flow without a translation on the node ECMP moves it to.
+        const same = was && was.v.subarray(0, SNAT_IDENTITY_BYTES).equals(v.subarray(0, SNAT_IDENTITY_BYTES));
+        if (was && !same) ended(k, was); // the port was given to another client flow: the old translation is gone
+        const fromPeer = !!same && was.fromPeer;
+        if (same && was.v[SNAT_STATE_AT] === v[SNAT_STATE_AT]) {
+          // unchanged: sent again when in use since it was last sent and half its idle timeout has passed since
+          const lastSeen = v.readBigUInt64LE(SNAT_LAST_SEEN_AT);
+          const due = cfg && !was.fromPeer && lastSeen > was.sentNs &&
+            nowNs - was.sentNs >= refreshAfterNs(k[36]!, v[SNAT_STATE_AT] === SNAT_STATE.closing, cfg);
+          const e = due ? snatOf(k, v) : null;
           if (e) changed.snat.push(e);
+          snat.set(id, { v, sentNs: e ? nowNs : was.sentNs, fromPeer });
+          return;
         }
-        await pause();
-      }
+        snat.set(id, { v, sentNs: nowNs, fromPeer });
+        const e = snatOf(k, v);
+        if (e) changed.snat.push(e);
+      }, pause);
     } finally {
       this.scanningSnat = null;
     }

@@ -10,7 +10,7 @@ import { ageOf } from './flow-age.js';
 import { SNAT_MAPS, SNAT_REV_IDENTITY_BYTES as IDENTITY_BYTES, SNAT_REV_OWNER_AT as OWNER_BYTE, SNAT_STATE, decodeSnatRev, decodeSnatRevKey,
   monotonicNs } from './snat.js';
 import { SnatOwners } from './snat-owners.js';
-import { PAGE_ENTRIES, nextTurn } from './paging.js';
+import { forEachPaged } from './paging.js';
 import type { SnatEntry } from './flow-state.js';
 
 
@@ -26,21 +26,15 @@ export async function copiesOwnedBy(obj: BpfObject, address: string, nowNs: bigi
   const family = familyOf(address);
   const rev = obj.map(SNAT_MAPS.rev);
   const out: SnatEntry[] = [];
-  let first = true;
-  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
-    if (!first) await nextTurn();
-    first = false;
-    for (let i = 0; i < page.count; i++) {
-      const v = page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize);
-      if (v[OWNER_BYTE] !== slot) continue;
-      const key = decodeSnatRevKey(page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize));
-      if (key.family !== family) continue;
-      const r = decodeSnatRev(v, key.family);
-      out.push({ client: r.client, vip: r.vip, clientPort: r.clientPort, vipPort: r.vipPort, proto: key.proto, realId: r.realId,
-        realPort: key.realPort, snatAddress: address, snatPort: key.snatPort, closing: r.state === SNAT_STATE.closing,
-        ageMs: ageOf(r.createdNs, nowNs), idleMs: ageOf(r.lastSeenNs, nowNs) });
-    }
-  }
+  await forEachPaged(rev, (k, v) => {
+    if (v[OWNER_BYTE] !== slot) return;
+    const key = decodeSnatRevKey(k);
+    if (key.family !== family) return;
+    const r = decodeSnatRev(v, key.family);
+    out.push({ client: r.client, vip: r.vip, clientPort: r.clientPort, vipPort: r.vipPort, proto: key.proto, realId: r.realId,
+      realPort: key.realPort, snatAddress: address, snatPort: key.snatPort, closing: r.state === SNAT_STATE.closing,
+      ageMs: ageOf(r.createdNs, nowNs), idleMs: ageOf(r.lastSeenNs, nowNs) });
+  });
   return out;
 }
 

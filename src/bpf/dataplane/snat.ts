@@ -2,7 +2,7 @@
 // (lb_snat_config), the per-reason counters, reading the NAT table and sweeping expired translations.
 // The settings are planned as SnatSettings (src/render/ops.ts) and written by ./index.ts; layouts are checked
 // against BTF at load (checkSnatLayouts).
-import { PAGE_ENTRIES, nextTurn } from './paging.js';
+import { forEachPaged, nextTurn } from './paging.js';
 import type { BpfMap, BpfObject } from '../libbpf.js';
 import { perCpuCounters } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
@@ -214,17 +214,11 @@ export function listSnat(obj: BpfObject): SnatTranslation[] {
  */
 export async function countActiveOwnTranslations(obj: BpfObject, withinNs: bigint, nowNs: bigint = monotonicNs(),
   pause: () => Promise<void> = nextTurn): Promise<number> {
-  const rev: BpfMap = obj.map(SNAT_MAPS.rev);
-  const vs = rev.valueBufferSize;
   let n = 0;
-  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
-    for (let i = 0; i < page.count; i++) {
-      const at = i * vs;
-      if (page.values[at + SNAT_REV_OWNER_AT] !== 0 || page.values[at + SNAT_REV_STATE_AT] !== SNAT_STATE.open) continue;
-      if (nowNs - page.values.readBigUInt64LE(at + SNAT_REV_LAST_SEEN_AT) < withinNs) n++;
-    }
-    await pause();
-  }
+  await forEachPaged(obj.map(SNAT_MAPS.rev), (_k, v) => {
+    if (v[SNAT_REV_OWNER_AT] !== 0 || v[SNAT_REV_STATE_AT] !== SNAT_STATE.open) return;
+    if (nowNs - v.readBigUInt64LE(SNAT_REV_LAST_SEEN_AT) < withinNs) n++;
+  }, pause);
   return n;
 }
 
@@ -255,16 +249,11 @@ export async function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs(), p
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
   let deleted = 0;
   // in pages, the event loop's turn between them (paging.ts): a NAT table of 100,000 translations is read every 10 s
-  for (const page of rev.lookupBatchPages(PAGE_ENTRIES)) {
-    for (let i = 0; i < page.count; i++) {
-      const k = page.keys.subarray(i * rev.keySize, (i + 1) * rev.keySize);
-      const key = decodeSnatRevKey(k);
-      const r = decodeSnatRev(page.values.subarray(i * rev.valueBufferSize, (i + 1) * rev.valueBufferSize), key.family);
-      if (!snatExpired(key, r, cfg, nowNs)) continue;
-      deleted += deleteTranslation(rev, fwd, key, r);
-    }
-    await pause();
-  }
+  await forEachPaged(rev, (k, v) => {
+    const key = decodeSnatRevKey(k);
+    const r = decodeSnatRev(v, key.family);
+    if (snatExpired(key, r, cfg, nowNs)) deleted += deleteTranslation(rev, fwd, key, r);
+  }, pause);
   return deleted;
 }
 

@@ -82,14 +82,19 @@ export function parseResyncMark(body: unknown): ResyncMark | undefined {
   return { seq, done, ...(need === true && { need: true }), ...(needOwn === true && { needOwn: true }), ...(ownBack === true && { ownBack: true }) };
 }
 
+/** An age (or unknown: null) `waitedMs` later, clamped to MAX_AGE_MS: an entry that waited (in a queue before
+ * sending, or deferred at the receiver) is that much older. */
+export function agedBy(ageMs: number | null, waitedMs: number): number | null {
+  return ageMs === null ? null : Math.min(MAX_AGE_MS, ageMs + Math.max(0, waitedMs));
+}
+
 export function encodeFlowSync(items: Item[], now: number, resync?: ResyncMark): Wire {
   const ct: unknown[] = [];
   const snat: unknown[] = [];
   const gone: unknown[] = [];
   for (const it of items) {
     // ages as of sending, not of reading: an entry that waited in the queue is that much older
-    const waited = Math.max(0, now - it.at);
-    const older = (a: number | null) => (a === null ? null : Math.min(MAX_AGE_MS, a + waited));
+    const older = (a: number | null) => agedBy(a, now - it.at);
     if (it.kind === 'ct') ct.push([it.e.src, it.e.dst, it.e.sport, it.e.dport, it.e.proto, it.e.realId, older(it.e.ageMs)]);
     else {
       const e = it.e;

@@ -12,13 +12,13 @@
 // checks, peer channels): scans, the ring's read and a peer's import go in slices of SCAN_PAGE_ENTRIES with the
 // loop's turn between them.
 import type { BpfObject } from '../../bpf/libbpf.js';
-import { FlowDelta, MAX_AGE_MS, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason,
+import { FlowDelta, SCAN_PAGE_ENTRIES, nextTurn, RECENCY_MARGIN_MS, importFlows, type CtEntry, type FlowEntries, type ImportResult, type RefuseReason,
   type SnatEntry } from '../../bpf/dataplane/flow-state.js';
 import type { DesiredState } from '../../render/state.js';
 import { SyncEventReader, setSyncPublish, syncLost } from '../../bpf/dataplane/flow-events.js';
 import { copiesOwnedBy } from '../../bpf/dataplane/snat-return.js';
 import type { PeerChannel } from '../peer/index.js';
-import { encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type ResyncMark } from './flow-sync-wire.js';
+import { agedBy, encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type ResyncMark } from './flow-sync-wire.js';
 import { EntryBudget } from './entry-budget.js';
 import { incomingBatch, newPeerState, type PeerState, type PeerSyncReport } from './flow-sync-peer.js';
 import { serviceRealsOf, servingRealsOf } from './service-reals.js';
@@ -501,10 +501,7 @@ export class FlowSync {
     const now = this.now();
     const granted = this.budget.take(from, s.deferredGone.length, now);
     if (granted > 0) {
-      const gone = s.deferredGone.splice(0, granted).map(({ e, at }) => {
-        const older = (a: number | null) => (a === null ? null : Math.min(MAX_AGE_MS, a + Math.max(0, now - at)));
-        return { ...e, ageMs: older(e.ageMs), idleMs: older(e.idleMs) };
-      });
+      const gone = s.deferredGone.splice(0, granted).map(({ e, at }) => ({ ...e, ageMs: agedBy(e.ageMs, now - at), idleMs: agedBy(e.idleMs, now - at) }));
       await this.importAndCount(obj, from, s, { ct: [], snat: [], gone });
     }
     s.report.goneDeferred = s.deferredGone.length;
