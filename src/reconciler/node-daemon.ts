@@ -192,7 +192,7 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
         const recent = BigInt(ACTIVE_TRANSLATION_S) * 1_000_000_000n;
         const activeTranslations = await countActiveOwnTranslations(obj, recent, now);
         const vipPackets = [...stats.services.values()].reduce((n, t) => n + t.packets, 0);
-        const activeConnections = connectionsSeenWithin(obj.map('lb_conntrack'), ACTIVE_CONNECTION_S, now);
+        const activeConnections = await connectionsSeenWithin(obj.map('lb_conntrack'), ACTIVE_CONNECTION_S, now);
         watch.observe({ vipPackets, activeTranslations, activeConnections }, Date.now());
         const r = watch.report(Date.now());
         if (r && r.canStop !== couldStop) {

@@ -86,8 +86,8 @@ test.serial('connections seen within N s: entries whose last-seen is recent; not
   const base = { realId: 1, serviceId: 1, realSlot: value(46100)!.realSlot, chosenNs: now };
   ct.update(key(46102), encodeFlowValue({ ...base, lastSeen: 0 })); // a peer's entry, never hit here
   ct.update(key(46103), encodeFlowValue({ ...base, lastSeen: Number((now - 60n * 1_000_000_000n) / UNIT_NS) })); // a minute ago
-  t.is(connectionsSeenWithin(ct, 30, monotonicNs()), 2);
-  t.is(connectionsSeenWithin(ct, 120, monotonicNs()), 3, 'the old one within two minutes');
+  t.is(await connectionsSeenWithin(ct, 30, monotonicNs()), 2);
+  t.is(await connectionsSeenWithin(ct, 120, monotonicNs()), 3, 'the old one within two minutes');
   t.like(await runMoved(dp!, tcp(46102, TCP_FLAGS.ACK)), { ct_hit: 1 });
-  t.is(connectionsSeenWithin(ct, 30, monotonicNs()), 3, 'the peer\'s entry once a packet of it arrived here');
+  t.is(await connectionsSeenWithin(ct, 30, monotonicNs()), 3, 'the peer\'s entry once a packet of it arrived here');
 });
