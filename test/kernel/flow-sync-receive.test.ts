@@ -102,3 +102,21 @@ test('an entry read after the round yielded carries its age at its read, not at 
   // its age at the read (well under a minute: it was written just now) and nothing for the 60 s before the read
   t.true((entry![6] as number) < 30_000, `age sent ${String(entry![6])} ms`);
 });
+
+test('a deferred end is dropped when a later batch brings a translation of the same identity; another identity drops nothing', async (t) => {
+  let clock = 1_000_000;
+  const sync = new FlowSync({ node: 'lb-1', peers: () => ['lb-2'], object: () => obj, desired: () => null, now: () => clock,
+    limits: { importPerSecond: 600 }, channel: { serve: () => undefined, request: async () => ({}) } });
+  const end = (cport: number) => ['192.0.2.9', VIP, cport, 80, 6, 7, 8080, '198.51.100.9', 40000, false, 0, 0];
+  const ends = (first: number) => ({ v: 1, ct: [], snat: [], gone: Array.from({ length: 2048 }, (_, i) => end(1024 + first + i)) });
+  await sync.receive('lb-2', ends(0));
+  await sync.receive('lb-2', ends(2048));
+  t.is(sync.report()['lb-2']!.goneDeferred, 848 + 2048);
+  // the budget refills: the next batch's import applies 1,200 deferred ends first (two slices, a turn between them, in
+  // which the clock moves on, so the batch's own two translations are granted too)
+  clock += 10_000;
+  setImmediate(() => { clock += 10_000; });
+  const r = await sync.receive('lb-2', { v: 1, ct: [], snat: [end(1024 + 2048 + 2047), end(60000)] });
+  t.is(r.refused['rate-limited'], undefined, 'both translations were granted');
+  t.is(sync.report()['lb-2']!.goneDeferred, 848 + 2048 - 1200 - 1, 'the end of the translation made again is dropped, no other');
+});

@@ -78,6 +78,10 @@ export interface FlowSyncOptions {
   limits?: Partial<typeof FLOW_SYNC_DEFAULTS>;
 }
 
+/** A translation's identity on the wire: its client flow, real endpoint and SNAT address and port (not its times). */
+const snatIdentity = (e: SnatEntry): string =>
+  `${e.client}/${e.clientPort}/${e.vip}/${e.vipPort}/${e.proto}/${e.realId}/${e.realPort}/${e.snatAddress}/${e.snatPort}`;
+
 /** xs.push(...more) without passing every element as an argument (a scan of 100,000 entries exceeds the stack). */
 function append<T>(xs: T[], more: T[]): void {
   for (const x of more) xs.push(x);
@@ -453,6 +457,12 @@ export class FlowSync {
     const at = this.now();
     for (const e of late.slice(0, room)) s.deferredGone.push({ e, at });
     const deferred = Math.min(room, late.length);
+    // an end still waiting is older than a translation of the same identity this message brings (the sender made it
+    // again, or refreshed it): applied after it, it would delete the translation that lives again. Dropped.
+    if (take.snat.length > 0 && s.deferredGone.length > 0) {
+      const again = new Set(take.snat.map(snatIdentity));
+      s.deferredGone = s.deferredGone.filter((d) => !again.has(snatIdentity(d.e)));
+    }
     const over = n - granted - deferred;
     const r = await this.importAndCount(obj, from, s, take, ownBack);
     const refused: ImportResult['refused'] & { 'rate-limited'?: number } = { ...r.refused };
