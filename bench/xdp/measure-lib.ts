@@ -2,7 +2,9 @@
 // checks every measured iteration took the intended path, and loading a restore harness (restore.c, snat_vary.c:
 // both have an `original` packet map and a `target` program array).
 import { execFileSync } from 'node:child_process';
-import type { BpfObject, BpfProgram } from '../../src/bpf/libbpf.js';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { BpfMap, type BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 
 /** The packet length the restore harnesses are compiled for (BENCH_PKT_LEN in restore_harness.h). */
 export const HARNESS_PKT_LEN = 54;
@@ -63,4 +65,20 @@ export function loadHarness(o: BpfObject, data: Buffer, target: BpfProgram): voi
   if (data.length !== HARNESS_PKT_LEN) throw new Error(`the harnesses are built for ${HARNESS_PKT_LEN}-byte packets`);
   o.map('original').update(u32(0), data);
   o.map('target').update(u32(0), u32(target.fd));
+}
+
+/** The sizes of the maps pinned under `pinRoot` (links and programs skipped): another build loaded over exactly these
+ * maps must be given them, or libbpf would create its maps at their default sizes and refuse the pins. */
+export function pinnedMapSizes(pinRoot: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const name of readdirSync(pinRoot)) {
+    try {
+      const m = BpfMap.open(join(pinRoot, name));
+      out[name] = m.maxEntries;
+      m.close();
+    } catch {
+      /* a link or program pin, not a map */
+    }
+  }
+  return out;
 }

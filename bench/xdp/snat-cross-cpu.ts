@@ -5,38 +5,23 @@
 // one direction writes into the shared reverse entry the other direction's CPU must fetch again. For the program as
 // built and each other build given (argv), alternating; ns per packet of each side while the other runs.
 import { spawn } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { BpfMap, BpfObject } from '../../src/bpf/libbpf.js';
+import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 2_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
-/** The sizes of the pinned maps (another build is loaded over exactly these), minus those a build lacks. */
-function pinnedSizes(pinRoot: string): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const name of readdirSync(pinRoot)) {
-    try {
-      const m = BpfMap.open(join(pinRoot, name));
-      out[name] = m.maxEntries;
-      m.close();
-    } catch {
-      /* not a map */
-    }
-  }
-  return out;
-}
-
 async function loadBuild(path: string, pinRoot: string): Promise<BpfObject> {
-  const sizes = pinnedSizes(pinRoot);
+  const sizes = pinnedMapSizes(pinRoot);
   for (;;) {
     try {
       return await BpfObject.load(path, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries: sizes });

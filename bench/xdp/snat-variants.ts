@@ -2,15 +2,15 @@
 // SNAT_BENCH_MEASURE=snat-variants.ts): the SNAT per-packet paths of xdp_lb as built and of other builds of it
 // (argv: object paths), loaded over the same pinned maps and measured alternately in one run on the same harness
 // and packets: what one change costs or saves.
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_IPIP_VIP, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 
 const pinRoot = process.argv[2]!;
@@ -20,16 +20,7 @@ const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 7);
 
 const dp = await openLbDataPlane({ pinRoot });
 await applyTo(dp, benchState());
-const mapMaxEntries: Record<string, number> = {};
-for (const name of readdirSync(pinRoot)) {
-  try {
-    const m = BpfMap.open(join(pinRoot, name));
-    mapMaxEntries[name] = m.maxEntries;
-    m.close();
-  } catch {
-    /* not a map */
-  }
-}
+const mapMaxEntries = pinnedMapSizes(pinRoot);
 const obj = dp.object()!;
 const builds: Array<{ name: string; prog: BpfProgram }> = [{ name: 'as built', prog: obj.program('xdp_lb') }];
 for (const p of variantPaths) {

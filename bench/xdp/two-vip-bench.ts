@@ -1,16 +1,14 @@
 // The data plane of the per-feature XDP benches (capture.ts, real-stats.ts): one dsr-l2 VIP on one real and one
 // dsr-ipip VIP over the bench's 100-real ring, applied under `pinRoot`, with the max_entries of every pinned map so
 // another build of xdp_lb can be loaded over exactly the same maps and measured beside it.
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
-import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { makeState } from '../../test/lib/lb-state.js';
 import { applyTo } from '../../test/lib/converge.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
-import { xdpContextFor } from './measure-lib.js';
+import { pinnedMapSizes, xdpContextFor } from './measure-lib.js';
 
 /** A measured case: the frame, the harness that replays it (restore: the same frame; vary: a new flow each time),
  * and the counters every iteration must move. */
@@ -32,16 +30,7 @@ export async function twoVipBench(pinRoot: string): Promise<{
   });
   const dp = await openLbDataPlane({ pinRoot });
   await applyTo(dp, state);
-  const mapMaxEntries: Record<string, number> = {};
-  for (const name of readdirSync(pinRoot)) {
-    try {
-      const m = BpfMap.open(join(pinRoot, name));
-      mapMaxEntries[name] = m.maxEntries;
-      m.close();
-    } catch {
-      /* a link or program pin, not a map */
-    }
-  }
+  const mapMaxEntries = pinnedMapSizes(pinRoot);
   const program = dp.object()!.program('xdp_lb');
   const load = (name: string) => BpfObject.load(new URL(`../../build/bench/${name}.o`, import.meta.url).pathname);
   const [empty, restoreObj, varyObj] = [await load('xdp_empty'), await load('xdp_restore'), await load('xdp_snat_vary')];
