@@ -15,7 +15,7 @@ import { PeerObservationFeed } from './health/peer-feed.js';
 import { healthPeers, PEER_SILENT_MS, type HealthPeers } from './health/peer-wiring.js';
 import { lbPeers } from './health/peer-exchange.js';
 import type { FlowSyncLocalReport, PeerSyncReport } from './flows/flow-sync.js';
-import type { SnatTakeover } from './flows/snat-takeover.js';
+import type { HandBackWait, HandbackReport, SnatTakeover } from './flows/snat-takeover.js';
 import type { StatusDrain } from './flows/drain-watch.js';
 import { nodeKeyAuth, peerKeyBlob, startPeerChannel, type PeerAuth, type PeerChannel, type PeerChannelMetrics, type PeerKey } from './peer/index.js';
 import { parseListen } from './triggers/webhook.js';
@@ -40,7 +40,8 @@ export interface NodeDaemonHooks {
   onHealthChange?(e: HealthChange): void;
   /** Called once the parts exist, so collectors can read them at scrape time. */
   started?(parts: { daemon: Daemon; role: 'lb' | 'backend'; health: HealthService | null; bgp?: BgpAnnouncer | null;
-    flowSync?: { report(): Record<string, PeerSyncReport>; local?(): FlowSyncLocalReport; drain?(): StatusDrain | null; serving?(): Record<string, string> } | null;
+    flowSync?: { report(): Record<string, PeerSyncReport>; local?(): FlowSyncLocalReport; drain?(): StatusDrain | null; serving?(): Record<string, string>;
+      handback?(): Record<string, HandbackReport> } | null;
     peerChannel?: PeerChannel | null }): void;
   /** Hears every peer message refused (gitlb_peer_messages_rejected_total). */
   peerMetrics?: PeerChannelMetrics;
@@ -84,6 +85,10 @@ export interface NodeDaemonOptions {
   /** lb nodes with flow sync that start with empty maps: hold BGP announcements until every sync peer sent its whole
    * table, at most this long (`--rejoin-hold`; default 30 s; 0: never hold; flows/rejoin-gate.ts). */
   rejoinHoldMs?: number;
+  /** lb nodes with flow sync: how long a SNAT address taken over is kept at most for its returned owner while that
+   * owner has not shown it has its own translations back (`--snat-handback-limit`; default 120 s; 0: given back as
+   * soon as it answers; flows/snat-takeover.ts). */
+  snatHandbackLimitMs?: number;
   gitTimeoutMs: number;
   /** Subdirectory of the repository that holds the config (`gitlb run --path`); '' for the root. */
   configPath?: string;
@@ -138,7 +143,7 @@ async function teardown(role: 'lb' | 'backend', o: NodeDaemonOptions, log: Logge
 
 /** Serving a lost lb node's SNAT address with the translations it synced here (flows/snat-takeover.ts). */
 async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger,
-  sync: { handBackReady(node: string, sinceMs: number): boolean; nudge(node: string): void; rejoining(): boolean }): Promise<SnatTakeover> {
+  sync: { handBackWaitingFor(node: string, sinceMs: number): HandBackWait[]; nudge(node: string): void; rejoining(): boolean }): Promise<SnatTakeover> {
   const { SnatTakeover } = await import('./flows/snat-takeover.js');
   const lbNodes = () => (d.reconciler.appliedConfig?.nodes ?? []).filter((n) => n.spec.role === 'lb');
   const t = new SnatTakeover({
@@ -155,8 +160,10 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger,
     interface: () => o.interface ?? d.reconciler.desired?.interface,
     object: () => (d.reconciler.dataPlane as Partial<LbDataPlaneHandle>).object?.() ?? null,
     // a returned owner gets its address back once it has its own translations; this node's own waits for its own
-    handBackReady: (node, since) => sync.handBackReady(node, since),
+    handBackWaitingFor: (node, since) => sync.handBackWaitingFor(node, since),
     nudge: (node) => sync.nudge(node),
+    ...(o.snatHandbackLimitMs !== undefined && { handBackBoundMs: o.snatHandbackLimitMs }),
+    onHandbackChange: (why) => d.reconciler.publishStatus(why),
     ownAddressHeld: () => sync.rejoining(),
     log,
   });
@@ -216,7 +223,7 @@ async function startDrainWatch(o: NodeDaemonOptions, d: Daemon, log: Logger): Pr
 /** Connection-state sync with the other lb nodes of the applied config (flow-sync.ts). */
 async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daemon, log: Logger, rejoining: () => boolean)
   : Promise<{ stop(): void; report(): Record<string, PeerSyncReport>; local(): FlowSyncLocalReport; resyncReceived(peer: string): boolean;
-    handBackReady(node: string, sinceMs: number): boolean; nudge(node: string): void }> {
+    handBackWaitingFor(node: string, sinceMs: number): HandBackWait[]; nudge(node: string): void }> {
   const { FlowSync } = await import('./flows/flow-sync.js');
   const sync = new FlowSync({
     node: o.node,
@@ -232,7 +239,7 @@ async function startFlowSync(o: NodeDaemonOptions, channel: PeerChannel, d: Daem
   sync.start();
   log.info('flow sync: sharing connection-table entries and SNAT translations with the other lb nodes');
   return { stop: () => void sync.stop(), report: () => sync.report(), local: () => sync.localReport(), resyncReceived: (p) => sync.resyncReceived(p),
-    handBackReady: (n, since) => sync.handBackReady(n, since), nudge: (n) => sync.nudge(n) };
+    handBackWaitingFor: (n, since) => sync.handBackWaitingFor(n, since), nudge: (n) => sync.nudge(n) };
 }
 
 export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon> {
@@ -398,7 +405,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   // the drain watch and the takeover start below: read at scrape time
   let drainWatch: { report(): StatusDrain | null } | null = null;
   const flowSyncParts = flowSync && { report: () => flowSync.report(), local: () => flowSync.local(), drain: () => drainWatch?.report() ?? null,
-    serving: () => takeover?.report().serving ?? {} };
+    serving: () => takeover?.report().serving ?? {}, handback: () => takeover?.report().handback ?? {} };
   o.hooks?.started?.({ daemon: d, role, health, bgp, flowSync: flowSyncParts, peerChannel });
   const tasks: { stop(): void }[] = [];
   if (role === 'lb' && !o.once) {
@@ -410,7 +417,7 @@ export async function startNodeDaemon(o: NodeDaemonOptions): Promise<NodeDaemon>
   if (flowSync) {
     tasks.push(flowSync);
     const sync = flowSync;
-    takeover = await startSnatTakeover(o, d, log, { handBackReady: (n, since) => sync.handBackReady(n, since), nudge: (n) => sync.nudge(n), rejoining });
+    takeover = await startSnatTakeover(o, d, log, { handBackWaitingFor: (n, since) => sync.handBackWaitingFor(n, since), nudge: (n) => sync.nudge(n), rejoining });
     const t = takeover;
     tasks.push({ stop: () => void t.stop() });
     const drain = await startDrainWatch(o, d, log);

@@ -3,7 +3,7 @@
 // from status files that are untrusted input.
 import test from 'ava';
 import { DrainWatch, QUIET_S } from '../../src/reconciler/flows/drain-watch.js';
-import { drainLine, flowsOfStatus, formatFlowsSection } from '../../src/reconciler/status/flows-report.js';
+import { drainLine, flowsOfStatus, formatFlowsSection, handbackLine } from '../../src/reconciler/status/flows-report.js';
 import type { NodeStatus } from '../../src/reconciler/status/status-doc.js';
 
 const T0 = Date.parse('2026-12-01T12:00:00Z');
@@ -62,6 +62,41 @@ test('gitlb status: the sync per peer, the addresses served for lost peers, and 
   t.regex(out, /lb-1: drained since 2026-12-01T12:00:00\.000Z; carries no more traffic .*: it can be stopped/);
   t.regex(drainLine('lb-1', { ...v.drain!, canStop: false, packetsPerSecond: 12.5, activeTranslations: 3, activeConnections: 40 }),
     /still carries traffic: 12\.5 VIP packets\/s, 40 connection\(s\) seen in the last 30 s, 3 active SNAT translation\(s\); do not stop it yet/);
+});
+
+test('gitlb status: an address held for its returned owner gets its handover line (whose, since when, waiting for what, until when) instead of "lost"', (t) => {
+  const held = { owner: 'lb-1', since: '2026-12-01T12:00:00.000Z', waitingFor: ['sync-spoke'], limitSeconds: 120, giveBackBy: '2026-12-01T12:02:00.000Z' };
+  const v = flowsOfStatus(status({
+    snatTakeover: { lost: ['lb-3'], serving: { '198.51.100.111': 'lb-1', '198.51.100.113': 'lb-3' }, handback: { '198.51.100.111': held } },
+  }))!;
+  t.deepEqual(v.handback, [{ address: '198.51.100.111', ...held }]);
+  const out = formatFlowsSection([{ node: 'lb-2', flows: v }]);
+  t.true(out.includes("lb-2: holds lb-1's SNAT address 198.51.100.111 for lb-1, which answers again since 2026-12-01T12:00:00.000Z: " +
+    'waiting for its sync to speak since it answered again; given back by 2026-12-01T12:02:00.000Z at the latest (--snat-handback-limit 120)\n'), out);
+  t.false(out.includes('198.51.100.111 (lb-1 lost)'), 'a returned owner is not called lost');
+  t.regex(out, /lb-2: serves lb-3's SNAT address 198\.51\.100\.113 \(lb-3 lost\)/, 'a lost one still is');
+  t.regex(handbackLine('lb-2', { address: '198.51.100.111', ...held, waitingFor: ['own-translations'] }),
+    /waiting for the copies of its own translations it asked for to reach it;/);
+  t.regex(handbackLine('lb-2', { address: '198.51.100.111', ...held, waitingFor: ['sync-spoke', 'own-translations'] }),
+    /waiting for its sync to speak since it answered again and the copies of its own translations it asked for to reach it;/);
+  // released: the status no longer carries it, and the line is gone
+  const after = flowsOfStatus(status({ snatTakeover: { lost: [], serving: {} } }))!;
+  t.deepEqual(after.handback, []);
+  t.false(formatFlowsSection([{ node: 'lb-2', flows: after }]).includes('holds'));
+});
+
+test('gitlb status: a hostile handback entry cannot fake a line, a reason or a number', (t) => {
+  const v = flowsOfStatus(status({
+    snatTakeover: { serving: {}, handback: {
+      '198.51.100.111': { owner: 'lb-1\nverdict: OK', since: 'x\u202e', waitingFor: ['sync-spoke', 'rm -rf', 7], limitSeconds: 1e300, giveBackBy: 5 },
+      '198.51.100.112': { owner: 7 }, '198.51.100.113': 'not an object' } },
+  }))!;
+  t.is(v.handback.length, 1);
+  t.like(v.handback[0], { owner: 'lb-1 verdict: OK', waitingFor: ['sync-spoke'], limitSeconds: 1e6, giveBackBy: '?' });
+  const out = formatFlowsSection([{ node: 'lb-2', flows: v }]);
+  t.false(out.split('\n').some((l) => l.startsWith('verdict:')), 'no line of its own');
+  t.false(out.includes('\u202e'), 'bidi override escaped');
+  t.false(out.includes('rm -rf'), 'only known reasons are printed');
 });
 
 test('gitlb status: a hostile flows mapping cannot fake lines, overflow numbers or break the table; nothing reported without it', (t) => {

@@ -250,8 +250,12 @@ test('the ask: lb-2 owes lb-1 its translations from lb-1\'s `needOwn` until a se
   const { s2, ch1 } = await rejoiningWithOwnAddress(t);
   const since = Date.now();
   t.false(s2.handBackReady('lb-1', since), 'nothing heard from lb-1 since it answered again');
+  t.deepEqual(s2.handBackWaitingFor('lb-1', since), ['sync-spoke'], 'the status says: waiting for its sync to speak');
   await ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 1, done: false, need: true, needOwn: true } });
   t.false(s2.handBackReady('lb-1', since), 'heard, but its own translations are owed: the address stays with lb-2');
+  t.deepEqual(s2.handBackWaitingFor('lb-1', since), ['own-translations'], 'the status says: waiting for the translations it asked for');
+  t.deepEqual(s2.handBackWaitingFor('lb-1', Date.now() + 1000), ['sync-spoke', 'own-translations'], 'both, for a later return');
+  t.deepEqual(s2.handBackWaitingFor('lb-9', since), ['sync-spoke'], 'a peer never heard of');
   await ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 1, done: true } });
   t.false(s2.handBackReady('lb-1', since), 'lb-1\'s table arriving does not pay the debt');
   t.false(s2.handBackReady('lb-1', Date.now() + 1000), 'nothing heard since a later return');
@@ -260,6 +264,7 @@ test('the ask: lb-2 owes lb-1 its translations from lb-1\'s `needOwn` until a se
   const since2 = Date.now();
   await other.ch1.request('lb-2', FLOW_SYNC_KIND, { v: 1, ct: [], snat: [], resync: { seq: 9, done: true } });
   t.true(other.s2.handBackReady('lb-1', since2));
+  t.deepEqual(other.s2.handBackWaitingFor('lb-1', since2), [], 'nothing to wait for');
   // an ask of a node without a SNAT address (nothing of it kept, no address to give back) owes nothing
   const plain = await rejoiningWithOwnAddress(t, { 'lb-2': '198.51.100.112' });
   const since3 = Date.now();

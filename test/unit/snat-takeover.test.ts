@@ -3,7 +3,7 @@
 // The end-to-end proof (a node's link down, 40 SNAT connections surviving) is test/lib/survival-matrix.ts (BIRD and FRR on the router),
 // the IPv6 one test/netns/snat6-takeover-netns.test.ts.
 import test from 'ava';
-import { SnatTakeover, type SnatTakeoverOptions, type TakeoverPeer } from '../../src/reconciler/flows/snat-takeover.js';
+import { SnatTakeover, type HandBackWait, type SnatTakeoverOptions, type TakeoverPeer } from '../../src/reconciler/flows/snat-takeover.js';
 import { gratuitousArp, unsolicitedNa } from '../../src/bpf/address-announce.js';
 import { renderBirdConfig } from '../../src/render/bgp/bird.js';
 import { PEERS as BGP_PEERS, file, goodFiles, lbNode, parse } from '../helpers/bgp-model.js';
@@ -253,47 +253,63 @@ test('a served address that becomes this node\'s own SNAT address (config change
   t.deepEqual(w.t.report().serving, { '198.51.100.122': 'lb-2' }, 'benign: lb-2\'s new address is served');
 });
 
-test('a returned owner gets its address back only once it has its own translations (handBackReady): until then replies are still drawn and translated here', async (t) => {
-  let ready = false;
+test('a returned owner gets its address back only once it has its own translations (handBackWaitingFor): until then replies are still drawn and translated here, and the report says so', async (t) => {
+  let waiting: HandBackWait[] = ['sync-spoke'];
   const asked: Array<[string, number]> = [];
   const nudged: string[] = [];
-  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: (node, since) => { asked.push([node, since]); return ready; },
-    nudge: (node) => nudged.push(node) });
+  const told: string[] = [];
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: (node, since) => { asked.push([node, since]); return waiting; },
+    nudge: (node) => nudged.push(node), onHandbackChange: (why) => told.push(why) });
   w.answer('198.51.100.12', false);
   await w.ticks(3);
-  t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' });
+  t.deepEqual(w.t.report(), { lost: ['lb-2'], serving: { '198.51.100.112': 'lb-2' } }, 'lost, not returned: no handback reported');
   w.answer('198.51.100.12', true); // its kernel answers (a reboot: its daemon is not even up yet)
   await w.ticks(20);
-  t.deepEqual(w.t.report(), { lost: [], serving: { '198.51.100.112': 'lb-2' } }, 'not lost, but still served: it has no translations yet');
+  // answered again at the second round after the loss: 3 + 2 rounds of 500 ms
+  const held = { owner: 'lb-2', since: new Date(2500).toISOString(), waitingFor: ['sync-spoke'], limitSeconds: 120, giveBackBy: new Date(122_500).toISOString() };
+  t.deepEqual(w.t.report(), { lost: [], serving: { '198.51.100.112': 'lb-2' }, handback: { '198.51.100.112': held } },
+    'not lost, but still served: it has no translations yet, and the report says for whom, since when, waiting for what');
+  t.deepEqual(told, ['snat takeover: holding lb-2\'s SNAT address 198.51.100.112 until it has its own translations (waiting for: sync-spoke)'], 'told once');
+  waiting = ['own-translations']; // its sync spoke (a rebooted node: it asked for its own translations)
+  await w.ticks(1);
+  t.deepEqual(w.t.report().handback, { '198.51.100.112': { ...held, waitingFor: ['own-translations'] } });
+  t.is(told.length, 2, 'what it waits for changed: told again');
   t.deepEqual([...w.onIface], ['198.51.100.112'], 'still drawing its replies here');
   t.deepEqual([...w.served], ['198.51.100.112']);
   t.true(asked.length > 0 && asked.every(([n, since]) => n === 'lb-2' && since === asked[0]![1]), 'asked about lb-2 since the moment it answered again');
   t.true(nudged.length >= 19 && nudged.every((n) => n === 'lb-2'), 'its sync nudged to talk to lb-2 each round it waits');
-  ready = true; // its sync spoke and the copies of its own translations reached it
+  waiting = []; // its sync spoke and the copies of its own translations reached it
   await w.ticks(1);
   const after = nudged.length;
-  t.deepEqual(w.t.report().serving, {}, 'given back');
+  t.deepEqual(w.t.report(), { lost: [], serving: {} }, 'given back: no longer served nor reported as held');
+  t.regex(told.at(-1)!, /lb-2's SNAT address 198\.51\.100\.112 no longer held for it/);
   t.deepEqual([...w.onIface], []);
   await w.ticks(10);
   t.deepEqual([...w.served], [], 'and no longer translated after the grace');
   t.is(nudged.length, after, 'no nudge once ready');
 });
 
-test('a returned owner that never says it is ready (an older version, its daemon not up) gets its address back at the bound', async (t) => {
-  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: () => false, handBackBoundMs: 10_000 });
+test('a returned owner that never says it is ready (an older version, its daemon not up) gets its address back at the bound (--snat-handback-limit), with a warning naming what was missing', async (t) => {
+  const warned: string[] = [];
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: () => ['sync-spoke', 'own-translations'], handBackBoundMs: 10_000,
+    log: { info: () => {}, warn: (m) => warned.push(m) } });
   w.answer('198.51.100.12', false);
   await w.ticks(3);
   w.answer('198.51.100.12', true);
   await w.ticks(2 + 18); // answered again after 2 rounds, then 9 s
   t.deepEqual(w.t.report().serving, { '198.51.100.112': 'lb-2' }, 'not before the bound');
+  t.like(w.t.report().handback?.['198.51.100.112'], { owner: 'lb-2', waitingFor: ['sync-spoke', 'own-translations'], limitSeconds: 10,
+    giveBackBy: new Date(2500 + 10_000).toISOString() }, 'the limit reported is the one given');
   await w.ticks(3);
-  t.deepEqual(w.t.report().serving, {}, 'at the bound');
-  // lost again while waiting: served again at once, as any loss
-  const v = world('lb-1', PEERS, '198.51.100.111', [], { handBackReady: () => false });
+  t.deepEqual(w.t.report(), { lost: [], serving: {} }, 'at the bound: given back, no longer reported as held');
+  t.deepEqual(warned, ['snat takeover: lb-2 answers again but did not show it has its own SNAT translations back within 10 s (still waiting for: sync-spoke, own-translations; --snat-handback-limit 10)']);
+  // lost again while waiting: served again at once, as any loss, and no longer reported as held for a returned owner
+  const v = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: () => ['sync-spoke'] });
   v.answer('198.51.100.12', false);
   await v.ticks(3);
   v.answer('198.51.100.12', true);
   await v.ticks(4);
+  t.truthy(v.t.report().handback?.['198.51.100.112']);
   v.answer('198.51.100.12', false);
   await v.ticks(6);
   t.deepEqual(v.t.report(), { lost: ['lb-2'], serving: { '198.51.100.112': 'lb-2' } });
@@ -351,4 +367,14 @@ test('BIRD: a taken-over SNAT address is a host route beside the VIPs; without t
   const own = model.nodes.find((n) => n.metadata.name === 'lb-1')!.spec.snatAddress!;
   t.throws(() => renderBirdConfig(model, 'lb-1', [], { snatTakeover: [own] }), { message: /not another lb node's snatAddress/ });
   t.throws(() => renderBirdConfig(model, 'lb-1', [], { snatTakeover: ['203.0.113.99'] }), { message: /not another lb node's snatAddress/ });
+});
+
+test('--snat-handback-limit 0: a returned owner gets its address back in the round it answers again, and nothing is reported as held (benign)', async (t) => {
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: () => ['sync-spoke'], handBackBoundMs: 0 });
+  w.answer('198.51.100.12', false);
+  await w.ticks(3);
+  w.answer('198.51.100.12', true);
+  await w.ticks(2);
+  t.deepEqual(w.t.report(), { lost: [], serving: {} });
+  t.deepEqual([...w.onIface], []);
 });

@@ -160,3 +160,15 @@ test('benign: a peer that still writes its status is named as a broken channel; 
   const dropped = assess([sayingSilent(lb('lb-a'), 'lb-z', 30_000), lb('lb-b'), lb('lb-z', { writtenAgoMs: 60_000 })]);
   t.false(dropped.problems.some((p) => p.includes('peer channel')), dropped.problems.join('\n'));
 });
+
+test('gitlb status prints the SNAT handover line of a node holding a returned owner\'s address (a transient state, not a problem)', (t) => {
+  const holding = { ...lb('lb-b'), flows: { sync: {}, snatTakeover: { lost: [], serving: { '198.51.100.111': 'lb-a' },
+    handback: { '198.51.100.111': { owner: 'lb-a', since: iso(10_000), waitingFor: ['own-translations'], limitSeconds: 120, giveBackBy: iso(-110_000) } } } } } as NodeStatus;
+  const v = assess([lb('lb-a'), holding]);
+  t.true(v.ok, v.problems.join('\n'));
+  const text = formatStatusVerdict(v, now);
+  t.true(text.includes(`lb-b: holds lb-a's SNAT address 198.51.100.111 for lb-a, which answers again since ${iso(10_000)}: waiting for the copies of its own translations it asked for to reach it; given back by ${iso(-110_000)} at the latest (--snat-handback-limit 120)\n`), text);
+  t.false(text.includes('(lb-a lost)'));
+  const released = { ...holding, flows: { sync: {}, snatTakeover: { lost: [], serving: {} } } } as NodeStatus;
+  t.false(formatStatusVerdict(assess([lb('lb-a'), released]), now).includes('holds'), 'given back: no line');
+});

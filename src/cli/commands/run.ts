@@ -14,6 +14,7 @@ import { loadTrustFile, loadSigningKeyFile } from '../../reconciler/verify/load.
 import { errorCode } from '../../errors.js';
 import { SYNC_RING_BOUNDS, checkSyncRingBytes } from '../../bpf/dataplane/flow-events.js';
 import { REJOIN_BOUND_DEFAULT_MS } from '../../reconciler/flows/rejoin-gate.js';
+import { HAND_BACK_BOUND_DEFAULT_MS } from '../../reconciler/flows/snat-takeover.js';
 
 /** Flags that pass to the daemon unchanged share NodeDaemonOptions' declarations; the rest are raw flag values. */
 interface RunOptions extends Pick<NodeDaemonOptions,
@@ -23,6 +24,8 @@ interface RunOptions extends Pick<NodeDaemonOptions,
   flowSyncRing?: number;
   /** --rejoin-hold, in seconds */
   rejoinHold: number;
+  /** --snat-handback-limit, in seconds */
+  snatHandbackLimit: number;
   cacheDir?: string;
   webhook?: string;
   webhookSecretFile?: string;
@@ -75,8 +78,8 @@ function ringBytes(text: string): number {
   }
 }
 
-/** --rejoin-hold: whole seconds, 0 to 3600. */
-function holdSeconds(text: string): number {
+/** --rejoin-hold, --snat-handback-limit: whole seconds, 0 to 3600 (commander puts the flag's name in front). */
+export function holdSeconds(text: string): number {
   const n = Number(text);
   if (!/^[0-9]+$/.test(text) || n > 3600) throw new InvalidArgumentError(`'${text}' is not a number of seconds from 0 to 3600`);
   return n;
@@ -116,7 +119,8 @@ function defineRun(cmd: Command): void {
     .option('--peer-port <port>', 'the port every lb daemon listens on for peers', port, DEFAULT_PEER_PORT)
     .option('--flow-sync', 'lb nodes: share connection-table entries and SNAT translations with the other lb nodes over the peer channel (needs --peer-key or --peer-secret-file), so a flow ECMP moves to another lb node keeps its real; off by default', false)
     .option('--flow-sync-ring <bytes>', `lb nodes with --flow-sync: the ring xdp_lb publishes new entries into (a power of two, 4K to 256M, K and M suffixes; default ${SYNC_RING_BOUNDS.default >> 20}M); a full ring loses records (counted) and the sync rescans the tables`, ringBytes)
-    .option('--rejoin-hold <seconds>', `lb nodes with --flow-sync and BGP that start with empty maps (a reboot, pins lost): hold every VIP's announcement until each sync peer has sent its whole table, at most this long (0: announce at once; docs/bgp.md)`, holdSeconds, REJOIN_BOUND_DEFAULT_MS / 1000);
+    .option('--rejoin-hold <seconds>', `lb nodes with --flow-sync and BGP that start with empty maps (a reboot, pins lost): hold every VIP's announcement until each sync peer has sent its whole table, at most this long (0: announce at once; docs/bgp.md)`, holdSeconds, REJOIN_BOUND_DEFAULT_MS / 1000)
+    .option('--snat-handback-limit <seconds>', `lb nodes with --flow-sync: a lost lb node's SNAT address taken over here is kept, once that node answers again, until its sync has spoken and the copies of its own translations it asked for reached it, at most this long; then it is given back with a warning (0: give it back as soon as the node answers; docs/bgp.md)`, holdSeconds, HAND_BACK_BOUND_DEFAULT_MS / 1000);
   addBirdOptions(cmd)
     .option('--withdraw-on-exit', 'on SIGTERM/SIGINT, withdraw every VIP by BGP before exiting (without it the routes stay and the pinned data plane keeps forwarding)', false)
     .option('--metrics <addr:port|off>', `Prometheus /metrics and /healthz (default ${DEFAULT_METRICS_LISTEN}; when that default port is taken the daemon runs without metrics and says so)`)
@@ -221,6 +225,7 @@ failed); 2 usage error, or a start-up conflict (--interface differs from the Nod
         flowSync: values.flowSync,
         ...(values.flowSyncRing !== undefined && { flowSyncRingBytes: values.flowSyncRing }),
         rejoinHoldMs: values.rejoinHold * 1000,
+        snatHandbackLimitMs: values.snatHandbackLimit * 1000,
         gitTimeoutMs: gitTimeoutMs(values.gitTimeout),
         configPath: values.path,
         bird: values.birdSocket === 'off' ? undefined : { configFile: birdConfigFile(values.birdConfig, cacheDir), socket: values.birdSocket, withdrawOnExit: values.withdrawOnExit },

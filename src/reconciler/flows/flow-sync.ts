@@ -22,6 +22,7 @@ import { agedBy, encodeFlowSync, parseFlowSync, parseResyncMark, type Item, type
 import { EntryBudget } from './entry-budget.js';
 import { incomingBatch, newPeerState, type PeerState, type PeerSyncReport } from './flow-sync-peer.js';
 import { serviceRealsOf, servingRealsOf } from './service-reals.js';
+import type { HandBackWait } from './snat-takeover.js';
 
 export { encodeFlowSync, parseFlowSync, parseResyncMark, type ResyncMark } from './flow-sync-wire.js';
 export type { PeerSyncReport } from './flow-sync-peer.js';
@@ -531,9 +532,16 @@ export class FlowSync {
    * nothing: its first message or answer suffices.
    */
   handBackReady(peer: string, sinceMs: number): boolean {
+    return this.handBackWaitingFor(peer, sinceMs).length === 0;
+  }
+
+  /** What handBackReady still waits for (the takeover's report, the status): 'sync-spoke' (nothing heard from the
+   * peer's sync since `sinceMs`), 'own-translations' (its ask for them is unanswered); empty: ready. */
+  handBackWaitingFor(peer: string, sinceMs: number): HandBackWait[] {
     const s = this.peerState.get(peer);
-    if (!s) return false;
-    return Math.max(s.heardAt ?? -Infinity, s.answeredAt ?? -Infinity) >= sinceMs && !s.ownOwed;
+    if (!s) return ['sync-spoke'];
+    const spoke = Math.max(s.heardAt ?? -Infinity, s.answeredAt ?? -Infinity) >= sinceMs;
+    return [...(spoke ? [] : ['sync-spoke' as const]), ...(s.ownOwed ? ['own-translations' as const] : [])];
   }
 
   /** Makes this node's next round send `peer` a message (an empty one if nothing else is due), so that it answers:

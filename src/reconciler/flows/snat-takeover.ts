@@ -12,10 +12,12 @@
 // answers mark it back; a peer back within a minute of its last return needs twice the misses (up to 8x): no flapping. The survivor that takes over is the first, by name, of the lb nodes this node sees alive
 // (itself included); a node whose own link is down takes nothing over. When the owner is back, and has its own
 // translations (its sync spoke since; a rebooted owner asked for the copies of its translations and they reached it:
-// handBackReady, at most handBackBoundMs), the taker drops the address from its interface and keeps translating
+// handBackWaitingFor says nothing, at most handBackBoundMs: `gitlb run --snat-handback-limit`), the taker drops the address from its interface and keeps translating
 // replies to it for a few seconds (some still arrive until the owner's announcement reaches every real); the owner
 // announces its own address again whenever it sees a peer come back (it may have been the one cut off), not while
-// it rejoins with empty maps (ownAddressHeld: its translations are not back yet).
+// it rejoins with empty maps (ownAddressHeld: its translations are not back yet). While an address is held for a
+// returned owner, report().handback says so (owner, since, what it waits for, the limit): the status file's
+// flows.snatTakeover.handback, `gitlb status`, the metric gitlb_snat_handback_pending.
 import { connect } from 'node:net';
 import type { BpfObject } from '../../bpf/libbpf.js';
 import { announceAddress } from '../../bpf/address-announce.js';
@@ -65,18 +67,21 @@ export interface SnatTakeoverOptions {
   /** A peer back within this long of its last return needs twice the misses to be lost again (at most 8x). */
   dampingMs?: number;
   /**
-   * Whether a peer that answers again since `sinceMs` has what it needs to take its SNAT address back: its sync
-   * spoke since, and the copies of its own translations it asked for (a reboot: empty maps) reached it
-   * (FlowSync.handBackReady). Until then, at most handBackBoundMs, this node keeps serving the address it took
-   * over: replies of the connections the peer translated before it went find their translation here, not a node
-   * that has none yet. Absent: given back as soon as the peer answers.
+   * What a peer that answers again since `sinceMs` still lacks to take its SNAT address back: its sync has not
+   * spoken since ('sync-spoke'), or the copies of its own translations it asked for (a reboot: empty maps) have not
+   * reached it ('own-translations'); empty: ready (FlowSync.handBackWaitingFor). Until then, at most handBackBoundMs,
+   * this node keeps serving the address it took over: replies of the connections the peer translated before it went
+   * find their translation here, not a node that has none yet. Absent: given back as soon as the peer answers.
    */
-  handBackReady?: (node: string, sinceMs: number) => boolean;
+  handBackWaitingFor?: (node: string, sinceMs: number) => HandBackWait[];
   /** Asked each round while a returned peer is not ready: make the sync talk to it (an idle sync sends nothing, and
    * its answer is what tells; FlowSync.nudge). */
   nudge?: (node: string) => void;
-  /** How long a returned peer's address is kept at most while handBackReady says no (default 120 s). */
+  /** How long a returned peer's address is kept at most while handBackWaitingFor names something (default 120 s;
+   * `gitlb run --snat-handback-limit`). */
   handBackBoundMs?: number;
+  /** Called when the addresses held for returned owners, or what they wait for, change (the status is written). */
+  onHandbackChange?: (why: string) => void;
   /** While true this node does not announce its own SNAT address (it rejoins with empty maps and its own
    * translations are not back yet: rejoin-gate.ts); the announcements wait and go out once it is false. */
   ownAddressHeld?: () => boolean;
@@ -94,11 +99,28 @@ const servedIn = (obj: BpfObject): ServedAddresses => ({
   list: () => servedSnatAddresses(obj),
 });
 
+/** What a returned owner has not shown yet (FlowSync.handBackWaitingFor): its sync has not spoken since it answered
+ * again; the copies of its own translations it asked for have not reached it. */
+export type HandBackWait = 'sync-spoke' | 'own-translations';
+
+/** An address this node still holds for its owner, which answers again but has not shown it has its translations. */
+export interface HandbackReport {
+  owner: string;
+  /** When the owner answered again (ISO 8601, this node's clock). */
+  since: string;
+  waitingFor: HandBackWait[];
+  /** The most it is held after `since` (handBackBoundMs), and the moment it is given back at the latest. */
+  limitSeconds: number;
+  giveBackBy: string;
+}
+
 export interface TakeoverReport {
   /** Peers this node sees lost. */
   lost: string[];
-  /** SNAT addresses this node serves for lost peers: address -> owner node. */
+  /** SNAT addresses this node serves for lost peers: address -> owner node (also while held for a returned owner). */
   serving: Record<string, string>;
+  /** Of `serving`: the addresses held for owners that answer again (absent when none). */
+  handback?: Record<string, HandbackReport>;
 }
 
 /**
@@ -174,8 +196,10 @@ export class SnatTakeover {
   /** Per peer: how often it came back lately, and when last (damping, lostAfterFor). */
   private readonly returns = new Map<string, { n: number; at: number }>();
   private readonly served = new Map<string, Served>();
-  /** Peers back from lost whose address this node still serves until they are ready (handBackReady): since when. */
+  /** Peers back from lost whose address this node still serves until they are ready (handBackWaitingFor): since when. */
   private readonly returning = new Map<string, number>();
+  /** Addresses held for returned owners, as of the last round (report().handback). */
+  private handback = new Map<string, HandbackReport>();
   private ownAnnounce = 3; // announced at start: a restarted node may have been taken over
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
@@ -227,7 +251,20 @@ export class SnatTakeover {
   report(): TakeoverReport {
     const serving: Record<string, string> = {};
     for (const [a, s] of this.served) if (s.releaseAt === undefined) serving[a] = s.owner;
-    return { lost: [...this.lost].sort(), serving };
+    const handback = Object.fromEntries([...this.handback].sort(([a], [b]) => a.localeCompare(b)).map(([a, h]) => [a, { ...h, waitingFor: [...h.waitingFor] }]));
+    return { lost: [...this.lost].sort(), serving, ...(this.handback.size > 0 && { handback }) };
+  }
+
+  /** Keeps this round's handback view; a new address held, one given back or a change of what it waits for is told. */
+  private setHandback(next: Map<string, HandbackReport>): void {
+    const key = (m: Map<string, HandbackReport>) => JSON.stringify([...m].map(([a, h]) => [a, h.owner, h.since, h.waitingFor]).sort());
+    const changed = key(next) !== key(this.handback);
+    const was = this.handback;
+    this.handback = next;
+    if (!changed) return;
+    const held = [...next].filter(([a]) => !was.has(a)).map(([a, h]) => `holding ${h.owner}'s SNAT address ${a} until it has its own translations (waiting for: ${h.waitingFor.join(', ')})`);
+    const gone = [...was].filter(([a]) => !next.has(a)).map(([a, h]) => `${h.owner}'s SNAT address ${a} no longer held for it`);
+    this.o.onHandbackChange?.(`snat takeover: ${[...held, ...gone].join('; ') || 'what a returned owner waits for changed'}`);
   }
 
   /** One round: probe every peer, then take over or give back what changed. Serialised by start(). */
@@ -269,7 +306,7 @@ export class SnatTakeover {
           this.answers.set(node, n);
           if (this.lost.has(node) && n >= (this.o.backAfter ?? 2)) {
             this.lost.delete(node);
-            if (this.o.handBackReady) this.returning.set(node, now);
+            if (this.o.handBackWaitingFor) this.returning.set(node, now);
             const r = this.returns.get(node);
             this.returns.set(node, { n: r && now - r.at < this.dampingMs ? r.n + 1 : 1, at: now });
             this.ownAnnounce = 3; // it may have taken this node's address over while this node was the one cut off
@@ -290,17 +327,21 @@ export class SnatTakeover {
     for (const node of [...this.lost]) if (!peers.some((p) => p.node === node)) this.lost.delete(node);
     for (const node of [...this.returns.keys()]) if (!peers.some((p) => p.node === node)) this.returns.delete(node);
     // a returned peer keeps being served until it has its own translations back (or the bound passed)
+    const boundMs = this.o.handBackBoundMs ?? HAND_BACK_BOUND_DEFAULT_MS;
+    const waits = new Map<string, HandBackWait[]>();
     for (const [node, since] of this.returning) {
-      const ready = !peers.some((p) => p.node === node) || this.o.handBackReady!(node, since);
-      const bound = now - since >= (this.o.handBackBoundMs ?? HAND_BACK_BOUND_DEFAULT_MS);
+      const waiting = peers.some((p) => p.node === node) ? this.o.handBackWaitingFor!(node, since) : [];
+      const ready = waiting.length === 0;
+      const bound = now - since >= boundMs;
       if (!ready && !bound) {
+        waits.set(node, waiting);
         this.o.nudge?.(node);
         continue;
       }
       this.returning.delete(node);
       if ([...this.served.values()].some((s) => s.owner === node && s.releaseAt === undefined))
         this.o.log?.[ready ? 'info' : 'warn'](ready ? `snat takeover: ${node} has its own SNAT translations back (${((now - since) / 1000).toFixed(1)} s after it answered again)`
-          : `snat takeover: ${node} answers again but did not show it has its own SNAT translations back within ${(now - since) / 1000} s`);
+          : `snat takeover: ${node} answers again but did not show it has its own SNAT translations back within ${(now - since) / 1000} s (still waiting for: ${waiting.join(', ')}; --snat-handback-limit ${boundMs / 1000})`);
     }
     const own = this.o.ownSnatAddress();
 
@@ -329,11 +370,17 @@ export class SnatTakeover {
       this.served.set(address, { owner, added, announce: 3 });
       this.o.log?.info(`snat takeover: serving ${owner}'s SNAT address ${address} (${owner} lost)`);
     }
+    const handback = new Map<string, HandbackReport>();
     for (const [address, s] of this.served) {
       if (want.has(address)) continue;
       // its owner answers again but does not have its translations yet: keep drawing its replies here
       if (s.releaseAt === undefined && this.returning.has(s.owner) && peers.some((p) => p.node === s.owner && p.snatAddress === address) &&
-        address !== own) continue;
+        address !== own) {
+        const since = this.returning.get(s.owner)!;
+        handback.set(address, { owner: s.owner, since: new Date(since).toISOString(), waitingFor: waits.get(s.owner) ?? [],
+          limitSeconds: boundMs / 1000, giveBackBy: new Date(since + boundMs).toISOString() });
+        continue;
+      }
       if (s.releaseAt === undefined) {
         // stop drawing replies here at once; keep translating what still arrives for a while
         s.releaseAt = now + (this.o.releaseGraceMs ?? 5000);
@@ -346,6 +393,7 @@ export class SnatTakeover {
         this.served.delete(address);
       }
     }
+    this.setHandback(handback);
     // announcements: each 3 times, one per round
     const announce = this.o.announce ?? announceAddress;
     const send = (address: string) => {

@@ -4,12 +4,15 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { FlowSyncLocalReport, PeerSyncReport } from '../flows/flow-sync.js';
 import type { StatusDrain } from '../flows/drain-watch.js';
+import type { HandbackReport } from '../flows/snat-takeover.js';
 
 /** What the lb node's drain watch and SNAT takeover report (node-daemon.ts). */
 export interface FlowExtras {
   drain?: () => StatusDrain | null;
   /** SNAT address -> the lost node it belonged to. */
   serving?: () => Record<string, string>;
+  /** Of serving: the addresses held for owners that answer again but lack their own translations. */
+  handback?: () => Record<string, HandbackReport>;
   /** This node's reading of what its XDP program published (FlowSync.localReport). */
   local?: () => FlowSyncLocalReport | null;
 }
@@ -90,6 +93,13 @@ export class FlowSyncMetrics {
       collect() {
         this.reset();
         for (const [address, owner] of Object.entries(self.extras.serving?.() ?? {})) this.set({ address, owner }, 1);
+      } });
+    new Gauge({ name: 'gitlb_snat_handback_pending',
+      help: 'A taken-over SNAT address this node still holds for its owner (1), which answers again but has not shown it has its own translations back (at most --snat-handback-limit s), by address and owner',
+      labelNames: ['address', 'owner'], registers: [reg],
+      collect() {
+        this.reset();
+        for (const [address, h] of Object.entries(self.extras.handback?.() ?? {})) this.set({ address, owner: h.owner }, 1);
       } });
     const local = () => self.extras.local?.() ?? null;
     new Counter({ name: 'gitlb_flow_sync_published_total',

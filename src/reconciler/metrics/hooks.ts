@@ -74,6 +74,7 @@ export function nodeHooks(metrics: NodeMetrics | null, log: GitlbLogger): NodeOb
       if (health) metrics.health.attach({ snapshot: () => health.checker.snapshot(), decide: () => health.decide() });
       if (bgp) metrics.bgp.attach(() => (bgp.configured() ? bgp.status() : null));
       if (flowSync) metrics.flowSync.attach(() => flowSync.report(), { drain: () => flowSync.drain?.() ?? null, serving: () => flowSync.serving?.() ?? {},
+        handback: () => flowSync.handback?.() ?? {},
         local: () => flowSync.local?.() ?? null });
     },
     isStarted: () => up,
