@@ -11,12 +11,12 @@
 // cases run against KATRAN_GUE_OBJ, Katran built with GUE_ENCAP (its encapsulation is a build-time choice).
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
-import { makeState } from '../../test/lib/lb-state.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { loadHarness, measurer, median, runChecked, xdpContextFor } from './measure-lib.js';
 import { loadKatran, type KatranPeer } from './katran.js';
-import { BENCH_REAL_COUNT, benchReal, benchRing } from './bench-reals.js';
+import { BENCH_REAL_COUNT, benchReal } from './bench-reals.js';
+import { CT_ENTRIES, benchState, ring } from './measure-state.js';
 import { applyTo } from '../../test/lib/converge.js';
 
 const pinRoot = process.argv[2]!;
@@ -24,22 +24,8 @@ const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 1_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 7);
 const KATRAN_OBJ = process.env.KATRAN_OBJ;
 const KATRAN_GUE_OBJ = process.env.KATRAN_GUE_OBJ;
-const CT_ENTRIES = 65536;
-const ring = benchRing();
-const single = (id: number) => new Uint32Array(65537).fill(id);
-const reals = Object.fromEntries(Array.from({ length: BENCH_REAL_COUNT }, (_, i) => [i + 1, benchReal(i)]));
-const state = makeState({
-  reals, addresses: ['198.51.100.1'], hashSeed: 1, conntrackMaxEntries: CT_ENTRIES,
-  services: [
-    { id: 1, vip: '203.0.113.10', forwarding: 'dsr-l2', ring: single(1) },
-    { id: 2, vip: '203.0.113.11', forwarding: 'dsr-ipip', ring },
-    { id: 3, vip: '203.0.113.12', forwarding: 'dsr-ipopt', ring: single(2), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] },
-    { id: 4, vip: '203.0.113.13', forwarding: 'dsr-gue', ring },
-  ],
-});
-
 const dp = await openLbDataPlane({ pinRoot });
-await applyTo(dp, state);
+await applyTo(dp, benchState());
 const lb = dp.object()!.program('xdp_lb');
 const empty = await BpfObject.load(new URL('../../build/bench/xdp_empty.o', import.meta.url).pathname);
 const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
