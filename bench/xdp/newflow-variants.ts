@@ -3,14 +3,14 @@
 // (argv: object paths, e.g. xdp_lb.c with a -D of a throw-away experiment), loaded over the same pinned maps, with
 // Katran beside them when bench/xdp/run's KATRAN_OBJ/KATRAN_GUE_OBJ are set; every run measures the floor, each
 // build and Katran one after the other on the same harness and packets: what one change to the new-flow path costs.
-import { readFileSync, readdirSync } from 'node:fs';
-import { basename, join } from 'node:path';
-import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { readFileSync } from 'node:fs';
+import { basename } from 'node:path';
+import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
 import { loadKatran, type KatranPeer } from './katran.js';
 import { BENCH_REAL_COUNT, benchReal } from './bench-reals.js';
 import { CT_ENTRIES, benchState, ring } from './measure-state.js';
@@ -22,16 +22,7 @@ const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 9);
 
 const dp = await openLbDataPlane({ pinRoot });
 await applyTo(dp, benchState());
-const mapMaxEntries: Record<string, number> = {};
-for (const name of readdirSync(pinRoot)) {
-  try {
-    const m = BpfMap.open(join(pinRoot, name));
-    mapMaxEntries[name] = m.maxEntries;
-    m.close();
-  } catch {
-    /* not a map */
-  }
-}
+const mapMaxEntries = pinnedMapSizes(pinRoot);
 const builds: Array<{ name: string; prog: BpfProgram }> = [{ name: 'as built', prog: dp.object()!.program('xdp_lb') }];
 for (const p of variantPaths) {
   const v = await BpfObject.load(p, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries });
