@@ -163,7 +163,10 @@ async function startSnatTakeover(o: NodeDaemonOptions, d: Daemon, log: Logger,
     handBackWaitingFor: (node, since) => sync.handBackWaitingFor(node, since),
     nudge: (node) => sync.nudge(node),
     ...(o.snatHandbackLimitMs !== undefined && { handBackBoundMs: o.snatHandbackLimitMs }),
-    onHandbackChange: (why) => d.reconciler.publishStatus(why),
+    onHandbackChange: (why) => {
+      log.info(why);
+      d.reconciler.publishStatus(why);
+    },
     ownAddressHeld: () => sync.rejoining(),
     log,
   });

@@ -218,6 +218,8 @@ test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty 
   let ownBefore = 0;
   let tookOver = false;
   let heldAtDaemonUp = false;
+  let pendingAtDaemonUp = NaN;
+  let pendingAfter = NaN;
   let released = false;
   try {
     await routeVia(t, l, ['lb-1', 'lb-2']);
@@ -242,23 +244,30 @@ test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty 
       l.state.processes.push(restarted);
       t.true(await waitFor(() => existsSync(logFile) && /bgp: BIRD reloaded/.test(readFileSync(logFile, 'utf8')), 240), 'the rebooted lb-1 reloaded its BIRD');
       // lb-1's kernel has answered lb-2's probes for seconds by now: without the wait lb-2 has given the address back
+      // read before the address itself: a hold that ends between the two reads cannot make the metric look wrong
+      pendingAtDaemonUp = metric(await metricsOf(l, LB2), 'gitlb_snat_handback_pending', 'owner="lb-1"', `address="${LB1_SNAT}"`);
       heldAtDaemonUp = await holds(l, 'lb2', LB1_SNAT);
       await setRouterSessions(l.state, 'lb-1', true);
       sessionsShut = false;
       const ms = await waitForHops(l.state, HOSTS, bothPaths, 60_000, 100);
       t.not(ms, null, `the router has lb-1's path again: ${JSON.stringify(await hopsOf(l))}`);
       released = await waitFor(async () => !(await holds(l, 'lb2', LB1_SNAT)), 120);
+      pendingAfter = metric(await metricsOf(l, LB2), 'gitlb_snat_handback_pending', 'owner="lb-1"');
     }, 4000);
     t.log(`lb-1 had made ${ownBefore} of the SNAT translations before it was lost`);
     t.true(ownBefore > 0, 'the case occurred: SNAT connections lb-1 translated itself');
     t.true(tookOver, 'lb-2 took lb-1\'s SNAT address over while it was lost');
     t.true(heldAtDaemonUp, 'lb-2 still served lb-1\'s address when lb-1\'s daemon came up (its kernel had answered long before)');
     t.true(released, 'and gave it back afterwards');
+    t.is(pendingAtDaemonUp, 1, 'while held for the returned lb-1, lb-2 said so: gitlb_snat_handback_pending{owner="lb-1"} 1');
+    t.true(Number.isNaN(pendingAfter), 'and no longer once given back');
     const lb2Lines = readFileSync(lb2Log, 'utf8').slice(lb2LogFrom).split('\n');
     const at = (re: RegExp) => lb2Lines.findIndex((x) => re.test(x));
     t.log(lb2Lines.filter((x) => /snat takeover|own SNAT translations/.test(x)).join('\n'));
     const sentBack = at(/flow sync: lb-1's own SNAT translations sent back: [1-9]/);
     const ready = at(/snat takeover: lb-1 has its own SNAT translations back/);
+    const holding = at(new RegExp(`snat takeover: holding lb-1's SNAT address ${LB1_SNAT.replace(/\./g, '\\.')} until it has its own translations \\(waiting for: `));
+    t.true(holding >= 0 && holding < ready, 'lb-2 logged (and wrote to its status) that it holds lb-1\'s address, and for what, before it was ready');
     const givenBack = at(/snat takeover: giving lb-1's SNAT address \S+ back/);
     t.true(sentBack >= 0, 'lb-2 sent lb-1 the copies of its translations');
     t.true(ready > sentBack && givenBack > ready, 'and gave the address back only after that');
