@@ -136,14 +136,14 @@ export function comparisons(lines: Line[]): string[] {
     const peer = find(against.peer);
     const proxy = find(PROXY);
     const pair = (b: Line | undefined) => (b ? `${diff(l.rps, b.rps)} / ${diff(l.cps, b.cps)}` : '    - /     -');
-    out.push(`${l.name.padEnd(28)} ${pair(floor)}   ${pair(peer)}   ${pair(proxy)}`);
+    out.push(`${l.name.padEnd(28)} ${pair(floor).padEnd(16)}${pair(peer).padEnd(25)}${pair(proxy)}`);
   }
   if (!out.length) return [];
   return [
     'per mode, differences of ratios to direct, keep-alive / per connection:',
     `${'mode'.padEnd(28)} ${'minus its floor'.padEnd(16)}${'minus nftables on lb-1'.padEnd(25)}minus haproxy on lb-1`,
     ...out,
-    '(its floor: the xdp floor of the same path and XDP mode, 0 = gitlb costs nothing beyond it; nftables: the stateless',
+    '(its floor: the xdp floor of the same path and XDP mode, 0 = no cost beyond it; nftables: the stateless',
     ' DSR rule for the dsr modes, full NAT for snat; >= 0 = at least level. Rounds disagree by up to ~0.3: read signs',
     ' of large differences only.)',
   ];
