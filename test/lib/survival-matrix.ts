@@ -225,7 +225,10 @@ export function survivalMatrix(router: 'bird' | 'frr'): void {
     }
   });
 
-  test.serial(`${tag} graceful drain: lb-1 drained by commit withdraws its routes, keeps forwarding what still arrives; once nothing arrives gitlb status says it can be stopped`, async (t) => {
+  // Under BIRD only: what it proves is the lb node's side (connections counted while drained, "can be stopped"
+  // after 30 s of quiet, most of its 45 s); the router's side of a drain (paths withdrawn and back, every connection
+  // kept) is the drain and undrain test above, which runs under both routers.
+  if (router === 'bird') test.serial(`${tag} graceful drain: lb-1 drained by commit withdraws its routes, keeps forwarding what still arrives; once nothing arrives gitlb status says it can be stopped`, async (t) => {
     t.timeout(150_000);
     const l = need();
     const statusOf = () => exec([process.execPath, join(import.meta.dirname, '..', '..', 'bin', 'gitlb'), 'status', '--repo', l.state.git!.bare], { timeoutMs: 30_000 });
