@@ -24,6 +24,7 @@ export interface NativeAddon {
   mapLookupInto(fd: number, key: Buffer, out: Buffer): boolean;
   mapUpdate(fd: number, key: Buffer, value: Buffer, flags: number): void;
   mapDelete(fd: number, key: Buffer): boolean;
+  mapLookupAndDelete(fd: number, key: Buffer, valueSize: number): Buffer | null;
   mapKeys(fd: number, keySize: number, limit?: number): Buffer;
   mapUpdateBatch(fd: number, keys: Buffer, values: Buffer, count: number, flags: number): number;
   mapDeleteBatch(fd: number, keys: Buffer, count: number): number;

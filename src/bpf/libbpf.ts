@@ -206,6 +206,13 @@ export class BpfMap {
     return named(`map '${this.name}'`, () => native().mapDelete(this.fd, key));
   }
 
+  /** Deletes a key and returns the value it held at that moment (hash maps; one system call), or null when it was
+   * not there: what a caller deleted, not what it read before (the SNAT sweep's check, dataplane/snat.ts). */
+  lookupAndDelete(key: Buffer): Buffer | null {
+    this.checkKey(key);
+    return named(`map '${this.name}'`, () => native().mapLookupAndDelete(this.fd, key, this.valueBufferSize));
+  }
+
   /**
    * Every key currently in the map (arrays: every index). Keys deleted concurrently by a program
    * make the kernel restart the walk; the walk is bounded and duplicates are dropped.

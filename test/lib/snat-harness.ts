@@ -19,6 +19,9 @@ export type SnatStep =
   | { op: 'list' }
   | { op: 'clear' }
   | { op: 'sweep' }
+  /** a sweep on a clock `aheadMs` ahead of now, with packet `data` run through XDP between its scan and its deletes
+   * (after its first page): a live flow's packet racing the sweep */
+  | { op: 'sweepAcross'; aheadMs: number; data: string; ifname: string }
   | { op: 'timeouts'; tcpEstablishedMs: number; tcpClosingMs: number; udpMs: number }
   /** `ip` with these arguments in the harness's namespace (e.g. change a neighbour entry) */
   | { op: 'ip'; args: string[] }
@@ -67,6 +70,12 @@ async function main(): Promise<void> {
           out.push({});
         } else if (step.op === 'sweep') {
           out.push({ deleted: await sweepSnat(obj!) });
+        } else if (step.op === 'sweepAcross') {
+          let during: unknown;
+          const deleted = await sweepSnat(obj!, monotonicNs() + BigInt(step.aheadMs) * 1_000_000n, async () => {
+            during ??= await runPacket(dp, step.data, step.ifname);
+          });
+          out.push({ deleted, during });
         } else if (step.op === 'ip') {
           execFileSync('ip', step.args, { stdio: ['ignore', 'ignore', 'pipe'] });
           out.push({});

@@ -408,6 +408,25 @@ const fullScript: Step[] = [];
   held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(flows[1]!.port);
   const f5 = snatFlow({ client: CLIENT4, cport: 45005, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
   run('table full: after the sweep the 5th translation fits', f5.fwdIn(), { action: 'tx', output: f5.fwdOut(), counters: ['snat_new'] });
+  // the sweep races live flows: a translation it judged expired, refreshed by a packet between its scan and its delete,
+  // stays (the flow's next packets keep their translation); one nobody refreshed is still deleted
+  const [, , stale, racing] = flows as [unknown, unknown, typeof f5, typeof f5];
+  age(stale.key, 70_000); // past the 60 s established timeout
+  age(racing.key, 30_000); // live: expired only on the sweep's clock, 40 s ahead
+  script.push({ name: 'sweep: a translation refreshed by its reply between the scan and the delete is kept, the stale one deleted',
+    step: { op: 'sweepAcross', aheadMs: 40_000, data: racing.replyIn(ACK).toString('hex'), ifname: 'lbA' },
+    expect: { action: 'pass', check: (r) => (r.during?.retval !== ACTION.tx ? `the racing reply: action ${r.during?.retval}, want tx`
+      : r.deleted !== 2 ? `deleted ${r.deleted}, want 2 (the stale translation's reverse and forward entries)` : null) } });
+  held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(stale.port);
+  run('sweep: the refreshed flow\'s next reply still reaches its client', racing.replyIn(ACK),
+    { action: 'tx', output: racing.replyOut(ACK), counters: ['snat_reply'] });
+  run('sweep: the refreshed flow\'s next client packet keeps its translation', racing.fwdIn(ACK),
+    { action: 'tx', output: racing.fwdOut(ACK), counters: ['snat_hit'], noCounters: ['snat_new'] });
+  list('sweep: the stale translation is gone from both maps, the refreshed one is there', (r) => {
+    const ports = r.nat.map((t: any) => t.key.snatPort).sort();
+    const want = [flows[0]!.port, racing.port, f5.port].sort();
+    return JSON.stringify(ports) === JSON.stringify(want) && r.fwd === 3 ? null : `ports ${ports} fwd ${r.fwd}, want ${want} and 3`;
+  });
   fullScript.push(...script.splice(saved));
 }
 

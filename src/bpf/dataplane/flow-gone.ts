@@ -5,7 +5,7 @@
 // ended (flow-state.ts FlowDelta).
 import type { BpfObject } from '../libbpf.js';
 import { addrText, encodeU32, familyOf } from './codec.js';
-import { SNAT_MAPS, decodeSnatConfig, decodeSnatRev, deleteTranslation, encodeSnatRevKey } from './snat.js';
+import { SNAT_MAPS, decodeSnatConfig, decodeSnatRev, deleteUnchangedTranslation, encodeSnatRevKey } from './snat.js';
 import { markOf, validAge } from './flow-age.js';
 import { SnatOwners } from './snat-owners.js';
 import type { SnatEntry } from './flow-state.js';
@@ -26,7 +26,7 @@ export interface GoneOptions {
  * shared address a port outside this node's own range) of the same client flow and real ('not-owner': a peer never
  * ends this node's own translations, nor another client's), and no packet here later than the sender's last one by
  * more than the margin ('newer': the flow moved here and is alive; the copy then ends by its own idle timeout).
- * Nothing held: unchanged (a replay changes nothing).
+ * Nothing held, or a copy a packet refreshed while it was being deleted: unchanged (a replay changes nothing).
  */
 export function deleteGone(obj: BpfObject, gone: SnatEntry[], o: GoneOptions, refuse: (r: GoneRefusal) => void)
   : { deleted: number; unchanged: number } {
@@ -60,8 +60,9 @@ export function deleteGone(obj: BpfObject, gone: SnatEntry[], o: GoneOptions, re
       h.vipPort === e.vipPort && (h.owner ?? 0) === owner;
     if (!same) { refuse('not-owner'); continue; }
     if (h.lastSeenNs > markOf(e.idleMs, o.nowNs) + BigInt(o.marginMs) * 1_000_000n) { refuse('newer'); continue; }
-    deleteTranslation(rev, fwd, rkey, h);
-    out.deleted++;
+    // only the copy judged here: a packet that refreshed it since (the flow is alive here) keeps it
+    if (deleteUnchangedTranslation(rev, fwd, rk, rkey, held) > 0) out.deleted++;
+    else out.unchanged++;
   }
   return out;
 }

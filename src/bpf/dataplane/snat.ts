@@ -239,6 +239,9 @@ export function snatExpired(key: SnatRevKey, rev: SnatRev, cfg: SnatConfig, nowN
  * data path reclaims expired ports on its own when it probes them; this keeps the tables from filling with
  * flows nobody revisits. Forward entries are only deleted through their reverse entry, so a translation
  * being created while the sweep runs (reverse entry first, then forward) is never cut in half.
+ * A page is scanned, then `pause` is awaited (the event loop's turn), then the page's expired translations are
+ * deleted, each only while it still holds the value the scan judged (deleteUnchangedTranslation): a live flow's packet
+ * may refresh a translation at any moment between the scan and the delete, and a refreshed one is not the sweep's.
  * Returns the number of entries deleted.
  */
 export async function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs(), pause: () => Promise<void> = nextTurn): Promise<number> {
@@ -248,27 +251,53 @@ export async function sweepSnat(obj: BpfObject, nowNs: bigint = monotonicNs(), p
   const rev: BpfMap = obj.map(SNAT_MAPS.rev);
   const fwd: BpfMap = obj.map(SNAT_MAPS.fwd);
   let deleted = 0;
+  let expired: Array<{ k: Buffer; v: Buffer; key: SnatRevKey }> = [];
   // in pages, the event loop's turn between them (paging.ts): a NAT table of 100,000 translations is read every 10 s
   await forEachPaged(rev, (k, v) => {
     const key = decodeSnatRevKey(k);
-    const r = decodeSnatRev(v, key.family);
-    if (snatExpired(key, r, cfg, nowNs)) deleted += deleteTranslation(rev, fwd, key, r);
-  }, pause);
+    if (snatExpired(key, decodeSnatRev(v, key.family), cfg, nowNs)) expired.push({ k, v, key });
+  }, async () => {
+    await pause();
+    for (const e of expired) {
+      // re-read first: a translation refreshed since the scan (the common case of the race) is never touched
+      const now = rev.lookup(e.k);
+      if (now && now.equals(e.v)) deleted += deleteUnchangedTranslation(rev, fwd, e.k, e.key, e.v);
+    }
+    expired = [];
+  });
   return deleted;
 }
 
 /**
- * Deletes a translation: its reverse entry, then its forward entry only while that still points at it (the client
- * may since have been given a new translation, which must stay). Returns the number of entries deleted.
+ * Deletes a translation the caller judged from `seen` (its reverse value as the caller read it) only while it still
+ * holds exactly that: the reverse entry is removed and read in one call (lookupAndDelete), and when a packet changed
+ * it since the caller's read (last_seen refreshed, state moved), it is put back (BPF_NOEXIST: a translation the data
+ * path made on that key meanwhile stays) and its forward entry is kept. User space has no compare-and-swap on a hash
+ * map, so what remains is a packet that finds no reverse entry in the microseconds between the delete and the put-back
+ * (a forward packet then takes a new translation), or one that refreshes the entry through a pointer the data path
+ * took just before the delete (that refresh is lost with the deleted element). Returns the number of entries deleted.
  */
-export function deleteTranslation(rev: BpfMap, fwd: BpfMap, key: SnatRevKey, r: SnatRev): number {
-  let deleted = rev.delete(encodeSnatRevKey(key)) ? 1 : 0;
+export function deleteUnchangedTranslation(rev: BpfMap, fwd: BpfMap, k: Buffer, key: SnatRevKey, seen: Buffer): number {
+  const gone = rev.lookupAndDelete(k);
+  if (!gone) return 0;
+  if (!gone.equals(seen)) {
+    try {
+      rev.update(k, gone, 'noexist');
+    } catch (e) {
+      if ((e as { code?: string }).code !== 'EEXIST') throw e;
+    }
+    return 0;
+  }
+  return 1 + deleteForward(fwd, key, decodeSnatRev(gone, key.family));
+}
+
+/** The forward entry of a translation whose reverse entry is gone, deleted only while it still points at it. */
+function deleteForward(fwd: BpfMap, key: SnatRevKey, r: SnatRev): number {
   const fk = snatFwdKey(key, r);
   const f = fwd.lookup(fk);
-  if (!f) return deleted;
+  if (!f) return 0;
   const fv = decodeSnatFwd(Buffer.from(f));
-  if (fv.realId === r.realId && fv.snatPort === key.snatPort && fv.realPort === key.realPort && fwd.delete(fk)) deleted++;
-  return deleted;
+  return fv.realId === r.realId && fv.snatPort === key.snatPort && fv.realPort === key.realPort && fwd.delete(fk) ? 1 : 0;
 }
 
 /** lb_snat_stats summed over CPUs, by name. */

@@ -63,6 +63,21 @@ Napi::Value MapDelete(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, true);
 }
 
+// mapLookupAndDelete(fd, key, valueSize) -> Buffer | null: the value the kernel removed, read under the bucket's lock
+// in the same call (hash maps), so a caller learns what it deleted, not what it read some time before
+Napi::Value MapLookupAndDelete(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = ArgFd(info);
+  auto key = ArgBuffer(info, 1, "key");
+  uint32_t vsize = ArgU32(info, 2, "valueSize");
+  auto out = Napi::Buffer<uint8_t>::New(env, vsize);
+  if (bpf_map_lookup_and_delete_elem(fd, key.Data(), out.Data())) {
+    if (errno == ENOENT) return env.Null();
+    ThrowErrno(env, errno, "lookup and delete");
+  }
+  return out;
+}
+
 // mapKeys(fd, keySize, limit) -> Buffer of all keys concatenated. When the program deletes
 // the key we stand on, the kernel restarts from the first key; `limit` bounds the walk.
 Napi::Value MapKeys(const Napi::CallbackInfo& info) {
@@ -329,6 +344,7 @@ void InitMaps(Napi::Env env, Napi::Object exports) {
   exports.Set("mapLookupInto", Napi::Function::New(env, MapLookupInto, "mapLookupInto"));
   exports.Set("mapUpdate", Napi::Function::New(env, MapUpdate, "mapUpdate"));
   exports.Set("mapDelete", Napi::Function::New(env, MapDelete, "mapDelete"));
+  exports.Set("mapLookupAndDelete", Napi::Function::New(env, MapLookupAndDelete, "mapLookupAndDelete"));
   exports.Set("mapKeys", Napi::Function::New(env, MapKeys, "mapKeys"));
   exports.Set("mapUpdateBatch", Napi::Function::New(env, MapUpdateBatch, "mapUpdateBatch"));
   exports.Set("mapDeleteBatch", Napi::Function::New(env, MapDeleteBatch, "mapDeleteBatch"));
