@@ -15,6 +15,7 @@ import { stateToJson } from '../lib/xdp-harness.js';
 import { runSnatHarness, type SnatStep } from '../lib/snat-harness.js';
 import { flowHash } from '../../src/bpf/dataplane/flow-hash.js';
 import type { SnatRevKey } from '../../src/bpf/dataplane/snat.js';
+import { addr16 } from '../../src/bpf/dataplane/codec.js';
 import type { DesiredState } from '../../src/render/state.js';
 
 const TAG = 'snat';
@@ -34,11 +35,11 @@ const VIPF = '203.0.113.16';
 const ring = (id: number) => Array.from({ length: 7 }, () => id);
 const MOVED_GW_MAC = '02:00:00:00:01:fd';
 const ON_LINK_CLIENT_MAC = '02:00:00:00:0e:01';
-/** lb_snat_client_slot (lb_snat.h) of an IPv4 client: the address as a little-endian word, its halves folded,
- * Fibonacci hashing to 10 bits. */
+/** lb_snat_client_slot (lb_snat.h) of a client: its address as 4 little-endian words (IPv4: the first, the rest 0)
+ * xored, the halves folded, Fibonacci hashing to 10 bits. */
 function clientSlot(addr: string): number {
-  const [a, b, c, d] = addr.split('.').map(Number) as [number, number, number, number];
-  let h = (a | (b << 8) | (c << 16) | (d << 24)) >>> 0;
+  const b = addr16(addr);
+  let h = (b.readUInt32LE(0) ^ b.readUInt32LE(4) ^ b.readUInt32LE(8) ^ b.readUInt32LE(12)) >>> 0;
   h = (h ^ (h >>> 16)) >>> 0;
   return Math.imul(h, 0x9e3779b1) >>> 22;
 }
@@ -47,6 +48,13 @@ const CLIENTS_SHARING_A_SLOT = ((): [string, string] => {
   for (let y = 200; y < 251; y++) for (let x = 2; x < 128; x++)
     if (clientSlot(`198.51.100.${y}`) === clientSlot(`192.0.2.${x}`)) return [`198.51.100.${y}`, `192.0.2.${x}`];
   throw new Error('no two clients share a slot');
+})();
+/** The same for IPv6: a client on the lab's segment (2001:db8:2::/64) and one routed via GW6 (2001:db8:c::/64). */
+const CLIENTS6_SHARING_A_SLOT = ((): [string, string] => {
+  for (let y = 0xc00; y < 0xd00; y++) for (let x = 2; x < 0x200; x++)
+    if (clientSlot(`2001:db8:2::${y.toString(16)}`) === clientSlot(`2001:db8:c::${x.toString(16)}`))
+      return [`2001:db8:2::${y.toString(16)}`, `2001:db8:c::${x.toString(16)}`];
+  throw new Error('no two IPv6 clients share a slot');
 })();
 
 const SERVICES: SvcSpec[] = [
@@ -125,6 +133,13 @@ const age = (key: SnatRevKey, ageMs: number) => script.push({ name: `age ${JSON.
 const shortTimeouts = () => script.push({ name: 'short timeouts: TCP established 60 s, closing 10 s, UDP 120 s',
   step: { op: 'timeouts', tcpEstablishedMs: 60_000, tcpClosingMs: 10_000, udpMs: 120_000 } });
 const list = (name: string, check: (r: any) => string | null) => script.push({ name, step: { op: 'list' }, expect: { action: 'pass', check } });
+/** A frame with another destination MAC. */
+const withDst = (f: Buffer, mac: string) => { const b = Buffer.from(f); Buffer.from(mac.replaceAll(':', ''), 'hex').copy(b, 0); return b; };
+/** Runs `input` until XDP answers `action` (and, when given, sends to `dstMac`): a change the per-CPU next-hop cache
+ * follows once its entry expired, at most 10 s. */
+const until = (name: string, input: Buffer, action: Action, expect: Expect, dstMac?: string) => script.push({ name,
+  step: { op: 'runUntil', data: input.toString('hex'), ifname: 'lbA', retval: ACTION[action], ...(dstMac && { dstMac }), withinMs: 10_000 }, expect });
+const ipStep = (name: string, ...args: string[]) => script.push({ name, step: { op: 'ip', args } });
 const revKey = (real: string, realPort: number, snatPort: number, proto: number): SnatRevKey =>
   ({ real, realPort, snatPort, proto, family: real.includes(':') ? 6 : 4 });
 
@@ -164,10 +179,6 @@ run('v4 TCP second flow reply', t2.replyIn(ACK), { action: 'tx', output: t2.repl
 // neighbour is followed within the cache's lifetime, a lost one stops the sends, two clients sharing a slot each
 // get their own next hop
 {
-  const withDst = (f: Buffer, mac: string) => { const b = Buffer.from(f); Buffer.from(mac.replaceAll(':', ''), 'hex').copy(b, 0); return b; };
-  const until = (name: string, input: Buffer, action: Action, expect: Expect, dstMac?: string) => script.push({ name,
-    step: { op: 'runUntil', data: input.toString('hex'), ifname: 'lbA', retval: ACTION[action], ...(dstMac && { dstMac }), withinMs: 10_000 }, expect });
-  const ipStep = (name: string, ...args: string[]) => script.push({ name, step: { op: 'ip', args } });
   ipStep('the router (the clients\' next hop) moves to another MAC', 'neigh', 'replace', ROUTER4, 'lladdr', MOVED_GW_MAC, 'dev', 'lbA', 'nud', 'permanent');
   until('v4 reply after the router\'s MAC changed: sent to its new MAC once the cached next hop expired', t2.replyIn(ACK), 'tx',
     { action: 'tx', output: withDst(t2.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
@@ -387,6 +398,25 @@ apply('v6');
   run('v6 packet to the SNAT address without translation passes', stray, { action: 'pass', counters: ['snat_pass_local'] });
   const v4now = frame(ethFromReal(REALS[1]!), tcp(REALS[1]!, SNAT4, 8080, t2.port, ACK));
   run('v4 reply while the node has only an IPv6 snatAddress: not ours, passed', v4now, { action: 'pass', counters: ['pass_not_vip'] });
+  // the clients' router (GW6) changes its MAC, loses its neighbour entry and gets it back under the live flow t; two
+  // clients sharing a cache slot each get their own next hop (lb_snat_client_nh, as for IPv4 above)
+  ipStep('v6: the router (the clients\' next hop) moves to another MAC', '-6', 'neigh', 'replace', GW6, 'lladdr', MOVED_GW_MAC, 'dev', 'lbA', 'nud', 'permanent');
+  until('v6 reply after the router\'s MAC changed: sent to its new MAC once the cached next hop expired', t.replyIn(ACK), 'tx',
+    { action: 'tx', output: withDst(t.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
+  ipStep('v6: the router\'s neighbour entry is removed', '-6', 'neigh', 'del', GW6, 'dev', 'lbA');
+  until('v6 reply while the router has no neighbour entry: dropped once the cached next hop expired, counted', t.replyIn(ACK), 'drop',
+    { action: 'drop', counters: ['drop_fib_no_neigh'] });
+  ipStep('v6: the router\'s neighbour entry is back', '-6', 'neigh', 'replace', GW6, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
+  run('v6 reply once the router is back: to its MAC (a failed lookup is never cached)', t.replyIn(ACK), { action: 'tx', output: t.replyOut(ACK), counters: ['snat_reply'] });
+  const [onLink, routed] = CLIENTS6_SHARING_A_SLOT;
+  const a = snatFlow({ client: routed, cport: 44010, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 });
+  const b = snatFlow({ client: onLink, cport: 44011, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 });
+  run(`v6 client ${routed} (routed via the router): translated`, a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
+  run(`v6 client ${onLink} (on the segment, the same cache slot): translated`, b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
+  run(`v6 reply to ${routed}: via the router`, a.replyIn(), { action: 'tx', output: a.replyOut(), counters: ['snat_reply'] });
+  run(`v6 reply to ${onLink}, whose slot holds ${routed}'s next hop: to its own MAC`, b.replyIn(),
+    { action: 'tx', output: withDst(b.replyOut(), ON_LINK_CLIENT_MAC), counters: ['snat_reply'] });
+  run(`v6 reply to ${routed} again: via the router`, a.replyIn(ACK), { action: 'tx', output: a.replyOut(ACK), counters: ['snat_reply'] });
 }
 
 // ---- NAT table full (a data plane with 4-entry NAT maps, own pin root) and the sweep
@@ -439,6 +469,7 @@ test.before(() => {
   ip('-6', 'neigh', 'replace', GW6, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
   ip('-6', 'route', 'add', '2001:db8:c::/64', 'via', GW6, 'dev', 'lbA');
   ip('neigh', 'replace', CLIENTS_SHARING_A_SLOT[0], 'lladdr', ON_LINK_CLIENT_MAC, 'dev', 'lbA', 'nud', 'permanent');
+  ip('-6', 'neigh', 'replace', CLIENTS6_SHARING_A_SLOT[0], 'lladdr', ON_LINK_CLIENT_MAC, 'dev', 'lbA', 'nud', 'permanent');
   results = (async () => ({
     // on one CPU: the client next-hop cache is per CPU, and its steps above rely on one cache
     main: await runSnatHarness(ns, { pinRoot, steps: script.map((s) => s.step) }, 90_000, { cpu: 0 }),
