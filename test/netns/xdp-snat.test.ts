@@ -166,6 +166,37 @@ function snatFlow(o: { client: string; cport: number; vip: string; vport: number
 const ACK = TCP_FLAGS.ACK;
 const FIN = TCP_FLAGS.FIN | TCP_FLAGS.ACK;
 
+type Flow = ReturnType<typeof snatFlow>;
+/**
+ * Next hops towards clients are cached per CPU (lb_snat_client_nh; the harness runs on one CPU): under the live flow
+ * `live`, the clients' router changes its MAC (followed once the cached next hop expired), loses its neighbour entry
+ * (dropped and counted once it expired) and gets it back (a failed lookup is never cached); then two clients of one
+ * cache slot, `routed` via the router and `onLink` on the segment (`flow`'s flows 0 and 1), each get their own next
+ * hop. Returns their flows [routed, onLink].
+ */
+function clientNextHopSteps(fam: 'v4' | 'v6', live: Flow, router: string, [onLink, routed]: [string, string],
+  flow: (client: string, n: 0 | 1) => Flow): [Flow, Flow] {
+  const neigh = (...args: string[]) => [...(fam === 'v6' ? ['-6'] : []), 'neigh', ...args, 'dev', 'lbA'];
+  ipStep(`${fam}: the router (the clients' next hop) moves to another MAC`, ...neigh('replace', router, 'lladdr', MOVED_GW_MAC, 'nud', 'permanent'));
+  until(`${fam} reply after the router's MAC changed: sent to its new MAC once the cached next hop expired`, live.replyIn(ACK), 'tx',
+    { action: 'tx', output: withDst(live.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
+  ipStep(`${fam}: the router's neighbour entry is removed`, ...neigh('del', router));
+  until(`${fam} reply while the router has no neighbour entry: dropped once the cached next hop expired, counted`, live.replyIn(ACK), 'drop',
+    { action: 'drop', counters: ['drop_fib_no_neigh'] });
+  ipStep(`${fam}: the router's neighbour entry is back`, ...neigh('replace', router, 'lladdr', LAB.gwMac, 'nud', 'permanent'));
+  run(`${fam} reply once the router is back: to its MAC (a failed lookup is never cached)`, live.replyIn(ACK),
+    { action: 'tx', output: live.replyOut(ACK), counters: ['snat_reply'] });
+  const a = flow(routed, 0);
+  const b = flow(onLink, 1);
+  run(`${fam} client ${routed} (routed via the router): translated`, a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
+  run(`${fam} client ${onLink} (on the segment, the same cache slot): translated`, b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
+  run(`${fam} reply to ${routed}: via the router`, a.replyIn(), { action: 'tx', output: a.replyOut(), counters: ['snat_reply'] });
+  run(`${fam} reply to ${onLink}, whose slot holds ${routed}'s next hop: to its own MAC`, b.replyIn(),
+    { action: 'tx', output: withDst(b.replyOut(), ON_LINK_CLIENT_MAC), counters: ['snat_reply'] });
+  run(`${fam} reply to ${routed} again: via the router`, a.replyIn(ACK), { action: 'tx', output: a.replyOut(ACK), counters: ['snat_reply'] });
+  return [a, b];
+}
+
 // ---- IPv4
 apply('v4');
 const t1 = snatFlow({ client: CLIENT4, cport: 40001, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
@@ -179,23 +210,9 @@ run('v4 TCP second flow reply', t2.replyIn(ACK), { action: 'tx', output: t2.repl
 // neighbour is followed within the cache's lifetime, a lost one stops the sends, two clients sharing a slot each
 // get their own next hop
 {
-  ipStep('the router (the clients\' next hop) moves to another MAC', 'neigh', 'replace', ROUTER4, 'lladdr', MOVED_GW_MAC, 'dev', 'lbA', 'nud', 'permanent');
-  until('v4 reply after the router\'s MAC changed: sent to its new MAC once the cached next hop expired', t2.replyIn(ACK), 'tx',
-    { action: 'tx', output: withDst(t2.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
-  ipStep('the router\'s neighbour entry is removed', 'neigh', 'del', ROUTER4, 'dev', 'lbA');
-  until('v4 reply while the router has no neighbour entry: dropped once the cached next hop expired, counted', t2.replyIn(ACK), 'drop',
-    { action: 'drop', counters: ['drop_fib_no_neigh'] });
-  ipStep('the router\'s neighbour entry is back', 'neigh', 'replace', ROUTER4, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
-  run('v4 reply once the router is back: to its MAC (a failed lookup is never cached)', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
+  const [a, b] = clientNextHopSteps('v4', t2, ROUTER4, CLIENTS_SHARING_A_SLOT,
+    (client, n) => snatFlow({ client, cport: 40010 + n, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 }));
   const [onLink, routed] = CLIENTS_SHARING_A_SLOT;
-  const a = snatFlow({ client: routed, cport: 40010, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
-  const b = snatFlow({ client: onLink, cport: 40011, vip: VIP4, vport: 80, real: REALS[1]!, rport: 8080, proto: 'tcp', snat: SNAT4 });
-  run(`v4 client ${routed} (routed via the router): translated`, a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
-  run(`v4 client ${onLink} (on the segment, the same cache slot): translated`, b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
-  run(`v4 reply to ${routed}: via the router`, a.replyIn(), { action: 'tx', output: a.replyOut(), counters: ['snat_reply'] });
-  run(`v4 reply to ${onLink}, whose slot holds ${routed}'s next hop: to its own MAC`, b.replyIn(),
-    { action: 'tx', output: withDst(b.replyOut(), ON_LINK_CLIENT_MAC), counters: ['snat_reply'] });
-  run(`v4 reply to ${routed} again: via the router`, a.replyIn(ACK), { action: 'tx', output: a.replyOut(ACK), counters: ['snat_reply'] });
   // both flows close and are swept, so the NAT table holds what the steps below count
   for (const f of [a, b]) {
     run(`v4 FIN from ${f === a ? routed : onLink}: translated, closing`, f.fwdIn(FIN), { action: 'tx', output: f.fwdOut(FIN), counters: ['snat_hit'] });
@@ -398,25 +415,9 @@ apply('v6');
   run('v6 packet to the SNAT address without translation passes', stray, { action: 'pass', counters: ['snat_pass_local'] });
   const v4now = frame(ethFromReal(REALS[1]!), tcp(REALS[1]!, SNAT4, 8080, t2.port, ACK));
   run('v4 reply while the node has only an IPv6 snatAddress: not ours, passed', v4now, { action: 'pass', counters: ['pass_not_vip'] });
-  // the clients' router (GW6) changes its MAC, loses its neighbour entry and gets it back under the live flow t; two
-  // clients sharing a cache slot each get their own next hop (lb_snat_client_nh, as for IPv4 above)
-  ipStep('v6: the router (the clients\' next hop) moves to another MAC', '-6', 'neigh', 'replace', GW6, 'lladdr', MOVED_GW_MAC, 'dev', 'lbA', 'nud', 'permanent');
-  until('v6 reply after the router\'s MAC changed: sent to its new MAC once the cached next hop expired', t.replyIn(ACK), 'tx',
-    { action: 'tx', output: withDst(t.replyOut(ACK), MOVED_GW_MAC), counters: ['snat_reply'] }, MOVED_GW_MAC);
-  ipStep('v6: the router\'s neighbour entry is removed', '-6', 'neigh', 'del', GW6, 'dev', 'lbA');
-  until('v6 reply while the router has no neighbour entry: dropped once the cached next hop expired, counted', t.replyIn(ACK), 'drop',
-    { action: 'drop', counters: ['drop_fib_no_neigh'] });
-  ipStep('v6: the router\'s neighbour entry is back', '-6', 'neigh', 'replace', GW6, 'lladdr', LAB.gwMac, 'dev', 'lbA', 'nud', 'permanent');
-  run('v6 reply once the router is back: to its MAC (a failed lookup is never cached)', t.replyIn(ACK), { action: 'tx', output: t.replyOut(ACK), counters: ['snat_reply'] });
-  const [onLink, routed] = CLIENTS6_SHARING_A_SLOT;
-  const a = snatFlow({ client: routed, cport: 44010, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 });
-  const b = snatFlow({ client: onLink, cport: 44011, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 });
-  run(`v6 client ${routed} (routed via the router): translated`, a.fwdIn(), { action: 'tx', output: a.fwdOut(), counters: ['snat_new'] });
-  run(`v6 client ${onLink} (on the segment, the same cache slot): translated`, b.fwdIn(), { action: 'tx', output: b.fwdOut(), counters: ['snat_new'] });
-  run(`v6 reply to ${routed}: via the router`, a.replyIn(), { action: 'tx', output: a.replyOut(), counters: ['snat_reply'] });
-  run(`v6 reply to ${onLink}, whose slot holds ${routed}'s next hop: to its own MAC`, b.replyIn(),
-    { action: 'tx', output: withDst(b.replyOut(), ON_LINK_CLIENT_MAC), counters: ['snat_reply'] });
-  run(`v6 reply to ${routed} again: via the router`, a.replyIn(ACK), { action: 'tx', output: a.replyOut(ACK), counters: ['snat_reply'] });
+  // the clients' router (GW6) under the live flow t, and two clients of one cache slot, as for IPv4 above
+  clientNextHopSteps('v6', t, GW6, CLIENTS6_SHARING_A_SLOT,
+    (client, n) => snatFlow({ client, cport: 44010 + n, vip: VIP6, vport: 80, real: REALS[3]!, rport: 8080, proto: 'tcp', snat: SNAT6 }));
 }
 
 // ---- NAT table full (a data plane with 4-entry NAT maps, own pin root) and the sweep
