@@ -130,10 +130,15 @@ test.serial('native: refused loudly when the interface cannot forward; nothing s
   t.is(xdpOn('lbC'), null);
 });
 
-test.serial('native: with GRO on the peer (its NAPI runs) the probe frames leave and native stays', (t) => {
-  execFileSync('ip', ['netns', 'exec', ns, 'ethtool', '-K', 'lbD', 'gro', 'on']);
+test.serial('native: with GRO on the peers (their NAPI runs) the probe frames leave and native stays, on lbC and on lbA, where the route to the real leaves', (t) => {
+  rmSync(`${pinRoot}/r`, { recursive: true, force: true }); // the reconciler test's generic link on lbA: detach it
+  // the real (198.51.100.11) is routed out of lbA: native XDP on lbC redirects into lbA, so lbA's peer needs NAPI too
+  // (test/netns/xdp-two-arm.test.ts: without it native is refused, naming lbA)
+  for (const peer of ['lbD', 'lbB']) execFileSync('ip', ['netns', 'exec', ns, 'ethtool', '-K', peer, 'gro', 'on']);
   const r = open('lbC', 'native', 'c2');
   t.falsy(r.error, r.error);
-  t.deepEqual(r.forwarding, { mode: 'native', requested: 'native', fellBack: false, forwards: true, detail: 'lbC: 4/4 XDP_TX probe frames transmitted' });
+  t.deepEqual(r.forwarding, { mode: 'native', requested: 'native', fellBack: false, forwards: true,
+    detail: 'lbC: 4/4 XDP_TX probe frames transmitted; lbA: 4/4 XDP_TX probe frames transmitted; xdp_lb also on lbA (the routes to the reals leave by it; SNAT replies arrive there)' });
   t.is(xdpOn('lbC'), 'xdp');
+  t.is(xdpOn('lbA'), 'xdp');
 });

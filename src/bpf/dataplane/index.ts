@@ -8,7 +8,8 @@ import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import { pinnedXdpLink } from '../attach.js';
-import { checkXdpForwarding, type XdpForwarding } from '../xdp-forwarding.js';
+import { checkXdpForwarding, type ForwardingCheck, type XdpForwarding } from '../xdp-forwarding.js';
+import { execFileSync } from 'node:child_process';
 import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
@@ -24,6 +25,7 @@ import { SYNC_COUNTER_NAMES, SYNC_MAPS, SYNC_RING_BOUNDS, checkSyncRingBytes } f
 import { OBJECT_NAME, serviceSlots, ZERO_REAL_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
 import { LiveMemo, readLbLive } from './live.js';
 import { executeOps } from './execute.js';
+import { attachEgress, egressInterfaces } from './egress-links.js';
 
 export type { ApplyReport, DataPlane, DataPlaneTarget, ExecuteOptions, LiveSource, LiveState, Op, ReadLiveOptions } from './types.js';
 export { LB_CAPACITY, validateDesired } from './validate.js';
@@ -50,6 +52,8 @@ class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
   private maps!: LbMaps;
   private attachment: XdpAttachment | null = null;
+  /** xdp_lb on the interfaces the routes to the reals leave by (egress-links.ts) */
+  private egress: XdpAttachment[] = [];
   private readonly rings = new RingCache();
   /** The previous read of the maps (see LiveMemo). */
   private readonly memo = new LiveMemo();
@@ -144,7 +148,9 @@ class LbDataPlane implements DataPlane {
    * re-attached in generic mode (the check says why), with 'native' attaching fails with the reason. A pinned link
    * of ours is replaced, not detached first (attach.ts: program swap without a gap where mode and interface stay).
    * The outcome is recorded beside the link (xdp-attach-record.ts), so a restart that adopts a generic link it
-   * cannot probe still reports a fallback as one.
+   * cannot probe still reports a fallback as one. An lb node whose reals are routed out of other interfaces gets
+   * xdp_lb there too, in the same mode, and those interfaces are probed as well (egress-links.ts): native XDP
+   * redirects into them, and SNAT replies arrive on them.
    */
   private async attach(): Promise<void> {
     if (this.attachment || !this.opts.interface || !this.obj) return;
@@ -158,6 +164,7 @@ class LbDataPlane implements DataPlane {
     const prev = pinnedXdpLink(pin);
     const prevRec = prev && (prev.mode === 'native' || prev.mode === 'generic')
       ? readAttachRecord(pinDir, prev.linkId, prev.ifindex, prev.mode) : 'no link';
+    const egress = egressInterfaces(this.maps, ifname);
     this.attachment = prog.attachXdp(ifname, mode, pin);
     const a = this.attachment;
     if (a.mode !== 'native') {
@@ -165,11 +172,14 @@ class LbDataPlane implements DataPlane {
       this.forwarding = rec !== null ? adoptedGeneric(rec, mode)
         : { mode: a.mode, requested: mode, fellBack: false, forwards: null, detail: GENERIC_DETAIL };
       this.record(typeof rec === 'object' && rec ? { probe: rec.probe, at: rec.at } : { probe: this.forwarding.detail, at });
-      return;
+      return this.attachEgress(egress, a.mode);
     }
-    const check = await checkXdpForwarding(ifname);
+    const check = await checkAll([ifname, ...egress]);
     this.forwarding = { mode: 'native', requested: mode, fellBack: false, ...check };
-    if (check.forwards !== false) return this.record({ probe: check.detail, at });
+    if (check.forwards !== false) {
+      this.record({ probe: check.detail, at });
+      return this.attachEgress(egress, 'native');
+    }
     if (mode === 'native') {
       this.forwarding = null;
       this.attachment = null;
@@ -194,6 +204,18 @@ class LbDataPlane implements DataPlane {
     // The reconciler reads this (DataPlane.forwarding), logs the fallback and puts it in the node's status.
     this.forwarding = { mode: 'generic', requested: mode, fellBack: true, forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
     this.record({ probe: check.detail, at });
+    this.attachEgress(egress, 'generic');
+  }
+
+  /** xdp_lb on the egress interfaces (egress-links.ts) in `mode`; what was attached or refused goes into the
+   * forwarding detail the reconciler logs and reports. */
+  private attachEgress(ifnames: string[], mode: 'native' | 'generic'): void {
+    for (const l of this.egress) l.close();
+    const { links, attached, refused } = attachEgress(this.obj!, PROGRAM_NAME, this.opts.pinRoot, ifnames, mode);
+    this.egress = links;
+    const f = this.forwarding!;
+    if (attached.length) f.detail += `; xdp_lb also on ${attached.join(', ')} (the routes to the reals leave by it; SNAT replies arrive there)`;
+    if (refused.length) f.detail += `; NOT attached to ${refused.join('; ')}: SNAT replies arriving there reach the kernel, which resets them`;
   }
 
   /**
@@ -242,6 +264,12 @@ class LbDataPlane implements DataPlane {
     const next = obj.program(PROGRAM_NAME).attachXdp(this.opts.interface!, a.mode, join(this.opts.pinRoot, LINK_PIN));
     a.close();
     this.attachment = next;
+    // the egress links too, in place: none may keep the old instance and its old tables
+    this.egress = this.egress.map((l) => {
+      const swapped = obj.program(PROGRAM_NAME).attachXdp(ifnameOf(l.ifindex), l.mode, l.pinPath);
+      l.close();
+      return swapped;
+    });
   }
 
   /** Keeps this.forwarding beside the link pin for the next daemon to adopt. */
@@ -307,9 +335,28 @@ class LbDataPlane implements DataPlane {
   close(): void {
     this.attachment?.close();
     this.attachment = null;
+    for (const l of this.egress) l.close();
+    this.egress = [];
     this.obj?.close();
     this.obj = null;
   }
+}
+
+/** The forwarding check of every interface xdp_lb sends out of: forwards only when each does (null when none
+ * could be verified), the details joined. */
+async function checkAll(ifnames: string[]): Promise<ForwardingCheck> {
+  const checks = [];
+  for (const n of ifnames) checks.push(await checkXdpForwarding(n));
+  const forwards = checks.some((c) => c.forwards === false) ? false : checks.some((c) => c.forwards === true) ? true : null;
+  return { forwards, detail: checks.map((c) => c.detail).join('; ') };
+}
+
+/** The name of interface `ifindex` in the caller's network namespace (netlink via `ip`). */
+function ifnameOf(ifindex: number): string {
+  const links = JSON.parse(execFileSync('ip', ['-j', 'link', 'show'], { timeout: 5000 }).toString()) as Array<{ ifindex: number; ifname: string }>;
+  const l = links.find((x) => x.ifindex === ifindex);
+  if (!l) throw Object.assign(new Error(`no interface with index ${ifindex}`), { code: 'ENODEV' });
+  return l.ifname;
 }
 
 export type LbDataPlaneHandle = DataPlane & {

@@ -1,0 +1,81 @@
+// xdp_lb on the lb node's other interfaces: the ones its routes to the reals leave by ("egress interfaces").
+//
+// An lb node with two arms (clients on one interface, backends behind another) breaks two things when xdp_lb runs
+// on the client-side interface only:
+// - native XDP sends towards the backends with bpf_redirect into the other interface, whose driver must accept XDP
+//   frames (on a veth: its peer runs NAPI, an XDP program or GRO). If it does not, every frame is dropped after the
+//   program counted it `redirect` (the receiving interface's rx drops are the only trace), so the forwarding probe
+//   (xdp-forwarding.ts) has to test the egress interfaces as well as the attached one;
+// - a `snat` listener's replies come back from the backends on the egress interface. Without xdp_lb there they
+//   reach the kernel, which owns the SNAT address and answers them with a TCP reset: no SNAT connection through a
+//   two-arm node ever completed. So xdp_lb is attached to every egress interface too, in the attached interface's
+//   mode, each through a link pinned at `xdp_egress<ifindex>_link` beside the main link (bpffs names hold no dot,
+//   an interface name may; `_link` at the end is how `gitlb down` tells links from maps). On those interfaces it translates SNAT replies (and balances a VIP packet should one
+//   arrive there); everything else (DSR replies on their way to the clients, health checks) it passes, as on the
+//   main interface.
+// The set is found from the kernel's routes (`ip route get <real>`) when xdp_lb is attached: reals added later
+// behind yet another interface are not covered until the daemon restarts (docs/datapath.md).
+import { execFileSync } from 'node:child_process';
+import { readdirSync, unlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BpfObject, XdpAttachment } from '../libbpf.js';
+import { decodeReal } from './codec.js';
+import type { LbMaps } from './maps.js';
+
+const EGRESS_LINK = /^xdp_egress(\d+)_link$/;
+
+/** The interface the kernel's route to `address` leaves by (null: no route, or it is local). */
+function routeDev(address: string): string | null {
+  try {
+    const [r] = JSON.parse(execFileSync('ip', ['-j', 'route', 'get', address], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 }).toString()) as Array<{ dev?: string }>;
+    return r?.dev && r.dev !== 'lo' ? r.dev : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Interfaces other than `main` that the routes to the reals in lb_reals leave by, sorted (one lookup per real). */
+export function egressInterfaces(maps: LbMaps, main: string): string[] {
+  const devs = new Set<string>();
+  for (const [, v] of maps.reals.entries()) {
+    const dev = routeDev(decodeReal(v).address);
+    if (dev && dev !== main) devs.add(dev);
+  }
+  return [...devs].sort();
+}
+
+/** ifindex via netlink (`ip`), which follows the caller's network namespace (sysfs may show another). */
+function ifindexOf(ifname: string): number {
+  const [l] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', ifname], { timeout: 5000 }).toString()) as Array<{ ifindex: number }>;
+  return l!.ifindex;
+}
+
+export const egressPin = (pinRoot: string, ifindex: number) => join(pinRoot, `xdp_egress${ifindex}_link`);
+
+/**
+ * Attaches `obj`'s xdp_lb to each of `ifnames` in `mode` (its pinned link swapped in place when there is one) and
+ * unpins links of interfaces no longer among them (an unpinned link with no fd left detaches). Returns the
+ * attachments, the interfaces attached and, per interface that refused (another XDP program already there), why.
+ */
+export function attachEgress(obj: BpfObject, program: string, pinRoot: string, ifnames: string[], mode: 'native' | 'generic'):
+  { links: XdpAttachment[]; attached: string[]; refused: string[] } {
+  const links: XdpAttachment[] = [];
+  const attached: string[] = [];
+  const refused: string[] = [];
+  const keep = new Set<string>();
+  for (const name of ifnames) {
+    const pin = egressPin(pinRoot, ifindexOf(name));
+    keep.add(pin);
+    try {
+      links.push(obj.program(program).attachXdp(name, mode, pin));
+      attached.push(name);
+    } catch (e) {
+      refused.push(`${name}: ${(e as Error).message}`);
+    }
+  }
+  for (const f of readdirSync(pinRoot)) {
+    const pin = join(pinRoot, f);
+    if (EGRESS_LINK.test(f) && !keep.has(pin)) unlinkSync(pin);
+  }
+  return { links, attached, refused };
+}
