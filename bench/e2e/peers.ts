@@ -70,17 +70,18 @@ export function haproxyConfig(bind: { addr: string; port: number }, backends: st
 
 const roundRobin = (backends: string[]) => `numgen inc mod ${backends.length} map { ${backends.map((b, i) => `${i} : ${b}`).join(', ')} }`;
 
+/** The prerouting chain of a DNAT peer: connections to `to` are DNATed round-robin over the backends and counted (a
+ * nat chain sees a connection's first packet only). */
+const dnatChain = (to: { addr: string; port: number }, backends: string[]) => [
+  '  chain pre {',
+  '    type nat hook prerouting priority dstnat;',
+  `    ip daddr ${to.addr} tcp dport ${to.port} counter dnat to ${roundRobin(backends)}`,
+  '  }',
+];
+
 /** nftables DNAT on the router, round-robin over the backends (no SNAT: the router is the backends' gateway). */
 export function routerNftRuleset(backends: string[]): string {
-  return [
-    `table ip ${TABLE_ROUTER} {`,
-    '  chain pre {',
-    '    type nat hook prerouting priority dstnat;',
-    `    ip daddr ${ROUTER_NFT.addr} tcp dport ${ROUTER_NFT.port} counter dnat to ${roundRobin(backends)}`,
-    '  }',
-    '}',
-    '',
-  ].join('\n');
+  return [`table ip ${TABLE_ROUTER} {`, ...dnatChain(ROUTER_NFT, backends), '}', ''].join('\n');
 }
 
 /**
@@ -92,10 +93,7 @@ export function routerNftRuleset(backends: string[]): string {
 export function lbFullNatRuleset(backends: string[], source: string): string {
   return [
     `table ip ${TABLE_LB_NAT} {`,
-    '  chain pre {',
-    '    type nat hook prerouting priority dstnat;',
-    `    ip daddr ${LB_NFT.addr} tcp dport ${LB_NFT.port} counter dnat to ${roundRobin(backends)}`,
-    '  }',
+    ...dnatChain(LB_NFT, backends),
     '  chain post {',
     '    type nat hook postrouting priority srcnat;',
     `    ct status dnat ip daddr { ${backends.join(', ')} } tcp dport ${BACKEND_PORT} counter snat to ${source}`,

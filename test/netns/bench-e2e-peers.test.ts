@@ -3,7 +3,7 @@
 // gitlb's own not_vip pass counter: lb-1's XDP program hands the peer traffic to the kernel untouched), the
 // full-NAT and haproxy peers' connections reach the backends from lb-1's address, each ruleset is gone after its
 // measurement, a rule that counted nothing fails the measurement, and stop() removes every address and route.
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -73,6 +73,27 @@ async function burst(url: string) {
   return tally(r.records);
 }
 
+type Peer = (typeof started.targets)[number];
+
+/** A burst through peer `p` inside its measurement (before/after, as bench/e2e runs it): every backend answers, none
+ * fails; then `inside` with the peer's URL, still within the measurement. */
+async function throughPeer(t: ExecutionContext, p: Peer, inside: (url: string) => Promise<void> = async () => {}): Promise<void> {
+  await p.before();
+  try {
+    const s = await burst(p.url);
+    t.is(s.failed, 0, `${p.name}: ${JSON.stringify(s.errors)}`);
+    t.deepEqual(Object.keys(s.byBackend).sort(), ['be-1', 'be-2', 'be-3'], `${p.name}: ${JSON.stringify(s.byBackend)}`);
+    await inside(p.url);
+  } finally {
+    await p.after();
+  }
+}
+
+/** Whether nftables table `family name` is gone from lb-1. */
+async function rulesetGone(family: string, name: string): Promise<boolean> {
+  return (await exec(nsArgv(lbNs(), ['nft', 'list', 'table', family, name]))).code !== 0;
+}
+
 /** One request's reply body: `backend=... local=ADDR:PORT client=ADDR:PORT` as the backend saw the connection. */
 async function reply(url: string): Promise<string> {
   return (await run(nsArgv(labNs(state, 'client'), ['curl', '-sS', '--max-time', '5', url]))).stdout;
@@ -96,57 +117,31 @@ test.serial('the peer addresses: test addresses, no VIP, no lab address; the rou
 });
 
 test.serial('nftables full NAT on lb-1: every backend, from lb-1\'s address, through its DNAT rule and past gitlb\'s XDP program', async (t) => {
-  const p = target('nftables full nat on lb-1');
   const passes0 = await lbNotVipPasses();
-  await p.before();
-  try {
-    const s = await burst(p.url);
-    t.is(s.failed, 0, JSON.stringify(s.errors));
-    t.deepEqual(Object.keys(s.byBackend).sort(), ['be-1', 'be-2', 'be-3'], JSON.stringify(s.byBackend));
-    t.regex(await reply(p.url), /local=198\.51\.100\.2[123]:80 client=198\.51\.100\.150:\d+/, 'SNAT to lb-1\'s peer address');
+  await throughPeer(t, target('nftables full nat on lb-1'), async (url) => {
+    t.regex(await reply(url), /local=198\.51\.100\.2[123]:80 client=198\.51\.100\.150:\d+/, 'SNAT to lb-1\'s peer address');
     // the nat chain sees each connection's first packet: 30 connections, plus the one request above
     const conns = await peers.nftCounter(lbNs(), 'ip', 'gitlb_bench_lb_nat', peers.LB_PEER_ADDR);
     t.is(conns, 31);
     t.true((await notVipPassesSince(passes0, 31 * 3)) >= 31 * 3, 'lb-1\'s XDP program passed the peer\'s packets to the kernel');
-  } finally {
-    await p.after();
-  }
-  const l = await exec(nsArgv(lbNs(), ['nft', 'list', 'table', 'ip', 'gitlb_bench_lb_nat']));
-  t.not(l.code, 0, 'the ruleset is gone after the measurement');
+  });
+  t.true(await rulesetGone('ip', 'gitlb_bench_lb_nat'), 'the ruleset is gone after the measurement');
 });
 
 test.serial('nftables stateless DSR on lb-1: every backend, the client\'s address kept, every packet through lb-1\'s rule', async (t) => {
-  const p = target('nftables dsr on lb-1');
   const passes0 = await lbNotVipPasses();
-  await p.before();
-  try {
-    const s = await burst(p.url);
-    t.is(s.failed, 0, JSON.stringify(s.errors));
-    t.deepEqual(Object.keys(s.byBackend).sort(), ['be-1', 'be-2', 'be-3'], JSON.stringify(s.byBackend));
-    t.regex(await reply(p.url), /local=198\.51\.100\.151:80 client=192\.0\.2\.\d+:\d+/);
+  await throughPeer(t, target('nftables dsr on lb-1'), async (url) => {
+    t.regex(await reply(url), /local=198\.51\.100\.151:80 client=192\.0\.2\.\d+:\d+/);
     // SYN, ACK, request, ACK/FIN...: at least three packets per connection came to lb-1 and were sent on
     const packets = (await peers.nftCounter(lbNs(), 'netdev', 'gitlb_bench_lb_dsr', peers.LB_DSR_ADDR))!;
     t.true(packets >= 31 * 3, `packets ${packets}`);
     t.true((await notVipPassesSince(passes0, packets)) >= packets, 'lb-1\'s XDP program passed every packet the rule then forwarded');
-  } finally {
-    await p.after();
-  }
-  const l = await exec(nsArgv(lbNs(), ['nft', 'list', 'table', 'netdev', 'gitlb_bench_lb_dsr']));
-  t.not(l.code, 0, 'the ruleset is gone after the measurement');
+  });
+  t.true(await rulesetGone('netdev', 'gitlb_bench_lb_dsr'), 'the ruleset is gone after the measurement');
 });
 
 test.serial('haproxy on lb-1 and the router peers: every backend; haproxy on lb-1 connects from lb-1\'s address', async (t) => {
-  for (const prefix of ['haproxy tcp mode on lb-1', 'nftables dnat on the router', 'haproxy tcp mode on the router']) {
-    const p = target(prefix);
-    await p.before();
-    try {
-      const s = await burst(p.url);
-      t.is(s.failed, 0, `${prefix}: ${JSON.stringify(s.errors)}`);
-      t.deepEqual(Object.keys(s.byBackend).sort(), ['be-1', 'be-2', 'be-3'], prefix);
-    } finally {
-      await p.after();
-    }
-  }
+  for (const prefix of ['haproxy tcp mode on lb-1', 'nftables dnat on the router', 'haproxy tcp mode on the router']) await throughPeer(t, target(prefix));
   t.regex(await reply(target('haproxy tcp mode on lb-1').url), new RegExp(`client=${lbAddr().replace(/\./g, '\\.')}:\\d+`));
   // the router's DNAT: the client connects from its second address (never the 4-tuples direct leaves in TIME_WAIT)
   const nft = target('nftables dnat on the router');
@@ -162,8 +157,7 @@ test.serial('a peer whose rule counted nothing fails its measurement (and its ru
   const p = target('nftables full nat on lb-1');
   await p.before();
   await t.throwsAsync(p.after(), { message: /counted no packets/ });
-  const l = await exec(nsArgv(lbNs(), ['nft', 'list', 'table', 'ip', 'gitlb_bench_lb_nat']));
-  t.not(l.code, 0);
+  t.true(await rulesetGone('ip', 'gitlb_bench_lb_nat'));
 });
 
 test.serial('stop() removes the peers\' processes, addresses and routes', async (t) => {
