@@ -2,6 +2,7 @@
 // per-thread capture of libbpf's log (verifier output arrives through it).
 #pragma once
 #include <napi.h>
+#include <initializer_list>
 #include <string>
 
 extern "C" {
@@ -34,6 +35,15 @@ uint32_t ArgU32(const Napi::CallbackInfo& info, size_t i, const char* what);
 int ArgFd(const Napi::CallbackInfo& info, size_t i = 0);
 Napi::Buffer<uint8_t> ArgBuffer(const Napi::CallbackInfo& info, size_t i, const char* what);
 std::string ArgString(const Napi::CallbackInfo& info, size_t i, const char* what);
+
+// A native function of the addon and the name it is exported under (also the JS function's name, for stack traces).
+struct Export {
+  const char* name;
+  Napi::Value (*fn)(const Napi::CallbackInfo&);
+};
+inline void ExportAll(Napi::Env env, Napi::Object exports, std::initializer_list<Export> fns) {
+  for (const Export& e : fns) exports.Set(e.name, Napi::Function::New(env, e.fn, e.name));
+}
 
 void InitObject(Napi::Env env, Napi::Object exports);
 void InitMaps(Napi::Env env, Napi::Object exports);

@@ -139,6 +139,28 @@ Napi::Value MapDeleteBatch(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, n);
 }
 
+// One step of a batched walk into kbuf/vbuf: at most `chunk` entries from `in` (nullptr: the start), the next token in
+// `out`, the count read in `n`. A hash bucket larger than the chunk (ENOSPC with nothing read) doubles the chunk and
+// the buffers and tries again. Returns 0, or the errno (ENOENT: the walk is done, the entries of this step still
+// count).
+int LookupBatchStep(int fd, bool del, const void* in, void* out, uint32_t ksize, uint32_t vsize, uint32_t& chunk,
+                    std::vector<uint8_t>& kbuf, std::vector<uint8_t>& vbuf, uint32_t& n) {
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  for (;;) {
+    n = chunk;
+    int r = del ? bpf_map_lookup_and_delete_batch(fd, const_cast<void*>(in), out, kbuf.data(), vbuf.data(), &n, &opts)
+                : bpf_map_lookup_batch(fd, const_cast<void*>(in), out, kbuf.data(), vbuf.data(), &n, &opts);
+    int err = r ? errno : 0;
+    if (err == ENOSPC && n == 0 && chunk < (1u << 20)) {
+      chunk *= 2;
+      kbuf.resize((size_t)ksize * chunk);
+      vbuf.resize((size_t)vsize * chunk);
+      continue;
+    }
+    return err;
+  }
+}
+
 // mapLookupBatch(fd, keySize, valueSize, chunk, andDelete) -> { keys, values, count }
 // Walks the whole map in chunks; ENOENT marks the end of the walk.
 Napi::Value MapLookupBatch(const Napi::CallbackInfo& info) {
@@ -155,20 +177,9 @@ Napi::Value MapLookupBatch(const Napi::CallbackInfo& info) {
   std::vector<uint8_t> inTok(ksize < 8 ? 8 : ksize), outTok(inTok.size());
   bool first = true;
   size_t total = 0;
-  LIBBPF_OPTS(bpf_map_batch_opts, opts);
   for (;;) {
-    uint32_t n = chunk;
-    int r = del ? bpf_map_lookup_and_delete_batch(fd, first ? nullptr : inTok.data(), outTok.data(), kbuf.data(),
-                                                 vbuf.data(), &n, &opts)
-                : bpf_map_lookup_batch(fd, first ? nullptr : inTok.data(), outTok.data(), kbuf.data(), vbuf.data(),
-                                       &n, &opts);
-    int err = r ? errno : 0;
-    if (err == ENOSPC && n == 0 && chunk < (1u << 20)) {  // a hash bucket larger than the chunk
-      chunk *= 2;
-      kbuf.resize((size_t)ksize * chunk);
-      vbuf.resize((size_t)vsize * chunk);
-      continue;
-    }
+    uint32_t n;
+    int err = LookupBatchStep(fd, del, first ? nullptr : inTok.data(), outTok.data(), ksize, vsize, chunk, kbuf, vbuf, n);
     if (err && err != ENOENT) ThrowErrno(env, err, del ? "batch lookup-and-delete" : "batch lookup");
     keys.insert(keys.end(), kbuf.begin(), kbuf.begin() + (size_t)n * ksize);
     values.insert(values.end(), vbuf.begin(), vbuf.begin() + (size_t)n * vsize);
@@ -206,21 +217,8 @@ Napi::Value MapLookupBatchPage(const Napi::CallbackInfo& info) {
     memcpy(inTok.data(), t.Data(), inTok.size());
   }
   std::vector<uint8_t> kbuf((size_t)ksize * chunk), vbuf((size_t)vsize * chunk);
-  LIBBPF_OPTS(bpf_map_batch_opts, opts);
   uint32_t n;
-  int err;
-  for (;;) {
-    n = chunk;
-    int r = bpf_map_lookup_batch(fd, first ? nullptr : inTok.data(), outTok.data(), kbuf.data(), vbuf.data(), &n, &opts);
-    err = r ? errno : 0;
-    if (err == ENOSPC && n == 0 && chunk < (1u << 20)) {  // a hash bucket larger than the chunk
-      chunk *= 2;
-      kbuf.resize((size_t)ksize * chunk);
-      vbuf.resize((size_t)vsize * chunk);
-      continue;
-    }
-    break;
-  }
+  int err = LookupBatchStep(fd, false, first ? nullptr : inTok.data(), outTok.data(), ksize, vsize, chunk, kbuf, vbuf, n);
   if (err && err != ENOENT) ThrowErrno(env, err, "batch lookup");
   Napi::Object res = Napi::Object::New(env);
   res.Set("keys", Napi::Buffer<uint8_t>::Copy(env, kbuf.data(), (size_t)n * ksize));
@@ -340,25 +338,27 @@ Napi::Value ThreadCpus(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitMaps(Napi::Env env, Napi::Object exports) {
-  exports.Set("mapLookup", Napi::Function::New(env, MapLookup, "mapLookup"));
-  exports.Set("mapLookupInto", Napi::Function::New(env, MapLookupInto, "mapLookupInto"));
-  exports.Set("mapUpdate", Napi::Function::New(env, MapUpdate, "mapUpdate"));
-  exports.Set("mapDelete", Napi::Function::New(env, MapDelete, "mapDelete"));
-  exports.Set("mapLookupAndDelete", Napi::Function::New(env, MapLookupAndDelete, "mapLookupAndDelete"));
-  exports.Set("mapKeys", Napi::Function::New(env, MapKeys, "mapKeys"));
-  exports.Set("mapUpdateBatch", Napi::Function::New(env, MapUpdateBatch, "mapUpdateBatch"));
-  exports.Set("mapDeleteBatch", Napi::Function::New(env, MapDeleteBatch, "mapDeleteBatch"));
-  exports.Set("mapLookupBatch", Napi::Function::New(env, MapLookupBatch, "mapLookupBatch"));
-  exports.Set("mapLookupBatchPage", Napi::Function::New(env, MapLookupBatchPage, "mapLookupBatchPage"));
-  exports.Set("mapCreate", Napi::Function::New(env, MapCreate, "mapCreate"));
-  exports.Set("mapInfo", Napi::Function::New(env, MapInfo, "mapInfo"));
-  exports.Set("mapFreeze", Napi::Function::New(env, MapFreeze, "mapFreeze"));
-  exports.Set("mapGetFdById", Napi::Function::New(env, MapGetFdById, "mapGetFdById"));
-  exports.Set("objPin", Napi::Function::New(env, ObjPin, "objPin"));
-  exports.Set("objGet", Napi::Function::New(env, ObjGet, "objGet"));
-  exports.Set("closeFd", Napi::Function::New(env, CloseFd, "closeFd"));
-  exports.Set("numPossibleCpus", Napi::Function::New(env, NumPossibleCpus, "numPossibleCpus"));
-  exports.Set("threadCpus", Napi::Function::New(env, ThreadCpus, "threadCpus"));
+  ExportAll(env, exports, {
+    {"mapLookup", MapLookup},
+    {"mapLookupInto", MapLookupInto},
+    {"mapUpdate", MapUpdate},
+    {"mapDelete", MapDelete},
+    {"mapLookupAndDelete", MapLookupAndDelete},
+    {"mapKeys", MapKeys},
+    {"mapUpdateBatch", MapUpdateBatch},
+    {"mapDeleteBatch", MapDeleteBatch},
+    {"mapLookupBatch", MapLookupBatch},
+    {"mapLookupBatchPage", MapLookupBatchPage},
+    {"mapCreate", MapCreate},
+    {"mapInfo", MapInfo},
+    {"mapFreeze", MapFreeze},
+    {"mapGetFdById", MapGetFdById},
+    {"objPin", ObjPin},
+    {"objGet", ObjGet},
+    {"closeFd", CloseFd},
+    {"numPossibleCpus", NumPossibleCpus},
+    {"threadCpus", ThreadCpus},
+  });
 }
 
 }  // namespace gitlb

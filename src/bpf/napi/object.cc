@@ -444,11 +444,13 @@ Napi::Value ObjectMapNames(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitObject(Napi::Env env, Napi::Object exports) {
-  exports.Set("objectMapNames", Napi::Function::New(env, ObjectMapNames, "objectMapNames"));
-  exports.Set("loadObject", Napi::Function::New(env, LoadObject, "loadObject"));
-  exports.Set("closeObject", Napi::Function::New(env, CloseObject, "closeObject"));
-  exports.Set("btfStruct", Napi::Function::New(env, BtfStruct, "btfStruct"));
-  exports.Set("mapCreateLike", Napi::Function::New(env, MapCreateLike, "mapCreateLike"));
+  ExportAll(env, exports, {
+    {"objectMapNames", ObjectMapNames},
+    {"loadObject", LoadObject},
+    {"closeObject", CloseObject},
+    {"btfStruct", BtfStruct},
+    {"mapCreateLike", MapCreateLike},
+  });
 }
 
 }  // namespace gitlb

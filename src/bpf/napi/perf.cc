@@ -210,13 +210,15 @@ Napi::Value ProgMapIds(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitPerf(Napi::Env env, Napi::Object exports) {
-  exports.Set("perfBufferOpen", Napi::Function::New(env, PerfBufferOpen, "perfBufferOpen"));
-  exports.Set("perfBufferPoll", Napi::Function::New(env, PerfBufferPoll, "perfBufferPoll"));
-  exports.Set("perfBufferClose", Napi::Function::New(env, PerfBufferClose, "perfBufferClose"));
-  exports.Set("ringBufferOpen", Napi::Function::New(env, RingBufferOpen, "ringBufferOpen"));
-  exports.Set("ringBufferConsume", Napi::Function::New(env, RingBufferConsume, "ringBufferConsume"));
-  exports.Set("ringBufferClose", Napi::Function::New(env, RingBufferClose, "ringBufferClose"));
-  exports.Set("progMapIds", Napi::Function::New(env, ProgMapIds, "progMapIds"));
+  ExportAll(env, exports, {
+    {"perfBufferOpen", PerfBufferOpen},
+    {"perfBufferPoll", PerfBufferPoll},
+    {"perfBufferClose", PerfBufferClose},
+    {"ringBufferOpen", RingBufferOpen},
+    {"ringBufferConsume", RingBufferConsume},
+    {"ringBufferClose", RingBufferClose},
+    {"progMapIds", ProgMapIds},
+  });
 }
 
 }  // namespace gitlb

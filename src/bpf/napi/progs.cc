@@ -287,20 +287,22 @@ Napi::Value TcClsactDetach(const Napi::CallbackInfo& info) {
 }  // namespace
 
 void InitProgs(Napi::Env env, Napi::Object exports) {
-  exports.Set("progTestRun", Napi::Function::New(env, ProgTestRun, "progTestRun"));
-  exports.Set("progInfo", Napi::Function::New(env, ProgInfo, "progInfo"));
-  exports.Set("progInfoById", Napi::Function::New(env, ProgInfoById, "progInfoById"));
-  exports.Set("ifNameToIndex", Napi::Function::New(env, IfNameToIndex, "ifNameToIndex"));
-  exports.Set("linkCreate", Napi::Function::New(env, LinkCreate, "linkCreate"));
-  exports.Set("linkUpdate", Napi::Function::New(env, LinkUpdate, "linkUpdate"));
-  exports.Set("progGetFdById", Napi::Function::New(env, ProgGetFdById, "progGetFdById"));
-  exports.Set("linkDetach", Napi::Function::New(env, LinkDetach, "linkDetach"));
-  exports.Set("linkInfo", Napi::Function::New(env, LinkInfo, "linkInfo"));
-  exports.Set("xdpQuery", Napi::Function::New(env, XdpQuery, "xdpQuery"));
-  exports.Set("progQuery", Napi::Function::New(env, ProgQuery, "progQuery"));
-  exports.Set("tcClsactAttach", Napi::Function::New(env, TcClsactAttach, "tcClsactAttach"));
-  exports.Set("tcClsactQuery", Napi::Function::New(env, TcClsactQuery, "tcClsactQuery"));
-  exports.Set("tcClsactDetach", Napi::Function::New(env, TcClsactDetach, "tcClsactDetach"));
+  ExportAll(env, exports, {
+    {"progTestRun", ProgTestRun},
+    {"progInfo", ProgInfo},
+    {"progInfoById", ProgInfoById},
+    {"ifNameToIndex", IfNameToIndex},
+    {"linkCreate", LinkCreate},
+    {"linkUpdate", LinkUpdate},
+    {"progGetFdById", ProgGetFdById},
+    {"linkDetach", LinkDetach},
+    {"linkInfo", LinkInfo},
+    {"xdpQuery", XdpQuery},
+    {"progQuery", ProgQuery},
+    {"tcClsactAttach", TcClsactAttach},
+    {"tcClsactQuery", TcClsactQuery},
+    {"tcClsactDetach", TcClsactDetach},
+  });
   exports.Set("attachTcxIngress", Napi::Number::New(env, kAttachTcxIngress));
   exports.Set("attachTcxEgress", Napi::Number::New(env, kAttachTcxEgress));
   exports.Set("attachXdp", Napi::Number::New(env, BPF_XDP));

@@ -34,7 +34,9 @@ static Napi::Value SendFrame(const Napi::CallbackInfo& info) {
 }
 
 void InitRaw(Napi::Env env, Napi::Object exports) {
-  exports.Set("sendFrame", Napi::Function::New(env, SendFrame, "sendFrame"));
+  ExportAll(env, exports, {
+    {"sendFrame", SendFrame},
+  });
 }
 
 }  // namespace gitlb
