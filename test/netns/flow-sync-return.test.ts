@@ -14,13 +14,12 @@
 //   lb-b's own range, another client flow on a port lb-b holds, and a client flow lb-b translates on another port are
 //   refused; after the gate is released a translation of lb-b's address is refused again.
 import test from 'ava';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { LAB, labNames, setupLab, teardownLab } from '../lib/xdp-lab.js';
+import { LAB, labNames } from '../lib/xdp-lab.js';
+import { flowSyncLab } from '../lib/flow-sync-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
-import { runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
+import type { FlowSyncStep } from '../lib/flow-sync-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
 
 const TAG = 'fsret';
@@ -48,9 +47,8 @@ const SYN = TCP_FLAGS.SYN;
 /** A translation in the wire's 'snat' form (its port replaced by sendSnat when sent that way). */
 const snatE = (cport: number, snatAddress: string, snatPort: number) => [CLIENT, VIP_SNAT, cport, 80, 6, 1, 8080, snatAddress, snatPort, false, 0, 0];
 
-const steps: Array<{ name: string; step: FlowSyncStep }> = [];
-const at: Record<string, number> = {};
-const add = (name: string, step: FlowSyncStep) => { at[name] = steps.length; steps.push({ name, step }); };
+const lab = flowSyncLab(TAG);
+const { steps, at, add, r } = lab;
 const reply = (node: 'a' | 'b', ofStep: string, snat: string): FlowSyncStep =>
   ({ op: 'snatReply', node, ofStep: at[ofStep]!, real: REAL, realMac: MAC1, snat, realPort: 8080 });
 
@@ -119,18 +117,8 @@ add('a tick: answer (2)', { op: 'tick', node: 'a' });
 add('a hand back: answered (2)', { op: 'handBack', node: 'a', peer: 'lb-b', sinceStep: at['b answers again (2)']! });
 add('b report (2)', { op: 'report', node: 'b' });
 
-let results: Promise<any[]>;
-test.before(() => {
-  const { ns, pinRoot } = setupLab(TAG);
-  mkdirSync(`${pinRoot}/a`, { recursive: true });
-  mkdirSync(`${pinRoot}/b`, { recursive: true });
-  execFileSync('ip', ['-n', ns, 'route', 'add', '192.0.2.0/25', 'via', '198.51.100.254', 'dev', 'lbA']);
-  results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: 50_000 });
-  results.catch(() => undefined);
-});
-test.after.always(() => teardownLab(TAG));
+lab.run({ secret: SECRET, states: STATES, importPerSecond: 50_000 });
 
-const r = async (name: string) => (await results)[at[name]!];
 const srcPort = (hex: string) => parseInt(hex.slice(68, 72), 16);
 
 test('lb-b\'s translations reach lb-a as copies (owner slot)', async (t) => {
@@ -225,7 +213,7 @@ test('lb-a speaking first: lb-b\'s answer to its nudge asks for lb-b\'s own tran
 });
 
 test('every step ran', async (t) => {
-  const out = await results;
+  const out = await lab.results();
   t.deepEqual(steps.map((s, i) => [s.name, out[i]?.error]).filter(([, e]) => e), []);
   t.truthy(labNames(TAG).ns);
 });

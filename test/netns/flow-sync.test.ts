@@ -18,13 +18,12 @@
 // - an end queued when a send failed is sent with the resync that follows;
 // - a restarted lb-a sends lb-b its whole table.
 import test from 'ava';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import { LAB, labNames, setupLab, teardownLab } from '../lib/xdp-lab.js';
+import { LAB, labNames } from '../lib/xdp-lab.js';
+import { flowSyncLab } from '../lib/flow-sync-lab.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
-import { LB_C_SNAT, runFlowSyncHarness, type FlowSyncStep } from '../lib/flow-sync-harness.js';
+import { LB_C_SNAT } from '../lib/flow-sync-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { ringSlot } from '../../src/bpf/dataplane/flow-hash.js';
 import { MAX_AGE_MS, RECENCY_MARGIN_MS } from '../../src/bpf/dataplane/flow-state.js';
@@ -74,9 +73,8 @@ const tcp = (vip: string, sport: number, flags: number, dport = 80) => frame({ d
 const SYN = TCP_FLAGS.SYN;
 const ACK = TCP_FLAGS.ACK;
 
-const steps: Array<{ name: string; step: FlowSyncStep }> = [];
-const at: Record<string, number> = {};
-const add = (name: string, step: FlowSyncStep) => { at[name] = steps.length; steps.push({ name, step }); };
+const lab = flowSyncLab(TAG);
+const { steps, at, add, r } = lab;
 const ct = (src: string, dst: string, sport: number, dport: number, realId: number) => [src, dst, sport, dport, 6, realId];
 const snatE = (cport: number, snatAddress: string, snatPort: number, realId = 1) => [CLIENT, VIP_SNAT, cport, 80, 6, realId, 8080, snatAddress, snatPort, false];
 const ID1 = 1;
@@ -318,20 +316,8 @@ add('b rejections', { op: 'rejections' });
 const IMPORT_PER_SECOND = 200; // the flood test's budget: at most 2 x 200 at once
 const MAX_DEFERRED_GONE = 2; // lb-b keeps at most 2 of lb-a's ends over its budget
 
-let results: Promise<any[]>;
-test.before(() => {
-  const { ns, pinRoot } = setupLab(TAG);
-  mkdirSync(`${pinRoot}/a`, { recursive: true });
-  mkdirSync(`${pinRoot}/b`, { recursive: true });
-  // clients are reached through the lab's gateway (SNAT replies go back to them)
-  execFileSync('ip', ['-n', ns, 'route', 'add', '192.0.2.0/25', 'via', '198.51.100.254', 'dev', 'lbA']);
-  results = runFlowSyncHarness(ns, { pinRoot, secret: SECRET, states: STATES, steps: steps.map((s) => s.step), importPerSecond: IMPORT_PER_SECOND,
-    syncRingBytesA: RING_BYTES_A, maxDeferredGone: MAX_DEFERRED_GONE });
-  results.catch(() => undefined);
-});
-test.after.always(() => teardownLab(TAG));
+lab.run({ secret: SECRET, states: STATES, importPerSecond: IMPORT_PER_SECOND, syncRingBytesA: RING_BYTES_A, maxDeferredGone: MAX_DEFERRED_GONE });
 
-const r = async (name: string) => (await results)[at[name]!];
 const dstMac = (hex: string) => hex.slice(0, 12).match(/../g)!.join(':');
 const srcPort = (hex: string) => parseInt(hex.slice(68, 72), 16); // Ethernet 14 + IPv4 20: TCP source port
 
@@ -652,7 +638,7 @@ test('a restarted lb-a sends lb-b its whole table', async (t) => {
 });
 
 test('every step ran (only the refused messages end in an error)', async (t) => {
-  const out = await results;
+  const out = await lab.results();
   const refused = new Set(['malformed: version', 'malformed: arity', 'malformed: address not canonical', 'malformed: port 0', 'too many entries',
     'forged sender']);
   t.deepEqual(steps.map((s, i) => [s.name, out[i]?.error]).filter(([n, e]) => e && !refused.has(n as string)), []);
