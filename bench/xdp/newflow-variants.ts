@@ -48,7 +48,7 @@ const cases = [
 ].filter((c) => !process.env.XDP_BENCH_ONLY || c.name.toLowerCase().includes(process.env.XDP_BENCH_ONLY.toLowerCase()));
 const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 console.log(`SYN-path variants: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians net of the floor, CPU 1; load ${loadavg()}`);
-console.log(`${'case'.padEnd(34)} ${'floor'.padStart(6)}${builds.map((b) => b.name.slice(0, 14).padStart(15)).join('')}${katran ? 'Katran'.padStart(8) : ''}`);
+console.log(`${'case'.padEnd(34)} ${'floor'.padStart(6)}${builds.map((b) => b.name.slice(0, 14).padStart(15)).join('')}${katran || katranGue ? 'Katran'.padStart(8) : ''}`);
 const harnessProg = (o: BpfObject) => o.programs()[0]!;
 let failed = false;
 for (const c of cases) {
