@@ -370,11 +370,16 @@ test('BIRD: a taken-over SNAT address is a host route beside the VIPs; without t
 });
 
 test('--snat-handback-limit 0: a returned owner gets its address back in the round it answers again, and nothing is reported as held (benign)', async (t) => {
-  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: () => ['sync-spoke'], handBackBoundMs: 0 });
+  const said: string[] = [];
+  const warned: string[] = [];
+  const w = world('lb-1', PEERS, '198.51.100.111', [], { handBackWaitingFor: () => ['sync-spoke'], handBackBoundMs: 0,
+    log: { info: (m) => said.push(m), warn: (m) => warned.push(m) } });
   w.answer('198.51.100.12', false);
   await w.ticks(3);
   w.answer('198.51.100.12', true);
   await w.ticks(2);
   t.deepEqual(w.t.report(), { lost: [], serving: {} });
   t.deepEqual([...w.onIface], []);
+  t.deepEqual(warned, [], 'no hold was asked for: nothing to warn about');
+  t.true(said.includes('snat takeover: lb-2 answers again: its SNAT address goes back at once (--snat-handback-limit 0; not yet shown: sync-spoke)'), said.join('\n'));
 });

@@ -340,8 +340,10 @@ export class SnatTakeover {
       }
       this.returning.delete(node);
       if ([...this.served.values()].some((s) => s.owner === node && s.releaseAt === undefined))
-        this.o.log?.[ready ? 'info' : 'warn'](ready ? `snat takeover: ${node} has its own SNAT translations back (${((now - since) / 1000).toFixed(1)} s after it answered again)`
-          : `snat takeover: ${node} answers again but did not show it has its own SNAT translations back within ${(now - since) / 1000} s (still waiting for: ${waiting.join(', ')}; --snat-handback-limit ${boundMs / 1000})`);
+        // a limit of 0 is the operator's choice not to hold: said, not warned about
+        this.o.log?.[ready || boundMs === 0 ? 'info' : 'warn'](ready ? `snat takeover: ${node} has its own SNAT translations back (${((now - since) / 1000).toFixed(1)} s after it answered again)`
+          : boundMs === 0 ? `snat takeover: ${node} answers again: its SNAT address goes back at once (--snat-handback-limit 0; not yet shown: ${waiting.join(', ')})`
+            : `snat takeover: ${node} answers again but did not show it has its own SNAT translations back within ${(now - since) / 1000} s (still waiting for: ${waiting.join(', ')}; --snat-handback-limit ${boundMs / 1000})`);
     }
     const own = this.o.ownSnatAddress();
 
