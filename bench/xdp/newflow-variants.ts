@@ -14,6 +14,9 @@ import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from '
 import { loadKatran, type KatranPeer } from './katran.js';
 import { BENCH_REAL_COUNT, benchReal } from './bench-reals.js';
 import { CT_ENTRIES, benchState, ring } from './measure-state.js';
+import { createRing, readRing, ringIdentities, ringsArePacked } from '../../src/bpf/dataplane/rings.js';
+import { encodeU32 } from '../../src/bpf/dataplane/codec.js';
+import { setWordSlotRings } from '../../test/lib/old-rings.js';
 
 const pinRoot = process.argv[2]!;
 const variantPaths = process.argv.slice(3);
@@ -24,8 +27,25 @@ const dp = await openLbDataPlane({ pinRoot });
 await applyTo(dp, benchState());
 const mapMaxEntries = pinnedMapSizes(pinRoot);
 const builds: Array<{ name: string; prog: BpfProgram }> = [{ name: 'as built', prog: dp.object()!.program('xdp_lb') }];
+// the rings as built, read back (slots + 1) for builds of another ring layout (e.g. the word-per-element layout
+// before rings of blocks, lb_maps.h): loading such a build replaces the lb_rings pin with an empty one of its
+// layout (and a later build of this layout then finds that one and replaces it again); the same rings are filled
+// into each empty one, in its layout, so every build picks the same reals
+const builtRings = ringIdentities(dp.object()!.map('lb_rings')).map(([id]) => {
+  const inner = dp.object()!.map('lb_rings').openInner(encodeU32(id))!;
+  try { return { id, ring: readRing(inner) }; } finally { inner.close(); }
+});
 for (const p of variantPaths) {
   const v = await BpfObject.load(p, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries });
+  const rings = v.map('lb_rings');
+  if (ringIdentities(rings).length === 0) {
+    if (!ringsArePacked(rings)) setWordSlotRings(rings, builtRings);
+    else for (const { id, ring: r } of builtRings) {
+      const inner = createRing(id, r);
+      rings.setInner(encodeU32(id), inner);
+      inner.close();
+    }
+  }
   builds.push({ name: basename(p, '.o'), prog: v.program('xdp_lb') });
 }
 const load = (name: string) => BpfObject.load(new URL(`../../build/bench/${name}.o`, import.meta.url).pathname);
@@ -78,6 +98,16 @@ for (const c of cases) {
       return `${net}${kNet ? ` (${(net / kNet).toFixed(2)})` : ''}`.padStart(15);
     };
     console.log(`${c.name.padEnd(34)} ${String(f).padStart(6)}${runs.map(cell).join('')}${kNet ? String(kNet).padStart(8) : ''}`);
+    // each build against the one as built within the same round (both net of that round's floor): under load the
+    // medians of whole columns drift with what else runs, a round's pair far less
+    if (builds.length > 1) {
+      const paired = runs.slice(1).map((x, i) => {
+        const ratios = x.map((v, r) => (v - floor[r]!) / (runs[0]![r]! - floor[r]!)).sort((a, b) => a - b);
+        const q = (p: number) => ratios[Math.min(ratios.length - 1, Math.floor(p * ratios.length))]!.toFixed(3);
+        return `${builds[i + 1]!.name} ${q(0.5)} [${q(0.25)}-${q(0.75)}]`;
+      });
+      console.log(`${''.padEnd(34)} per round / as built: ${paired.join(', ')}`);
+    }
   } catch (e) {
     failed = true;
     console.log(`${c.name.padEnd(34)} FAILED: ${(e as Error).message}`);

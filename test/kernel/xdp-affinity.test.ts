@@ -20,8 +20,8 @@ import { runMoved } from '../lib/xdp-run-moved.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { applyTo, planOf } from '../lib/converge.js';
-import { BpfMap, MapType } from '../../src/bpf/libbpf.js';
-import { BPF_F_INNER_MAP, readRing } from '../../src/bpf/dataplane/rings.js';
+import { readRing, readRingMembership, ringIdentities } from '../../src/bpf/dataplane/rings.js';
+import { pinWordSlotRings } from '../lib/old-rings.js';
 
 const PIN = `/sys/fs/bpf/glb${process.pid}-xaff`;
 const SEED = 11;
@@ -223,32 +223,25 @@ test.serial('lb_affinity is resized with the connection table, its entries kept'
 test.serial('rings pinned by a version without membership bitmaps are rebuilt with one at load, digests unchanged', async (t) => {
   const d = state({ [AFF]: THREE, [PLAIN]: THREE, [SNAT]: THREE });
   await applyTo(dp!, d);
-  // put back service 1's ring as the older version wrote it: 1 + M entries, no bitmap after them
+  await syn(portWhere(THREE, PORT[AFF]!, () => true), PORT[AFF]!);
+  // put back every ring as the older version wrote it: one word per element, 1 + M words, no bitmap after them
   const rings = dp!.object()!.map('lb_rings');
-  const inner = rings.openInner(encodeU32(AFF))!;
-  const entries = readRing(inner);
-  inner.close();
-  const old = BpfMap.create({ name: 'ring_old', type: MapType.array, keySize: 4, valueSize: 4, maxEntries: entries.length + 1, flags: BPF_F_INNER_MAP });
-  old.update(encodeU32(0), encodeU32(entries.length));
-  entries.forEach((e, i) => old.update(encodeU32(i + 1), encodeU32(e)));
-  rings.setInnerBatch([encodeU32(AFF)], [old]);
-  old.close();
-  // without a bitmap the remembered real is not trusted: the ring picks (never wrong, only not sticky)
-  const x = ringGives(THREE, portWhere(THREE, PORT[AFF]!, () => true), PORT[AFF]!);
-  await syn(nextPort - 1, PORT[AFF]!);
-  let port = portWhere(THREE, PORT[AFF]!, (r) => r !== x);
-  let moved = await syn(port, PORT[AFF]!);
-  t.deepEqual(affinityOf(moved), { affinity_real_gone: 1 });
+  const held = ringIdentities(rings).map(([id]) => {
+    const inner = rings.openInner(encodeU32(id))!;
+    try { return { id, ring: readRing(inner) }; } finally { inner.close(); }
+  });
+  const entries = held.find((r) => r.id === AFF)!.ring;
   dp!.close();
+  pinWordSlotRings(PIN, held, { membership: false });
   dp = await openLbDataPlane({ pinRoot: PIN });
   const rebuilt = dp.object()!.map('lb_rings').openInner(encodeU32(AFF))!;
-  t.true(rebuilt.maxEntries > entries.length + 1, 'the ring has its bitmap again');
+  t.true(readRingMembership(rebuilt).some((w) => w !== 0), 'the ring has its bitmap again');
   t.deepEqual([...readRing(rebuilt)], [...entries]);
   rebuilt.close();
   t.deepEqual(await planOf(dp, d), [], 'same rings, nothing to re-apply');
   const y = remembered(AFF)!.realId;
-  port = portWhere(THREE, PORT[AFF]!, (r) => r !== y);
-  moved = await syn(port, PORT[AFF]!);
+  const port = portWhere(THREE, PORT[AFF]!, (r) => r !== y);
+  const moved = await syn(port, PORT[AFF]!);
   t.deepEqual(realsOf(moved), [`real:${y}`]);
   t.deepEqual(affinityOf(moved), { affinity_hit: 1 });
 });

@@ -6,7 +6,7 @@ import test from 'ava';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap, MapType, type BpfError } from '../../src/bpf/libbpf.js';
-import { BPF_F_INNER_MAP } from '../../src/bpf/dataplane/rings.js';
+import { rewriteRingEntry, writableRing } from '../lib/ring-copy.js';
 import { RING_ROTATION_CHECKS, openLbDataPlane, ringDigest, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { buildMaglevTable } from '../../src/render/maglev.js';
 import type { Op } from '../../src/render/ops.js';
@@ -73,23 +73,15 @@ test.serial('readLive identifies rings by their map: no table is read unless ask
 test.serial('rings are frozen; a ring swapped in and then changed in place is found within one rotation', async (t) => {
   const outer = dp!.object()!.map('lb_rings');
   const key = Buffer.from([1, 0, 0, 0]);
-  const slot = Buffer.alloc(4);
-  slot.writeUInt32LE(5);
   const ours = outer.openInner(key)!;
-  t.is((t.throws(() => ours.update(slot, Buffer.from([99, 0, 0, 0]))) as BpfError).code, 'EPERM', 'no process can rewrite our ring');
+  t.is((t.throws(() => rewriteRingEntry(ours, 4, 99)) as BpfError).code, 'EPERM', 'no process can rewrite our ring');
   ours.close();
   // another writer swaps in a copy of the right ring that it can still write: a new identity, read at once, no drift
-  const copy = BpfMap.create({ name: 'foreign', type: MapType.array, keySize: 4, valueSize: 4, maxEntries: M + 1, flags: BPF_F_INNER_MAP });
-  const keys = Buffer.alloc((M + 1) * 4);
-  const values = Buffer.alloc((M + 1) * 4);
-  for (let i = 0; i <= M; i++) keys.writeUInt32LE(i, i * 4);
-  values.writeUInt32LE(M, 0);
-  Buffer.from(ringMinusOne.buffer).copy(values, 4);
-  copy.updateBatch(keys, values, M + 1);
+  const copy = writableRing(ringMinusOne);
   outer.setInner(key, copy);
   t.deepEqual(await planOf(dp!, state(ringMinusOne)), [], 'the copy holds the right table');
   // ... and then rewrites one entry in place: the identity is unchanged, so only the rotation can see it
-  copy.update(slot, Buffer.from([99, 0, 0, 0]));
+  rewriteRingEntry(copy, 4, 99);
   copy.close();
   t.deepEqual(await planOf(dp!, state(ringMinusOne)), [], 'a plan without a rotation turn trusts the identity');
   let foundAt = -1;

@@ -4,17 +4,18 @@
 // next-hop lookup, after the ring, the connection table and the per-real counters this reads): the ring picks
 // the real the reference flow hash says; a slot freed under a ring is never forwarded; the executor refuses to
 // free the slot of a real a live ring names; a restarted data plane reads slots back as ids (same digests); and
-// pins from the version whose rings held real ids are rebuilt at load.
+// pins from the version whose rings held real ids, and from the version whose rings held one word per element,
+// are rebuilt at load in blocks (established flows keep their reals, new ones go by the table the pin held).
 import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, readPinnedLbLive, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { BpfMap } from '../../src/bpf/libbpf.js';
 import { encodeU32, realSlotOf } from '../../src/bpf/dataplane/codec.js';
-import { BPF_F_RDONLY_PROG, readRing } from '../../src/bpf/dataplane/rings.js';
+import { BPF_F_RDONLY_PROG, readRing, ringsArePacked } from '../../src/bpf/dataplane/rings.js';
 import { ringSlot } from '../../src/bpf/dataplane/flow-hash.js';
 import { makeState } from '../lib/lb-state.js';
 import { runMoved } from '../lib/xdp-run-moved.js';
-import { pinIdRings } from '../lib/old-rings.js';
+import { pinIdRings, pinWordSlotRings } from '../lib/old-rings.js';
 import { TCP_FLAGS, frame, ipPacket } from '../lib/packets.js';
 import type { DesiredState } from '../../src/render/state.js';
 import { applyTo, planOf } from '../lib/converge.js';
@@ -30,6 +31,9 @@ const state = (ids: number[], ring: number[] = ring13(ids)): DesiredState => mak
   reals: Object.fromEntries(ids.map((id) => [id, ADDR[id]!])), hashSeed: SEED, conntrackMaxEntries: 4096,
   services: [{ id: 1, vip: VIP, forwarding: 'dsr-l2', ring }],
 });
+const tcp = (sport: number, flags: number) => frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
+  ipPacket({ src: CLIENT, dst: VIP, l4: { tcp: { sport, dport: 80, flags } } }));
+const ack = (sport: number) => tcp(sport, TCP_FLAGS.ACK);
 const syn = (sport: number) => frame({ dst: '02:00:00:00:0a:01', src: '02:00:00:00:00:c1' },
   ipPacket({ src: CLIENT, dst: VIP, l4: { tcp: { sport, dport: 80, flags: TCP_FLAGS.SYN } } }));
 /** The real id the rendered ring gives the flow from `sport` (flow-hash.ts is the program's reference). */
@@ -174,4 +178,47 @@ test.serial('pins whose rings hold real ids are rebuilt in slots at load; an ent
   dp.close();
   dp = await openLbDataPlane({ pinRoot: PIN });
   t.is((await dp.readLive()).services[0]!.mapId, mapId);
+});
+
+test.serial('pins whose rings are one word per element are rebuilt in blocks at load: established flows keep their reals, new flows go by the pinned ring', async (t) => {
+  const d = state([7, 42, 555, 900]);
+  await applyTo(dp!, d);
+  // flows established under the rendered ring
+  const established = new Map<number, number>();
+  for (const sport of SPORTS.map((p) => p + 5000)) {
+    const moved = await run(syn(sport));
+    t.is(moved.ct_miss, 1);
+    established.set(sport, expected(d, sport));
+  }
+  // the pins of the version before blocks, holding another table (so its picks can be told from the rendered ones)
+  const pinnedIds = ring13([42, 900]);
+  const slots = slotsOfReals();
+  const pinnedSlots = Uint32Array.from(pinnedIds, (id) => slots.get(id)! + 1);
+  dp!.close();
+  dp = null;
+  pinWordSlotRings(PIN, [{ id: 1, ring: pinnedSlots }]);
+  const oldPin = BpfMap.open(`${PIN}/lb_rings`);
+  t.false(ringsArePacked(oldPin));
+  oldPin.close();
+  const pinned = state([7, 42, 555, 900], pinnedIds);
+  t.deepEqual([...readPinnedLbLive(PIN, { tables: true }).services[0]!.ring!], pinnedIds, 'gitlb plan --live reads the old layout');
+
+  dp = await openLbDataPlane({ pinRoot: PIN });
+  t.true(ringsArePacked(dp.object()!.map('lb_rings')), 'lb_rings is of the block layout now');
+  const inner = dp.object()!.map('lb_rings').openInner(encodeU32(1))!;
+  t.is(inner.valueSize, 64);
+  t.is(inner.maxEntries, 1, '1 + 13 entries + 1 bitmap word fit one block');
+  inner.close();
+  t.deepEqual(innerEntries(), [...pinnedSlots], 'the same entries');
+  t.is((await dp.readLive()).services[0]!.digest, pinned.services[0]!.digest, 'the digest of the table it held');
+  for (const [sport, real] of established) {
+    const moved = await run(ack(sport));
+    t.is(moved.ct_miss, undefined, `sport ${sport}: found in the connection table`);
+    t.deepEqual(Object.keys(moved).filter((k) => k.startsWith('real:')), [`real:${real}`], `sport ${sport} stays on real ${real}`);
+  }
+  await picksAsRendered(t, pinned, SPORTS.map((p) => p + 6000));
+  // the next apply switches to the rendered table
+  t.deepEqual((await planOf(dp, d)).map((o) => o.op), ['ring.fill', 'service.switch']);
+  await applyTo(dp, d);
+  await picksAsRendered(t, d, SPORTS.map((p) => p + 7000));
 });

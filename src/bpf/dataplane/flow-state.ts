@@ -11,6 +11,7 @@ import { MAX_AGE_MS, ageOf, markOf, validAge } from './flow-age.js';
 import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
 import { PAGE_ENTRIES, forEachPaged, nextTurn } from './paging.js';
 import { takeBack } from './snat-return.js';
+import { readRingMembership } from './rings.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
@@ -302,7 +303,7 @@ export type ServiceReals = (serviceId: number, realId: number) => boolean;
  * one written before bitmaps) names nothing here: the entry is refused rather than trusted.
  */
 function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean {
-  const words = new Map<number, Map<number, number> | null>();
+  const words = new Map<number, Uint32Array | null>();
   return (serviceId, slot) => {
     let w = words.get(serviceId);
     if (w === undefined) {
@@ -310,16 +311,14 @@ function ringNames(rings: BpfMap): (serviceId: number, slot: number) => boolean 
       const inner = rings.openInner(encodeU32(serviceId));
       if (inner) {
         try {
-          const size = inner.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
-          w = new Map();
-          for (let i = 1 + size; i < inner.maxEntries; i++) w.set(i - 1 - size, inner.lookup(encodeU32(i))?.readUInt32LE(0) ?? 0);
+          w = readRingMembership(inner);
         } finally {
           inner.close();
         }
       }
       words.set(serviceId, w);
     }
-    return !!w && ((w.get(slot >>> 5) ?? 0) >>> (slot & 31) & 1) === 1;
+    return !!w && ((w[slot >>> 5] ?? 0) >>> (slot & 31) & 1) === 1;
   };
 }
 

@@ -17,7 +17,7 @@ import { EMPTY_LIVE } from '../../render/ops.js';
 import { AFFINITY_COUNTER_NAMES, AFFINITY_MAPS, COUNTER_NAMES, QUIC_COUNTER_NAMES, QUIC_MAPS, encodeRealSlot, encodeU32, realSlotOf } from './codec.js';
 import { RingCache } from './rings.js';
 import { snatCounters } from './snat.js';
-import { addRingMembership, openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
+import { openOldRings, readOldPins, restoreOldPins, restoreOldRings } from './migrate.js';
 import { RESIZABLE_TABLES, desiredTableSizes, removeStaleNextPins, resizeTables, type ResizeResult, type TableResize } from './resize.js';
 import { EMPTY_REPORT, type ApplyReport, type DataPlane, type DataPlaneTarget, type ExecuteOptions, type LiveState, type Op, type ReadLiveOptions } from './types.js';
 import { einval } from './validate.js';
@@ -79,7 +79,8 @@ class LbDataPlane implements DataPlane {
     // (value size, BPF_F_NO_COMMON_LRU): that map starts empty once instead of the load failing; listeners and
     // settings in an older layout are carried over (migrate.ts)
     const old = readOldPins(this.opts.pinRoot);
-    // rings of real ids (lb_rings of an older version): held open across the load, which replaces the pin
+    // lb_rings of an older layout (rings of real ids, or one word per element): held open across the load, which
+    // replaces the pin
     const oldRings = openOldRings(this.opts.pinRoot);
     removeStaleNextPins(this.opts.pinRoot);
     let obj: BpfObject;
@@ -97,7 +98,6 @@ class LbDataPlane implements DataPlane {
       this.repairRealSlots();
       // once every real has its slot, and before the new program is attached (the old one keeps its own map)
       if (oldRings) restoreOldRings(oldRings, this.maps.rings, (id) => liveSlotOf(this.maps, id));
-      else addRingMembership(this.maps.rings); // rings of a version without membership bitmaps (session affinity)
       // Pins of the single shared ring of earlier versions: unused now (rings live in lb_rings). Unlinking a pin
       // frees nothing a running program still holds; it only stops the old ring outliving the upgrade.
       for (const stale of ['lb_ring', 'lb_services']) rmSync(pinned(stale), { force: true });

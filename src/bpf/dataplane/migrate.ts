@@ -5,16 +5,19 @@
 // the first apply after the upgrade. Read before the load, written into the new maps right after it.
 // lb_conntrack values grew from 12 to 24 bytes (the recency mark and a coarse last-seen): the established flows of
 // the old table are carried over with both 0 ("chosen at an unknown time", the oldest for the connection-state sync).
-// Rings changed meaning, not size: an older lb_rings (created without BPF_F_RDONLY_PROG) holds rings of real ids,
-// this version's rings of real slots. The loader replaces such a pin with an empty lb_rings; every old ring is
-// rebuilt in it from ids (openOldRings, restoreOldRings) before the new program is attached, and no ring of ids
-// is ever read as slots. The old program keeps reading its own (unpinned) lb_rings until it is replaced.
+// Rings changed twice. Meaning: an older lb_rings (created without BPF_F_RDONLY_PROG) holds rings of real ids,
+// later ones rings of real slots. Layout: until this version every word of a ring had an array element of its own
+// (4-byte values); this version packs them in blocks of 16 (lb_rings created with BPF_F_NO_PREALLOC as the mark,
+// lb_maps.h). The loader replaces a pin of either older kind with an empty lb_rings, and every old ring is rebuilt
+// in it, in blocks of slots, before the new program is attached (openOldRings, restoreOldRings): the new program
+// never reads an old ring, and the old one keeps reading its own (now unpinned) lb_rings until it is replaced, so
+// no packet sees a mix of layouts.
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BpfMap } from '../libbpf.js';
 import { encodeU32, isMarkerKey } from './codec.js';
 import { withMap } from './pinned-stats.js';
-import { checkRingMaps, createRing, readRing, ringIdentities, ringsHoldSlots, slotRing } from './rings.js';
+import { checkRingMaps, createRing, readRing, ringIdentities, ringsArePacked, ringsHoldSlots, slotRing } from './rings.js';
 
 /** What old-layout pins held; null fields when the pin was absent or already had the current layout. */
 export interface OldPins {
@@ -91,14 +94,15 @@ export function restoreOldPins(old: OldPins, maps: { vips: BpfMap; config: BpfMa
   }
 }
 
-/** The pinned lb_rings when its rings hold real ids (an older version), open (the caller closes it); else null. */
+/** The pinned lb_rings when it is of an older version's layout (rings of real ids, or of one word per element),
+ * open (the caller closes it); else null. */
 export function openOldRings(pinRoot: string): BpfMap | null {
   const path = join(pinRoot, 'lb_rings');
   if (!existsSync(path)) return null;
   const m = BpfMap.open(path, 'lb_rings');
   try {
     checkRingMaps(m);
-    if (!ringsHoldSlots(m)) return m;
+    if (!ringsArePacked(m)) return m;
   } catch {
     // another layout: the loader replaces it, there is nothing to carry over
   }
@@ -107,12 +111,15 @@ export function openOldRings(pinRoot: string): BpfMap | null {
 }
 
 /**
- * Rebuilds every ring of `old` (real ids) in `rings` (real slots), all switched in by one batch (one wait for
- * running programs). `slotOf` gives the node's slot of a real id, null for a real lb_reals does not hold: its
- * entries become "no real" (the old program dropped them too; the ring's digest then differs from the rendered one
- * and the next apply refills it). Returns how many rings were rebuilt.
+ * Rebuilds every ring of `old` (an older layout: real ids, or real slots one word per element) in `rings` (blocks of
+ * real slots), all switched in by one batch (one wait for running programs). Rings of slots keep their entries (the
+ * slots lb_real_slots holds are pinned and stay); rings of ids are translated: `slotOf` gives the node's slot of a
+ * real id, null for a real lb_reals does not hold: its entries become "no real" (the old program dropped them too;
+ * the ring's digest then differs from the rendered one and the next apply refills it). Every rebuilt ring gets its
+ * membership bitmap (a ring of a version without one gains it). Returns how many rings were rebuilt.
  */
 export function restoreOldRings(old: BpfMap, rings: BpfMap, slotOf: (realId: number) => number | null): number {
+  const ofSlots = ringsHoldSlots(old);
   const keys: Buffer[] = [];
   const built: BpfMap[] = [];
   try {
@@ -120,50 +127,18 @@ export function restoreOldRings(old: BpfMap, rings: BpfMap, slotOf: (realId: num
       const key = encodeU32(serviceId);
       const inner = old.openInner(key);
       if (!inner) continue;
-      let ids: Uint32Array;
+      let entries: Uint32Array;
       try {
-        ids = readRing(inner);
+        entries = readRing(inner);
       } finally {
         inner.close();
       }
-      built.push(createRing(serviceId, slotRing(ids, (id) => slotOf(id) ?? -1)));
-      keys.push(key);
-    }
-    rings.setInnerBatch(keys, built);
-  } finally {
-    for (const r of built) r.close(); // lb_rings holds its own references
-  }
-  return built.length;
-}
-
-/**
- * Rings written by a version without membership bitmaps (inner array of exactly 1 + M entries naming at least one
- * real) are rebuilt with one, the same entries, all switched in by one batch. Until then session affinity finds
- * no bitmap word and lets the ring pick (never a real the table dropped), so this only restores stickiness for
- * services whose table does not change after an upgrade. Returns how many rings were rebuilt.
- */
-export function addRingMembership(rings: BpfMap): number {
-  const keys: Buffer[] = [];
-  const built: BpfMap[] = [];
-  try {
-    for (const [serviceId] of ringIdentities(rings)) {
-      const key = encodeU32(serviceId);
-      const inner = rings.openInner(key);
-      if (!inner) continue;
-      let entries: Uint32Array | null = null;
-      try {
-        const size = inner.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
-        if (size > 0 && inner.maxEntries === size + 1) entries = readRing(inner);
-      } finally {
-        inner.close();
-      }
-      if (!entries || !entries.some((e) => e !== 0)) continue;
-      built.push(createRing(serviceId, entries));
+      built.push(createRing(serviceId, ofSlots ? entries : slotRing(entries, (id) => slotOf(id) ?? -1)));
       keys.push(key);
     }
     if (keys.length) rings.setInnerBatch(keys, built);
   } finally {
-    for (const r of built) r.close();
+    for (const r of built) r.close(); // lb_rings holds its own references
   }
   return built.length;
 }

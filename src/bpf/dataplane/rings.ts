@@ -1,6 +1,8 @@
-// Per-service Maglev rings of the LB program (lb_rings in lb_maps.h): one inner BPF array per service, slot 0
-// holding the table size M and slots 1..M the real of each entry as its real slot + 1 (0 = none), so the packet
-// path reads the array lb_real_slots. Rings are rendered, planned, digested and compared in real ids (the same on
+// Per-service Maglev rings of the LB program (lb_rings in lb_maps.h): one inner BPF array per service holding one
+// stream of u32 words, word 0 the table size M, words 1..M the real of each entry as its real slot + 1 (0 = none),
+// so the packet path reads the array lb_real_slots, then the membership bitmap (ringMembership). The stream is
+// packed RING_LANES words to an array element (ringBlocks); rings of older versions hold one word per element
+// (4-byte values), and every reader here takes both (ringWords), so a pin of either layout can be read back. Rings are rendered, planned, digested and compared in real ids (the same on
 // every node); only the inner array holds this node's slots: slotRing() translates when a ring is filled, idRing()
 // back when one is read. A ring is filled completely while nothing points at
 // it and then switched in with one update of the outer map, so packets see the old table or the new one.
@@ -26,11 +28,23 @@ export function ringDigest(ring: Uint32Array): string {
 
 /** BPF_F_RDONLY_PROG on lb_rings: the program only reads it, and its rings hold real slots (see ringsHoldSlots). */
 export const BPF_F_RDONLY_PROG = 1 << 7;
+/** BPF_F_NO_PREALLOC on lb_rings: its rings are of packed blocks (see ringsArePacked). */
+export const BPF_F_NO_PREALLOC = 1 << 0;
+
+/** Words of a ring's stream per inner array element (LB_RING_LANES in lb_maps.h: 16 x 4 bytes, one cache line). */
+export const RING_LANES = 16;
+const RING_BLOCK_BYTES = RING_LANES * 4;
 
 /** Whether the rings under `outer` hold real slots + 1 (this version) or real ids (versions before it, whose
  * lb_rings was created without BPF_F_RDONLY_PROG). */
 export function ringsHoldSlots(outer: BpfMap): boolean {
   return (outer.flags & BPF_F_RDONLY_PROG) !== 0;
+}
+
+/** Whether `outer` is of this version's layout: rings of real slots in packed blocks (BPF_F_NO_PREALLOC marks the
+ * blocks; lb_rings of versions before it held one word per element and is rebuilt at load, migrate.ts). */
+export function ringsArePacked(outer: BpfMap): boolean {
+  return ringsHoldSlots(outer) && (outer.flags & BPF_F_NO_PREALLOC) !== 0;
 }
 
 /** lb_rings must be a hash of maps keyed by a u32 service id (a pin from another layout is refused at load). */
@@ -76,7 +90,8 @@ export function idRing(entries: Uint32Array, idOf: (slot: number) => number, out
 }
 
 // The batch buffers of createRing, reused from ring to ring (the kernel copies them in; at 1,000 rings of 10,007
-// entries new ones were 80 MB of garbage per cold apply). Keys are 0..n-1 for every ring, so they are written once.
+// entries new ones were 80 MB of garbage per cold apply). Keys are 0..n-1 for every ring, so they are written once;
+// values are n blocks.
 let ringKeys = Buffer.alloc(0);
 let ringValues = Buffer.alloc(0);
 
@@ -87,9 +102,9 @@ function ringBuffers(n: number): { keys: Buffer; values: Buffer } {
     ringKeys.copy(grown);
     for (let i = from; i < grown.length / 4; i++) grown.writeUInt32LE(i, i * 4);
     ringKeys = grown;
-    ringValues = Buffer.allocUnsafe(grown.length);
+    ringValues = Buffer.allocUnsafe(grown.length * RING_LANES);
   }
-  return { keys: ringKeys.subarray(0, n * 4), values: ringValues.subarray(0, n * 4) };
+  return { keys: ringKeys.subarray(0, n * 4), values: ringValues.subarray(0, n * RING_BLOCK_BYTES) };
 }
 
 /**
@@ -113,18 +128,25 @@ export function ringMembership(ring: Uint32Array): Uint32Array {
   return words;
 }
 
+/** How many array elements (blocks of RING_LANES words) a stream of `words` words takes. */
+export function ringBlocks(words: number): number {
+  return Math.ceil(words / RING_LANES);
+}
+
 /** A new inner array holding `ring` (entries as the program reads them: slots + 1) and its membership bitmap
- * (ringMembership), frozen (not yet referenced by lb_rings). The caller owns (closes) it. */
+ * (ringMembership) as one stream packed in blocks (the last one padded with 0), frozen (not yet referenced by
+ * lb_rings). The caller owns (closes) it. */
 export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   const members = ringMembership(ring);
-  const n = ring.length + 1 + members.length;
-  const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4, valueSize: 4,
-    maxEntries: n, flags: BPF_F_INNER_MAP });
+  const n = ringBlocks(ring.length + 1 + members.length);
+  const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4,
+    valueSize: RING_BLOCK_BYTES, maxEntries: n, flags: BPF_F_INNER_MAP });
   try {
     const { keys, values } = ringBuffers(n);
     values.writeUInt32LE(ring.length, 0);
     Buffer.from(ring.buffer, ring.byteOffset, ring.byteLength).copy(values, 4);
     Buffer.from(members.buffer, members.byteOffset, members.byteLength).copy(values, 4 + ring.byteLength);
+    values.fill(0, 4 + ring.byteLength + members.byteLength);
     m.updateBatch(keys, values, n);
     // Read-only from now on for every process: the ring is never rewritten in place (a new table is a new map),
     // so only its identity can change, and the drift check reads identities (docs/reconciler.md, "Drift").
@@ -136,20 +158,37 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
   }
 }
 
-/** The entries held by an inner array (slot 0 is its size), as stored (slots + 1; see idRing); the membership
- * bitmap after them is not part of the ring. */
-export function readRing(m: BpfMap): Uint32Array {
-  const size = m.lookup(encodeU32(0))?.readUInt32LE(0) ?? 0;
+/** The whole stream of words an inner array holds (size, entries, membership bitmap, padding), whichever layout it
+ * is of: blocks of RING_LANES words (this version) or one word per element (older versions; their lb_rings is read
+ * by the migration and by `gitlb plan --live` before an upgrade's load). */
+export function ringWords(m: BpfMap): Uint32Array {
   // One batch of the map's own size (a bigger chunk only costs buffers the addon clears and copies).
   const { keys, values, count } = m.lookupBatch(Math.max(1, m.maxEntries));
-  const out = new Uint32Array(Math.min(size, m.maxEntries - 1));
+  const lanes = m.valueSize / 4;
+  const out = new Uint32Array(m.maxEntries * lanes);
   const k32 = u32View(keys, count);
-  const v32 = u32View(values, count);
+  const v32 = u32View(values, count * lanes);
   for (let i = 0; i < count; i++) {
     const k = k32[i]!;
-    if (k >= 1 && k <= out.length) out[k - 1] = v32[i]!;
+    if (k < m.maxEntries) out.set(v32.subarray(i * lanes, (i + 1) * lanes), k * lanes);
   }
   return out;
+}
+
+/** The entries held by an inner array (word 0 of its stream is their count), as stored (slots + 1; see idRing);
+ * the membership bitmap after them is not part of the ring. */
+export function readRing(m: BpfMap): Uint32Array {
+  const words = ringWords(m);
+  const size = words.length ? words[0]! : 0;
+  return words.slice(1, 1 + Math.min(size, words.length - 1));
+}
+
+/** The membership bitmap stored after a ring's entries (ringMembership), as many words as the array holds after
+ * them (for a ring of blocks, with the zero padding of its last block). */
+export function readRingMembership(m: BpfMap): Uint32Array {
+  const words = ringWords(m);
+  const size = words.length ? words[0]! : 0;
+  return words.slice(Math.min(1 + size, words.length));
 }
 
 /** The first `count` u32 values of `b` (host order, as the kernel wrote them), without a copy when aligned. */

@@ -81,20 +81,19 @@ static __always_inline void lb_affinity_key_of(const struct lb_packet *p, __u32 
 }
 
 /* Whether the ring a service uses now names real slot `slot`: bit slot%32 of word slot/32 of the bitmap that
- * follows the ring's entries (index 1 + M + slot/32; absent beyond the highest slot the ring names). */
+ * follows the ring's entries (stream word 1 + M + slot/32, lb_maps.h; absent beyond the highest slot the ring
+ * names: the padding of the last block is 0). */
 static __always_inline int lb_ring_names_slot(__u32 service_id, __u32 slot)
 {
 	void *ring = bpf_map_lookup_elem(&lb_rings, &service_id);
-	__u32 k = 0;
 
 	if (!ring)
 		return 0;
-	__u32 *size = bpf_map_lookup_elem(ring, &k);
+	__u32 *size = lb_ring_word(ring, 0);
 
 	if (!size)
 		return 0;
-	k = 1 + *size + (slot >> 5);
-	__u32 *word = bpf_map_lookup_elem(ring, &k);
+	__u32 *word = lb_ring_word(ring, 1 + *size + (slot >> 5));
 
 	return word && ((*word >> (slot & 31)) & 1);
 }
