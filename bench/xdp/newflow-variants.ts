@@ -113,6 +113,12 @@ for (const c of cases) {
     console.log(`${c.name.padEnd(34)} FAILED: ${(e as Error).message}`);
   }
 }
+// program sizes of each build (translated / JITed bytes of the whole program: main and every subprogram)
+const kib = (b: number) => (b / 1024).toFixed(1);
+for (const b of builds) {
+  const i = b.prog.info();
+  console.log(`program size: ${b.name}: ${kib(i.xlatedBytes)} KiB translated, ${kib(i.jitedBytes)} KiB JITed`);
+}
 console.log(`load at the end: ${loadavg()}`);
 katran?.close();
 katranGue?.close();
