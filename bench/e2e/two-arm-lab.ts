@@ -25,8 +25,13 @@ export const TWO_ARM = {
   client: '192.0.2.2', lbClientSide: '192.0.2.1', lb: '198.51.100.1', backends: ['198.51.100.11', '198.51.100.12'],
   vip: { l2: '203.0.113.10', snat: '203.0.113.20' }, port: 80,
 } as const;
-const SNAT_PORTS = { min: 20000, max: 29999 };
+// the product's default Node.spec.snatPorts (schemas/node.schema.json)
+const SNAT_PORTS = { min: 32768, max: 60999 };
 const RING_SIZE = 251; // prime, as the product's tables are
+// the schema's default conntrack.maxEntries (schemas/cluster.schema.json), which also sizes the SNAT tables: with a
+// smaller one, one-request connections at a few thousand per second fill the SNAT table within the closing-flow
+// timeout and new ones are dropped (`snat_drop_table_full`)
+const CONNTRACK_MAX_ENTRIES = 65536;
 
 export interface TwoArmLab {
   ns: { client: string; lb: string; sw: string; backends: string[] };
@@ -50,7 +55,7 @@ export const sh = (ns: string, argv: string[], input?: string): string =>
 /** The desired state of the lb node: dsr-l2 and snat services over both backends, equal shares. */
 export function twoArmState(): DesiredState {
   const ring = Array.from({ length: RING_SIZE }, (_, i) => (i % 2) + 1);
-  const s = makeState({ reals: { 1: TWO_ARM.backends[0], 2: TWO_ARM.backends[1] }, addresses: [TWO_ARM.lb], services: [
+  const s = makeState({ reals: { 1: TWO_ARM.backends[0], 2: TWO_ARM.backends[1] }, addresses: [TWO_ARM.lb], conntrackMaxEntries: CONNTRACK_MAX_ENTRIES, services: [
     { id: 1, vip: TWO_ARM.vip.l2, forwarding: 'dsr-l2', ring },
     { id: 2, vip: TWO_ARM.vip.snat, forwarding: 'snat', ring },
   ] });
