@@ -12,6 +12,7 @@ import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
 import { PAGE_ENTRIES, forEachPaged, nextTurn } from './paging.js';
 import { takeBack } from './snat-return.js';
 import { readRingMembership } from './rings.js';
+import { mergeHeldTranslation, replaceHeldFlow } from './flow-merge.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
@@ -426,15 +427,17 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     if (old && !inRing(l.serviceId, realSlotOf(r))) { refuse('no-real'); continue; }
     if (old && (!newerChoice(mark, decodeFlowValue(Buffer.from(old)).chosenNs, marginMs) ||
       (realServes && !realServes(l.serviceId, e.realId)))) { refuse('exists'); continue; }
+    // over a held entry: from the entry as it is right before the write (flow-merge.ts), a SYN's choice since wins
+    let written: Buffer | null;
     try {
-      if (old) ct.update(key, value, 'exist');
-      else ct.update(key, value, 'noexist');
+      written = old ? replaceHeldFlow(ct, key, Buffer.from(old), value) : (ct.update(key, value, 'noexist'), value);
     } catch (err) {
       refuse((err as { code?: string }).code === 'EEXIST' ? 'exists' : 'table-full');
       continue;
     }
+    if (!written) { refuse('exists'); continue; }
     result.applied++;
-    keys.ct.push([key, value]);
+    keys.ct.push([key, written]);
   }
 
   if (entries.snat.length === 0) return { ...result, keys };
@@ -500,9 +503,12 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
       const fresher = lastSeenNs > h.lastSeenNs; // a refresh: the sender saw a packet after the last one seen here
       if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing && !fresher) { result.unchanged++; continue; }
       // the same translation: its forward entry restored, its state taken from the sender (FIN seen there), its
-      // last packet the later of both nodes'
+      // last packet the later of both nodes'; merged into the entry as re-read right before the write (flow-merge.ts):
+      // a FIN or a refresh the data path wrote since the read above is never overwritten
       if (h.state !== rv.state || fresher) {
-        rev.update(rk, encodeSnatRev({ ...h, state: rv.state, lastSeenNs: fresher ? lastSeenNs : h.lastSeenNs }), 'exist');
+        const w = mergeHeldTranslation(rev, rk, Buffer.from(held), { state: rv.state, lastSeenNs });
+        if (w === 'changed') { refuse('snat-port-taken'); continue; }
+        if (w === 'gone') { result.unchanged++; continue; }
       }
     } else {
       try {
