@@ -20,6 +20,7 @@ import { DEFAULT_METRICS_LISTEN } from '../metrics/index.js';
 import { parseListen } from '../triggers/webhook.js';
 import { trustPosture, type PostureFacts } from './posture.js';
 import { errorCode } from '../../errors.js';
+import { judgeKernel } from './kernel-minimum.js';
 
 export type CheckResult = { level: 'ok' | 'warn' | 'fail'; name: string; detail: string };
 
@@ -55,13 +56,10 @@ const ok = (name: string, detail: string): CheckResult => ({ level: 'ok', name, 
 const warn = (name: string, detail: string): CheckResult => ({ level: 'warn', name, detail });
 const fail = (name: string, detail: string): CheckResult => ({ level: 'fail', name, detail });
 
-/** The kernel features gitlb uses: XDP links (5.9), CAP_BPF (5.8), tcx links for the backend programs (6.6). */
-function checkKernel(): CheckResult {
-  const [major, minor] = release().split('.').map((n) => parseInt(n, 10));
-  const v = (major ?? 0) * 1000 + (minor ?? 0);
-  if (v < 5009) return fail('kernel', `${release()}: gitlb needs 5.9 or newer (XDP links, CAP_BPF)`);
-  if (v < 6006) return warn('kernel', `${release()}: lb nodes work; backend nodes need 6.6 or newer (tcx links)`);
-  return ok('kernel', `${release()} (XDP links, tcx links, CAP_BPF)`);
+/** The kernel release against the features a node of this role uses (kernel-minimum.ts: each missing one named). */
+function checkKernel(role?: 'lb' | 'backend'): CheckResult {
+  const v = judgeKernel(release(), role);
+  return { level: v.level, name: 'kernel', detail: v.detail };
 }
 
 function checkBtf(): CheckResult {
@@ -263,8 +261,9 @@ export async function gatherPosture(o: DoctorOptions, model: ConfigModel | null)
 
 export async function runDoctor(o: DoctorOptions): Promise<CheckResult[]> {
   const git = await checkGit(o);
+  const own = o.node ? git.model?.nodes.find((n) => n.metadata.name === o.node) : undefined;
   return [
-    checkKernel(),
+    checkKernel(o.role ?? own?.spec.role),
     checkBtf(),
     checkBpffs(o.pinRoot),
     checkCapabilities(),
