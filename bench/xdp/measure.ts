@@ -9,6 +9,7 @@
 // harness and packets: for each run the floor, gitlb and Katran are measured one after the other (alternating,
 // so load on the shared machine hits all three alike), and the medians net of the floor are compared. The GUE
 // cases run against KATRAN_GUE_OBJ, Katran built with GUE_ENCAP (its encapsulation is a build-time choice).
+import { readFileSync } from 'node:fs';
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
@@ -91,7 +92,8 @@ async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: numbe
 }
 
 
-console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1`);
+const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1; load ${loadavg()}`);
 console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'gitlb'.padStart(7)}${katran ? ` ${'Katran'.padStart(7)} ${'gitlb/Katran'.padStart(12)}` : ''}   (ns net of the floor; raw runs below)`);
 let failed = false;
 for (const c of cases) {
@@ -119,6 +121,7 @@ const size = (p: BpfProgram) => {
   return `hot function ${kib(main.xlatedBytes)} KiB translated, ${kib(main.jitedBytes)} KiB JITed; ` +
     `everything it can call (main + ${subs} subprogram${subs === 1 ? '' : 's'}) ${kib(i.xlatedBytes)} KiB translated, ${kib(i.jitedBytes)} KiB JITed`;
 };
+console.log(`load at the end of the peer cases: ${loadavg()}`);
 console.log(`program size: gitlb xdp_lb: ${size(lb)}`);
 if (katran) console.log(`              Katran balancer: ${size(katran.prog)}`);
 if (katranGue) console.log(`              Katran balancer (GUE_ENCAP): ${size(katranGue.prog)}`);
