@@ -7,8 +7,8 @@ import test from 'ava';
 import { rmSync } from 'node:fs';
 import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { decodeFlowValue, encodeFlowKey, encodeFlowValue, type FlowValue } from '../../src/bpf/dataplane/codec.js';
-import { SNAT_MAPS, SNAT_STATE, decodeSnatRev, encodeSnatRev, encodeSnatRevKey, type SnatRev } from '../../src/bpf/dataplane/snat.js';
-import { mergeHeldTranslation, replaceHeldFlow } from '../../src/bpf/dataplane/flow-merge.js';
+import { SNAT_MAPS, SNAT_STATE, decodeSnatRev, encodeSnatFwd, encodeSnatRev, encodeSnatRevKey, type SnatRev } from '../../src/bpf/dataplane/snat.js';
+import { mergeHeldTranslation, replaceHeldFlow, restoreForward } from '../../src/bpf/dataplane/flow-merge.js';
 import { makeState } from '../lib/lb-state.js';
 import { applyTo } from '../lib/converge.js';
 
@@ -112,4 +112,35 @@ test.serial('benign: a peer\'s newer choice replaces the entry; a hit since the 
   const gone = flowKey(41003);
   t.truthy(replaceHeldFlow(ct, gone, judged, peer));
   t.like(decodeFlowValue(Buffer.from(ct.lookup(gone)!)), { realId: 9, lastSeen: 0 });
+});
+
+const clientFlow = (cport: number) => encodeFlowKey({ src: '192.0.2.9', dst: VIP, sport: cport, dport: 80, proto: 6, family: 4 });
+
+test.serial('a forward entry the data path made for the client flow after the import\'s read stays (absent or other when read)', (t) => {
+  const fwd = dp.object()!.map(SNAT_MAPS.fwd);
+  const copyWay = encodeSnatFwd({ realId: 7, snatPort: 31005, realPort: 8080 });
+  const fk = clientFlow(1005);
+  // read: none; then a forward packet of the client got a new translation here (port 20005)
+  const fresh = encodeSnatFwd({ realId: 7, snatPort: 20005, realPort: 8080 });
+  fwd.update(fk, fresh, 'noexist');
+  t.is(restoreForward(fwd, fk, null, copyWay), 'changed');
+  t.deepEqual(fwd.lookup(fk), fresh);
+  // read: another way; since then changed again
+  const newer = encodeSnatFwd({ realId: 7, snatPort: 20006, realPort: 8080 });
+  fwd.update(fk, newer);
+  t.is(restoreForward(fwd, fk, fresh, copyWay), 'changed');
+  t.deepEqual(fwd.lookup(fk), newer);
+});
+
+test.serial('benign: a forward entry is restored when absent, replaced while it holds what was read, left when already right', (t) => {
+  const fwd = dp.object()!.map(SNAT_MAPS.fwd);
+  const copyWay = encodeSnatFwd({ realId: 7, snatPort: 31006, realPort: 8080 });
+  const fk = clientFlow(1006);
+  t.is(restoreForward(fwd, fk, null, copyWay), 'written');
+  t.deepEqual(fwd.lookup(fk), copyWay);
+  t.is(restoreForward(fwd, fk, copyWay, copyWay), 'unchanged');
+  const other = encodeSnatFwd({ realId: 7, snatPort: 20007, realPort: 8080 });
+  fwd.update(fk, other);
+  t.is(restoreForward(fwd, fk, other, copyWay), 'written', 'as before: the translation the peer names is the one restored');
+  t.deepEqual(fwd.lookup(fk), copyWay);
 });

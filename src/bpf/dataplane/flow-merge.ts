@@ -66,3 +66,25 @@ export function replaceHeldFlow(ct: BpfMap, key: Buffer, judged: Buffer, value: 
   }
   return out;
 }
+
+/**
+ * The forward entry of a translation this node holds, restored to `fv` (the client flow's way to it) from `judged`
+ * (the entry as the import read it, null when absent). Already `fv`: nothing written. Absent when read: inserted
+ * only if still absent, so a translation xdp_lb gave the client flow meanwhile (a forward packet that found none)
+ * keeps its forward entry ('changed'). Present with another value: replaced only while it still holds what was read.
+ */
+export function restoreForward(fwd: BpfMap, fk: Buffer, judged: Buffer | null, fv: Buffer): 'written' | 'unchanged' | 'changed' {
+  if (judged?.equals(fv)) return 'unchanged';
+  if (judged) {
+    const now = fwd.lookup(fk);
+    if (!now || !Buffer.from(now).equals(judged)) return 'changed';
+  }
+  try {
+    fwd.update(fk, fv, judged ? 'exist' : 'noexist');
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'EEXIST' || code === 'ENOENT') return 'changed';
+    throw err;
+  }
+  return 'written';
+}

@@ -12,7 +12,7 @@ import { OWNER_BYTES, SnatOwners } from './snat-owners.js';
 import { PAGE_ENTRIES, forEachPaged, nextTurn } from './paging.js';
 import { takeBack } from './snat-return.js';
 import { readRingMembership } from './rings.js';
-import { mergeHeldTranslation, replaceHeldFlow } from './flow-merge.js';
+import { mergeHeldTranslation, replaceHeldFlow, restoreForward } from './flow-merge.js';
 
 export { MAX_AGE_MS, ageOf, markOf } from './flow-age.js';
 import { addr16, addrText, decodeFlowKey, decodeFlowValue, decodeVipValue, encodeFlowKey, encodeFlowValue, encodeU32, encodeVipKey, familyOf,
@@ -482,6 +482,7 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
     const fk = snatFwdKey(rkey, rv);
     const fv = encodeSnatFwd({ realId: e.realId, snatPort: e.snatPort, realPort: e.realPort });
     const held = rev.lookup(rk);
+    let heldFwd: Buffer | null = null;
     if (mine) {
       const back = takeBack(rev, fwd, rk, encodeSnatRev(rv), held, fk, fv);
       if (back === 'inserted') {
@@ -499,7 +500,8 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
       const same = h.realId === e.realId && h.client === e.client && h.clientPort === e.clientPort && h.vip === e.vip &&
         h.vipPort === e.vipPort && (h.owner ?? 0) === owner;
       if (!same) { refuse('snat-port-taken'); continue; }
-      const f = fwd.lookup(fk);
+      heldFwd = fwd.lookup(fk);
+      const f = heldFwd;
       const fresher = lastSeenNs > h.lastSeenNs; // a refresh: the sender saw a packet after the last one seen here
       if (f && Buffer.from(f).equals(fv) && (h.state === SNAT_STATE.closing) === e.closing && !fresher) { result.unchanged++; continue; }
       // the same translation: its forward entry restored, its state taken from the sender (FIN seen there), its
@@ -519,7 +521,9 @@ export function importFlows(obj: BpfObject, entries: FlowEntries, opts: ImportOp
       }
     }
     try {
-      fwd.update(fk, fv);
+      // held: restored, and a forward entry xdp_lb wrote for the client flow since the read above stays (flow-merge.ts)
+      if (held) restoreForward(fwd, fk, heldFwd ? Buffer.from(heldFwd) : null, fv);
+      else fwd.update(fk, fv);
     } catch {
       if (!held) rev.delete(rk);
       refuse('table-full');
