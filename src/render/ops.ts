@@ -25,7 +25,12 @@ export const DEFAULT_SNAT_PORTS = { min: 32768, max: 60999 } as const;
 /** Idle timeouts of a SNAT translation (seconds). */
 export const SNAT_TIMEOUTS_S = {
   tcpEstablishedS: 7_440, // RFC 5382 REQ-5: at least 2 h 4 min
-  tcpClosingS: 10,
+  // the length of Linux's TIME_WAIT (TCP_TIMEWAIT_LEN, 60 s): a backend that closed first holds the 4-tuple
+  // (snatAddress, SNAT port, real) that long, and refuses a SYN on it whose TCP timestamp is older than the last
+  // one it saw (PAWS); clients randomise timestamps per 4-tuple, so a port given to another client flow sooner
+  // stalls about one connection in two that lands on it by the client's 1 s SYN retransmission
+  // (bench/e2e/two-arm-run, docs/datapath.md "Timeouts"). nftables' conntrack waits 120 s.
+  tcpClosingS: 60,
   udpS: 120, // RFC 4787 REQ-5: at least 2 min
 } as const;
 

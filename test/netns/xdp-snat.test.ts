@@ -216,7 +216,7 @@ run('v4 TCP second flow reply', t2.replyIn(ACK), { action: 'tx', output: t2.repl
   // both flows close and are swept, so the NAT table holds what the steps below count
   for (const f of [a, b]) {
     run(`v4 FIN from ${f === a ? routed : onLink}: translated, closing`, f.fwdIn(FIN), { action: 'tx', output: f.fwdOut(FIN), counters: ['snat_hit'] });
-    age(f.key, 11_000);
+    age(f.key, 61_000); // past the default closing timeout (60 s, src/render/ops.ts)
     held.get(endpoint(REALS[1]!, 8080, IPPROTO.TCP))!.delete(f.port);
   }
   script.push({ name: 'sweep removes the two closed flows (reverse and forward entries)', step: { op: 'sweep' },
@@ -271,8 +271,8 @@ list('NAT table holds the 4 IPv4 translations with client, VIP and real', (r) =>
 
 // ---- timeouts (bpf_ktime_get_ns): entries aged by rewriting their last-seen time
 run('v4 TCP FIN from the client: translated, the flow enters the closing state', t1.fwdIn(FIN), { action: 'tx', output: t1.fwdOut(FIN), counters: ['snat_hit'] });
-age(t1.key, 11_000);
-run('v4 TCP closing flow idle 11 s (> 10 s): reply not translated, passed, counted', t1.replyIn(ACK), { action: 'pass', counters: ['snat_pass_expired'] });
+age(t1.key, 61_000);
+run('v4 TCP closing flow idle 61 s (> 60 s, Linux\'s TIME_WAIT): reply not translated, passed, counted', t1.replyIn(ACK), { action: 'pass', counters: ['snat_pass_expired'] });
 age(t2.key, 130_000);
 run('v4 TCP established flow idle 130 s (< 2 h 4 min) still translates', t2.replyIn(ACK), { action: 'tx', output: t2.replyOut(ACK), counters: ['snat_reply'] });
 age(u1.key, 130_000);

@@ -119,3 +119,10 @@ test('benign: a shared snatAddress with disjoint snatPorts, and own addresses wi
   const own = parseTwo('', '198.51.100.112', '');
   t.deepEqual(own.diagnostics.map(formatDiagnostic), []);
 });
+
+test('a closed TCP translation keeps its port for at least Linux\'s TIME_WAIT (60 s): a real that closed first refuses a SYN with an older timestamp on that 4-tuple (PAWS), and clients randomise timestamps per 4-tuple', (t) => {
+  // 10 s cost 2,040 SYN retransmissions in three rounds of bench/e2e/two-arm-run (docs/datapath.md "Timeouts")
+  t.true(DEFAULT_SNAT_TIMEOUTS.tcpClosingNs >= 60_000_000_000n);
+  // still far below the established timeout: a closed connection's port comes back
+  t.true(DEFAULT_SNAT_TIMEOUTS.tcpClosingNs < DEFAULT_SNAT_TIMEOUTS.tcpEstablishedNs / 10n);
+});
