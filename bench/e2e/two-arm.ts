@@ -35,7 +35,7 @@ interface Target { name: string; url: string; spreadOver?: string[]; before?: ()
 /** What a measurement lost: retransmissions (client + backends; of them the client's SYNs), SYNs the backends refused
  * for their TIME_WAIT of the same 4-tuple (TcpExtPAWSTimewait: the SYN's timestamp is older than the last one of the
  * connection before it on that 4-tuple; a client answered so retries after 1 s), resets and driver drops on the lb
- * node, gitlb drops. */
+ * node, xdp_lb drops. */
 interface Loss { retrans: number; synRetrans: number; pawsTimewait: number; lbRsts: number; lbRxDrops: number; gitlbDrops: number }
 
 function snmp(ns: string, field: string): number {
@@ -84,7 +84,7 @@ async function main(): Promise<void> {
         }
       } };
     const tag = `[${lab.xdpOn('eth0') === 'xdp' ? 'native' : 'generic'}]`;
-    const targets: Target[] = [direct, nft, { name: `gitlb snat ${tag}`, url: url(TWO_ARM.vip.snat) }, { name: `gitlb dsr/l2 ${tag}`, url: url(TWO_ARM.vip.l2) }];
+    const targets: Target[] = [direct, nft, { name: `snat via gitlb ${tag}`, url: url(TWO_ARM.vip.snat) }, { name: `dsr/l2 via gitlb ${tag}`, url: url(TWO_ARM.vip.l2) }];
     const series = targets.map((t): Series => ({ name: t.name, lab: 0, direct: t === direct, samples: [] }));
     const sample = async (t: Target, what: string): Promise<Sample> => {
       process.stderr.write(`two-arm: ${what} ...\n`);
@@ -118,13 +118,13 @@ async function main(): Promise<void> {
     for (const l of formatTable(lines)) console.log(l);
     const byName = new Map(lines.map((l) => [l.name, l]));
     const d = (a: string, b: string, f: 'rps' | 'cps') => (byName.get(a)![f].ratio! - byName.get(b)![f].ratio!).toFixed(2);
-    console.log(`\ngitlb snat minus nftables full nat: ${d(targets[2]!.name, nft.name, 'rps')} keep-alive / ${d(targets[2]!.name, nft.name, 'cps')} per connection`);
-    console.log(`gitlb snat minus gitlb dsr/l2:      ${d(targets[2]!.name, targets[3]!.name, 'rps')} keep-alive / ${d(targets[2]!.name, targets[3]!.name, 'cps')} per connection`);
+    console.log(`\nsnat (via gitlb) less nftables full nat: ${d(targets[2]!.name, nft.name, 'rps')} keep-alive / ${d(targets[2]!.name, nft.name, 'cps')} per connection`);
+    console.log(`snat minus dsr/l2 (both via gitlb):      ${d(targets[2]!.name, targets[3]!.name, 'rps')} keep-alive / ${d(targets[2]!.name, targets[3]!.name, 'cps')} per connection`);
     console.log('\nwhat the measured rounds lost (sums over the rounds): TCP retransmissions (client + backends) and of them the client\'s SYNs,');
-    console.log('SYNs the backends refused for a TIME_WAIT of the same 4-tuple (PAWS), resets sent by the lb node, frames dropped by its veths, gitlb drop counters');
+    console.log('SYNs the backends refused for a TIME_WAIT of the same 4-tuple (PAWS), resets sent by the lb node, frames dropped by its veths, xdp_lb\'s drop counters');
     for (const t of targets) {
       const l = loss.get(t.name)!;
-      console.log(`  ${t.name.padEnd(48)} retrans ${String(l.retrans).padStart(6)}  syn ${String(l.synRetrans).padStart(5)}  paws tw ${String(l.pawsTimewait).padStart(5)}  lb rsts ${String(l.lbRsts).padStart(5)}  lb rx drops ${String(l.lbRxDrops).padStart(5)}  gitlb drops ${l.gitlbDrops}`);
+      console.log(`  ${t.name.padEnd(48)} retrans ${String(l.retrans).padStart(6)}  syn ${String(l.synRetrans).padStart(5)}  paws tw ${String(l.pawsTimewait).padStart(5)}  lb rsts ${String(l.lbRsts).padStart(5)}  lb rx drops ${String(l.lbRxDrops).padStart(5)}  xdp_lb drops ${l.gitlbDrops}`);
     }
     console.log(`\nmachine load average at the end of the run: ${sh(lab.ns.lb, ['cat', '/proc/loadavg']).trim()} (2 shared cores: compare ratios, not absolute figures)`);
   } finally {
