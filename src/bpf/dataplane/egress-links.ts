@@ -24,22 +24,24 @@ import type { LbMaps } from './maps.js';
 
 const EGRESS_LINK = /^xdp_egress(\d+)_link$/;
 
-/** The interface the kernel's route to `address` leaves by (null: no route, or it is local). */
-function routeDev(address: string): string | null {
-  try {
-    const [r] = JSON.parse(execFileSync('ip', ['-j', 'route', 'get', address], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 }).toString()) as Array<{ dev?: string }>;
-    return r?.dev && r.dev !== 'lo' ? r.dev : null;
-  } catch {
-    return null;
-  }
-}
-
-/** Interfaces other than `main` that the routes to the reals in lb_reals leave by, sorted (one lookup per real). */
+/** Interfaces other than `main` and lo that the kernel's routes to the reals in lb_reals leave by, sorted. One `ip`
+ * for all of them (`-batch`, `-force`: a real without a route prints nothing and the rest go on), so a node with tens
+ * of thousands of reals pays one process, not one per real; only the set of interfaces matters, not which real
+ * uses which. */
 export function egressInterfaces(maps: LbMaps, main: string): string[] {
+  const lines: string[] = [];
+  for (const [, v] of maps.reals.entries()) lines.push(`route get ${decodeReal(v).address}`);
+  if (!lines.length) return [];
+  let out = '';
+  try {
+    out = execFileSync('ip', ['-force', '-j', '-batch', '-'], { input: `${lines.join('\n')}\n`, stdio: ['pipe', 'pipe', 'ignore'], timeout: 30_000 }).toString();
+  } catch (e) {
+    out = String((e as { stdout?: Buffer }).stdout ?? ''); // -force: some failed, the others answered
+  }
   const devs = new Set<string>();
-  for (const [, v] of maps.reals.entries()) {
-    const dev = routeDev(decodeReal(v).address);
-    if (dev && dev !== main) devs.add(dev);
+  for (const line of out.split('\n')) {
+    if (!line.trim()) continue;
+    for (const r of JSON.parse(line) as Array<{ dev?: string }>) if (r.dev && r.dev !== 'lo' && r.dev !== main) devs.add(r.dev);
   }
   return [...devs].sort();
 }
