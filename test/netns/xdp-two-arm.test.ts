@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TWO_ARM, sh, twoArmLab, type TwoArmLab } from '../../bench/e2e/two-arm-lab.js';
+import { takeNodeDown } from '../../src/reconciler/decommission/node-down.js';
 
 const PREFIX = `glb${process.pid}-2a`;
 let lab: TwoArmLab;
@@ -82,3 +83,23 @@ test.serial('native with NAPI on the egress peer: native on both interfaces, SNA
   t.is(lab.xdpOn('eth1'), 'xdp');
   trafficOk(t, 'native');
 });
+
+test.serial('gitlb down\'s removal (takeNodeDown) finds the egress link by its `_link` pin, verifies it detached, and leaves no XDP on either interface', async (t) => {
+  t.is(lab.xdpOn('eth1'), 'xdp');
+  const cacheDir = mkdtempSync(join(tmpdir(), 'gitlb-two-arm-cache-'));
+  try {
+    // the data plane's pins are <pinRoot>/<node>: here /sys/fs/bpf/<lb namespace>
+    const r = await takeNodeDown({ node: lab.ns.lb, pinRoot: '/sys/fs/bpf', cacheDir });
+    t.deepEqual(r.links.map((l) => l.replace(/ \(.*/, '')).sort(), [egressPinName(), 'xdp_link'].sort(), r.links.join('; '));
+  } finally {
+    rmSync(cacheDir, { recursive: true, force: true });
+  }
+  t.is(lab.xdpOn('eth0'), null);
+  t.is(lab.xdpOn('eth1'), null);
+});
+
+/** The egress link's pin name: xdp_egress<ifindex of eth1 in the lb namespace>_link. */
+function egressPinName(): string {
+  const [l] = JSON.parse(sh(lab.ns.lb, ['ip', '-j', 'link', 'show', 'dev', 'eth1'])) as Array<{ ifindex: number }>;
+  return `xdp_egress${l!.ifindex}_link`;
+}
