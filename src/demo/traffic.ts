@@ -2,17 +2,16 @@
 // how many requests each backend got, and failures.
 import { fileURLToPath } from 'node:url';
 import { exec, nsArgv } from '../lab/netns.js';
+import { nodeModuleArgv } from '../lab/compiled.js';
 import type { TrafficJob, TrafficResult, FlowRecord, BurstResult, FlowsResult, UdpResult } from './traffic-client.js';
 
 export type { TrafficJob, TrafficResult, FlowRecord, FlowsResult, FlowResult } from './traffic-client.js';
 
-/** argv running the client script the way this module runs: compiled .js, or .ts through tsx. */
+/** argv running the client script the way this module runs: compiled .js, or from source its compiled twin when
+ * dist/ is up to date, else .ts through tsx (src/lab/compiled.ts). */
 function clientArgv(job: TrafficJob): string[] {
-  const here = fileURLToPath(import.meta.url);
-  const ext = here.endsWith('.ts') ? '.ts' : '.js';
-  const script = fileURLToPath(new URL(`./traffic-client${ext}`, import.meta.url));
-  const loader = ext === '.ts' ? ['--import', import.meta.resolve('tsx')] : [];
-  return [process.execPath, ...loader, script, JSON.stringify(job)];
+  const ext = fileURLToPath(import.meta.url).endsWith('.ts') ? '.ts' : '.js';
+  return [...nodeModuleArgv(fileURLToPath(new URL(`./traffic-client${ext}`, import.meta.url))), JSON.stringify(job)];
 }
 
 /** Runs one traffic job inside namespace `ns` and returns its result. */

@@ -12,7 +12,8 @@ import { LAB_METRICS_PORT, metricsAddress } from './prometheus.js';
 import { startLabPrometheus } from './services.js';
 import { fullNs, LAB_PIN_PARENT, PROJECT_ROOT, writeLabState, type DaemonReport, type LabState } from './state.js';
 
-/** The argv prefix that runs the gitlb CLI the same way this process runs (source via tsx, or dist/). */
+/** The argv prefix that runs the gitlb CLI the same way this process runs (bin/gitlb from dist/; from source, dist/'s
+ * twin when dist/ is up to date, else the source via tsx: compiled.ts). */
 function gitlbArgv(): { argv: string[]; commandFile: string } {
   const fromSource = fileURLToPath(import.meta.url).endsWith('.ts');
   if (fromSource) {

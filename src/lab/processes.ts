@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { nsArgv, pidAlive, sleep } from './netns.js';
+import { nodeModuleArgv } from './compiled.js';
 
 export type LabProcessRole = 'anchor' | 'git-server' | 'backend-server' | 'daemon' | 'bird' | 'frr' | 'prometheus';
 
@@ -39,15 +40,13 @@ export function isAlive(p: Pick<LabProcess, 'pid' | 'startTime'>): boolean {
 }
 
 /**
- * The argv that runs a Node script shipped next to this module: the compiled `.js` from dist/, or the `.ts`
- * source through tsx when the CLI itself runs from source (tests, development).
+ * The argv that runs a Node script shipped next to this module: the compiled `.js` from dist/, or, when the CLI
+ * itself runs from source (tests, development), the same compiled `.js` if dist/ is up to date with the sources, else
+ * the `.ts` source through tsx (compiled.ts).
  */
 export function nodeScriptArgv(relativeToLab: string, args: string[]): string[] {
-  const here = fileURLToPath(import.meta.url);
-  const ext = here.endsWith('.ts') ? '.ts' : '.js';
-  const script = fileURLToPath(new URL(`${relativeToLab}${ext}`, import.meta.url));
-  const loader = ext === '.ts' ? ['--import', import.meta.resolve('tsx')] : [];
-  return [process.execPath, ...loader, script, ...args];
+  const ext = fileURLToPath(import.meta.url).endsWith('.ts') ? '.ts' : '.js';
+  return [...nodeModuleArgv(fileURLToPath(new URL(`${relativeToLab}${ext}`, import.meta.url))), ...args];
 }
 
 /** Starts `argv` detached inside namespace `ns` (or the host namespace when null), output appended to `log`. */
