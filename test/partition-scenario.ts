@@ -11,6 +11,7 @@ import type { ChildProcess } from 'node:child_process';
 import { labUp, labDown, labNs, type LabState } from '../src/lab/lab.js';
 import { nsSpawn, nsExec, stopChild, waitForPort } from '../src/lab/netns.js';
 import { LineTap, logMessage } from './health-lab.js';
+import { nodeModuleArgv } from '../src/lab/compiled.js';
 
 const here = fileURLToPath(new URL('.', import.meta.url));
 export const VIP = '203.0.113.10';
@@ -120,7 +121,7 @@ export async function partitionScenario(o: { partitioned: boolean; log?: (m: str
     state = await labUp({ configDir, stateDir: join(work, 'lab'), daemons: false, vipsOnLo: true, clientCount: 1 });
     pinRoot = `/sys/fs/bpf/gitlb-test-${state.prefix}partition`;
     const lbNs = labNs(state, 'lb-1');
-    lb = nsSpawn(lbNs, [process.execPath, '--import', 'tsx', join(here, '..', 'src', 'cli', 'main.ts'), 'run', '--repo', state.git!.repoUrl, '--node', 'lb-1',
+    lb = nsSpawn(lbNs, [...nodeModuleArgv(join(here, '..', 'src', 'cli', 'main.ts')), 'run', '--repo', state.git!.repoUrl, '--node', 'lb-1',
       '--interface', 'eth0', '--xdp-mode', 'generic', '--pin-root', pinRoot, '--cache-dir', join(work, 'cache'), '--poll', '1', '--git-timeout', '2',
       ...(o.passive === false ? ['--no-passive-health'] : [])],
       { stdio: ['ignore', 'pipe', 'pipe'] });

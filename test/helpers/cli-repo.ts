@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { nodeModuleArgv } from '../../src/lab/compiled.js';
 
 const run = promisify(execFile);
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -52,11 +53,13 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Runs `gitlb ARGS` (src/cli/main.ts under tsx) in `cwd` and returns its exit code and output. */
+/** Runs `gitlb ARGS` in `cwd` and returns its exit code and output: dist/'s CLI when dist/ is up to date with the
+ * sources, else src/cli/main.ts under tsx (src/lab/compiled.ts; tsx by its resolved URL there: a bare 'tsx' is looked
+ * up from `cwd`, which may be outside the project). */
 export async function gitlb(args: string[], cwd = root): Promise<CliResult> {
   try {
-    // tsx by its resolved URL: a bare 'tsx' is looked up from `cwd`, which may be outside the project.
-    const { stdout, stderr } = await run(process.execPath, ['--import', import.meta.resolve('tsx'), join(root, 'src/cli/main.ts'), ...args], {
+    const [node, ...argv] = nodeModuleArgv(join(root, 'src/cli/main.ts'));
+    const { stdout, stderr } = await run(node!, [...argv, ...args], {
       cwd,
       timeout: 60_000,
       maxBuffer: 64 * 1024 * 1024,
