@@ -13,8 +13,9 @@
 //   an interface name may; `_link` at the end is how `gitlb down` tells links from maps). On those interfaces it translates SNAT replies (and balances a VIP packet should one
 //   arrive there); everything else (DSR replies on their way to the clients, health checks) it passes, as on the
 //   main interface.
-// The set is found from the kernel's routes (`ip route get <real>`) when xdp_lb is attached: reals added later
-// behind yet another interface are not covered until the daemon restarts (docs/datapath.md).
+// The set is found from the kernel's routes (`ip route get <real>`) when xdp_lb is attached, and again after every
+// apply that changes the reals (LbDataPlane.refreshEgress): a real added behind yet another interface gets xdp_lb
+// there without a restart, once that interface passes the forwarding probe (docs/datapath.md).
 import { execFileSync } from 'node:child_process';
 import { readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';

@@ -150,7 +150,8 @@ class LbDataPlane implements DataPlane {
    * The outcome is recorded beside the link (xdp-attach-record.ts), so a restart that adopts a generic link it
    * cannot probe still reports a fallback as one. An lb node whose reals are routed out of other interfaces gets
    * xdp_lb there too, in the same mode, and those interfaces are probed as well (egress-links.ts): native XDP
-   * redirects into them, and SNAT replies arrive on them.
+   * redirects into them, and SNAT replies arrive on them. Applies that change the reals take that set again
+   * (refreshEgress).
    */
   private async attach(): Promise<void> {
     if (this.attachment || !this.opts.interface || !this.obj) return;
@@ -207,15 +208,67 @@ class LbDataPlane implements DataPlane {
     this.attachEgress(egress, 'generic');
   }
 
-  /** xdp_lb on the egress interfaces (egress-links.ts) in `mode`; what was attached or refused goes into the
-   * forwarding detail the reconciler logs and reports. */
+  /** xdp_lb on the egress interfaces (egress-links.ts) in `mode` at attach time; the probe's outcome as it stands
+   * now is what later egress changes (refreshEgress) add their part to. */
   private attachEgress(ifnames: string[], mode: 'native' | 'generic'): void {
+    const f = this.forwarding!;
+    this.probed = { forwards: f.forwards, detail: f.detail };
+    this.linkEgress(ifnames, mode, []);
+  }
+
+  /** What the attach-time probe found, before the egress interfaces' part of the detail. */
+  private probed: ForwardingCheck | null = null;
+  /** Egress interfaces a runtime change found native XDP unable to forward into, with the probe's words. */
+  private unfit: string[] = [];
+
+  /** Attaches xdp_lb to `ifnames` (and unpins links of the others); what was attached, refused because another
+   * program holds the interface, or left out because native XDP cannot forward there (`unfit`) goes into the
+   * forwarding detail the reconciler logs and reports. */
+  private linkEgress(ifnames: string[], mode: 'native' | 'generic', unfit: string[]): void {
     for (const l of this.egress) l.close();
     const { links, attached, refused } = attachEgress(this.obj!, PROGRAM_NAME, this.opts.pinRoot, ifnames, mode);
     this.egress = links;
+    this.egressNames = attached;
+    this.unfit = unfit;
     const f = this.forwarding!;
+    f.detail = this.probed!.detail;
+    f.forwards = unfit.length ? false : this.probed!.forwards;
     if (attached.length) f.detail += `; xdp_lb also on ${attached.join(', ')} (the routes to the reals leave by it; SNAT replies arrive there)`;
     if (refused.length) f.detail += `; NOT attached to ${refused.join('; ')}: SNAT replies arriving there reach the kernel, which resets them`;
+    if (unfit.length) f.detail += `; NOT attached to ${unfit.join('; ')} (a real added while running is routed out of it and ` +
+      `native XDP cannot forward there): redirects into it are dropped and SNAT replies arriving there are reset by the kernel; ` +
+      `xdp_lb stays native elsewhere, the probe is retried at every apply, and a restart with --xdp-mode auto falls back to generic`;
+  }
+
+  /** Interfaces the egress links are attached to. */
+  private egressNames: string[] = [];
+
+  /**
+   * After an apply that changed the reals (or while an egress interface is left out): the interfaces the routes to
+   * the reals leave by now, taken again like at attach time. New ones get xdp_lb in the main link's mode, in native
+   * only once they pass the same forwarding probe as at start. One that fails it is left out and reported
+   * (forwards: false, so the log warns and `gitlb status` shows it) rather than the node falling back to generic:
+   * that would swap the mode of the link that forwards everything else. Links of interfaces no longer used are
+   * unpinned (their XDP detaches).
+   */
+  private async refreshEgress(): Promise<void> {
+    const a = this.attachment;
+    if (!a || !this.forwarding || !this.probed) return;
+    const want = egressInterfaces(this.maps, this.opts.interface!);
+    if (!this.unfit.length && want.join() === [...this.egressNames].sort().join()) return;
+    const fresh = want.filter((n) => !this.egressNames.includes(n));
+    const left = new Set<string>();
+    const unfit: string[] = [];
+    if (a.mode === 'native') {
+      for (const n of fresh) {
+        const c = await checkXdpForwarding(n);
+        if (c.forwards === false) {
+          left.add(n);
+          unfit.push(c.detail);
+        }
+      }
+    }
+    this.linkEgress(want.filter((n) => !left.has(n)), a.mode, unfit);
   }
 
   /**
@@ -300,7 +353,18 @@ class LbDataPlane implements DataPlane {
     const resizes = ops.filter((o): o is TableResize => o.op === 'table.resize');
     if (resizes.length) await this.resize(resizes, report);
     executeOps(this.maps, this.rings, ops, report, opts);
+    const attached = !!this.attachment;
     await this.attach();
+    // the reals changed: they may now be routed out of other interfaces (a fresh attach has just taken the set)
+    if (attached && (this.unfit.length || ops.some((o) => o.op === 'real.put' || o.op === 'real.delete'))) {
+      try {
+        await this.refreshEgress();
+      } catch (e) {
+        // the maps are written and xdp_lb forwards: say it rather than fail an apply that cannot be undone now
+        const f = this.forwarding!;
+        f.detail = `${f.detail.replace(/; egress interfaces not taken again .*$/s, '')}; egress interfaces not taken again (${(e as Error).message}): kept as they were`;
+      }
+    }
     return report;
   }
 
@@ -337,6 +401,7 @@ class LbDataPlane implements DataPlane {
     this.attachment = null;
     for (const l of this.egress) l.close();
     this.egress = [];
+    this.egressNames = [];
     this.obj?.close();
     this.obj = null;
   }
