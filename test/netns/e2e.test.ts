@@ -192,6 +192,8 @@ test.serial('a backend removed by git commit under load: flows on the other back
   const onRemoved = r.flows.filter((f) => f.backends[0] === 'be-3');
   const failedStaying = staying.filter((f) => f.failures > 0 || f.backends.length !== 1);
   t.log(`keep-alive connections across the commit: ${staying.length} on be-1/be-2 (${failedStaying.length} with a failure), ${onRemoved.length} on be-3 (${onRemoved.filter((f) => f.survived).length} survived)`);
+  // what broke a connection whose backend stays (a failed run is otherwise silent about the cause)
+  for (const f of failedStaying) t.log(`  failed: ${f.src}:${f.sport} ${f.backends.join('->') || 'no answer'} after ${f.requests} requests: ${f.firstError}`);
   t.true(staying.every((f) => f.requests >= 5), 'the connections carried requests across the change');
   t.is(failedStaying.length, 0, 'zero failed requests for connections whose backend stays');
 
