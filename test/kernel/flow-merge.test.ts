@@ -4,32 +4,15 @@
 // Real pinned maps of the LB object; the data path's write is a map write, as lb_snat_touch / xdp_lb's hit and SYN
 // paths would make it, made between the import's read (`judged`) and its write.
 import test from 'ava';
-import { rmSync } from 'node:fs';
-import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { decodeFlowValue, encodeFlowKey, encodeFlowValue, type FlowValue } from '../../src/bpf/dataplane/codec.js';
 import { SNAT_MAPS, SNAT_STATE, decodeSnatRev, encodeSnatFwd, encodeSnatRev, encodeSnatRevKey, type SnatRev } from '../../src/bpf/dataplane/snat.js';
 import { mergeHeldTranslation, replaceHeldFlow, restoreForward } from '../../src/bpf/dataplane/flow-merge.js';
-import { makeState } from '../lib/lb-state.js';
-import { applyTo } from '../lib/converge.js';
+import { SNAT_REAL, SNAT_VIP, withSnatDataPlane } from '../lib/snat-dataplane.js';
 
-const PIN = `/sys/fs/bpf/glb${process.pid}-flowmerge`;
-const VIP = '203.0.113.52';
-const REAL = '198.51.100.42';
+const VIP = SNAT_VIP;
+const REAL = SNAT_REAL;
 const S = 1_000_000_000n;
-let dp: LbDataPlaneHandle;
-
-test.before(async () => {
-  rmSync(PIN, { recursive: true, force: true });
-  dp = await openLbDataPlane({ pinRoot: PIN });
-  await applyTo(dp, { ...makeState({ reals: { 7: REAL }, hashSeed: 3,
-    services: [{ id: 2, vip: VIP, forwarding: 'snat', ring: Array(31).fill(7), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] }] }),
-  snatAddress: '198.51.100.250' });
-});
-
-test.after.always(() => {
-  dp?.close();
-  rmSync(PIN, { recursive: true, force: true });
-});
+const dp = withSnatDataPlane('flowmerge');
 
 /** A peer's copy (owner 1) of a translation of client port `cport`, open, last seen at `lastSeenNs`: its key and value as written. */
 function copy(cport: number, lastSeenNs: bigint): { rk: Buffer; rev: SnatRev; judged: Buffer } {
@@ -37,13 +20,13 @@ function copy(cport: number, lastSeenNs: bigint): { rk: Buffer; rev: SnatRev; ju
   const rev: SnatRev = { client: '192.0.2.9', vip: VIP, clientPort: cport, vipPort: 80, realId: 7, state: SNAT_STATE.open,
     createdNs: 1n * S, lastSeenNs, owner: 1 };
   const judged = encodeSnatRev(rev);
-  dp.object()!.map(SNAT_MAPS.rev).update(rk, judged);
+  dp().object()!.map(SNAT_MAPS.rev).update(rk, judged);
   return { rk, rev, judged };
 }
-const revOf = (rk: Buffer) => decodeSnatRev(Buffer.from(dp.object()!.map(SNAT_MAPS.rev).lookup(rk)!), 4);
+const revOf = (rk: Buffer) => decodeSnatRev(Buffer.from(dp().object()!.map(SNAT_MAPS.rev).lookup(rk)!), 4);
 
 test.serial('a FIN the data path saw after the import\'s read keeps the translation closing, and its later last packet', (t) => {
-  const rev = dp.object()!.map(SNAT_MAPS.rev);
+  const rev = dp().object()!.map(SNAT_MAPS.rev);
   const c = copy(1001, 100n * S);
   // the import read `judged` (open, 100 s); a FIN here then closed it at 300 s; the peer's refresh says open, 200 s
   rev.update(c.rk, encodeSnatRev({ ...c.rev, state: SNAT_STATE.closing, lastSeenNs: 300n * S }));
@@ -53,7 +36,7 @@ test.serial('a FIN the data path saw after the import\'s read keeps the translat
 });
 
 test.serial('a refresh the data path wrote after the import\'s read is not moved back; the peer\'s closing state still applies', (t) => {
-  const rev = dp.object()!.map(SNAT_MAPS.rev);
+  const rev = dp().object()!.map(SNAT_MAPS.rev);
   const c = copy(1002, 100n * S);
   rev.update(c.rk, encodeSnatRev({ ...c.rev, lastSeenNs: 300n * S })); // a packet here at 300 s
   t.is(mergeHeldTranslation(rev, c.rk, c.judged, { state: SNAT_STATE.closing, lastSeenNs: 200n * S }), 'written');
@@ -61,7 +44,7 @@ test.serial('a refresh the data path wrote after the import\'s read is not moved
 });
 
 test.serial('a translation deleted or replaced after the import\'s read is left as the data path left it', (t) => {
-  const rev = dp.object()!.map(SNAT_MAPS.rev);
+  const rev = dp().object()!.map(SNAT_MAPS.rev);
   const c = copy(1003, 100n * S);
   rev.delete(c.rk); // its port reclaimed here
   t.is(mergeHeldTranslation(rev, c.rk, c.judged, { state: SNAT_STATE.closing, lastSeenNs: 200n * S }), 'gone');
@@ -73,7 +56,7 @@ test.serial('a translation deleted or replaced after the import\'s read is left 
 });
 
 test.serial('benign: a peer\'s refresh of an entry nobody changed since the read applies (state and later last packet)', (t) => {
-  const rev = dp.object()!.map(SNAT_MAPS.rev);
+  const rev = dp().object()!.map(SNAT_MAPS.rev);
   const c = copy(1004, 100n * S);
   t.is(mergeHeldTranslation(rev, c.rk, c.judged, { state: SNAT_STATE.closing, lastSeenNs: 200n * S }), 'written');
   t.like(revOf(c.rk), { state: SNAT_STATE.closing, lastSeenNs: 200n * S, createdNs: 1n * S, owner: 1 });
@@ -88,7 +71,7 @@ const flowKey = (sport: number) => encodeFlowKey({ src: '192.0.2.9', dst: '203.0
 const flow = (v: Partial<FlowValue>): Buffer => encodeFlowValue({ realId: 7, serviceId: 3, realSlot: 1, lastSeen: 0, chosenNs: 0n, ...v });
 
 test.serial('a SYN\'s new choice made after the import\'s read stays; the peer\'s older choice is not written', (t) => {
-  const ct = dp.object()!.map('lb_conntrack');
+  const ct = dp().object()!.map('lb_conntrack');
   const key = flowKey(41001);
   const judged = flow({ realId: 7, chosenNs: 100n * S, lastSeen: 93 });
   ct.update(key, judged);
@@ -99,7 +82,7 @@ test.serial('a SYN\'s new choice made after the import\'s read stays; the peer\'
 });
 
 test.serial('benign: a peer\'s newer choice replaces the entry; a hit since the read keeps its last-seen', (t) => {
-  const ct = dp.object()!.map('lb_conntrack');
+  const ct = dp().object()!.map('lb_conntrack');
   const key = flowKey(41002);
   const judged = flow({ realId: 7, chosenNs: 100n * S, lastSeen: 93 });
   ct.update(key, judged);
@@ -117,7 +100,7 @@ test.serial('benign: a peer\'s newer choice replaces the entry; a hit since the 
 const clientFlow = (cport: number) => encodeFlowKey({ src: '192.0.2.9', dst: VIP, sport: cport, dport: 80, proto: 6, family: 4 });
 
 test.serial('a forward entry the data path made for the client flow after the import\'s read stays (absent or other when read)', (t) => {
-  const fwd = dp.object()!.map(SNAT_MAPS.fwd);
+  const fwd = dp().object()!.map(SNAT_MAPS.fwd);
   const copyWay = encodeSnatFwd({ realId: 7, snatPort: 31005, realPort: 8080 });
   const fk = clientFlow(1005);
   // read: none; then a forward packet of the client got a new translation here (port 20005)
@@ -133,7 +116,7 @@ test.serial('a forward entry the data path made for the client flow after the im
 });
 
 test.serial('benign: a forward entry is restored when absent, replaced while it holds what was read, left when already right', (t) => {
-  const fwd = dp.object()!.map(SNAT_MAPS.fwd);
+  const fwd = dp().object()!.map(SNAT_MAPS.fwd);
   const copyWay = encodeSnatFwd({ realId: 7, snatPort: 31006, realPort: 8080 });
   const fk = clientFlow(1006);
   t.is(restoreForward(fwd, fk, null, copyWay), 'written');

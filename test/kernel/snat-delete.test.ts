@@ -3,36 +3,19 @@
 // read in one call, and when it no longer holds what the caller judged, it is put back and its forward entry kept.
 // Real pinned maps of the LB object; the refresh is a map write, as xdp_lb's lb_snat_touch would make it.
 import test from 'ava';
-import { rmSync } from 'node:fs';
-import { openLbDataPlane, type LbDataPlaneHandle } from '../../src/bpf/dataplane/index.js';
 import { encodeFlowKey } from '../../src/bpf/dataplane/codec.js';
 import {
   SNAT_MAPS, SNAT_STATE, deleteUnchangedTranslation, encodeSnatFwd, encodeSnatRev, encodeSnatRevKey, type SnatRev, type SnatRevKey,
 } from '../../src/bpf/dataplane/snat.js';
-import { makeState } from '../lib/lb-state.js';
-import { applyTo } from '../lib/converge.js';
+import { SNAT_REAL, SNAT_VIP, withSnatDataPlane } from '../lib/snat-dataplane.js';
 
-const PIN = `/sys/fs/bpf/glb${process.pid}-snatdel`;
-const VIP = '203.0.113.52';
-const REAL = '198.51.100.42';
-let dp: LbDataPlaneHandle;
-
-test.before(async () => {
-  rmSync(PIN, { recursive: true, force: true });
-  dp = await openLbDataPlane({ pinRoot: PIN });
-  await applyTo(dp, { ...makeState({ reals: { 7: REAL }, hashSeed: 3,
-    services: [{ id: 2, vip: VIP, forwarding: 'snat', ring: Array(31).fill(7), ports: [{ port: 80, protocol: 'TCP', targetPort: 8080 }] }] }),
-  snatAddress: '198.51.100.250' });
-});
-
-test.after.always(() => {
-  dp?.close();
-  rmSync(PIN, { recursive: true, force: true });
-});
+const VIP = SNAT_VIP;
+const REAL = SNAT_REAL;
+const dp = withSnatDataPlane('snatdel');
 
 /** A translation of client port `cport` (reverse and forward entry) last seen at `lastSeenNs`. */
 function translation(cport: number, lastSeenNs: bigint): { key: SnatRevKey; rk: Buffer; fk: Buffer; rev: SnatRev; revBytes: Buffer } {
-  const o = dp.object()!;
+  const o = dp().object()!;
   const key: SnatRevKey = { real: REAL, realPort: 8080, snatPort: 20000 + cport, proto: 6, family: 4 };
   const rev: SnatRev = { client: '192.0.2.9', vip: VIP, clientPort: cport, vipPort: 80, realId: 7, state: SNAT_STATE.open, createdNs: 1n, lastSeenNs };
   const rk = encodeSnatRevKey(key);
@@ -44,7 +27,7 @@ function translation(cport: number, lastSeenNs: bigint): { key: SnatRevKey; rk: 
 }
 
 test.serial('a translation refreshed after the caller read it is put back with its refresh, its forward entry kept', (t) => {
-  const o = dp.object()!;
+  const o = dp().object()!;
   const tr = translation(1001, 5n);
   // the caller judged it from `seen`; a packet then moved last_seen on
   const refreshed = encodeSnatRev({ ...tr.rev, lastSeenNs: 9_000_000_000n });
@@ -60,7 +43,7 @@ test.serial('a translation refreshed after the caller read it is put back with i
 });
 
 test.serial('benign: a translation still as the caller read it is deleted, reverse and forward entry; one already gone is 0', (t) => {
-  const o = dp.object()!;
+  const o = dp().object()!;
   const tr = translation(1002, 5n);
   t.is(deleteUnchangedTranslation(o.map(SNAT_MAPS.rev), o.map(SNAT_MAPS.fwd), tr.rk, tr.key, tr.revBytes), 2);
   t.is(o.map(SNAT_MAPS.rev).lookup(tr.rk), null);
