@@ -6,9 +6,10 @@ import { LAB, setupLab, teardownLab } from '../../test/lib/xdp-lab.js';
 import { BENCH_REAL_COUNT, benchReal, benchRealMac } from './bench-reals.js';
 
 const TAG = 'xdpb';
+// checked before the lab exists: a bad value must not leave the namespace and pins behind
+if (process.env.XDP_BENCH_NOISE && process.env.XDP_BENCH_NOISE !== 'cache') throw new Error(`XDP_BENCH_NOISE=${process.env.XDP_BENCH_NOISE}: only 'cache' is defined`);
 const { ns, pinRoot } = setupLab(TAG);
 const noiseMib = Number(process.env.XDP_BENCH_NOISE_MIB ?? 8);
-if (process.env.XDP_BENCH_NOISE && process.env.XDP_BENCH_NOISE !== 'cache') throw new Error(`XDP_BENCH_NOISE=${process.env.XDP_BENCH_NOISE}: only 'cache' is defined`);
 const noise = process.env.XDP_BENCH_NOISE === 'cache'
   ? spawn('taskset', ['-c', '1', process.execPath, '--import', 'tsx', new URL('./noise.ts', import.meta.url).pathname, String(noiseMib)], { stdio: 'ignore' })
   : null;

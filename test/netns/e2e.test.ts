@@ -503,7 +503,9 @@ test.serial('consensus (issue 23): forged peer status files marking a real down 
     let seen = false;
     for (const end = Date.now() + 60_000; Date.now() < end && !seen; await sleep(500)) seen = downLine.test(await metricsOf(l, 'lb-1'));
     t.true(seen, 'the consensus of lb-1 and lb-2 takes BE1 out');
-    const rejected = [...rejectedOf(await metricsOf(l, 'lb-1'))].filter(([series, n]) => n !== (rejectedBefore.get(series) ?? 0)).map(([series, n]) => `${series} ${n}`);
+    const lb1Metrics = await metricsOf(l, 'lb-1');
+    t.regex(lb1Metrics, /^# TYPE gitlb_/m, 'lb-1\'s metrics were read (a failed read has no refusals either)');
+    const rejected = [...rejectedOf(lb1Metrics)].filter(([series, n]) => n !== (rejectedBefore.get(series) ?? 0)).map(([series, n]) => `${series} ${n}`);
     t.deepEqual(rejected, [], 'the two daemons accepted each other\'s messages');
   } finally {
     await nsExec(be1, ['nft', 'delete', 'table', 'inet', 'glbpeer']);

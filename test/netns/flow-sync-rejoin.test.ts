@@ -220,6 +220,7 @@ test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty 
   let heldAtDaemonUp = false;
   let pendingAtDaemonUp = NaN;
   let pendingAfter = NaN;
+  let metricsAfter = '';
   let released = false;
   try {
     await routeVia(t, l, ['lb-1', 'lb-2']);
@@ -252,7 +253,8 @@ test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty 
       const ms = await waitForHops(l.state, HOSTS, bothPaths, 60_000, 100);
       t.not(ms, null, `the router has lb-1's path again: ${JSON.stringify(await hopsOf(l))}`);
       released = await waitFor(async () => !(await holds(l, 'lb2', LB1_SNAT)), 120);
-      pendingAfter = metric(await metricsOf(l, LB2), 'gitlb_snat_handback_pending', 'owner="lb-1"');
+      metricsAfter = await metricsOf(l, LB2);
+      pendingAfter = metric(metricsAfter, 'gitlb_snat_handback_pending', 'owner="lb-1"');
     }, 4000);
     t.log(`lb-1 had made ${ownBefore} of the SNAT translations before it was lost`);
     t.true(ownBefore > 0, 'the case occurred: SNAT connections lb-1 translated itself');
@@ -260,6 +262,7 @@ test.serial('lb-1 lost with SNAT connections it translated, rebooted with empty 
     t.true(heldAtDaemonUp, 'lb-2 still served lb-1\'s address when lb-1\'s daemon came up (its kernel had answered long before)');
     t.true(released, 'and gave it back afterwards');
     t.is(pendingAtDaemonUp, 1, 'while held for the returned lb-1, lb-2 said so: gitlb_snat_handback_pending{owner="lb-1"} 1');
+    t.regex(metricsAfter, /^# TYPE gitlb_/m, 'lb-2\'s metrics were read after the give-back (a failed read has no series either)');
     t.true(Number.isNaN(pendingAfter), 'and no longer once given back');
     const lb2Lines = readFileSync(lb2Log, 'utf8').slice(lb2LogFrom).split('\n');
     const at = (re: RegExp) => lb2Lines.findIndex((x) => re.test(x));

@@ -47,7 +47,7 @@ export function mergeHeldTranslation(rev: BpfMap, rk: Buffer, judged: Buffer, pe
  * slot, recency mark) changed since, the data path chose again (a SYN re-read the table here), which is newer than
  * the peer's, and nothing is written (null). Otherwise the peer's choice is written with the entry's coarse
  * last-seen as it is now (a hit since the read counts; last-seen never moves back). An entry gone meanwhile (LRU
- * eviction) is inserted only if still absent. Returns the value written; throws what the update throws but EEXIST.
+ * eviction) is inserted only if still absent. Returns the value written; throws what the update throws but EEXIST (null) and ENOENT (evicted meanwhile: taken as absent).
  */
 export function replaceHeldFlow(ct: BpfMap, key: Buffer, judged: Buffer, value: Buffer): Buffer | null {
   const now = ct.lookup(key);
@@ -61,7 +61,10 @@ export function replaceHeldFlow(ct: BpfMap, key: Buffer, judged: Buffer, value: 
   try {
     ct.update(key, out, now ? 'exist' : 'noexist');
   } catch (err) {
-    if ((err as { code?: string }).code === 'EEXIST') return null;
+    const code = (err as { code?: string }).code;
+    if (code === 'EEXIST') return null;
+    // evicted (LRU) between the re-read and the write: inserted only if still absent, like an entry gone before it
+    if (code === 'ENOENT') return replaceHeldFlow(ct, key, judged, value);
     throw err;
   }
   return out;
