@@ -16,28 +16,34 @@
 // The set is found from the kernel's routes (`ip route get <real>`) when xdp_lb is attached, and again after every
 // apply that changes the reals (LbDataPlane.refreshEgress): a real added behind yet another interface gets xdp_lb
 // there without a restart, once that interface passes the forwarding probe (docs/datapath.md).
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { native } from '../addon.js';
 import type { BpfObject, XdpAttachment } from '../libbpf.js';
 import { decodeReal } from './codec.js';
 import type { LbMaps } from './maps.js';
 
 const EGRESS_LINK = /^xdp_egress(\d+)_link$/;
+const execFileAsync = promisify(execFile);
 
 /** Interfaces other than `main` and lo that the kernel's routes to the reals in lb_reals leave by, sorted. One `ip`
  * for all of them (`-batch`, `-force`: a real without a route prints nothing and the rest go on), so a node with tens
  * of thousands of reals pays one process, not one per real; only the set of interfaces matters, not which real
  * uses which. */
-export function egressInterfaces(maps: LbMaps, main: string): string[] {
+export async function egressInterfaces(maps: LbMaps, main: string): Promise<string[]> {
   const lines: string[] = [];
   for (const [, v] of maps.reals.entries()) lines.push(`route get ${decodeReal(v).address}`);
   if (!lines.length) return [];
   let out = '';
+  // asynchronous: the apply runs on the event loop that health checks and the peer channels share
+  const ip = execFileAsync('ip', ['-force', '-j', '-batch', '-'], { timeout: 30_000, maxBuffer: 64 << 20 });
+  ip.child.stdin?.end(`${lines.join('\n')}\n`);
   try {
-    out = execFileSync('ip', ['-force', '-j', '-batch', '-'], { input: `${lines.join('\n')}\n`, stdio: ['pipe', 'pipe', 'ignore'], timeout: 30_000 }).toString();
+    out = (await ip).stdout;
   } catch (e) {
-    out = String((e as { stdout?: Buffer }).stdout ?? ''); // -force: some failed, the others answered
+    out = String((e as { stdout?: string }).stdout ?? ''); // -force: some failed, the others answered
   }
   const devs = new Set<string>();
   for (const line of out.split('\n')) {
@@ -47,31 +53,27 @@ export function egressInterfaces(maps: LbMaps, main: string): string[] {
   return [...devs].sort();
 }
 
-/** ifindex via netlink (`ip`), which follows the caller's network namespace (sysfs may show another). */
-function ifindexOf(ifname: string): number {
-  const [l] = JSON.parse(execFileSync('ip', ['-j', 'link', 'show', 'dev', ifname], { timeout: 5000 }).toString()) as Array<{ ifindex: number }>;
-  return l!.ifindex;
-}
+
+/** xdp_lb's link on one egress interface, with the interface's name (a program swap re-attaches by name). */
+export interface EgressLink { name: string; link: XdpAttachment }
 
 export const egressPin = (pinRoot: string, ifindex: number) => join(pinRoot, `xdp_egress${ifindex}_link`);
 
 /**
  * Attaches `obj`'s xdp_lb to each of `ifnames` in `mode` (its pinned link swapped in place when there is one) and
  * unpins links of interfaces no longer among them (an unpinned link with no fd left detaches). Returns the
- * attachments, the interfaces attached and, per interface that refused (another XDP program already there), why.
+ * links made and, per interface that refused (another XDP program already there, or gone), why.
  */
 export function attachEgress(obj: BpfObject, program: string, pinRoot: string, ifnames: string[], mode: 'native' | 'generic'):
-  { links: XdpAttachment[]; attached: string[]; refused: string[] } {
-  const links: XdpAttachment[] = [];
-  const attached: string[] = [];
+  { links: EgressLink[]; refused: string[] } {
+  const links: EgressLink[] = [];
   const refused: string[] = [];
   const keep = new Set<string>();
   for (const name of ifnames) {
-    const pin = egressPin(pinRoot, ifindexOf(name));
-    keep.add(pin);
     try {
-      links.push(obj.program(program).attachXdp(name, mode, pin));
-      attached.push(name);
+      const pin = egressPin(pinRoot, native().ifNameToIndex(name)); // if_nametoindex: the caller's namespace
+      keep.add(pin);
+      links.push({ name, link: obj.program(program).attachXdp(name, mode, pin) });
     } catch (e) {
       refused.push(`${name}: ${(e as Error).message}`);
     }
@@ -80,5 +82,5 @@ export function attachEgress(obj: BpfObject, program: string, pinRoot: string, i
     const pin = join(pinRoot, f);
     if (EGRESS_LINK.test(f) && !keep.has(pin)) unlinkSync(pin);
   }
-  return { links, attached, refused };
+  return { links, refused };
 }

@@ -9,7 +9,6 @@ import { join } from 'node:path';
 import { BpfMap, BpfObject, type XdpAttachment } from '../libbpf.js';
 import { pinnedXdpLink } from '../attach.js';
 import { checkXdpForwarding, type ForwardingCheck, type XdpForwarding } from '../xdp-forwarding.js';
-import { execFileSync } from 'node:child_process';
 import { adoptedGeneric, readAttachRecord, removeAttachRecord, writeAttachRecord } from '../xdp-attach-record.js';
 import { perCpuCounters, trafficAt } from '../counters.js';
 import type { DesiredState } from '../../render/state.js';
@@ -25,7 +24,7 @@ import { SYNC_COUNTER_NAMES, SYNC_MAPS, SYNC_RING_BOUNDS, checkSyncRingBytes } f
 import { OBJECT_NAME, serviceSlots, ZERO_REAL_TRAFFIC, type LbMaps, checkedMaps, liveSlotOf } from './maps.js';
 import { LiveMemo, readLbLive } from './live.js';
 import { executeOps } from './execute.js';
-import { attachEgress, egressInterfaces } from './egress-links.js';
+import { attachEgress, egressInterfaces, type EgressLink } from './egress-links.js';
 
 export type { ApplyReport, DataPlane, DataPlaneTarget, ExecuteOptions, LiveSource, LiveState, Op, ReadLiveOptions } from './types.js';
 export { LB_CAPACITY, validateDesired } from './validate.js';
@@ -52,8 +51,12 @@ class LbDataPlane implements DataPlane {
   private obj: BpfObject | null = null;
   private maps!: LbMaps;
   private attachment: XdpAttachment | null = null;
-  /** xdp_lb on the interfaces the routes to the reals leave by (egress-links.ts) */
-  private egress: XdpAttachment[] = [];
+  /** xdp_lb on the interfaces the routes to the reals leave by (egress-links.ts), by interface name */
+  private egress: EgressLink[] = [];
+  /** What the attach-time probe found, before the egress interfaces' part of the detail. */
+  private probed: ForwardingCheck | null = null;
+  /** Egress interfaces a runtime change found native XDP unable to forward into, with the probe's words. */
+  private unfit: string[] = [];
   private readonly rings = new RingCache();
   /** The previous read of the maps (see LiveMemo). */
   private readonly memo = new LiveMemo();
@@ -165,7 +168,14 @@ class LbDataPlane implements DataPlane {
     const prev = pinnedXdpLink(pin);
     const prevRec = prev && (prev.mode === 'native' || prev.mode === 'generic')
       ? readAttachRecord(pinDir, prev.linkId, prev.ifindex, prev.mode) : 'no link';
-    const egress = egressInterfaces(this.maps, ifname);
+    let egress: string[] = [];
+    let egressError = '';
+    try {
+      egress = await egressInterfaces(this.maps, ifname);
+    } catch (e) {
+      // a node whose reals all leave by `ifname` needs none: attach the main link all the same, and say it
+      egressError = `; egress interfaces not found (${(e as Error).message})`;
+    }
     this.attachment = prog.attachXdp(ifname, mode, pin);
     const a = this.attachment;
     if (a.mode !== 'native') {
@@ -173,13 +183,13 @@ class LbDataPlane implements DataPlane {
       this.forwarding = rec !== null ? adoptedGeneric(rec, mode)
         : { mode: a.mode, requested: mode, fellBack: false, forwards: null, detail: GENERIC_DETAIL };
       this.record(typeof rec === 'object' && rec ? { probe: rec.probe, at: rec.at } : { probe: this.forwarding.detail, at });
-      return this.attachEgress(egress, a.mode);
+      return this.startEgress(egress, a.mode, egressError);
     }
     const check = await checkAll([ifname, ...egress]);
     this.forwarding = { mode: 'native', requested: mode, fellBack: false, ...check };
     if (check.forwards !== false) {
       this.record({ probe: check.detail, at });
-      return this.attachEgress(egress, 'native');
+      return this.startEgress(egress, 'native', egressError);
     }
     if (mode === 'native') {
       this.forwarding = null;
@@ -205,31 +215,26 @@ class LbDataPlane implements DataPlane {
     // The reconciler reads this (DataPlane.forwarding), logs the fallback and puts it in the node's status.
     this.forwarding = { mode: 'generic', requested: mode, fellBack: true, forwards: null, detail: `native XDP could not forward, fell back to generic: ${check.detail}` };
     this.record({ probe: check.detail, at });
-    this.attachEgress(egress, 'generic');
+    this.startEgress(egress, 'generic', egressError);
   }
 
   /** xdp_lb on the egress interfaces (egress-links.ts) in `mode` at attach time; the probe's outcome as it stands
    * now is what later egress changes (refreshEgress) add their part to. */
-  private attachEgress(ifnames: string[], mode: 'native' | 'generic'): void {
+  private startEgress(ifnames: string[], mode: 'native' | 'generic', egressError: string): void {
     const f = this.forwarding!;
-    this.probed = { forwards: f.forwards, detail: f.detail };
+    this.probed = { forwards: f.forwards, detail: f.detail + egressError };
     this.linkEgress(ifnames, mode, []);
   }
-
-  /** What the attach-time probe found, before the egress interfaces' part of the detail. */
-  private probed: ForwardingCheck | null = null;
-  /** Egress interfaces a runtime change found native XDP unable to forward into, with the probe's words. */
-  private unfit: string[] = [];
 
   /** Attaches xdp_lb to `ifnames` (and unpins links of the others); what was attached, refused because another
    * program holds the interface, or left out because native XDP cannot forward there (`unfit`) goes into the
    * forwarding detail the reconciler logs and reports. */
   private linkEgress(ifnames: string[], mode: 'native' | 'generic', unfit: string[]): void {
-    for (const l of this.egress) l.close();
-    const { links, attached, refused } = attachEgress(this.obj!, PROGRAM_NAME, this.opts.pinRoot, ifnames, mode);
+    for (const e of this.egress) e.link.close();
+    const { links, refused } = attachEgress(this.obj!, PROGRAM_NAME, this.opts.pinRoot, ifnames, mode);
     this.egress = links;
-    this.egressNames = attached;
     this.unfit = unfit;
+    const attached = links.map((l) => l.name);
     const f = this.forwarding!;
     f.detail = this.probed!.detail;
     f.forwards = unfit.length ? false : this.probed!.forwards;
@@ -239,9 +244,6 @@ class LbDataPlane implements DataPlane {
       `native XDP cannot forward there): redirects into it are dropped and SNAT replies arriving there are reset by the kernel; ` +
       `xdp_lb stays native elsewhere, the probe is retried at every apply, and a restart with --xdp-mode auto falls back to generic`;
   }
-
-  /** Interfaces the egress links are attached to. */
-  private egressNames: string[] = [];
 
   /**
    * After an apply that changed the reals (or while an egress interface is left out): the interfaces the routes to
@@ -254,9 +256,10 @@ class LbDataPlane implements DataPlane {
   private async refreshEgress(): Promise<void> {
     const a = this.attachment;
     if (!a || !this.forwarding || !this.probed) return;
-    const want = egressInterfaces(this.maps, this.opts.interface!);
-    if (!this.unfit.length && want.join() === [...this.egressNames].sort().join()) return;
-    const fresh = want.filter((n) => !this.egressNames.includes(n));
+    const want = await egressInterfaces(this.maps, this.opts.interface!);
+    const have = this.egress.map((e) => e.name);
+    if (!this.unfit.length && want.join() === have.join()) return;
+    const fresh = want.filter((n) => !have.includes(n));
     const left = new Set<string>();
     const unfit: string[] = [];
     if (a.mode === 'native') {
@@ -318,10 +321,10 @@ class LbDataPlane implements DataPlane {
     a.close();
     this.attachment = next;
     // the egress links too, in place: none may keep the old instance and its old tables
-    this.egress = this.egress.map((l) => {
-      const swapped = obj.program(PROGRAM_NAME).attachXdp(ifnameOf(l.ifindex), l.mode, l.pinPath);
-      l.close();
-      return swapped;
+    this.egress = this.egress.map(({ name, link }) => {
+      const swapped = obj.program(PROGRAM_NAME).attachXdp(name, link.mode, link.pinPath);
+      link.close();
+      return { name, link: swapped };
     });
   }
 
@@ -356,7 +359,9 @@ class LbDataPlane implements DataPlane {
     const attached = !!this.attachment;
     await this.attach();
     // the reals changed: they may now be routed out of other interfaces (a fresh attach has just taken the set)
-    if (attached && (this.unfit.length || ops.some((o) => o.op === 'real.put' || o.op === 'real.delete'))) {
+    // (only an address decides where a real is routed: a weight or state change needs no new look)
+    const moved = ops.some((o) => o.op === 'real.delete' || (o.op === 'real.put' && o.before?.address !== o.real.address));
+    if (attached && (this.unfit.length || moved)) {
       try {
         await this.refreshEgress();
       } catch (e) {
@@ -399,9 +404,8 @@ class LbDataPlane implements DataPlane {
   close(): void {
     this.attachment?.close();
     this.attachment = null;
-    for (const l of this.egress) l.close();
+    for (const e of this.egress) e.link.close();
     this.egress = [];
-    this.egressNames = [];
     this.obj?.close();
     this.obj = null;
   }
@@ -414,14 +418,6 @@ async function checkAll(ifnames: string[]): Promise<ForwardingCheck> {
   for (const n of ifnames) checks.push(await checkXdpForwarding(n));
   const forwards = checks.some((c) => c.forwards === false) ? false : checks.some((c) => c.forwards === true) ? true : null;
   return { forwards, detail: checks.map((c) => c.detail).join('; ') };
-}
-
-/** The name of interface `ifindex` in the caller's network namespace (netlink via `ip`). */
-function ifnameOf(ifindex: number): string {
-  const links = JSON.parse(execFileSync('ip', ['-j', 'link', 'show'], { timeout: 5000 }).toString()) as Array<{ ifindex: number; ifname: string }>;
-  const l = links.find((x) => x.ifindex === ifindex);
-  if (!l) throw Object.assign(new Error(`no interface with index ${ifindex}`), { code: 'ENODEV' });
-  return l.ifname;
 }
 
 export type LbDataPlaneHandle = DataPlane & {
