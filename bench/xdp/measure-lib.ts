@@ -2,9 +2,9 @@
 // checks every measured iteration took the intended path, and loading a restore harness (restore.c, snat_vary.c:
 // both have an `original` packet map and a `target` program array).
 import { execFileSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { BpfMap, type BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
+import { BpfMap, BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 
 /** The packet length the restore harnesses are compiled for (BENCH_PKT_LEN in restore_harness.h). */
 export const HARNESS_PKT_LEN = 54;
@@ -82,3 +82,25 @@ export function pinnedMapSizes(pinRoot: string): Record<string, number> {
   }
   return out;
 }
+
+/**
+ * Another build of xdp_lb loaded over the maps pinned under `pinRoot`, at their sizes (pinnedMapSizes). A build
+ * without one of those maps refuses its size override, which is then dropped. A map of another layout is replaced
+ * by one of the build's own (replaceIncompatiblePins): a scratch map loses nothing, a state map starts empty, which
+ * the benches' path checks (or their refill) deal with.
+ */
+export async function loadBuildOver(path: string, pinRoot: string, sizes = pinnedMapSizes(pinRoot)): Promise<BpfObject> {
+  const own = { ...sizes };
+  for (;;) {
+    try {
+      return await BpfObject.load(path, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries: own });
+    } catch (e) {
+      const missing = /map '([^']+)' not found/.exec((e as Error).message)?.[1];
+      if (!missing || !(missing in own)) throw e;
+      delete own[missing];
+    }
+  }
+}
+
+/** The machine's load averages (1, 5, 15 min), as the benches print them beside their figures. */
+export const loadavg = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');

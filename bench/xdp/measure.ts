@@ -9,12 +9,11 @@
 // harness and packets: for each run the floor, gitlb and Katran are measured one after the other (alternating,
 // so load on the shared machine hits all three alike), and the medians net of the floor are compared. The GUE
 // cases run against KATRAN_GUE_OBJ, Katran built with GUE_ENCAP (its encapsulation is a build-time choice).
-import { readFileSync } from 'node:fs';
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
-import { loadHarness, measurer, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { loadHarness, measurer, median, runChecked, xdpContextFor, loadavg } from './measure-lib.js';
 import { loadKatran, type KatranPeer } from './katran.js';
 import { BENCH_REAL_COUNT, benchReal } from './bench-reals.js';
 import { CT_ENTRIES, benchState, ring } from './measure-state.js';
@@ -92,7 +91,6 @@ async function measureCase(c: PeerCase): Promise<{ floor: number[]; gitlb: numbe
 }
 
 
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 console.log(`XDP LB, kernel-measured ns/packet: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians, on CPU 1; load ${loadavg()}`);
 console.log(`${'case'.padEnd(38)} ${'floor'.padStart(6)} ${'gitlb'.padStart(7)}${katran ? ` ${'Katran'.padStart(7)} ${'gitlb/Katran'.padStart(12)}` : ''}   (ns net of the floor; raw runs below)`);
 let failed = false;

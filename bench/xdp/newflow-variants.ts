@@ -3,14 +3,13 @@
 // (argv: object paths, e.g. xdp_lb.c with a -D of a throw-away experiment), loaded over the same pinned maps, with
 // Katran beside them when bench/xdp/run's KATRAN_OBJ/KATRAN_GUE_OBJ are set; every run measures the floor, each
 // build and Katran one after the other on the same harness and packets: what one change to the new-flow path costs.
-import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor, loadBuildOver, loadavg } from './measure-lib.js';
 import { loadKatran, type KatranPeer } from './katran.js';
 import { BENCH_REAL_COUNT, benchReal } from './bench-reals.js';
 import { CT_ENTRIES, benchState, ring } from './measure-state.js';
@@ -36,7 +35,7 @@ const builtRings = ringIdentities(dp.object()!.map('lb_rings')).map(([id]) => {
   try { return { id, ring: readRing(inner) }; } finally { inner.close(); }
 });
 for (const p of variantPaths) {
-  const v = await BpfObject.load(p, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries });
+  const v = await loadBuildOver(p, pinRoot, mapMaxEntries);
   const rings = v.map('lb_rings');
   if (ringIdentities(rings).length === 0) {
     if (!ringsArePacked(rings)) setWordSlotRings(rings, builtRings);
@@ -66,7 +65,6 @@ const cases = [
   { name: 'SYN, new flow every packet, GUE', data: pkt('203.0.113.13'), harness: varyObj, peer: katranGue },
   { name: 'SYN on an existing flow, IPIP', data: pkt('203.0.113.11'), harness: restoreObj, peer: katran },
 ].filter((c) => !process.env.XDP_BENCH_ONLY || c.name.toLowerCase().includes(process.env.XDP_BENCH_ONLY.toLowerCase()));
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 console.log(`SYN-path variants: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians net of the floor, CPU 1; load ${loadavg()}`);
 console.log(`${'case'.padEnd(34)} ${'floor'.padStart(6)}${builds.map((b) => b.name.slice(0, 14).padStart(15)).join('')}${katran || katranGue ? 'Katran'.padStart(8) : ''}`);
 const harnessProg = (o: BpfObject) => o.programs()[0]!;

@@ -5,7 +5,6 @@
 // one direction writes into the shared reverse entry the other direction's CPU must fetch again. For the program as
 // built and each other build given (argv), alternating; ns per packet of each side while the other runs.
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { BpfObject } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
@@ -13,30 +12,16 @@ import { listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, runChecked, loadHarness, xdpContextFor, loadBuildOver, loadavg } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 
 const REPEAT = Number(process.env.XDP_BENCH_REPEAT ?? 2_000_000);
 const RUNS = Number(process.env.XDP_BENCH_RUNS ?? 5);
-const loadavg = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-
-async function loadBuild(path: string, pinRoot: string): Promise<BpfObject> {
-  const sizes = pinnedMapSizes(pinRoot);
-  for (;;) {
-    try {
-      return await BpfObject.load(path, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries: sizes });
-    } catch (e) {
-      const missing = /map '([^']+)' not found/.exec((e as Error).message)?.[1];
-      if (!missing || !(missing in sizes)) throw e;
-      delete sizes[missing];
-    }
-  }
-}
 
 /** One side: RUNS runs of REPEAT iterations of `frameHex` through `objPath`'s xdp_lb; prints the ns of each run. */
 async function child(pinRoot: string, objPath: string, frameHex: string, counterName: string): Promise<void> {
   const dp = await openLbDataPlane({ pinRoot });
-  const obj = await loadBuild(objPath, pinRoot);
+  const obj = await loadBuildOver(objPath, pinRoot);
   const restoreObj = await BpfObject.load(new URL('../../build/bench/xdp_restore.o', import.meta.url).pathname);
   const data = Buffer.from(frameHex, 'hex');
   loadHarness(restoreObj, data, obj.program('xdp_lb'));

@@ -8,9 +8,8 @@ import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
 import { SNAT_MAPS, listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
-import { readFileSync } from 'node:fs';
 import type { BpfProgram } from '../../src/bpf/libbpf.js';
-import { loadHarness, measurer, median, runChecked, xdpContextFor } from './measure-lib.js';
+import { loadHarness, measurer, median, runChecked, xdpContextFor, loadavg } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_IPIP_VIP, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 import { applyTo } from '../../test/lib/converge.js';
 
@@ -79,7 +78,7 @@ try {
 }
 const floorNs = median(alts[0]!.runs);
 
-console.log(`XDP LB SNAT, kernel-measured ns/packet: BPF_PROG_TEST_RUN, median of ${RUNS} runs, on CPU 1; load average ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`);
+console.log(`XDP LB SNAT, kernel-measured ns/packet: BPF_PROG_TEST_RUN, median of ${RUNS} runs, on CPU 1; load average ${loadavg()}`);
 console.log(`harness floors: restore ${floorNs} ns; restore + new flow ${varyFloor.ns} ns (runs ${varyFloor.runs.join(' ')})`);
 console.log(`${'path'.padEnd(52)} ${'repeat'.padStart(8)} ${'ns/pkt'.padStart(7)} ${'minus floor'.padStart(12)}   runs (ns)`);
 for (const a of alts.slice(1)) {

@@ -2,7 +2,6 @@
 // SNAT_BENCH_MEASURE=snat-variants.ts): the SNAT per-packet paths of xdp_lb as built and of other builds of it
 // (argv: object paths), loaded over the same pinned maps and measured alternately in one run on the same harness
 // and packets: what one change costs or saves.
-import { readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { BpfObject, type BpfProgram } from '../../src/bpf/libbpf.js';
 import { openLbDataPlane } from '../../src/bpf/dataplane/index.js';
@@ -10,7 +9,7 @@ import { listSnat } from '../../src/bpf/dataplane/snat.js';
 import { LAB } from '../../test/lib/xdp-lab.js';
 import { TCP_FLAGS, frame, ipPacket } from '../../test/lib/packets.js';
 import { applyTo } from '../../test/lib/converge.js';
-import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor } from './measure-lib.js';
+import { median, pinnedMapSizes, runChecked, loadHarness, xdpContextFor, loadBuildOver, loadavg } from './measure-lib.js';
 import { BENCH_CLIENT, BENCH_IPIP_VIP, BENCH_VIP, benchRealMac, BENCH_REALS, benchState } from './snat-measure-state.js';
 
 const pinRoot = process.argv[2]!;
@@ -24,20 +23,9 @@ const mapMaxEntries = pinnedMapSizes(pinRoot);
 const obj = dp.object()!;
 const builds: Array<{ name: string; prog: BpfProgram }> = [{ name: 'as built', prog: obj.program('xdp_lb') }];
 for (const p of variantPaths) {
-  // the sizes of the pinned maps this build has too (a build without one of them refuses its override)
-  const sizes = { ...mapMaxEntries };
-  let v: BpfObject | null = null;
-  while (!v) {
-    try {
-      // a scratch map of another layout (nothing in it outlives a packet) is the build's own; a state map of another
-      // layout would leave the build an empty table, which the path checks below refuse
-      v = await BpfObject.load(p, { pinRoot, reusePinnedMaps: true, replaceIncompatiblePins: true, mapMaxEntries: sizes });
-    } catch (e) {
-      const missing = /map '([^']+)' not found/.exec((e as Error).message)?.[1];
-      if (!missing || !(missing in sizes)) throw e;
-      delete sizes[missing];
-    }
-  }
+  // a scratch map of another layout (nothing in it outlives a packet) is the build's own; a state map of another
+  // layout would leave the build an empty table, which the path checks below refuse
+  const v = await loadBuildOver(p, pinRoot, mapMaxEntries);
   builds.push({ name: basename(p, '.o'), prog: v.program('xdp_lb') });
 }
 const load = (name: string) => BpfObject.load(new URL(`../../build/bench/${name}.o`, import.meta.url).pathname);
@@ -61,7 +49,7 @@ const cases = [
   { name: 'snat forward, translation hit', data: ack, counters: ['snat_hit'] },
   { name: 'snat reverse, reply translated', data: reply, counters: ['snat_reply'] },
 ];
-const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+const load0 = loadavg();
 console.log(`SNAT variants: BPF_PROG_TEST_RUN repeat=${REPEAT}, ${RUNS} alternating runs, medians net of the floor, CPU 1; load ${load0}`);
 console.log(`${'case'.padEnd(32)} ${'floor'.padStart(6)} ${builds.map((b) => b.name.slice(0, 14).padStart(15)).join('')}`);
 const harness = restoreObj.programs()[0]!;
@@ -87,6 +75,6 @@ for (const c of cases) {
     console.log(`${c.name.padEnd(32)} FAILED: ${(e as Error).message}`);
   }
 }
-console.log(`load at the end: ${readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}`);
+console.log(`load at the end: ${loadavg()}`);
 dp.close();
 process.exitCode = failed ? 1 : 0;
