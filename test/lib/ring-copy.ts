@@ -1,23 +1,14 @@
 // Rings another writer could put under lb_rings: inner arrays of this version's layout (blocks of RING_LANES words,
 // src/bpf/dataplane/rings.ts) that stay writable (the daemon's own are frozen), for the drift tests that rewrite an
 // entry in place after swapping such a copy in.
-import { BpfMap, MapType } from '../../src/bpf/libbpf.js';
-import { BPF_F_INNER_MAP, RING_LANES, ringBlocks, ringMembership } from '../../src/bpf/dataplane/rings.js';
+import type { BpfMap } from '../../src/bpf/libbpf.js';
+import { RING_LANES, createRing } from '../../src/bpf/dataplane/rings.js';
 import { encodeU32 } from '../../src/bpf/dataplane/codec.js';
 
-/** A writable inner array holding `entries` (as the program reads them: slots + 1) and its membership bitmap. */
+/** A writable inner array holding `entries` (as the program reads them: slots + 1) and its membership bitmap, in the
+ * daemon's own layout (createRing), not frozen. */
 export function writableRing(entries: ArrayLike<number>): BpfMap {
-  const ring = Uint32Array.from(entries);
-  const members = ringMembership(ring);
-  const n = ringBlocks(1 + ring.length + members.length);
-  const words = new Uint32Array(n * RING_LANES);
-  words[0] = ring.length;
-  words.set(ring, 1);
-  words.set(members, 1 + ring.length);
-  const m = BpfMap.create({ name: 'foreign', type: MapType.array, keySize: 4, valueSize: RING_LANES * 4, maxEntries: n, flags: BPF_F_INNER_MAP });
-  const keys = Buffer.concat(Array.from({ length: n }, (_, i) => encodeU32(i)));
-  m.updateBatch(keys, Buffer.from(words.buffer), n);
-  return m;
+  return createRing(0, Uint32Array.from(entries), { frozen: false });
 }
 
 /** Entry `index` (0-based) of a ring in `m`: its block and lane (the stream's word 0 is the size). */

@@ -135,8 +135,8 @@ export function ringBlocks(words: number): number {
 
 /** A new inner array holding `ring` (entries as the program reads them: slots + 1) and its membership bitmap
  * (ringMembership) as one stream packed in blocks (the last one padded with 0), frozen (not yet referenced by
- * lb_rings). The caller owns (closes) it. */
-export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
+ * lb_rings; `frozen: false` only for tests that stand in for another writer). The caller owns (closes) it. */
+export function createRing(serviceId: number, ring: Uint32Array, { frozen = true } = {}): BpfMap {
   const members = ringMembership(ring);
   const n = ringBlocks(ring.length + 1 + members.length);
   const m = BpfMap.create({ name: `ring_${serviceId.toString(16)}`, type: MapType.array, keySize: 4,
@@ -150,7 +150,7 @@ export function createRing(serviceId: number, ring: Uint32Array): BpfMap {
     m.updateBatch(keys, values, n);
     // Read-only from now on for every process: the ring is never rewritten in place (a new table is a new map),
     // so only its identity can change, and the drift check reads identities (docs/reconciler.md, "Drift").
-    m.freeze();
+    if (frozen) m.freeze();
     return m;
   } catch (e) {
     m.close();
