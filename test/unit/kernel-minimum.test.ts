@@ -23,9 +23,9 @@ test('version comparison: numeric, not textual (5.9 < 5.10 < 5.11, 5.19 < 6.0)',
   t.false(atLeast([4, 20], [5, 2]));
 });
 
-test('minimum per role: lb nodes 5.11, backend nodes 5.2, both (role unknown) 5.11', (t) => {
+test('minimum per role: lb nodes 5.11, backend nodes 5.8 (CAP_BPF, CAP_PERFMON), both (role unknown) 5.11', (t) => {
   t.is(versionText(minimumKernel(['lb'])), '5.11');
-  t.is(versionText(minimumKernel(['backend'])), '5.2');
+  t.is(versionText(minimumKernel(['backend'])), '5.8');
   t.is(versionText(minimumKernel(['lb', 'backend'])), '5.11');
 });
 
@@ -37,6 +37,13 @@ test('an lb node below 5.11 fails, naming each missing feature and what optional
   t.notRegex(v.detail, /tcx/, 'tcx has a fallback: never named as missing');
   t.is(judgeKernel('5.8.0', 'lb').level, 'fail');
   t.regex(judgeKernel('5.8.0', 'lb').detail, /XDP through BPF links \(BPF_LINK_CREATE\) \(5\.9\).*BPF_F_INNER_MAP.*\(5\.10\)/);
+});
+
+test('a backend node below 5.8 fails: the doctor needs CAP_BPF and CAP_PERFMON, which older kernels lack', (t) => {
+  const v = judgeKernel('5.4.0-150-generic', 'backend');
+  t.is(v.level, 'fail');
+  t.regex(v.detail, /backend nodes need 5\.8 or newer; missing: CAP_BPF and CAP_PERFMON \(capabilities\) \(5\.8\)/);
+  t.notRegex(v.detail, /RINGBUF|BPF_LINK_CREATE/, 'lb-only features are not named for a backend node');
 });
 
 test('benign: a kernel the node runs on passes; optional paths it lacks are a warning naming the path, never a failure', (t) => {
@@ -53,6 +60,7 @@ test('benign: a kernel the node runs on passes; optional paths it lacks are a wa
   // a backend node does not need the lb program's features
   t.is(judgeKernel('5.10.0-28-amd64', 'backend').level, 'warn');
   t.regex(judgeKernel('5.10.0-28-amd64', 'backend').detail, /IPv4 in IPv6 or IPv6 in IPv4 tunnels/);
+  t.is(judgeKernel('5.8.0', 'backend').level, 'warn', 'exactly the backend minimum runs');
   // role unknown: both roles' needs
   t.is(judgeKernel('5.10.0').level, 'fail');
   t.is(judgeKernel('weird').level, 'warn');

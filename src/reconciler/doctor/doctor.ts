@@ -86,7 +86,9 @@ function checkCapabilities(): CheckResult {
   const eff = BigInt(`0x${line}`);
   const missing = CAPS.filter(([, bit]) => (eff & (1n << BigInt(bit))) === 0n).map(([n]) => n);
   if (missing.length === 0) return ok('capabilities', CAPS.map(([n]) => n).join(' '));
-  // CAP_SYS_ADMIN alone covers the BPF ones on kernels before 5.8; without it the rest must all be there.
+  // All four must be effective. CAP_BPF and CAP_PERFMON exist since 5.8, so this check is why both roles need 5.8
+  // (kernel-minimum.ts); the kernel itself would accept CAP_SYS_ADMIN alone for bpf(), but the doctor checks the set
+  // the unit grants.
   return fail('capabilities', `missing ${missing.join(' ')} (the systemd unit grants them: deploy/systemd/gitlb.service)`);
 }
 

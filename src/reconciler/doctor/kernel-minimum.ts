@@ -24,6 +24,8 @@ export const KERNEL_FEATURES: readonly KernelFeature[] = [
     usedBy: 'tc_backend: decapsulation of IPIP and GUE' },
   { feature: 'BPF ring buffer (BPF_MAP_TYPE_RINGBUF)', since: [5, 8], roles: ['lb'],
     usedBy: 'xdp_lb: flow-sync events (the map is created with the object, sync or not)' },
+  { feature: 'CAP_BPF and CAP_PERFMON (capabilities)', since: [5, 8], roles: ['backend', 'lb'],
+    usedBy: 'gitlb doctor fails without both effective; the systemd unit and the DaemonSet grant them' },
   { feature: 'XDP through BPF links (BPF_LINK_CREATE)', since: [5, 9], roles: ['lb'],
     usedBy: 'attaching xdp_lb (a pinned link outlives the daemon)' },
   { feature: 'BPF_F_INNER_MAP (inner maps of any size)', since: [5, 10], roles: ['lb'],
