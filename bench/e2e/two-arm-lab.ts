@@ -52,6 +52,37 @@ export interface TwoArmLab {
 export const sh = (ns: string, argv: string[], input?: string): string =>
   execFileSync('ip', ['netns', 'exec', ns, ...argv], { stdio: ['pipe', 'pipe', 'pipe'], timeout: 60_000, input: input ?? '' }).toString();
 
+/** A counter of a /proc/net table in `ns` (`file`: snmp or netstat; `prefix`: its row, e.g. `Tcp:`, `TcpExt:`), 0
+ * when the kernel has no such field. */
+export function procCounter(ns: string, file: 'snmp' | 'netstat', prefix: string, field: string): number {
+  const lines = sh(ns, ['cat', `/proc/net/${file}`]).split('\n').filter((l) => l.startsWith(prefix));
+  return Number(lines[1]!.split(/\s+/)[lines[0]!.split(/\s+/).indexOf(field)] ?? 0);
+}
+
+/** TCP resets the lb node's kernel sent (a SNAT reply reaching the kernel instead of xdp_lb is answered so). */
+export const lbResets = (lab: TwoArmLab): number => procCounter(lab.ns.lb, 'snmp', 'Tcp:', 'OutRsts');
+
+/** Frames the lb node's veths dropped on receive: where a native redirect into an interface that cannot take XDP
+ * frames lands (the driver counts it on the receiving side, `ethtool -S`). */
+export function lbRxDrops(lab: TwoArmLab): number {
+  let rx = 0;
+  for (const d of ['eth0', 'eth1']) for (const m of sh(lab.ns.lb, ['ethtool', '-S', d]).matchAll(/rx_queue_\d+_drops:\s*(\d+)/g)) rx += Number(m[1]);
+  return rx;
+}
+
+/** The pin of xdp_lb's egress link on the lb node's `dev` (egress-links.ts: xdp_egress<ifindex>_link). */
+export function egressLinkPin(lab: TwoArmLab, dev = 'eth1'): string {
+  const [l] = JSON.parse(sh(lab.ns.lb, ['ip', '-j', 'link', 'show', 'dev', dev])) as Array<{ ifindex: number }>;
+  return join(lab.pinRoot, `xdp_egress${l!.ifindex}_link`);
+}
+
+/** `n` HTTP requests from the client to `vip`, each on a new connection; the answers (`backend=.. local=..
+ * client=..`) or `FAIL`. */
+export function requests(lab: TwoArmLab, vip: string, n: number): string[] {
+  const script = `for i in $(seq ${n}); do curl -s --max-time 5 http://${vip}:${TWO_ARM.port}/ || echo FAIL; done`;
+  return sh(lab.ns.client, ['bash', '-c', script]).trim().split('\n');
+}
+
 /** The desired state of the lb node: dsr-l2 and snat services over both backends, equal shares. */
 export function twoArmState(): DesiredState {
   const ring = Array.from({ length: RING_SIZE }, (_, i) => (i % 2) + 1);

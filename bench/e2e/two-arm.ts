@@ -13,7 +13,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { TWO_ARM, sh, twoArmLab, type TwoArmLab } from './two-arm-lab.js';
+import { TWO_ARM, lbResets, lbRxDrops, procCounter, sh, twoArmLab, type TwoArmLab } from './two-arm-lab.js';
 import { LB_PEER_ADDR, lbFullNatRuleset, nftCounter, nftDelete, nftLoad } from './peers.js';
 import { formatTable, summarize, type Sample, type Series } from './table.js';
 import { wrk } from './wrk.js';
@@ -32,33 +32,14 @@ const NFT_TABLE = 'gitlb_bench_lb_nat';
 
 interface Target { name: string; url: string; spreadOver?: string[]; before?: () => Promise<void>; after?: () => Promise<void> }
 
-/** What a measurement lost: retransmissions (client + backends; of them the client's SYNs), SYNs the backends refused
- * for their TIME_WAIT of the same 4-tuple (TcpExtPAWSTimewait: the SYN's timestamp is older than the last one of the
- * connection before it on that 4-tuple; a client answered so retries after 1 s), resets and driver drops on the lb
- * node, xdp_lb drops. */
-interface Loss { retrans: number; synRetrans: number; pawsTimewait: number; lbRsts: number; lbRxDrops: number; gitlbDrops: number }
-
-function snmp(ns: string, field: string): number {
-  const lines = sh(ns, ['cat', '/proc/net/snmp']).split('\n').filter((l) => l.startsWith('Tcp:'));
-  return Number(lines[1]!.split(/\s+/)[lines[0]!.split(/\s+/).indexOf(field)]);
-}
-
-/** A TcpExt counter of /proc/net/netstat in `ns`. */
-function tcpExt(ns: string, field: string): number {
-  const lines = sh(ns, ['cat', '/proc/net/netstat']).split('\n').filter((l) => l.startsWith('TcpExt:'));
-  return Number(lines[1]!.split(/\s+/)[lines[0]!.split(/\s+/).indexOf(field)] ?? 0);
-}
-
 function lossNow(lab: TwoArmLab): Loss {
-  let rx = 0;
-  for (const d of ['eth0', 'eth1']) for (const m of sh(lab.ns.lb, ['ethtool', '-S', d]).matchAll(/rx_queue_\d+_drops:\s*(\d+)/g)) rx += Number(m[1]);
   const c = lab.counters();
   const drops = Object.entries(c).filter(([k, v]) => /^(snat_)?drop_/.test(k) && typeof v === 'number').reduce((a, [, v]) => a + v, 0);
   return {
-    retrans: [lab.ns.client, ...lab.ns.backends].reduce((a, n) => a + snmp(n, 'RetransSegs'), 0),
-    synRetrans: tcpExt(lab.ns.client, 'TCPSynRetrans'),
-    pawsTimewait: lab.ns.backends.reduce((a, n) => a + tcpExt(n, 'PAWSTimewait'), 0),
-    lbRsts: snmp(lab.ns.lb, 'OutRsts'), lbRxDrops: rx, gitlbDrops: drops,
+    retrans: [lab.ns.client, ...lab.ns.backends].reduce((a, n) => a + procCounter(n, 'snmp', 'Tcp:', 'RetransSegs'), 0),
+    synRetrans: procCounter(lab.ns.client, 'netstat', 'TcpExt:', 'TCPSynRetrans'),
+    pawsTimewait: lab.ns.backends.reduce((a, n) => a + procCounter(n, 'netstat', 'TcpExt:', 'PAWSTimewait'), 0),
+    lbRsts: lbResets(lab), lbRxDrops: lbRxDrops(lab), gitlbDrops: drops,
   };
 }
 

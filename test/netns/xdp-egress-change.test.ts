@@ -10,7 +10,9 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { TWO_ARM, sh, twoArmLab, type TwoArmLab } from '../../bench/e2e/two-arm-lab.js';
+import { TWO_ARM, egressLinkPin, sh, twoArmLab, type TwoArmLab } from '../../bench/e2e/two-arm-lab.js';
+import { snatConnectionsOk } from '../lib/two-arm.js';
+import { nodeModuleArgv } from '../../src/lab/compiled.js';
 import { makeState } from '../lib/lb-state.js';
 import { stateToJson } from '../lib/xdp-harness.js';
 import type { DesiredState } from '../../src/render/state.js';
@@ -29,8 +31,8 @@ test.before(() => {
   dir = mkdtempSync(join(tmpdir(), 'gitlb-egress-change-'));
   lab = twoArmLab(PREFIX, { egressNapi: true });
   lab.startServers(dir);
-  session = spawn('nsenter', [`--net=/run/netns/${lab.ns.lb}`, process.execPath, '--import', 'tsx',
-    new URL('../lib/dp-runner.ts', import.meta.url).pathname, 'lb-session', lab.pinRoot, 'eth0', 'native'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  session = spawn('nsenter', [`--net=/run/netns/${lab.ns.lb}`, ...nodeModuleArgv(new URL('../lib/dp-runner.ts', import.meta.url).pathname),
+    'lb-session', lab.pinRoot, 'eth0', 'native'], { stdio: ['pipe', 'pipe', 'pipe'] });
   session.stderr.on('data', (d) => process.stderr.write(d));
   answers = createInterface({ input: session.stdout })[Symbol.asyncIterator]();
 });
@@ -58,38 +60,13 @@ async function apply(s: DesiredState): Promise<Answer> {
   return JSON.parse(next.value) as Answer;
 }
 
-function eth1Pin(): string {
-  const [l] = JSON.parse(sh(lab.ns.lb, ['ip', '-j', 'link', 'show', 'dev', 'eth1'])) as Array<{ ifindex: number }>;
-  return join(lab.pinRoot, `xdp_egress${l!.ifindex}_link`);
-}
-
-function lbResets(): number {
-  const snmp = sh(lab.ns.lb, ['cat', '/proc/net/snmp']).split('\n').filter((l) => l.startsWith('Tcp:'));
-  return Number(snmp[1]!.split(/\s+/)[snmp[0]!.split(/\s+/).indexOf('OutRsts')]);
-}
-
-/** 20 SNAT connections all answered by b1 and b2 (seeing the snatAddress), each translated, no reset by the lb. */
-function snatOk(t: import('ava').ExecutionContext, label: string): void {
-  lab.refreshNeighbours();
-  const before = { c: lab.counters(), rsts: lbResets() };
-  const script = `for i in $(seq 20); do curl -s --max-time 5 http://${TWO_ARM.vip.snat}:${TWO_ARM.port}/ || echo FAIL; done`;
-  const got = sh(lab.ns.client, ['bash', '-c', script]).trim().split('\n');
-  const after = { c: lab.counters(), rsts: lbResets() };
-  t.deepEqual(got.filter((a) => !new RegExp(`^backend=b[12] local=198\\.51\\.100\\.1[12]:80 client=${TWO_ARM.lb.replace(/\./g, '\\.')}:\\d+$`).test(a)), [],
-    `${label}: every SNAT connection answered by a backend that saw the snatAddress`);
-  t.deepEqual([...new Set(got.map((a) => a.slice(0, 10)))].sort(), ['backend=b1', 'backend=b2'], `${label}: both backends`);
-  t.is(after.c.snat_new! - before.c.snat_new!, 20, `${label}: one translation per connection`);
-  t.true(after.c.snat_reply! - before.c.snat_reply! >= 40, `${label}: the replies were translated by xdp_lb on eth1`);
-  t.is(after.rsts - before.rsts, 0, `${label}: the lb node's kernel reset nothing`);
-}
-
 test.serial('the only real on the client arm: xdp_lb native on eth0, no egress link', async (t) => {
   const a = await apply(state(ON_CLIENT_ARM));
   t.is(a.error, undefined, a.error);
   t.is(a.forwarding?.mode, 'native');
   t.is(lab.xdpOn('eth0'), 'xdp');
   t.is(lab.xdpOn('eth1'), null);
-  t.false(existsSync(eth1Pin()));
+  t.false(existsSync(egressLinkPin(lab)));
 });
 
 test.serial('a change adds reals behind eth1: xdp_lb attached there without a restart, SNAT connections complete', async (t) => {
@@ -99,14 +76,14 @@ test.serial('a change adds reals behind eth1: xdp_lb attached there without a re
   t.not(a.forwarding!.forwards, false);
   t.is(lab.xdpOn('eth0'), 'xdp');
   t.is(lab.xdpOn('eth1'), 'xdp', 'native, like eth0');
-  t.true(existsSync(eth1Pin()));
-  snatOk(t, 'after the change');
+  t.true(existsSync(egressLinkPin(lab)));
+  snatConnectionsOk(t, lab, 'after the change');
 });
 
 test.serial('a change back to the client-arm real unpins the egress link and eth1 loses XDP', async (t) => {
   const a = await apply(state(ON_CLIENT_ARM));
   t.is(a.error, undefined, a.error);
-  t.false(existsSync(eth1Pin()), 'egress link unpinned');
+  t.false(existsSync(egressLinkPin(lab)), 'egress link unpinned');
   t.is(lab.xdpOn('eth1'), null);
   t.is(lab.xdpOn('eth0'), 'xdp', 'the main link untouched');
   t.notRegex(a.forwarding!.detail, /eth1/);
@@ -129,8 +106,8 @@ test.serial('eth1 unable to forward native XDP (peer without NAPI): left out and
   t.regex(b.forwarding!.detail, /xdp_lb also on eth1 \(/);
   t.notRegex(b.forwarding!.detail, /NOT attached/);
   t.is(lab.xdpOn('eth1'), 'xdp');
-  snatOk(t, 'after the retry');
+  snatConnectionsOk(t, lab, 'after the retry');
   const c = await apply(state(ON_CLIENT_ARM));
   t.is(c.error, undefined, c.error);
-  t.false(existsSync(eth1Pin()));
+  t.false(existsSync(egressLinkPin(lab)));
 });
